@@ -1,0 +1,31 @@
+"""The engine's exceptions. Every error the engine raises on purpose is an EngineError,
+so the app can catch one type, show its message, and stay up."""
+
+
+class EngineError(Exception):
+    """Base class: something the user can be told about in one sentence."""
+
+
+class GGUFError(EngineError):
+    """A GGUF file that cannot be read: names the file and what is wrong with it."""
+
+
+class UnsupportedModelError(EngineError):
+    """A readable GGUF that this engine cannot run (architecture, tensor type, RoPE scaling ...)."""
+
+
+class ContextFullError(EngineError):
+    """The tokens asked for do not fit in the context; nothing was written."""
+
+
+class TemplateError(EngineError):
+    """The model's chat template failed to render."""
+
+
+class PrefixImageError(EngineError):
+    """A prefix image was refused. `reason` is a short machine-readable code
+    (for example 'key', 'truncated', 'checksum', 'magic', 'shape')."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason

