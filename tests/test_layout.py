@@ -1,0 +1,41 @@
+"""The project's shape: engine/ never imports Qt, neither in its source nor at run time."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+QT_MODULES = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "qtpy")
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+
+
+def test_engine_source_never_imports_qt():
+    offenders = [f"{p.relative_to(ROOT)}: {m}" for p in sorted((ROOT / "engine").rglob("*.py"))
+                 for m in _imports(p) if m.split(".")[0] in QT_MODULES]
+    assert not offenders, offenders
+
+
+def test_importing_the_engine_loads_no_qt():
+    code = ("import sys, engine, engine.gguf, engine.quants\n"
+            "import pkgutil, importlib\n"
+            "for m in pkgutil.walk_packages(engine.__path__, 'engine.'):\n"
+            "    if m.name.endswith('__main__'): continue\n"
+            "    try: importlib.import_module(m.name)\n"
+            "    except Exception: pass\n"
+            f"bad = [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_top_level_layout():
+    for name in ("app", "engine", "resources", "tests", "packaging", "pyproject.toml", "README.md", ".ci/run"):
+        assert (ROOT / name).exists(), name
