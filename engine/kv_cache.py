@@ -1,0 +1,74 @@
+"""The key/value cache: one preallocated float32 buffer for K and one for V.
+
+Layout (the layout prefix images store, whichever backend wrote them):
+    k[layer], v[layer]: float32 [n_kv_heads, max_ctx, head_dim]  — contiguous per layer,
+    views into two arrays of shape [n_layers, n_kv_heads, max_ctx, head_dim] allocated once.
+Position p of head h lives at k[layer][h, p, :]. Nothing is ever grown or concatenated:
+`truncate` and `clear` only move `n_tokens`, the count of valid positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ContextFullError, EngineError
+
+
+class KVCache:
+    dtype = np.float32
+
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int):
+        if min(n_layers, n_kv_heads, head_dim, max_ctx) <= 0:
+            raise EngineError(f"KV cache sizes must be positive (layers {n_layers}, kv heads {n_kv_heads}, "
+                              f"head dim {head_dim}, context {max_ctx})")
+        self.n_layers, self.n_kv_heads, self.head_dim, self.max_ctx = n_layers, n_kv_heads, head_dim, max_ctx
+        shape = (n_layers, n_kv_heads, max_ctx, head_dim)
+        # np.zeros maps fresh pages lazily: memory is only touched as positions are written.
+        self._k = np.zeros(shape, self.dtype)
+        self._v = np.zeros(shape, self.dtype)
+        self.k = [self._k[i] for i in range(n_layers)]  # each float32 [n_kv_heads, max_ctx, head_dim]
+        self.v = [self._v[i] for i in range(n_layers)]
+        self.n_tokens = 0  # positions [0, n_tokens) hold valid K/V
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for K and V together."""
+        return self._k.nbytes + self._v.nbytes
+
+    def check_fits(self, pos: int, n: int) -> None:
+        """Raise ContextFullError if positions [pos, pos + n) do not fit; call before writing anything."""
+        if pos < 0 or n < 0:
+            raise EngineError(f"bad cache range: position {pos}, {n} tokens")
+        if pos + n > self.max_ctx:
+            raise ContextFullError(
+                f"{pos + n} tokens do not fit in the context of {self.max_ctx} "
+                f"({pos} resident + {n} new); start a new chat or load with a larger n_ctx")
+
+    def store(self, layer: int, pos: int, k: np.ndarray, v: np.ndarray) -> None:
+        """Write K and V for positions [pos, pos + n); k, v: [n_kv_heads, n, head_dim] (any strides)."""
+        n = k.shape[1]
+        self.k[layer][:, pos:pos + n] = k
+        self.v[layer][:, pos:pos + n] = v
+
+    def read_prefix(self, layer: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Layer `layer`'s K and V for positions [0, n): views [n_kv_heads, n, head_dim], no copy."""
+        if not 0 <= n <= self.max_ctx:
+            raise EngineError(f"read_prefix: {n} positions asked of a cache of {self.max_ctx}")
+        return self.k[layer][:, :n], self.v[layer][:, :n]
+
+    def write_prefix(self, layer: int, n: int, k: np.ndarray, v: np.ndarray) -> None:
+        """Fill positions [0, n) of layer `layer` from k, v [n_kv_heads, n, head_dim]."""
+        want = (self.n_kv_heads, n, self.head_dim)
+        if tuple(k.shape) != want or tuple(v.shape) != want:
+            raise EngineError(f"write_prefix: layer {layer} expects K and V of shape {want}, "
+                              f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        self.check_fits(0, n)
+        self.k[layer][:, :n] = k
+        self.v[layer][:, :n] = v
+
+    def truncate(self, n: int) -> None:
+        """Forget positions >= n (the allocation stays)."""
+        self.n_tokens = max(0, min(self.n_tokens, n))
+
+    def clear(self) -> None:
+        self.n_tokens = 0

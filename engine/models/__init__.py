@@ -1,0 +1,16 @@
+"""Forward passes, keyed by architecture.
+
+All four supported families run through one `Decoder` (see `decoder.py` for why); the registry
+is kept so a genuinely different architecture can get its own module without touching callers.
+"""
+
+from __future__ import annotations
+
+from ..config import ModelConfig
+from .decoder import Decoder
+
+REGISTRY = {"llama": Decoder, "qwen2": Decoder, "qwen3": Decoder, "gemma3": Decoder}
+
+
+def build_model(cfg: ModelConfig, g) -> Decoder:
+    return REGISTRY[cfg.arch](cfg, g)

@@ -1,0 +1,140 @@
+"""The decoder-only transformer that llama, qwen2, qwen3 and gemma3 all are, in numpy.
+
+Why one module with flags rather than one per architecture: the four families share the whole
+pass (embed -> N x [norm, attention, norm, gated FFN] -> norm -> logits) and differ in a few
+places, each a `ModelConfig` flag:
+    llama   adjacent-pair RoPE, optional rope_freqs (Llama 3), SwiGLU
+    qwen2   + biases on q/k/v, NeoX RoPE
+    qwen3   + RMSNorm of q and k per head, NeoX RoPE
+    gemma3  + embeddings * sqrt(d), q/k norms, post-attention and post-FFN norms, GeGLU (tanh),
+            sliding-window layers with their own RoPE base, q scale 1/sqrt(key_length),
+            optional final logit soft-capping
+The per-family code would be ~90% copies; the branches below are marked with the family.
+
+Tensor names are GGUF's (`attn_q`, `ffn_gate`, ...). Shapes: n tokens, d = n_embd.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import ModelConfig
+from ..kv_cache import KVCache
+from . import weights as W
+from .layers import Rope, attention, gelu_tanh_mul, rms_norm, silu_mul
+
+
+@dataclass
+class Block:
+    attn_norm: np.ndarray                 # [d]
+    wqkv: np.ndarray                      # [(nh + 2 nkv) * hd, d]  q rows, then k, then v
+    bqkv: np.ndarray | None               # [(nh + 2 nkv) * hd]      qwen2
+    q_norm: np.ndarray | None             # [hd]                     qwen3, gemma3
+    k_norm: np.ndarray | None             # [hd]
+    wo: np.ndarray                        # [d, nh * hd]
+    bo: np.ndarray | None                 # [d]
+    post_attn_norm: np.ndarray | None     # [d]                      gemma3
+    ffn_norm: np.ndarray                  # [d]
+    w_gate_up: np.ndarray                 # [2 * n_ff, d]  gate rows, then up
+    w_down: np.ndarray                    # [d, n_ff]
+    post_ffn_norm: np.ndarray | None      # [d]                      gemma3
+
+
+class Decoder:
+    """Weights of one model and its forward pass over a KVCache."""
+
+    def __init__(self, cfg: ModelConfig, g):
+        self.cfg = c = cfg
+        d, hd = c.n_embd, c.head_dim
+        self.tok_embd = W.tensor(g, "token_embd.weight", (c.n_vocab, d))     # [vocab, d]
+        self.output = self.tok_embd if c.tied_output else W.tensor(g, "output.weight", (c.n_vocab, d))
+        self.output_norm = W.tensor(g, "output_norm.weight", (d,))
+        freq_factors = W.optional(g, "rope_freqs.weight", (c.n_rot // 2,))   # Llama 3 scaling
+        self.rope = Rope(c.n_rot, c.rope_base, c.rope_neox, c.rope_scaling, freq_factors)
+        # gemma3: sliding-window layers rotate with their own base and without scaling
+        self.rope_swa = Rope(c.n_rot, c.rope_base_swa, c.rope_neox) if c.sliding_window else None
+        self.blocks = [self._load_block(g, i) for i in range(c.n_layer)]
+
+    def _load_block(self, g, i: int) -> Block:
+        c = self.cfg
+        d, hd, p = c.n_embd, c.head_dim, f"blk.{i}."
+        rows = [c.n_head * hd, c.n_head_kv * hd, c.n_head_kv * hd]
+        qkv = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+        return Block(
+            attn_norm=W.tensor(g, p + "attn_norm.weight", (d,)),
+            wqkv=W.fused(g, qkv, d, rows),
+            bqkv=W.fused_bias(g, [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"], rows),
+            q_norm=W.optional(g, p + "attn_q_norm.weight", (hd,)),
+            k_norm=W.optional(g, p + "attn_k_norm.weight", (hd,)),
+            wo=W.tensor(g, p + "attn_output.weight", (d, c.n_head * hd)),
+            bo=W.optional(g, p + "attn_output.bias", (d,)),
+            post_attn_norm=W.tensor(g, p + "post_attention_norm.weight", (d,)) if c.post_norms else None,
+            ffn_norm=W.tensor(g, p + "ffn_norm.weight", (d,)),
+            w_gate_up=W.fused(g, [p + "ffn_gate.weight", p + "ffn_up.weight"], d, [c.n_ff, c.n_ff]),
+            w_down=W.tensor(g, p + "ffn_down.weight", (d, c.n_ff)),
+            post_ffn_norm=W.tensor(g, p + "post_ffw_norm.weight", (d,)) if c.post_norms else None,
+        )
+
+    # -- forward ---------------------------------------------------------------------------
+
+    def forward(self, ids: np.ndarray, pos: int, kv: KVCache, all_logits: bool = False) -> np.ndarray:
+        """ids int [n] at positions [pos, pos + n): writes their K/V into `kv` and returns
+        float32 logits [n_vocab] of the last position ([n, n_vocab] with all_logits)."""
+        c = self.cfg
+        n = len(ids)
+        x = self.tok_embd[ids]                                   # [n, d]
+        if c.embed_scale != 1.0:                                 # gemma3
+            x *= np.float32(c.embed_scale)
+        cs = self.rope.cos_sin(pos, n)
+        cs_swa = self.rope_swa.cos_sin(pos, n) if self.rope_swa else None
+        for i, blk in enumerate(self.blocks):
+            swa = c.is_swa(i)
+            x = self._block(i, blk, x, pos, kv, cs_swa if swa else cs, c.sliding_window if swa else 0)
+        h = x if all_logits else x[-1:]
+        h = rms_norm(h, self.output_norm, c.rms_eps)
+        logits = h @ self.output.T                               # [n or 1, vocab]
+        if c.final_softcap > 0:                                  # gemma2-style soft-capping
+            logits /= c.final_softcap
+            np.tanh(logits, out=logits)
+            logits *= c.final_softcap
+        return logits if all_logits else logits[0]
+
+    def _block(self, i, b: Block, x, pos, kv, cs, window):
+        c = self.cfg
+        n, hd, nh, nkv = x.shape[0], c.head_dim, c.n_head, c.n_head_kv
+        h = rms_norm(x, b.attn_norm, c.rms_eps)
+        qkv = h @ b.wqkv.T                                       # [n, (nh + 2 nkv) hd]
+        if b.bqkv is not None:                                   # qwen2
+            qkv += b.bqkv
+        q = qkv[:, :nh * hd].reshape(n, nh, hd)
+        k = qkv[:, nh * hd:(nh + nkv) * hd].reshape(n, nkv, hd)
+        v = qkv[:, (nh + nkv) * hd:].reshape(n, nkv, hd)
+        if b.q_norm is not None:                                 # qwen3, gemma3
+            q = rms_norm(q, b.q_norm, c.rms_eps)
+        if b.k_norm is not None:
+            k = rms_norm(k, b.k_norm, c.rms_eps)
+        rope = self.rope_swa if window else self.rope
+        q = np.ascontiguousarray(q)
+        k = np.ascontiguousarray(k)
+        rope.apply(q, cs)
+        rope.apply(k, cs)
+        q *= np.float32(c.attn_scale)
+        kv.store(i, pos, k.transpose(1, 0, 2), v.transpose(1, 0, 2))
+        a = attention(q, kv.k[i], kv.v[i], pos, window)         # [n, nh hd]
+        o = a @ b.wo.T                                           # [n, d]
+        if b.bo is not None:
+            o += b.bo
+        if b.post_attn_norm is not None:                         # gemma3
+            o = rms_norm(o, b.post_attn_norm, c.rms_eps)
+        x = x + o
+        h = rms_norm(x, b.ffn_norm, c.rms_eps)
+        gu = h @ b.w_gate_up.T                                   # [n, 2 n_ff]
+        g, u = gu[:, :c.n_ff], gu[:, c.n_ff:]
+        act = gelu_tanh_mul(g, u) if c.activation == "gelu_tanh" else silu_mul(g, u)
+        f = act @ b.w_down.T                                     # [n, d]
+        if b.post_ffn_norm is not None:                          # gemma3
+            f = rms_norm(f, b.post_ffn_norm, c.rms_eps)
+        x += f
+        return x

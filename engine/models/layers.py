@@ -1,0 +1,147 @@
+"""The numpy building blocks every architecture shares: RMSNorm, RoPE, attention, activations.
+
+Shapes: n = tokens in this call, nh/nkv = query/KV heads, hd = head dim, T = attended positions.
+All math in float32 (angles in float64), like llama.cpp's CPU path apart from its 8-bit activations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..config import ModelConfig, RopeScaling
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x [..., d] float32 -> x / sqrt(mean(x^2) + eps) * w."""
+    ms = np.einsum("...i,...i->...", x, x, dtype=np.float32)[..., None]
+    ms *= 1.0 / x.shape[-1]
+    ms += eps
+    return x * (1.0 / np.sqrt(ms)) * w
+
+
+def silu_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """SwiGLU: silu(g) * u = g / (1 + exp(-g)) * u (in place on g)."""
+    t = np.negative(g)
+    np.exp(t, out=t)
+    t += 1.0
+    np.divide(g, t, out=t)
+    t *= u
+    return t
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def gelu_tanh_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """GeGLU with the tanh approximation (ggml_gelu): 0.5 g (1 + tanh(c (g + 0.044715 g^3))) * u."""
+    t = g * g
+    t *= 0.044715
+    t += 1.0
+    t *= g
+    t *= _GELU_C
+    np.tanh(t, out=t)
+    t += 1.0
+    t *= g
+    t *= 0.5
+    t *= u
+    return t
+
+
+class Rope:
+    """Rotary position embedding for one base (and scaling): cos/sin per position and frequency.
+
+    The rotation angle of frequency i (i < n_rot/2) at position p is p * inv_freq[i] with
+    inv_freq[i] = base^(-2i/n_rot) / freq_factor[i] (Llama 3's rope_freqs tensor), then scaled
+    as ggml's rope_yarn does: linear scaling multiplies by 1/factor; YaRN blends interpolated
+    and extrapolated angles with a ramp over the frequencies and scales cos/sin by mscale.
+    """
+
+    def __init__(self, n_rot: int, base: float, neox: bool, scaling: RopeScaling | None = None,
+                 freq_factors: np.ndarray | None = None):
+        self.n_rot, self.neox = n_rot, neox
+        half = n_rot // 2
+        i = np.arange(half, dtype=np.float64)
+        inv = base ** (-2.0 * i / n_rot)
+        if freq_factors is not None:
+            inv = inv / np.asarray(freq_factors, np.float64)[:half]
+        self.mscale = 1.0
+        scaling = scaling or RopeScaling()
+        if scaling.kind == "linear":
+            inv = inv * scaling.freq_scale
+        elif scaling.kind == "yarn":
+            fs = scaling.freq_scale
+            lo, hi = _yarn_corr_dims(n_rot, scaling.orig_ctx, base, scaling.beta_fast, scaling.beta_slow)
+            y = (i - lo) / max(0.001, hi - lo)           # ggml: (i0 / 2 - low) / max(0.001, high - low)
+            ramp = (1.0 - np.clip(y, 0.0, 1.0)) * scaling.ext_factor
+            inv = inv * (fs * (1.0 - ramp) + ramp)
+            self.mscale = scaling.attn_factor * (1.0 + 0.1 * math.log(1.0 / fs)) if scaling.ext_factor else scaling.attn_factor
+        self.inv_freq = inv
+
+    def cos_sin(self, pos: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos, sin float32 [n, 1, n_rot/2] for positions [pos, pos + n)."""
+        ang = np.arange(pos, pos + n, dtype=np.float64)[:, None] * self.inv_freq[None, :]
+        c = (np.cos(ang) * self.mscale).astype(np.float32)[:, None, :]
+        s = (np.sin(ang) * self.mscale).astype(np.float32)[:, None, :]
+        return c, s
+
+    def apply(self, x: np.ndarray, cs: tuple[np.ndarray, np.ndarray]) -> None:
+        """Rotate x [n, heads, hd] in place. NeoX pairs (i, i + n_rot/2); normal pairs (2i, 2i+1)."""
+        c, s = cs
+        r = self.n_rot
+        if self.neox:
+            a, b = x[..., :r // 2], x[..., r // 2:r]
+        else:
+            a, b = x[..., 0:r:2], x[..., 1:r:2]
+        a0 = a.copy()
+        # a' = a c - b s ; b' = a s + b c
+        np.multiply(a, c, out=a)
+        a -= b * s
+        np.multiply(b, c, out=b)
+        b += a0 * s
+
+
+def _yarn_corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float, beta_slow: float):
+    def corr_dim(n_rot):
+        return n_dims * math.log(n_ctx_orig / (n_rot * 2 * math.pi)) / (2 * math.log(base))
+    start = math.floor(corr_dim(beta_fast))
+    end = math.ceil(corr_dim(beta_slow))
+    return max(0, start), min(n_dims - 1, end)
+
+
+def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int, window: int) -> np.ndarray:
+    """Causal grouped-query attention of n new queries against the cache.
+
+    q: [n, nh, hd] for positions [pos, pos + n), already rotated and scaled.
+    k_cache, v_cache: [nkv, max_ctx, hd] with positions [0, pos + n) valid.
+    window: > 0 for sliding-window layers (a query at p sees keys p - window < j <= p).
+    Returns [n, nh * hd]. Only positions that some query can see are read, so the work is
+    O(n * T), never proportional to max_ctx.
+    """
+    n, nh, hd = q.shape
+    nkv = k_cache.shape[0]
+    rep = nh // nkv
+    end = pos + n
+    start = max(0, pos - window + 1) if window > 0 else 0
+    K = k_cache[:, start:end]                     # [nkv, T, hd]
+    V = v_cache[:, start:end]
+    T = end - start
+    # Query heads of one KV head next to each other: head h = kv * rep + r uses kv head h // rep.
+    qg = q.reshape(n, nkv, rep, hd).transpose(1, 2, 0, 3).reshape(nkv, rep * n, hd)
+    s = np.matmul(qg, K.transpose(0, 2, 1))      # [nkv, rep*n, T]
+    s4 = s.reshape(nkv, rep, n, T)
+    if n > 1 or (window > 0 and T > window):
+        qpos = np.arange(pos, end)[:, None]
+        kpos = np.arange(start, end)[None, :]
+        masked = kpos > qpos
+        if window > 0:
+            masked |= (qpos - kpos) >= window
+        s4 += np.where(masked, np.float32(-np.inf), np.float32(0.0))
+    m = s.max(axis=-1, keepdims=True)
+    s -= m
+    np.exp(s, out=s)
+    denom = s.sum(axis=-1, keepdims=True)
+    o = np.matmul(s, V)                          # [nkv, rep*n, hd]
+    o /= denom
+    return o.reshape(nkv, rep, n, hd).transpose(2, 0, 1, 3).reshape(n, nh * hd)
