@@ -1,0 +1,19 @@
+"""The GPU backend: the whole forward pass in WGSL compute shaders through wgpu.
+
+`probe()` says whether a GPU adapter exists and whether it is a real (non-CPU) one, for backend="auto".
+`GpuBackend` implements the Backend interface of engine/DESIGN.md. Importing this package does not
+import wgpu; creating a backend does.
+"""
+
+from __future__ import annotations
+
+from .device import probe, select_adapter
+
+__all__ = ["probe", "select_adapter", "GpuBackend"]
+
+
+def __getattr__(name):
+    if name == "GpuBackend":
+        from .backend import GpuBackend  # noqa: PLC0415
+        return GpuBackend
+    raise AttributeError(name)

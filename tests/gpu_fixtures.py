@@ -1,0 +1,69 @@
+"""Helpers shared by the GPU tests: the test device, random GGUF blocks, run-and-read."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from engine.gpu.device import Device, select_adapter
+from engine.quants import TYPE_BY_NAME
+
+# Kernels accumulate in float32 in another order than numpy (and lavapipe/NVIDIA may fuse multiply-adds):
+# a dot product of K terms has a relative error around sqrt(K) * 2^-24 ~ 1e-6 for K in the thousands.
+# RTOL = 2e-5 of the output's norm leaves margin for exp/rsqrt's few-ulp errors and still catches any
+# indexing mistake (those give errors of order 1).
+RTOL = 2e-5
+POISON = np.float32(np.nan)
+
+# Where each block type keeps its f16 scale fields (byte offsets in the block): random bytes there
+# could be NaN or huge, so tests write sane scales into them.
+_F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2],
+               "Q6_K": [208]}
+
+
+def test_device() -> Device:
+    """lavapipe when present (what CI runs), else HEARTH_GPU_ADAPTER's choice or the best adapter."""
+    want = os.environ.get("HEARTH_GPU_ADAPTER")
+    a = select_adapter(want) if want else (select_adapter("llvmpipe") or select_adapter())
+    if a is None:
+        pytest.skip("no wgpu adapter")
+    return Device(a)
+
+
+def random_rows(rng, qtype: str, m: int, k: int) -> np.ndarray:
+    """uint8 [m, row_bytes]: m rows of k weights in GGUF type `qtype`, with fresh random bits."""
+    t = TYPE_BY_NAME[qtype]
+    if qtype == "F32":
+        return rng.standard_normal((m, k)).astype(np.float32).view(np.uint8)
+    if qtype == "F16":
+        return rng.standard_normal((m, k)).astype(np.float16).view(np.uint8)
+    nb = k // t.block_size
+    raw = rng.integers(0, 256, (m, nb, t.type_size), dtype=np.uint8)
+    for off in _F16_FIELDS[qtype]:
+        scale = (rng.random((m, nb)) * 0.02 + 0.001).astype(np.float16)
+        raw[:, :, off:off + 2] = scale.view(np.uint8).reshape(m, nb, 2)
+    return raw.reshape(m, nb * t.type_size)
+
+
+def dequant_reference(raw: np.ndarray, qtype: str, k: int) -> np.ndarray:
+    """float64 [m, k] from gguf-py (llama.cpp's own reference dequantizers), independent of engine code."""
+    import gguf  # noqa: PLC0415  (test dependency)
+    t = getattr(gguf.GGMLQuantizationType, qtype)
+    return gguf.quants.dequantize(np.ascontiguousarray(raw), t).reshape(raw.shape[0], k).astype(np.float64)
+
+
+def read_f32(dev: Device, buf, n: int, offset: int = 0) -> np.ndarray:
+    return dev.read([(buf, offset * 4, n * 4)]).view(np.float32).copy()
+
+
+def poisoned(dev: Device, n: int, label="out"):
+    return dev.upload(np.full(n, POISON, np.float32), label)
+
+
+def rel_err(got, ref) -> float:
+    got = np.asarray(got, np.float64)
+    ref = np.asarray(ref, np.float64)
+    assert not np.isnan(got).any(), "unwritten (poisoned) or NaN outputs"
+    return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
