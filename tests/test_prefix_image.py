@@ -1,0 +1,322 @@
+"""engine/prefix_image.py: the image format, its key, the writer and the reader.
+
+The first part needs no model: small real KVCaches filled with random values. The second part
+(bottom of the file) runs the real default model."""
+
+from __future__ import annotations
+
+import io
+import struct
+import tracemalloc
+import zlib
+
+import numpy as np
+import pytest
+
+from engine import prefix_image as pi
+from engine.errors import PrefixImageError
+from engine.kv_cache import KVCache
+
+L, H, D, V = 3, 2, 4, 11  # layers, kv heads, head dim, vocab: tiny on purpose
+
+
+def filled_cache(n: int, max_ctx: int = 64, seed: int = 0, layers: int = L) -> KVCache:
+    kv = KVCache(layers, H, D, max_ctx)
+    rng = np.random.default_rng(seed)
+    for layer in range(layers):
+        kv.write_prefix(layer, n, rng.standard_normal((H, n, D), np.float32),
+                        rng.standard_normal((H, n, D), np.float32))
+    return kv
+
+
+def snapshot(kv: KVCache, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [tuple(np.array(t) for t in kv.read_prefix(layer, n)) for layer in range(kv.n_layers)]
+
+
+def same_kv(a, b) -> bool:
+    return all(np.array_equal(x, y) and np.array_equal(x2, y2) for (x, x2), (y, y2) in zip(a, b))
+
+
+def make_image(n: int = 5, seed: int = 0, key: bytes = b"k" * 32, logits: bool = True):
+    """(image bytes, ids, header, writer's kv, logits)"""
+    kv = filled_cache(n, seed=seed)
+    ids = np.arange(100, 100 + n, dtype=np.int32)
+    lg = np.random.default_rng(seed + 1).standard_normal(V).astype(np.float32)
+    header = pi.ImageHeader(L, H, D, n, V, key, pi.FLAG_LOGITS if logits else 0)
+    buf = io.BytesIO()
+    size = pi.write_image(buf, header, ids, kv, lg if logits else None)
+    data = buf.getvalue()
+    assert size == len(data) == header.image_size
+    return data, ids, header, kv, lg
+
+
+def section_offsets(h: pi.ImageHeader) -> dict[str, int]:
+    out = {"header": 0, "ids": pi.HEADER_SIZE}
+    off = pi.HEADER_SIZE + 4 * h.n_tokens
+    for layer in range(h.n_layers):
+        out[f"k{layer}"] = off
+        out[f"v{layer}"] = off + h.tensor_bytes
+        off += 2 * h.tensor_bytes
+    out["logits"] = off
+    out["checksum"] = h.image_size - pi.CHECKSUM_SIZE
+    out["end"] = h.image_size
+    return out
+
+
+class Stream:
+    """A forward-only binary stream (no seek, no fileno, short reads): like a pipe or socket."""
+
+    def __init__(self, data: bytes, chunk: int = 7):
+        self._data, self._pos, self._chunk = data, 0, chunk
+
+    def read(self, n: int = -1) -> bytes:
+        n = min(n if n >= 0 else len(self._data), self._chunk)
+        out = self._data[self._pos:self._pos + n]
+        self._pos += len(out)
+        return out
+
+    def seekable(self) -> bool:
+        return False
+
+
+def refuse(data: bytes, want: pi.ImageHeader, ids, kv, resident: int, stream: bool = False) -> str:
+    f = Stream(data) if stream else io.BytesIO(data)
+    with pytest.raises(PrefixImageError) as e:
+        pi.read_image(f, want, ids, kv, resident)
+    return e.value.reason
+
+
+# ---------------------------------------------------------------------------------------- header
+
+def test_header_is_128_bytes_and_round_trips():
+    h = pi.ImageHeader(30, 3, 64, 2000, 49152, bytes(range(32)))
+    raw = h.pack()
+    assert len(raw) == 128 and raw.startswith(pi.MAGIC)
+    assert pi.ImageHeader.unpack(raw) == h
+    assert h.image_size == 128 + 4 * 2000 + 2 * 30 * 3 * 2000 * 64 * 4 + 4 * 49152 + 4
+
+
+def test_every_single_bit_flip_in_the_header_is_refused():
+    raw = pi.ImageHeader(L, H, D, 5, V, b"x" * 32).pack()
+    reasons = set()
+    for bit in range(len(raw) * 8):
+        bad = bytearray(raw)
+        bad[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(PrefixImageError) as e:
+            pi.ImageHeader.unpack(bytes(bad))
+        reasons.add(e.value.reason)
+    assert reasons <= {"magic", "version", "header"}
+
+
+def test_empty_garbage_and_foreign_files_are_refused_with_their_reason():
+    want = pi.ImageHeader(L, H, D, 5, V, b"k" * 32)
+    kv, ids = KVCache(L, H, D, 16), np.arange(5, dtype=np.int32)
+    assert refuse(b"", want, ids, kv, 0) == "empty"
+    assert refuse(b"GGUF" + bytes(300), want, ids, kv, 0) == "magic"
+    assert refuse(np.random.default_rng(1).bytes(5000), want, ids, kv, 0) == "magic"
+    assert refuse(pi.MAGIC[:5], want, ids, kv, 0) == "truncated"
+    assert refuse(pi.MAGIC + bytes(200), want, ids, kv, 0) == "version"
+
+
+def test_another_version_dtype_or_flags_is_refused():
+    data, ids, want, _, _ = make_image()
+
+    def with_fields(**fields) -> bytes:
+        vals = list(struct.unpack_from("<8s10IQ32s", data))
+        names = ["magic", "version", "hsize", "dtype", "flags", "L", "H", "D", "n", "V", "res", "size", "key"]
+        for k, v in fields.items():
+            vals[names.index(k)] = v
+        body = struct.pack("<8s10IQ32s36x", *vals)
+        return body + struct.pack("<I", zlib.crc32(body)) + data[128:]
+
+    kv = KVCache(L, H, D, 16)
+    assert refuse(with_fields(version=2), want, ids, kv, 0) == "version"
+    assert refuse(with_fields(dtype=2), want, ids, kv, 0) == "dtype"
+    assert refuse(with_fields(flags=3), want, ids, kv, 0) == "header"
+    assert refuse(with_fields(size=len(data) + 1), want, ids, kv, 0) == "header"
+    assert refuse(with_fields(hsize=256), want, ids, kv, 0) == "header"
+
+
+# ----------------------------------------------------------------------------------- round trip
+
+def test_round_trip_into_a_fresh_cache_is_bit_identical():
+    data, ids, want, src, lg = make_image(n=9)
+    dst = KVCache(L, H, D, 32)
+    got = pi.read_image(io.BytesIO(data), want, ids, dst, resident=0)
+    assert np.array_equal(got, lg)
+    assert same_kv(snapshot(dst, 9), snapshot(src, 9))
+
+
+def test_image_bytes_are_the_cache_layout():
+    """Tokens, then per layer K then V as [n_kv_heads, n, head_dim] float32, then logits, then CRC."""
+    data, ids, h, kv, lg = make_image(n=4)
+    off = section_offsets(h)
+    assert np.array_equal(np.frombuffer(data, "<i4", 4, off["ids"]), ids)
+    for layer in range(L):
+        k, v = kv.read_prefix(layer, 4)
+        assert np.array_equal(np.frombuffer(data, "<f4", H * 4 * D, off[f"k{layer}"]).reshape(H, 4, D), k)
+        assert np.array_equal(np.frombuffer(data, "<f4", H * 4 * D, off[f"v{layer}"]).reshape(H, 4, D), v)
+    assert np.array_equal(np.frombuffer(data, "<f4", V, off["logits"]), lg)
+    assert struct.unpack("<I", data[-4:])[0] == zlib.crc32(data[:-4])
+
+
+def test_image_without_logits_round_trips_and_returns_none():
+    data, ids, want, src, _ = make_image(n=3, logits=False)
+    dst = KVCache(L, H, D, 8)
+    assert pi.read_image(io.BytesIO(data), want, ids, dst, 0) is None
+    assert same_kv(snapshot(dst, 3), snapshot(src, 3))
+
+
+def test_writer_makes_one_write_per_tensor():
+    class Recorder(io.BytesIO):
+        sizes: list[int] = []
+
+        def write(self, b):
+            self.sizes.append(memoryview(b).nbytes)
+            return super().write(b)
+
+    n = 6
+    _, ids, h, kv, lg = make_image(n=n)
+    f = Recorder()
+    pi.write_image(f, h, ids, kv, lg)
+    assert f.sizes == [128, 4 * n] + [h.tensor_bytes] * (2 * L) + [4 * V, 4]
+
+
+def test_reader_works_on_a_forward_only_stream_with_short_reads():
+    data, ids, want, src, lg = make_image(n=7)
+    dst = KVCache(L, H, D, 16)
+    assert np.array_equal(pi.read_image(Stream(data, chunk=5), want, ids, dst, 0), lg)
+    assert same_kv(snapshot(dst, 7), snapshot(src, 7))
+
+
+def test_reader_writes_each_layer_once_and_allocates_nothing_proportional_to_n_ctx():
+    class CountingCache(KVCache):
+        writes = 0
+
+        def write_prefix(self, layer, n, k, v):
+            CountingCache.writes += 1
+            super().write_prefix(layer, n, k, v)
+
+    n, big_ctx = 8, 200_000  # the cache is 2 * 3 * 2 * 200k * 4 * 4 bytes = 38 MB; the image ~1 KB
+    data, ids, want, src, _ = make_image(n=n)
+    dst = CountingCache(L, H, D, big_ctx)
+    tracemalloc.start()
+    try:
+        pi.read_image(io.BytesIO(data), want, ids, dst, resident=0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert CountingCache.writes == L
+    assert peak < 64 * 1024, f"restoring a {len(data)}-byte image peaked at {peak} bytes"
+    assert same_kv(snapshot(dst, n), snapshot(src, n))
+
+
+# -------------------------------------------------------------------------------------- refusals
+
+def test_key_and_shape_mismatches_are_refused_before_the_cache_is_touched():
+    data, ids, want, _, _ = make_image(n=5)
+    kv = filled_cache(20, seed=9)
+    before = snapshot(kv, 20)
+    other = dict(n_layers=L, n_kv_heads=H, head_dim=D, n_tokens=5, n_vocab=V, key=want.key)
+    for change, reason in (({"key": b"q" * 32}, "key"), ({"n_tokens": 6, "key": b"q" * 32}, "key"),
+                           ({"n_tokens": 6}, "shape"), ({"n_layers": L + 1}, "shape"),
+                           ({"n_kv_heads": 1}, "shape"), ({"head_dim": 8}, "shape"), ({"n_vocab": V + 1}, "shape")):
+        w = pi.ImageHeader(**{**other, **change})
+        assert refuse(data, w, ids, kv, resident=20) == reason
+    assert refuse(data, want, ids + 1, kv, resident=20) == "tokens"
+    assert same_kv(snapshot(kv, 20), before)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
+def test_cut_short_at_every_section_boundary_and_inside_every_section(stream):
+    data, ids, want, _, _ = make_image(n=5)
+    cuts = set()
+    for off in section_offsets(want).values():
+        cuts |= {off - 1, off, off + 1, off + 3}
+    cuts = sorted(c for c in cuts if 0 <= c < len(data))
+    for resident in (0, 3, 9):
+        kv = filled_cache(12, seed=4)
+        before = snapshot(kv, resident)
+        for cut in cuts:
+            reason = refuse(data[:cut], want, ids, kv, resident, stream=stream)
+            assert reason == ("empty" if cut == 0 else "truncated"), cut
+            assert same_kv(snapshot(kv, resident), before), f"cut at {cut} changed resident K/V"
+
+
+def test_trailing_bytes_are_refused():
+    data, ids, want, _, _ = make_image(n=5)
+    kv = KVCache(L, H, D, 16)
+    assert refuse(data + b"\0", want, ids, kv, 0) == "trailing"
+    assert refuse(data + b"\0", want, ids, kv, 0, stream=True) == "trailing"
+
+
+@pytest.mark.parametrize("resident", [0, 2, 4, 12])
+def test_every_single_bit_flip_is_refused_and_resident_kv_is_put_back(resident):
+    """Exhaustive on a small image: every bit of every section."""
+    data, ids, want, _, _ = make_image(n=4)
+    kv = filled_cache(16, seed=5)
+    before = snapshot(kv, 16)
+    for bit in range(len(data) * 8):
+        bad = bytearray(data)
+        bad[bit // 8] ^= 1 << (bit % 8)
+        refuse(bytes(bad), want, ids, kv, resident)
+    # Positions [0, resident) are exactly as before; later ones were never promised.
+    assert same_kv(snapshot(kv, resident), [(k[:, :resident], v[:, :resident]) for k, v in before])
+
+
+def test_a_refusal_after_a_partial_commit_restores_the_resident_positions():
+    """A flipped bit in the last tensor is only found by the checksum, after every layer was
+    written: the resident positions must come back, the others may hold anything."""
+    data, ids, want, src, _ = make_image(n=6)
+    off = section_offsets(want)
+    bad = bytearray(data)
+    bad[off[f"v{L - 1}"] + 5] ^= 0x10
+    kv = filled_cache(10, seed=7)
+    before = snapshot(kv, 4)
+    assert refuse(bytes(bad), want, ids, kv, resident=4) == "checksum"
+    assert same_kv(snapshot(kv, 4), before)
+    # and the same image, undamaged, then restores over it
+    pi.read_image(io.BytesIO(data), want, ids, kv, resident=4)
+    assert same_kv(snapshot(kv, 6), snapshot(src, 6))
+
+
+def test_io_errors_while_reading_are_refusals():
+    data, ids, want, _, _ = make_image(n=5)
+
+    class Failing(io.BytesIO):
+        def readinto(self, b):
+            if self.tell() > 200:
+                raise OSError(5, "Input/output error")
+            return super().readinto(b)
+
+    kv = filled_cache(8)
+    before = snapshot(kv, 8)
+    with pytest.raises(PrefixImageError) as e:
+        pi.read_image(Failing(data), want, ids, kv, resident=8)
+    assert e.value.reason == "io"
+    assert same_kv(snapshot(kv, 8), before)
+
+
+# ------------------------------------------------------------------------------------------ key
+
+def test_key_changes_with_every_input(monkeypatch):
+    from engine import build_info
+    base = dict(backend={"backend": "cpu"}, model=b"m" * 32, ids=[1, 2, 3])
+    k0 = pi.key_digest(**base)
+    assert len(k0) == 32 and pi.key_digest(**base) == k0
+    assert pi.key_digest(**{**base, "backend": {"backend": "gpu", "device": "x"}}) != k0
+    assert pi.key_digest(**{**base, "model": b"n" * 32}) != k0
+    assert pi.key_digest(**{**base, "ids": [1, 2, 4]}) != k0
+    assert pi.key_digest(**{**base, "ids": [1, 2]}) != k0
+    try:
+        monkeypatch.setattr(build_info, "package_versions", lambda: {"numpy": "0.0-other"})
+        build_info.clear_caches()
+        assert pi.key_digest(**base) != k0
+        monkeypatch.undo()
+        build_info.clear_caches()
+        monkeypatch.setattr(build_info, "machine_inputs", lambda: {"machine": "riscv64"})
+        assert pi.key_digest(**base) != k0
+    finally:
+        monkeypatch.undo()
+        build_info.clear_caches()
+    assert pi.key_digest(**base) == k0
