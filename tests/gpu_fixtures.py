@@ -23,7 +23,7 @@ _F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q8_0": [0], "Q4_K": [0
                "Q6_K": [208]}
 
 
-def test_device() -> Device:
+def make_test_device() -> Device:
     """lavapipe when present (what CI runs), else HEARTH_GPU_ADAPTER's choice or the best adapter."""
     want = os.environ.get("HEARTH_GPU_ADAPTER")
     a = select_adapter(want) if want else (select_adapter("llvmpipe") or select_adapter())

@@ -40,3 +40,101 @@ def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):
 def matvec_groups(m: int):
     gx, gy = grid(-(-m // MATVEC_ROWS))
     return gx, gy, 1
+
+
+MATMUL_FIELDS = (("K", "u"), ("M", "u"), ("n", "u"), ("rb0", "u"), ("rb1", "u"), ("ldy", "u"), ("y_off", "u"))
+
+
+def matmul(ks, qtypes, mode="plain", act="silu", bias=False, residual=False):
+    """Y[n, ldy] (+)= X[n, K] W^T for prefill. Bindings: x, y, w0[, w1][, b]."""
+    access = ["r", "rw"] + ["r"] * len(qtypes) + (["r"] if bias else [])
+    return ks.get("matmul.wgsl", access, MATMUL_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
+                  BIAS=bool(bias), RESIDUAL=bool(residual))
+
+
+def matmul_params(qtypes, k, m, n, ldy, y_off=0):
+    rb = [row_bytes(t, k) for t in qtypes] + [0]
+    return dict(K=k, M=m, n=n, rb0=rb[0], rb1=rb[1], ldy=ldy, y_off=y_off)
+
+
+def matmul_groups(m: int, n: int):
+    return -(-m // 64), -(-n // 64), 1
+
+
+ROPE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("n_rot", "u"), ("max_ctx", "u"), ("neox", "u"), ("eps", "f"))
+
+
+def rope_store(ks, head_dim: int, qk_norm: bool):
+    """Bindings: qkv, q_out, k_cache, v_cache, cos_sin, step[, q_norm, k_norm]."""
+    access = ["r", "rw", "rw", "rw", "r", "r"] + (["r", "r"] if qk_norm else [])
+    return ks.get("rope_store.wgsl", access, ROPE_FIELDS, HD=head_dim, QK_NORM=bool(qk_norm))
+
+
+def rope_groups(n_tokens: int, n_head: int, n_kv: int):
+    gx, gy = grid(n_tokens * (n_head + n_kv))
+    return gx, gy, 1
+
+
+ATTN_CHUNK = 64
+ATTN_DECODE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("max_splits", "u"), ("scale", "f"),
+                      ("window", "u"))
+
+
+def attn_split(ks, head_dim: int):
+    """Bindings: q, k_cache, v_cache, partials, step."""
+    return ks.get("attn_decode.wgsl", ["r", "r", "r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim,
+                  CHUNK=ATTN_CHUNK, PASS="split")
+
+
+def attn_combine(ks, head_dim: int):
+    """Bindings: partials, out, step."""
+    return ks.get("attn_decode.wgsl", ["r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim, CHUNK=ATTN_CHUNK,
+                  PASS="combine")
+
+
+def attn_splits(kv_len: int) -> int:
+    return -(-kv_len // ATTN_CHUNK)
+
+
+ATTN_PREFILL_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("scale", "f"), ("window", "u"))
+ATTN_BQ = 64
+
+
+def attn_prefill(ks, head_dim: int):
+    """Bindings: q, k_cache, v_cache, out, step."""
+    kt = max(4, min(32, 2048 // head_dim))
+    return ks.get("attn_prefill.wgsl", ["r", "r", "r", "rw", "r"], ATTN_PREFILL_FIELDS, HD=head_dim,
+                  BQ=ATTN_BQ, KT=kt)
+
+
+def attn_prefill_groups(n: int, n_head: int):
+    return -(-n // ATTN_BQ), n_head, 1
+
+
+EMBED_FIELDS = (("d", "u"), ("row_bytes", "u"), ("scale", "f"), ("n", "u"))
+
+
+def embed(ks, qtype: str):
+    """Bindings: ids (u32), table, x."""
+    return ks.get("embed.wgsl", ["r", "r", "rw"], EMBED_FIELDS, QTYPE=qtype)
+
+
+RMSNORM_FIELDS = (("d", "u"), ("n", "u"), ("eps", "f"))
+
+
+def rmsnorm(ks, add: bool = False):
+    """Bindings: x, y, g."""
+    return ks.get("rmsnorm.wgsl", ["r", "rw", "r"], RMSNORM_FIELDS, ADD=bool(add))
+
+
+def rows_groups(n: int):
+    gx, gy = grid(n)
+    return gx, gy, 1
+
+
+ARGMAX_FIELDS = (("n", "u"), ("x_off", "u"))
+
+
+def argmax(ks):
+    """Bindings: x, out (u32)."""
+    return ks.get("argmax.wgsl", ["r", "rw"], ARGMAX_FIELDS)

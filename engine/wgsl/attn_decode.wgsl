@@ -1,0 +1,106 @@
+// Decode attention, split over the KV range (flash-decoding). Pass 1 (`split`): workgroup (s, h)
+// scores keys [s CHUNK, (s + 1) CHUNK) of query head h against its KV head h / (n_head / n_kv) and
+// writes (max m, sum l, o[HD] = sum_j exp(score_j - m) v_j) to part[h, s, :].  Pass 2 (`combine`)
+// merges the splits of each head with the usual rescaling: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
+// q: [n_head, HD] (rotated, not scaled); kc, vc: [n_kv, max_ctx, HD]; step: [pos, n] (kv_len = pos + 1).
+const HD: u32 = {{HD}}u;
+const CHUNK: u32 = {{CHUNK}}u;
+const PW: u32 = HD + 2u;        // floats per partial: o[HD], m, l
+struct Params {
+    n_head: u32, n_kv: u32, max_ctx: u32, max_splits: u32,
+    scale: f32, window: u32, _a: u32, _b: u32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
+{% if PASS == "split" %}
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> kc: array<f32>;
+@group(0) @binding(3) var<storage, read> vc: array<f32>;
+@group(0) @binding(4) var<storage, read_write> part: array<f32>;
+@group(0) @binding(5) var<storage, read> step: array<u32>;
+
+var<workgroup> qs: array<f32, HD>;
+var<workgroup> p: array<f32, CHUNK>;
+var<workgroup> red: array<f32, CHUNK>;
+
+@compute @workgroup_size(CHUNK)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let s = wid.x;
+    let h = wid.y;
+    let kvh = h / (P.n_head / P.n_kv);
+    let pos = step[0] + step[1] - 1u;     // the query's position (the last token)
+    let kv_len = pos + 1u;
+    var lo = 0u;
+    if (P.window > 0u && pos + 1u > P.window) { lo = pos + 1u - P.window; }
+    for (var d = t; d < HD; d += CHUNK) { qs[d] = q[h * HD + d]; }
+    workgroupBarrier();
+    let j = s * CHUNK + t;
+    var sc = -3.0e38;
+    let valid = j < kv_len && j >= lo;
+    if (valid) {
+        let kb = (kvh * P.max_ctx + j) * HD;
+        var acc = 0.0;
+        for (var d = 0u; d < HD; d += 4u) {
+            acc += dot(vec4<f32>(qs[d], qs[d + 1u], qs[d + 2u], qs[d + 3u]),
+                       vec4<f32>(kc[kb + d], kc[kb + d + 1u], kc[kb + d + 2u], kc[kb + d + 3u]));
+        }
+        sc = acc * P.scale;
+    }
+    red[t] = sc;
+    workgroupBarrier();
+    for (var r = CHUNK / 2u; r > 0u; r >>= 1u) {
+        if (t < r) { red[t] = max(red[t], red[t + r]); }
+        workgroupBarrier();
+    }
+    let m = red[0];
+    workgroupBarrier();
+    var e = 0.0;
+    if (valid) { e = exp(sc - m); }
+    p[t] = e;
+    red[t] = e;
+    workgroupBarrier();
+    for (var r = CHUNK / 2u; r > 0u; r >>= 1u) {
+        if (t < r) { red[t] += red[t + r]; }
+        workgroupBarrier();
+    }
+    let base = (h * P.max_splits + s) * PW;
+    let j0 = s * CHUNK;
+    let nj = min(CHUNK, kv_len - min(j0, kv_len));
+    for (var d = t; d < HD; d += CHUNK) {
+        var o = 0.0;
+        for (var i = 0u; i < nj; i++) {
+            o += p[i] * vc[(kvh * P.max_ctx + j0 + i) * HD + d];
+        }
+        part[base + d] = o;
+    }
+    if (t == 0u) {
+        part[base + HD] = m;
+        part[base + HD + 1u] = red[0];
+    }
+}
+{% else %}
+@group(0) @binding(1) var<storage, read> part: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<storage, read> step: array<u32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let h = wid.x;
+    let kv_len = step[0] + step[1];
+    let ns = (kv_len + CHUNK - 1u) / CHUNK;
+    var mx = -3.0e38;
+    for (var s = 0u; s < ns; s++) { mx = max(mx, part[(h * P.max_splits + s) * PW + HD]); }
+    var l = 0.0;
+    for (var s = 0u; s < ns; s++) {
+        let b = (h * P.max_splits + s) * PW;
+        l += exp(part[b + HD] - mx) * part[b + HD + 1u];
+    }
+    for (var d = t; d < HD; d += 64u) {
+        var o = 0.0;
+        for (var s = 0u; s < ns; s++) {
+            let b = (h * P.max_splits + s) * PW;
+            o += exp(part[b + HD] - mx) * part[b + d];
+        }
+        out[h * HD + d] = o / l;
+    }
+}
+{% endif %}

@@ -1,0 +1,98 @@
+// Causal attention for a chunk of n queries at positions [pos, pos + n) (prefill), tiled:
+// workgroup (query tile, head) gives one query to each of its BQ threads; K and V are streamed
+// through workgroup memory KT keys at a time and each thread keeps an online softmax (running max,
+// running sum, o[HD] in registers). Keys past a query's position, or (sliding window) at or before
+// position - window, are masked.
+// q: [n, n_head, HD] rotated, not scaled; kc, vc: [n_kv, max_ctx, HD]; out: [n, n_head * HD].
+const HD: u32 = {{HD}}u;
+const BQ: u32 = {{BQ}}u;
+const KT: u32 = {{KT}}u;
+struct Params {
+    n_head: u32, n_kv: u32, max_ctx: u32, scale: f32,
+    window: u32, _a: u32, _b: u32, _c: u32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> kc: array<f32>;
+@group(0) @binding(3) var<storage, read> vc: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<storage, read> step: array<u32>;   // [pos, n]
+
+var<workgroup> ks: array<vec4<f32>, KT * HD / 4u>;
+var<workgroup> vs: array<vec4<f32>, KT * HD / 4u>;
+
+@compute @workgroup_size(BQ)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let h = wid.y;
+    let kvh = h / (P.n_head / P.n_kv);
+    let pos = step[0];
+    let n = step[1];
+    let i = wid.x * BQ + t;                   // this thread's query
+    let live = i < n;
+    let qp = pos + i;                          // its position
+    var qv: array<vec4<f32>, HD / 4u>;
+    var o: array<vec4<f32>, HD / 4u>;
+    if (live) {
+        let qb = (i * P.n_head + h) * HD;
+        for (var d = 0u; d < HD / 4u; d++) {
+            qv[d] = vec4<f32>(q[qb + 4u * d], q[qb + 4u * d + 1u], q[qb + 4u * d + 2u], q[qb + 4u * d + 3u]) * P.scale;
+            o[d] = vec4<f32>(0.0);
+        }
+    }
+    var m = -3.0e38;
+    var l = 0.0;
+    // keys any query of this tile may see
+    let last_q = min(pos + wid.x * BQ + BQ, pos + n) - 1u;
+    var first = 0u;
+    if (P.window > 0u && pos + wid.x * BQ + 1u > P.window) { first = pos + wid.x * BQ + 1u - P.window; }
+    var lo = 0u;
+    if (P.window > 0u && qp + 1u > P.window) { lo = qp + 1u - P.window; }
+    for (var k0 = first; k0 <= last_q; k0 += KT) {
+        workgroupBarrier();
+        for (var e = t; e < KT * HD / 4u; e += BQ) {
+            let kj = k0 + e / (HD / 4u);
+            let b = (kvh * P.max_ctx + kj) * HD + (e % (HD / 4u)) * 4u;
+            if (kj <= last_q) {
+                ks[e] = vec4<f32>(kc[b], kc[b + 1u], kc[b + 2u], kc[b + 3u]);
+                vs[e] = vec4<f32>(vc[b], vc[b + 1u], vc[b + 2u], vc[b + 3u]);
+            }
+        }
+        workgroupBarrier();
+        if (live) {
+            var sc: array<f32, KT>;
+            var tm = m;
+            for (var j = 0u; j < KT; j++) {
+                let kj = k0 + j;
+                var s = -3.0e38;
+                if (kj <= qp && kj >= lo) {
+                    var acc = 0.0;
+                    for (var d = 0u; d < HD / 4u; d++) { acc += dot(qv[d], ks[j * (HD / 4u) + d]); }
+                    s = acc;
+                    tm = max(tm, s);
+                }
+                sc[j] = s;
+            }
+            if (tm > -1.0e38) {
+                let corr = exp(m - tm);
+                l *= corr;
+                for (var d = 0u; d < HD / 4u; d++) { o[d] *= corr; }
+                m = tm;
+                for (var j = 0u; j < KT; j++) {
+                    if (sc[j] > -1.0e38) {
+                        let pj = exp(sc[j] - m);
+                        l += pj;
+                        for (var d = 0u; d < HD / 4u; d++) { o[d] += pj * vs[j * (HD / 4u) + d]; }
+                    }
+                }
+            }
+        }
+    }
+    if (live) {
+        let ob = (i * P.n_head + h) * HD;
+        let inv = 1.0 / l;
+        for (var d = 0u; d < HD / 4u; d++) {
+            let r = o[d] * inv;
+            out[ob + 4u * d] = r.x; out[ob + 4u * d + 1u] = r.y; out[ob + 4u * d + 2u] = r.z; out[ob + 4u * d + 3u] = r.w;
+        }
+    }
+}

@@ -1,0 +1,72 @@
+"""The WGSL templates render without a GPU: every kernel for every block type, strict variables,
+clear errors for unsupported types, and caching."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from engine.gpu import ops
+from engine.gpu.shaders import ShaderTemplateError, render, source
+
+
+def _balanced(code: str) -> bool:
+    return code.count("{") == code.count("}") and code.count("(") == code.count(")")
+
+
+@pytest.mark.parametrize("qtype", ops.GPU_TYPES)
+def test_matvec_renders_for_every_type(qtype):
+    code = render("matvec.wgsl", QTYPES=(qtype,), MODE="concat", ACT="silu", NORM=True, BIAS=False,
+                  RESIDUAL=False, ROWS=8)
+    assert "fn w0_deq8" in code and "@compute" in code and _balanced(code)
+    assert "{{" not in code and "{%" not in code
+
+
+def test_three_matrices_get_three_dequantizers_and_bindings():
+    code = render("matvec.wgsl", QTYPES=("Q4_1", "Q8_0", "Q6_K"), MODE="concat", ACT="silu", NORM=True,
+                  BIAS=True, RESIDUAL=False, ROWS=8)
+    for i in range(3):
+        assert f"fn w{i}_deq8" in code
+    bindings = [int(b) for b in re.findall(r"@binding\((\d+)\)", code)]
+    assert bindings == list(range(len(bindings)))          # consecutive, as kernels.Kernels lays them out
+    assert len(bindings) == 1 + 2 + 3 + 1 + 1               # params, x, y, w0..w2, g, b
+
+
+def test_unknown_type_is_a_clear_error():
+    with pytest.raises(ShaderTemplateError, match="IQ2_XS"):
+        render("matvec.wgsl", QTYPES=("IQ2_XS",), MODE="concat", ACT="silu", NORM=False, BIAS=False,
+               RESIDUAL=False, ROWS=8)
+
+
+def test_missing_variable_is_an_error_not_an_empty_string():
+    with pytest.raises(ShaderTemplateError, match="missing"):
+        render("matvec.wgsl", QTYPES=("Q4_0",), MODE="concat")
+
+
+def test_rendering_is_cached():
+    a = render("rope_store.wgsl", HD=64, QK_NORM=False)
+    b = render("rope_store.wgsl", HD=64, QK_NORM=False)
+    assert a is b
+    assert render("rope_store.wgsl", HD=128, QK_NORM=False) != a
+
+
+def test_sources_come_from_the_package():
+    assert "struct Deq8" in source("quant.wgsl")
+    with pytest.raises(ShaderTemplateError):
+        source("nope.wgsl")
+
+
+@pytest.mark.parametrize("name,tpl", [
+    ("matmul.wgsl", dict(QTYPES=("Q4_K", "Q6_K"), MODE="glu", ACT="gelu", BIAS=True, RESIDUAL=False)),
+    ("attn_decode.wgsl", dict(HD=64, CHUNK=64, PASS="split")),
+    ("attn_decode.wgsl", dict(HD=256, CHUNK=64, PASS="combine")),
+    ("attn_prefill.wgsl", dict(HD=128, BQ=64, KT=16)),
+    ("embed.wgsl", dict(QTYPE="Q5_K")),
+    ("rmsnorm.wgsl", dict(ADD=True)),
+    ("rope_store.wgsl", dict(HD=256, QK_NORM=True)),
+    ("argmax.wgsl", {}),
+])
+def test_every_kernel_renders(name, tpl):
+    code = render(name, **tpl)
+    assert "@compute" in code and _balanced(code)
