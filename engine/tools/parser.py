@@ -1,0 +1,446 @@
+"""Tool calls parsed from a model's output as it streams, in the formats real chat templates use.
+
+Formats (`detect_format` picks one from the model's chat template text):
+
+- "hermes" (Hermes, Qwen 2.5/3): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any
+  number of them, text around them.
+- "llama3" (Llama 3.1-3.3): `{"name": ..., "parameters": {...}}` as the whole message, or after
+  `<|python_tag|>`; several calls may be separated by ';'.
+- "generic" (templates with no tool support; the tools and this format are stated in the system
+  prompt by `fallback_system_prompt`): `<tool_call>` tags as in hermes, a whole-message JSON call,
+  or one in a ```json fence. Small models given the prompt produce all three.
+
+Every format also accepts a whole-message JSON call (a reply that *starts* with `{`): models trained
+on one format often drift to the other. A JSON reply that is not call-shaped (no "name" with
+"arguments"/"parameters") is passed through as text.
+
+`ToolCallParser.feed(chunk)` takes text in arbitrary pieces, down to one character, and returns
+events: `TextDelta` for visible text (never part of a tag: a possible tag prefix at the end of a
+chunk is held back until the next chunk decides it), `ToolCall` for a complete, valid call,
+`MalformedToolCall` for a call that is bad JSON, names an unknown tool, or has arguments failing
+the tool's schema. `finish()` flushes what is held. The result never depends on where the chunks
+were split (tested at every split point). Nothing here raises on model output.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Union
+
+from .schema import validate_arguments, validate_tool_set
+
+FORMATS = ("hermes", "llama3", "generic")
+TAG_OPEN, TAG_CLOSE = "<tool_call>", "</tool_call>"
+PYTHON_TAG = "<|python_tag|>"
+FENCE = "```"
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """Visible text outside tool calls."""
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A complete call to a known tool whose arguments pass the tool's schema."""
+    id: str
+    name: str
+    arguments: dict = field(hash=False)
+    raw: str          # the model's text for this call, as it was written
+
+
+@dataclass(frozen=True)
+class MalformedToolCall:
+    """A call the model attempted but got wrong; `error` says what, for the user and the model."""
+    id: str
+    raw: str
+    error: str
+    name: str | None = None     # the tool it named, when it named one
+
+
+Event = Union[TextDelta, ToolCall, MalformedToolCall]
+
+
+def detect_format(chat_template_source: str | None) -> str:
+    """The tool-call format a chat template teaches: 'hermes', 'llama3' or 'generic'."""
+    src = chat_template_source or ""
+    if TAG_OPEN in src:
+        return "hermes"
+    if PYTHON_TAG in src or ('"parameters"' in src and "tools" in src):
+        return "llama3"
+    return "generic"
+
+
+def fallback_system_prompt(tools: Iterable[dict]) -> str:
+    """The system-prompt text that describes the tools and the call format for a template with no
+    tool support (format 'generic'). Append it to the preset's own system prompt."""
+    defs = validate_tool_set(list(_definitions(tools)))
+    lines = [json.dumps(d, ensure_ascii=False) for d in defs]
+    example = _example_call(defs[0]["function"]) if defs else {"name": "tool_name", "arguments": {}}
+    return (
+        "You can call tools to help answer. The tools, as JSON Schema function definitions:\n"
+        "<tools>\n" + "\n".join(lines) + "\n</tools>\n\n"
+        "To call a tool, reply with only a JSON object giving the tool's name and its arguments, "
+        "inside <tool_call></tool_call> tags, like this:\n"
+        f"<tool_call>\n{json.dumps(example, ensure_ascii=False)}\n</tool_call>\n"
+        "The result comes back in a message from the tool; then answer the user with it. "
+        "If no tool is needed, answer directly."
+    )
+
+
+def _example_call(fn: dict) -> dict:
+    props = fn["parameters"].get("properties", {})
+    args = {}
+    for name in fn["parameters"].get("required", []):
+        s = props.get(name, {})
+        if s.get("examples"):
+            args[name] = s["examples"][0]
+        elif "enum" in s:
+            args[name] = s["enum"][0]
+        else:
+            t = s.get("type", "string")
+            t = t[0] if isinstance(t, list) else t
+            args[name] = {"number": 1, "integer": 1, "boolean": True, "array": [], "object": {}}.get(t, "...")
+    return {"name": fn["name"], "arguments": args}
+
+
+def _definitions(tools: Any) -> Iterable[dict]:
+    if tools is None:
+        return []
+    if hasattr(tools, "definitions"):           # a ToolRegistry
+        return tools.definitions()
+    return tools
+
+
+class _BraceScanner:
+    """Finds where a JSON object that starts at index 0 ends, incrementally, strings respected."""
+
+    def __init__(self) -> None:
+        self.pos, self.depth, self.in_string, self.escape = 0, 0, False, False
+
+    def scan(self, text: str) -> int:
+        """Index of the closing brace of the object opened at text[0], or -1 if not there yet."""
+        for i in range(self.pos, len(text)):
+            c = text[i]
+            if self.in_string:
+                if self.escape:
+                    self.escape = False
+                elif c == "\\":
+                    self.escape = True
+                elif c == '"':
+                    self.in_string = False
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    self.pos = i + 1
+                    return i
+        self.pos = len(text)
+        return -1
+
+
+class ToolCallParser:
+    """Streaming tool-call parser for one assistant message. See the module docstring."""
+
+    def __init__(self, format: str, tools: Any = (), *, id_prefix: str = "call_"):
+        if format not in FORMATS:
+            raise ValueError(f"unknown tool-call format {format!r}; use one of {', '.join(FORMATS)}")
+        self.format = format
+        defs = validate_tool_set(list(_definitions(tools)))
+        self._params = {d["function"]["name"]: d["function"]["parameters"] for d in defs}
+        self._id_prefix = id_prefix
+        self._markers = [PYTHON_TAG] if format == "llama3" else [TAG_OPEN]
+        self._fence = format == "generic"
+        self._buf = ""
+        self._state = "start"      # start | text | tag | pytag | pytag_raw | json | after_json | done
+        self._origin = ""          # where the current JSON object began: message | fence | python_tag
+        self._lead = ""            # text before a whole-message JSON object (shown if it is not a call)
+        self._scanner = _BraceScanner()
+        self._after_call = False   # whitespace right after a call is dropped if only calls follow
+        self._fence_open = False
+        self._n = 0
+
+    # -- public ---------------------------------------------------------------------------------
+
+    def feed(self, chunk: str) -> list[Event]:
+        if self._state == "done":
+            raise RuntimeError("ToolCallParser.feed after finish()")
+        self._buf += chunk
+        return self._run(final=False)
+
+    def finish(self) -> list[Event]:
+        if self._state == "done":
+            return []
+        events = self._run(final=True)
+        self._state = "done"
+        return events
+
+    # -- the state machine ----------------------------------------------------------------------
+
+    def _run(self, final: bool) -> list[Event]:
+        out: list[Event] = []
+        while getattr(self, f"_step_{self._state}")(out, final):
+            pass
+        merged: list[Event] = []
+        for e in out:
+            if isinstance(e, TextDelta):
+                if not e.text:
+                    continue
+                if merged and isinstance(merged[-1], TextDelta):
+                    merged[-1] = TextDelta(merged[-1].text + e.text)
+                    continue
+            merged.append(e)
+        return merged
+
+    def _step_done(self, out, final) -> bool:
+        return False
+
+    def _step_start(self, out, final) -> bool:
+        """At the start of the message: decide whether it is a whole-message JSON call."""
+        s = self._buf.lstrip()
+        if not s:
+            if final:
+                self._state = "text"
+                return True
+            return False
+        lead = self._buf[:len(self._buf) - len(s)]
+        if s[0] == "{":
+            return self._begin_json(lead, s, "message")
+        if self._fence and s[0] == "`":
+            nl = s.find("\n")
+            head = s if nl < 0 else s[:nl]
+            if FENCE.startswith(head) or (head.startswith(FENCE)
+                                          and "json".startswith(head[3:].strip().lower())):
+                if nl < 0 and not final:
+                    return False                        # ``` or ```json, its newline not here yet
+                body = s[nl + 1:].lstrip() if nl >= 0 else ""
+                if nl >= 0 and not body and not final:
+                    return False
+                if head.startswith(FENCE) and body.startswith("{"):
+                    self._fence_open = True
+                    return self._begin_json(self._buf[:len(self._buf) - len(body)], body, "fence")
+        self._state = "text"
+        return True
+
+    def _step_text(self, out, final) -> bool:
+        if self._after_call:
+            s = self._buf.lstrip()
+            if not s or (not final and any(m.startswith(s) for m in self._markers)):
+                if final:
+                    self._buf = ""
+                return False
+            if any(s.startswith(m) for m in self._markers):
+                self._buf = s                           # whitespace between calls is not text
+            self._after_call = False
+        found = [(self._buf.find(m), m) for m in self._markers]
+        found = [(i, m) for i, m in found if i >= 0]
+        if found:
+            i, m = min(found)
+            out.append(TextDelta(self._buf[:i]))
+            self._buf = self._buf[i + len(m):]
+            self._state = "tag" if m == TAG_OPEN else "pytag"
+            return True
+        keep = 0 if final else _held_back(self._buf, self._markers)
+        out.append(TextDelta(self._buf[:len(self._buf) - keep]))
+        self._buf = self._buf[len(self._buf) - keep:]
+        return False
+
+    def _step_tag(self, out, final) -> bool:
+        i = self._buf.find(TAG_CLOSE)
+        if i < 0:
+            if not final:
+                return False
+            payload, raw = self._buf, TAG_OPEN + self._buf
+            self._buf = ""
+            out.extend(self._calls_from_payload(payload, raw, unterminated=True))
+            self._state = "text"
+            return False
+        payload = self._buf[:i]
+        self._buf = self._buf[i + len(TAG_CLOSE):]
+        out.extend(self._calls_from_payload(payload, TAG_OPEN + payload + TAG_CLOSE))
+        self._after_call = True
+        self._state = "text"
+        return True
+
+    def _step_pytag(self, out, final) -> bool:
+        s = self._buf.lstrip()
+        if s.startswith("{"):
+            return self._begin_json("", s, "python_tag")
+        if s or final:
+            self._state = "pytag_raw"
+            return True
+        return False
+
+    def _step_pytag_raw(self, out, final) -> bool:
+        """Llama 3.1's built-in tools (`brave_search.call(query=...)`) are not JSON: not supported."""
+        if final:
+            out.append(self._malformed(PYTHON_TAG + self._buf, "only JSON tool calls are supported: "
+                                       'write {"name": ..., "parameters": {...}}'))
+            self._buf = ""
+        return False
+
+    def _begin_json(self, lead: str, rest: str, origin: str) -> bool:
+        self._lead, self._buf, self._origin = lead, rest, origin
+        self._scanner = _BraceScanner()
+        self._state = "json"
+        return True
+
+    def _step_json(self, out, final) -> bool:
+        if self._origin in ("message", "fence") and _cannot_be_json_object(self._buf):
+            return self._json_is_text()        # "{hello}": decided at once, shown as it streams
+        end = self._scanner.scan(self._buf)
+        if end < 0:
+            if not final:
+                return False
+            text, self._buf = self._buf, ""
+            if self._origin in ("message", "fence") and not _looks_like_call(text):
+                out.append(TextDelta(self._lead + text))
+            else:
+                out.append(self._malformed(self._raw_prefix() + text,
+                                           "the reply ended inside the call's JSON (it is incomplete)"))
+            self._state = "text"
+            return False
+        text = self._buf[:end + 1]
+        self._buf = self._buf[end + 1:]
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            if self._origin in ("message", "fence") and not _looks_like_call(text):
+                return self._json_is_text(text)
+            out.append(self._malformed(self._raw_prefix() + text, f"the call is not valid JSON ({e})"))
+        else:
+            if not _is_call_shaped(value):
+                if self._origin in ("message", "fence"):
+                    return self._json_is_text(text)
+                out.append(self._malformed(self._raw_prefix() + text, 'a tool call is a JSON object '
+                                           'with "name" and "arguments"'))
+            else:
+                out.append(self._call_from_value(value, self._raw_prefix() + text))
+        self._lead = ""
+        self._state = "after_json"
+        return True
+
+    def _json_is_text(self, text: str = "") -> bool:
+        """A whole-message JSON candidate turned out not to be a call: it is plain text. `text` is
+        the part already cut off the buffer (the object), `self._buf` still holds what follows."""
+        self._buf = self._lead + text + self._buf
+        self._lead = ""
+        self._fence_open = False
+        self._state = "text"
+        return True
+
+    def _step_after_json(self, out, final) -> bool:
+        s = self._buf.lstrip(" \t\r\n;")
+        if self._fence_open:
+            if not s and not final or (s and FENCE.startswith(s) and not final):
+                return False
+            if s.startswith(FENCE):
+                s = s[len(FENCE):].lstrip(" \t\r\n")
+                self._fence_open = False
+        if not s:
+            if final:
+                self._buf = ""
+            return False
+        if s.startswith("{") and not self._fence_open:
+            return self._begin_json("", s, "python_tag" if self._origin == "python_tag" else "message")
+        self._buf = s
+        self._after_call = True
+        self._state = "text"
+        return True
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    def _raw_prefix(self) -> str:
+        return PYTHON_TAG if self._origin == "python_tag" else self._lead
+
+    def _calls_from_payload(self, payload: str, raw: str, unterminated: bool = False) -> list[Event]:
+        body = payload.strip()
+        ending = " and the reply ended before </tool_call>" if unterminated else ""
+        if not body:
+            return [self._malformed(raw, f"the <tool_call> tag is empty{ending}")]
+        try:
+            value, end = json.JSONDecoder().raw_decode(body)
+        except ValueError as e:
+            return [self._malformed(raw, f"the call is not valid JSON ({e}){ending}")]
+        if body[end:].strip():
+            return [self._malformed(raw, "unexpected text after the call's JSON object: "
+                                    f"{body[end:].strip()[:40]!r}{ending}")]
+        items = value if isinstance(value, list) and value else [value]
+        events: list[Event] = []
+        for item in items:
+            if not _is_call_shaped(item, lenient=True):
+                events.append(self._malformed(raw, 'a tool call is a JSON object with "name" and '
+                                              '"arguments"'))
+            else:
+                events.append(self._call_from_value(item, raw))
+        return events
+
+    def _call_from_value(self, value: dict, raw: str) -> Event:
+        if isinstance(value.get("function"), dict) and "name" not in value:
+            value = value["function"]                    # OpenAI's {"type": "function", "function": {...}}
+        name = value.get("name")
+        if not isinstance(name, str):
+            return self._malformed(raw, "the tool name must be a string")
+        args = value["arguments"] if "arguments" in value else value.get("parameters", {})
+        if isinstance(args, str):                        # OpenAI style: arguments as a JSON string
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                return self._malformed(raw, f"the arguments of {name} are a string that is not JSON",
+                                       name)
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            return self._malformed(raw, f"the arguments of {name} must be a JSON object", name)
+        if name not in self._params:
+            known = ", ".join(self._params) or "none"
+            return self._malformed(raw, f"there is no tool named {name!r}; the tools are: {known}", name)
+        errors = validate_arguments(args, self._params[name])
+        if errors:
+            return self._malformed(raw, f"wrong arguments for {name}: " + "; ".join(errors), name)
+        return ToolCall(self._next_id(), name, args, raw)
+
+    def _malformed(self, raw: str, error: str, name: str | None = None) -> MalformedToolCall:
+        return MalformedToolCall(self._next_id(), raw, error, name)
+
+    def _next_id(self) -> str:
+        self._n += 1
+        return f"{self._id_prefix}{self._n}"
+
+
+def _held_back(text: str, markers: list[str]) -> int:
+    """Length of the longest end of `text` that could be the start of a marker."""
+    best = 0
+    for m in markers:
+        for k in range(min(len(m) - 1, len(text)), best, -1):
+            if text.endswith(m[:k]):
+                best = k
+                break
+    return best
+
+
+def _cannot_be_json_object(text: str) -> bool:
+    """True when `text` (starting with '{') already shows it is not a JSON object."""
+    body = text[1:].lstrip()
+    return bool(body) and body[0] not in '"}'
+
+
+def _looks_like_call(text: str) -> bool:
+    return '"name"' in text and ('"arguments"' in text or '"parameters"' in text)
+
+
+def _is_call_shaped(value: Any, lenient: bool = False) -> bool:
+    """A dict naming a tool: {"name", "arguments"|"parameters"} (inside tags, "name" alone will
+    do, and OpenAI's {"function": {...}} wrapper)."""
+    if not isinstance(value, dict):
+        return False
+    if isinstance(value.get("function"), dict) and "name" not in value:
+        value = value["function"]
+    if "name" not in value:
+        return False
+    return lenient or "arguments" in value or "parameters" in value
