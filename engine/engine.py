@@ -1,0 +1,292 @@
+"""`Engine`: the public API of the inference engine (issue 3), used by the app, the CLI, the
+prefix images and the GPU backend's tests.
+
+The Engine owns what is resident (`tokens`: the ids whose K/V the cache holds, in order), the
+longest-common-prefix reuse, sampling, stop handling and context checks; the backend only
+computes. Every public method leaves the engine usable when it raises.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from .config import ModelConfig
+from .errors import ContextFullError, EngineError
+from .generation import GenerationEvent, GenerationStats, StopMatcher
+from .gguf import GGUFFile
+from .sampling import Sampler, Sampling
+
+BACKENDS = ("cpu", "gpu", "auto")
+
+
+class Engine:
+    """A loaded model, ready to generate. Build with `Engine.load(...)`.
+
+    Attributes: gguf (GGUFFile), config (ModelConfig), tokenizer, backend (Backend), kv (the
+    backend's cache), n_ctx, backend_info (which backend runs and why).
+    """
+
+    def __init__(self, gguf: GGUFFile, config: ModelConfig, backend, tokenizer, backend_info: dict):
+        self.gguf = gguf
+        self.config = config
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.backend_info = backend_info
+        self._template = None
+        self._tokens: list[int] = []
+        self._last_logits: np.ndarray | None = None  # logits after the last resident token
+        self._lock = threading.RLock()                # one caller at a time
+
+    # --- loading ---------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | os.PathLike | None = None, backend: str = "cpu", n_ctx: int = 4096) -> "Engine":
+        """Open a GGUF model (path=None: the default model) on `backend` ("cpu", "gpu" or "auto")."""
+        from .paths import default_model_path  # noqa: PLC0415
+        from .tokenizer import Tokenizer  # noqa: PLC0415
+        if backend not in BACKENDS:
+            raise EngineError(f"unknown backend '{backend}' (choose one of {', '.join(BACKENDS)})")
+        path = Path(path) if path is not None else default_model_path()
+        if not path.is_file():
+            raise EngineError(f"model file not found: {path}")
+        g = GGUFFile.open(path)
+        cfg = ModelConfig.from_gguf(g)
+        n_ctx = int(n_ctx)
+        if n_ctx <= 0:
+            raise EngineError(f"n_ctx must be positive, not {n_ctx}")
+        tok = Tokenizer.from_gguf(g)
+        be, info = _make_backend(backend, cfg, g, n_ctx)
+        return cls(g, cfg, be, tok, info)
+
+    def close(self) -> None:
+        self.backend.close()
+
+    @property
+    def kv(self):
+        return self.backend.kv
+
+    @property
+    def n_ctx(self) -> int:
+        return self.backend.kv.max_ctx
+
+    @property
+    def tokens(self) -> list[int]:
+        """The token ids resident in the KV cache (a copy)."""
+        return list(self._tokens)
+
+    @property
+    def eog_ids(self) -> frozenset[int]:
+        return self.tokenizer.eog_ids
+
+    # --- text ------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        """Token ids of `text`, with the model's BOS if it wants one; `special` parses control
+        tokens such as "<|im_start|>". A rendered chat that already begins with the BOS text
+        does not get a second BOS."""
+        ids = self.tokenizer.encode(text, add_special=True, parse_special=special)
+        bos = self.tokenizer.bos_id
+        if len(ids) >= 2 and bos is not None and ids[0] == bos and ids[1] == bos:
+            ids = ids[1:]
+        return ids
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+    def render_chat(self, messages, tools=None, add_generation_prompt: bool = True) -> str:
+        if self._template is None:
+            from .chat_template import ChatTemplate  # noqa: PLC0415
+            self._template = ChatTemplate.from_gguf(self.gguf)
+        return self._template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt)
+
+    # --- the resident sequence -------------------------------------------------------------
+
+    def reset(self) -> None:
+        with self._lock:
+            self._tokens.clear()
+            self._last_logits = None
+            self.kv.clear()
+
+    def feed(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        """Append ids to the resident sequence. Returns float32 logits of the last position
+        [n_vocab], or [len(ids), n_vocab] with all_logits. ContextFullError (nothing written)
+        when they do not fit."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            raise EngineError("feed needs at least one token id")
+        with self._lock:
+            pos = len(self._tokens)
+            self.kv.check_fits(pos, len(ids))
+            self.kv.truncate(pos)
+            try:
+                out = self.backend.forward(np.asarray(ids, np.int32), pos, all_logits=all_logits)
+            except BaseException:
+                self.kv.truncate(pos)  # positions past pos may be half written: forget them
+                raise
+            self._tokens.extend(ids)
+            self._last_logits = out[-1] if all_logits else out
+            return out
+
+    def truncate(self, n: int) -> None:
+        """Keep only the first n resident tokens."""
+        with self._lock:
+            if n < len(self._tokens):
+                del self._tokens[n:]
+                self._last_logits = None
+                self.kv.truncate(n)
+
+    def _adopt_prefix(self, ids: Sequence[int], last_logits: np.ndarray | None) -> None:
+        """After a prefix image was copied into the cache: make `ids` resident, with the
+        logits after their last token (None: recomputed when needed)."""
+        with self._lock:
+            self._tokens = [int(i) for i in ids]
+            self.kv.n_tokens = len(self._tokens)
+            self._last_logits = None if last_logits is None else np.asarray(last_logits, np.float32)
+
+    def _sync(self, ids: list[int]) -> tuple[int, int, np.ndarray]:
+        """Make exactly `ids` resident, reusing the longest common prefix already there.
+        Returns (reused, computed, logits after the last id)."""
+        if not ids:
+            raise EngineError("the prompt is empty (no tokens)")
+        self.kv.check_fits(0, len(ids))
+        common = _common_prefix(self._tokens, ids)
+        if common == len(ids) == len(self._tokens) and self._last_logits is not None:
+            return common, 0, self._last_logits
+        # The logits after ids[-1] are needed: recompute at least the last token.
+        keep = min(common, len(ids) - 1)
+        self.truncate(keep)
+        logits = self.feed(ids[keep:])
+        return keep, len(ids) - keep, logits
+
+    def prefill(self, text: str | Sequence[int]) -> int:
+        """Make `text` (or token ids) resident without generating; returns its token count."""
+        ids = self.tokenize(text) if isinstance(text, str) else [int(i) for i in text]
+        with self._lock:
+            self._sync(ids)
+        return len(ids)
+
+    # --- generation ------------------------------------------------------------------------
+
+    def generate(self, prompt: str | Sequence[int], max_tokens: int = 256, sampling: Sampling | None = None,
+                 stop: Sequence[str] = (), cancel: threading.Event | Callable[[], bool] | None = None,
+                 ) -> Iterator[GenerationEvent]:
+        """Stream a reply to `prompt` (the full text to condition on, e.g. a rendered chat, or
+        token ids). Yields events with .text deltas; the last has .final, .stop_reason and .stats.
+        The prompt is made resident first (reusing the common prefix), so a ContextFullError for
+        a prompt that does not fit is raised here, before anything is written."""
+        ids = self.tokenize(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+        if not ids:
+            raise EngineError("the prompt is empty (no tokens)")
+        self.kv.check_fits(0, len(ids))
+        return self._generate(ids, max_tokens, sampling or Sampling(), stop, _cancel_fn(cancel))
+
+    def _generate(self, ids, max_tokens, sampling, stop, cancelled) -> Iterator[GenerationEvent]:
+        # No lock is held across a yield: a generator may be closed from another thread.
+        if True:
+            t0 = time.perf_counter()
+            stats = GenerationStats()
+            with self._lock:
+                stats.reused_tokens, stats.computed_tokens, logits = self._sync(ids)
+            t_prefill = time.perf_counter()
+            stats.prefill_s = t_prefill - t0
+            sampler = Sampler(sampling)
+            decoder = self.tokenizer.stream_decoder(skip_special=True)
+            stops = StopMatcher(stop)
+            eog = self.tokenizer.eog_ids
+            reason = "length"
+            t_first = None
+            for step in range(max(0, max_tokens)):
+                if cancelled():
+                    reason = "cancelled"
+                    break
+                tok = sampler(logits, self._tokens)
+                stats.generated_tokens += 1
+                if t_first is None:
+                    t_first = time.perf_counter()
+                    stats.ttft_s = t_first - t0
+                if tok in eog:
+                    reason = "eog"
+                    break
+                text, hit = stops.feed(decoder.feed(tok))
+                if hit:
+                    yield GenerationEvent(text, tok)
+                    reason = "stop"
+                    break
+                if step + 1 == max_tokens:
+                    yield GenerationEvent(text, tok)
+                    break
+                if len(self._tokens) >= self.n_ctx:
+                    yield GenerationEvent(text, tok)
+                    reason = "context_full"
+                    break
+                logits = self.feed([tok])
+                yield GenerationEvent(text, tok)
+            tail = ""
+            if reason != "stop":
+                tail, hit = stops.feed(decoder.flush())
+                if hit:
+                    reason = "stop"
+                else:
+                    tail += stops.flush()
+            t_end = time.perf_counter()
+            stats.decode_s = (t_end - t_first) if t_first is not None else 0.0
+            if stats.computed_tokens and stats.prefill_s > 0:
+                stats.prefill_tps = stats.computed_tokens / stats.prefill_s
+            if stats.generated_tokens > 1 and stats.decode_s > 0:
+                stats.decode_tps = (stats.generated_tokens - 1) / stats.decode_s
+            yield GenerationEvent(tail, None, final=True, stop_reason=reason, stats=stats)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    x = np.asarray(a[:n]) != np.asarray(b[:n])
+    i = int(np.argmax(x))
+    return n if not x[i] else i
+
+
+def _cancel_fn(cancel) -> Callable[[], bool]:
+    if cancel is None:
+        return lambda: False
+    if hasattr(cancel, "is_set"):
+        return cancel.is_set
+    if callable(cancel):
+        return lambda: bool(cancel())
+    raise EngineError("cancel must be a threading.Event, a callable or None")
+
+
+def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int):
+    """(backend, info). "auto" takes the GPU only when engine.gpu finds a real (non-CPU) adapter."""
+    reason = ""
+    if kind == "auto":
+        try:
+            from . import gpu  # noqa: PLC0415
+            adapter = gpu.probe()
+        except Exception as e:  # a broken optional GPU stack must not stop the CPU engine
+            adapter, reason = None, f"GPU backend unavailable ({e})"
+        if adapter and adapter.get("real_gpu"):
+            kind, reason = "gpu", f"real GPU adapter {adapter.get('device', '?')}"
+        else:
+            kind = "cpu"
+            reason = reason or ("only a CPU adapter found" if adapter else "no GPU adapter found")
+    if kind == "gpu":
+        try:
+            from .gpu import GpuBackend  # noqa: PLC0415
+        except Exception as e:
+            raise EngineError(f"the GPU backend cannot be loaded: {e}") from e
+        be = GpuBackend(cfg, g, n_ctx)
+    else:
+        from .cpu_backend import CpuBackend  # noqa: PLC0415
+        be = CpuBackend(cfg, g, n_ctx)
+    info = dict(be.describe())
+    info["requested"] = "auto" if reason else kind
+    if reason:
+        info["reason"] = reason
+    return be, info
