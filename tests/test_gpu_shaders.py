@@ -12,6 +12,7 @@ from engine.gpu.shaders import ShaderTemplateError, render, source
 
 
 def _balanced(code: str) -> bool:
+    code = re.sub(r"//[^\n]*", "", code)     # comments may hold half-open ranges like [0, n)
     return code.count("{") == code.count("}") and code.count("(") == code.count(")")
 
 
