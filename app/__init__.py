@@ -1,0 +1,1 @@
+"""Hearth's desktop window (PySide6). The engine (`engine/`) never imports this package."""

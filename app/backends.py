@@ -1,0 +1,257 @@
+"""Chat backends: what the engine worker drives. Qt-free, called only from the worker thread.
+
+A backend turns (messages, tools, sampling) into a stream of text deltas and a final stats dict, and
+keeps a preset's prefix resident. `LocalBackend` runs Hearth's own engine and keeps prefixes as
+images through the PrefixStore; a remote backend (issue 9: an OpenAI-compatible server) implements
+the same methods, with `prepare_prefix` a no-op because the server caches prefixes itself.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 = unknown
+
+
+@dataclass
+class ModelInfo:
+    path: str
+    name: str
+    arch: str = ""
+    params: int = 0
+    quant: str = ""
+    size_bytes: int = 0
+    n_ctx: int = 0
+    backend: str = ""            # "cpu" / "gpu" / "remote"
+    adapter: str = ""            # what runs it, in words
+    load_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class StreamEvent:
+    text: str = ""
+    final: bool = False
+    stats: dict | None = None    # on the final event: stop_reason, tokens, ttft_s, tps ...
+
+
+class ChatBackend:
+    """The interface the worker uses. Every method runs on the worker thread."""
+
+    kind = "abstract"
+
+    def load(self, path: str | None, backend: str, n_ctx: int, progress: Progress) -> ModelInfo:
+        raise NotImplementedError
+
+    def prepare_prefix(self, system: str, tools: list, progress: Progress) -> dict | None:
+        """Make the preset's prefix resident. Returns {"action", "ms", "tokens", "reason"} or None if
+        it was already resident."""
+        return None
+
+    def stream(self, messages: list[dict], tools: list, sampling: dict,
+               cancel: Callable[[], bool]) -> Iterator[StreamEvent]:
+        raise NotImplementedError
+
+    def context(self) -> dict:
+        """{"used": tokens resident, "n_ctx": size, "kv_bytes": memory of the KV cache}"""
+        return {"used": 0, "n_ctx": 0, "kv_bytes": 0}
+
+    def cache_images(self) -> dict:
+        return {"images": [], "total": 0, "cap": 0}
+
+    def clear_cache(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+# llama.cpp's `general.file_type` values (LLAMA_FTYPE_MOSTLY_*), for the model picker.
+_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+               17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+
+
+def inspect_gguf(path: str | Path) -> ModelInfo:
+    """Architecture, parameter count, quantization and size of a GGUF file (header only)."""
+    from engine.gguf import GGUFFile
+    path = Path(path)
+    g = GGUFFile.open(path, check_types=False)
+    try:
+        params = sum(int(t.n_elements) if not callable(t.n_elements) else int(t.n_elements())
+                     for t in g.tensors.values())
+        quant = _FILE_TYPES.get(g.get("general.file_type"), "")
+        if not quant:
+            by_type: dict[str, int] = {}
+            for t in g.tensors.values():
+                by_type[t.type.name] = by_type.get(t.type.name, 0) + t.n_bytes
+            quant = max(by_type, key=by_type.get) if by_type else "?"
+        name = str(g.get("general.name") or path.stem)
+        return ModelInfo(str(path), name, g.architecture, params, quant, g.file_size)
+    finally:
+        g.close()
+
+
+def human_params(n: int) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n else "?"
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+class LocalBackend(ChatBackend):
+    """Hearth's own engine (CPU numpy or GPU wgpu) with prefix images from the PrefixStore."""
+
+    kind = "local"
+
+    def __init__(self, cache_dir: Path, cap_bytes: int):
+        self.engine = None
+        self.info: ModelInfo | None = None
+        self._store_dir = Path(cache_dir)
+        self._cap = cap_bytes
+        self._store = None
+        self._prefix_tokens: dict[str, list[int]] = {}
+
+    # -- model ----------------------------------------------------------------------------------------
+    def load(self, path, backend, n_ctx, progress):
+        from engine import Engine
+        from engine.paths import default_model_path
+        real = Path(path) if path else default_model_path()
+        progress("Reading model header", 0, 0)
+        info = inspect_gguf(real)               # a broken file fails here, before anything is replaced
+        progress(f"Loading {info.name}", 0, 0)
+        t0 = time.perf_counter()
+        eng = Engine.load(path=str(real), backend=backend, n_ctx=n_ctx)
+        info.load_s = time.perf_counter() - t0
+        old, self.engine = self.engine, eng
+        if old is not None and hasattr(old, "close"):
+            old.close()
+        self._prefix_tokens.clear()
+        info.n_ctx = int(getattr(eng, "n_ctx", n_ctx))
+        desc = _describe(eng)
+        info.backend = desc.get("backend", backend)
+        if info.backend == "gpu":
+            info.adapter = " ".join(str(desc.get(k, "")) for k in ("vendor", "device")).strip() or "GPU"
+        else:
+            info.adapter = f"CPU (numpy, {os.cpu_count()} threads)"
+        self.info = info
+        return info
+
+    def _prefix_store(self):
+        if self._store is None:
+            from engine.prefix_store import PrefixStore
+            self._store = PrefixStore(self._store_dir, cap_bytes=self._cap)
+        return self._store
+
+    # -- prompts --------------------------------------------------------------------------------------
+    def prefix_text(self, system: str, tools: list) -> str:
+        """The chat template rendered up to the first user message: system prompt and tools."""
+        eng = self.engine
+        msgs = [{"role": "system", "content": system}] if system else []
+        a = eng.render_chat(msgs + [{"role": "user", "content": "\x01A"}], tools=tools or None)
+        b = eng.render_chat(msgs + [{"role": "user", "content": "\x02B"}], tools=tools or None)
+        common = os.path.commonprefix([a, b])
+        if msgs:
+            only = eng.render_chat(msgs, tools=tools or None, add_generation_prompt=False)
+            if only and common.startswith(only):
+                return only
+        # Templates that inject a default system prompt or put tools in the user turn: cut the common
+        # part back to a line end, where tokenization cannot merge across the cut.
+        cut = common.rfind("\n")
+        return common[:cut + 1] if cut >= 0 else ""
+
+    def _tokens_of(self, text: str) -> list[int]:
+        if text not in self._prefix_tokens:
+            self._prefix_tokens[text] = list(self.engine.tokenize(text, special=True))
+        return self._prefix_tokens[text]
+
+    def prepare_prefix(self, system, tools, progress):
+        text = self.prefix_text(system, tools)
+        if not text:
+            return None
+        toks = self._tokens_of(text)
+        if list(self.engine.tokens[:len(toks)]) == toks:
+            return None
+        progress(f"Preparing the preset prefix ({len(toks)} tokens)", 0, len(toks))
+        t0 = time.perf_counter()
+        res = self._prefix_store().ensure(self.engine, text)
+        ms = (time.perf_counter() - t0) * 1000
+        return _describe_result(res, ms, len(toks))
+
+    def stream(self, messages, tools, sampling, cancel):
+        from engine import Sampling
+        eng = self.engine
+        prompt = eng.render_chat(messages, tools=tools or None, add_generation_prompt=True)
+        s = dict(sampling)
+        max_tokens = int(s.pop("max_tokens", 512))
+        seed = s.pop("seed", -1)
+        kw = {k: v for k, v in s.items() if k in Sampling.__dataclass_fields__}
+        if "seed" in Sampling.__dataclass_fields__:
+            kw["seed"] = None if seed is None or seed < 0 else int(seed)
+        for ev in eng.generate(prompt, max_tokens=max_tokens, sampling=Sampling(**kw), cancel=cancel):
+            if getattr(ev, "final", False):
+                st = ev.stats
+                stats = {k: getattr(st, k) for k in ("reused_tokens", "computed_tokens", "generated_tokens",
+                                                     "ttft_s", "prefill_tps", "decode_tps")
+                         if hasattr(st, k)}
+                stats["stop_reason"] = str(getattr(ev, "stop_reason", ""))
+                yield StreamEvent(ev.text or "", True, stats)
+            elif ev.text:
+                yield StreamEvent(ev.text)
+
+    def context(self):
+        eng = self.engine
+        if eng is None:
+            return {"used": 0, "n_ctx": 0, "kv_bytes": 0}
+        return {"used": len(eng.tokens), "n_ctx": int(eng.n_ctx), "kv_bytes": int(eng.kv.nbytes)}
+
+    # -- cache panel ----------------------------------------------------------------------------------
+    def cache_images(self):
+        store = self._prefix_store()
+        images = [_image_dict(i) for i in store.list()]
+        return {"images": images, "total": sum(i["size"] for i in images), "cap": self._cap}
+
+    def clear_cache(self):
+        self._prefix_store().clear()
+
+    def close(self):
+        if self.engine is not None and hasattr(self.engine, "close"):
+            self.engine.close()
+        self.engine = None
+
+
+def _describe(eng) -> dict:
+    for obj in (eng, getattr(eng, "backend", None)):
+        fn = getattr(obj, "describe", None)
+        if callable(fn):
+            try:
+                d = fn()
+                if isinstance(d, dict):
+                    return d
+            except Exception:  # noqa: BLE001  (a description is cosmetic)
+                pass
+    return {}
+
+
+def _describe_result(res, ms: float, n_tokens: int) -> dict:
+    action = str(getattr(res, "action", getattr(res, "status", res)))
+    return {"action": action, "ms": float(getattr(res, "ms", ms) or ms), "tokens": n_tokens,
+            "reason": str(getattr(res, "reason", "") or "")}
+
+
+def _image_dict(i) -> dict:
+    g = (lambda k, d=None: i.get(k, d)) if isinstance(i, dict) else (lambda k, d=None: getattr(i, k, d))
+    return {"key": str(g("key", "")), "path": str(g("path", "")), "size": int(g("size", 0) or 0),
+            "model": str(g("model", "") or ""), "tokens": int(g("tokens", g("n_tokens", 0)) or 0),
+            "last_used": float(g("last_used", g("atime", 0)) or 0), "text": str(g("text", "") or "")}

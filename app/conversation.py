@@ -1,0 +1,187 @@
+"""The open chat: its MessageModel, sending, streaming, stop, regenerate, edit-and-resend.
+
+GUI thread only. Streamed deltas from the worker are buffered and written into the model at most
+every FLUSH_MS, so a fast model cannot flood the event loop with layout work. A reply is written to
+the ChatStore when it ends (finished or stopped), in one transaction; while it streams it lives only
+here, so a crash loses at most that reply.
+
+Signals:
+    generatingChanged(bool)
+    replyFinished(dict stats)         a reply ended and was saved (stats has stop_reason)
+    replyFailed(str message)          an engine error ended the reply; shown in its bubble
+    chatCreated(object Chat), chatChanged(int id)   for the chat list
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from .chat_store import Chat, ChatStore, Message
+from .models import MessageModel
+from .preset_store import Preset, PresetStore
+from .worker import EngineClient
+
+FLUSH_MS = 30
+TITLE_LEN = 48
+
+
+class Conversation(QObject):
+    generatingChanged = Signal(bool)
+    replyFinished = Signal(dict)
+    replyFailed = Signal(str)
+    chatCreated = Signal(object)
+    chatChanged = Signal(int)
+
+    def __init__(self, chats: ChatStore, presets: PresetStore, client: EngineClient, parent=None):
+        super().__init__(parent)
+        self.chats = chats
+        self.presets = presets
+        self.client = client
+        self.model = MessageModel(self)
+        self.chat_id: int | None = None
+        self.model_name = ""
+        self._gen: dict | None = None        # {"rid", "chat", "text", "row", "pending"}
+        self._flush = QTimer(self, singleShot=True, interval=FLUSH_MS)
+        self._flush.timeout.connect(self._on_flush)
+        w = client.worker
+        w.delta.connect(self._on_delta)
+        w.finished.connect(self._on_finished)
+        w.failed.connect(self._on_failed)
+
+    # -- chats ----------------------------------------------------------------------------------------
+    @property
+    def generating(self) -> bool:
+        return self._gen is not None
+
+    def preset(self) -> Preset:
+        chat = self.chats.chat(self.chat_id) if self.chat_id else None
+        p = self.presets.get(chat.preset_id) if chat else None
+        return p or self.presets.presets[0]
+
+    def open_chat(self, chat_id: int | None) -> None:
+        self.chat_id = chat_id
+        msgs = self.chats.messages(chat_id) if chat_id else []
+        self.model.set_messages(msgs)
+        g = self._gen
+        if g is not None and g["chat"] == chat_id:
+            self._flush_now()
+            g["row"] = self.model.append(Message("assistant", g["text"]), streaming=True)
+        elif g is not None:
+            g["row"] = -1
+
+    def new_chat(self, preset_id: str) -> Chat:
+        chat = self.chats.create_chat("New chat", preset_id)
+        self.chatCreated.emit(chat)
+        self.open_chat(chat.id)
+        return chat
+
+    # -- sending --------------------------------------------------------------------------------------
+    def send(self, text: str, preset_id: str, edit_row: int | None = None) -> bool:
+        """Add a user message (replacing `edit_row` and everything after it) and start a reply."""
+        text = text.strip()
+        if not text or self.generating:
+            return False
+        if self.chat_id is None:
+            self.new_chat(preset_id)
+        if edit_row is not None and 0 <= edit_row < self.model.rowCount():
+            self._truncate(edit_row)
+        msg = self.chats.add_message(self.chat_id, Message("user", text))
+        self.model.append(msg)
+        chat = self.chats.chat(self.chat_id)
+        if chat and chat.title == "New chat":
+            title = " ".join(text.split())
+            self.chats.rename_chat(self.chat_id, title[:TITLE_LEN] + ("…" if len(title) > TITLE_LEN else ""))
+        self.chatChanged.emit(self.chat_id)
+        self._start()
+        return True
+
+    def regenerate(self) -> bool:
+        """Replace the last reply with a new one."""
+        if self.generating or self.chat_id is None:
+            return False
+        rows = [i for i, m in enumerate(self.model.messages()) if m.role == "assistant"]
+        if rows:
+            self._truncate(rows[-1])
+        if not self.model.rowCount() or self.model.message(self.model.rowCount() - 1).role != "user":
+            return False
+        self._start()
+        return True
+
+    def stop(self) -> None:
+        if self.generating:
+            self.client.stop()
+
+    def _truncate(self, row: int) -> None:
+        m = self.model.message(row)
+        if m.id:
+            self.chats.truncate_from(self.chat_id, m.id)
+        self.model.truncate(row)
+
+    def history(self) -> list[dict]:
+        p = self.preset()
+        msgs = [{"role": "system", "content": p.system_prompt}] if p.system_prompt else []
+        msgs += [{"role": m.role, "content": m.content} for m in self.model.messages()
+                 if m.role in ("user", "assistant")]
+        return msgs
+
+    def _start(self) -> None:
+        p = self.preset()
+        row = self.model.append(Message("assistant", ""), streaming=True)
+        rid = self.client.generate(self.history(), p.tools, dict(p.sampling), system=p.system_prompt,
+                                   preset_id=p.id)
+        self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": ""}
+        self.generatingChanged.emit(True)
+
+    # -- worker signals -------------------------------------------------------------------------------
+    def _on_delta(self, rid: int, text: str) -> None:
+        g = self._gen
+        if g is None or rid != g["rid"]:
+            return
+        g["text"] += text
+        g["pending"] += text
+        if not self._flush.isActive():
+            self._flush.start()
+
+    def _on_flush(self) -> None:
+        self._flush_now()
+
+    def _flush_now(self) -> None:
+        g = self._gen
+        if g is None or not g["pending"]:
+            return
+        if g["row"] >= 0:
+            self.model.append_text(g["row"], g["pending"])
+        g["pending"] = ""
+
+    def _end(self, stats: dict, error: str = "") -> None:
+        g = self._gen
+        self._flush_now()
+        self._flush.stop()
+        saved = None
+        if g["text"] or not error:
+            saved = self.chats.add_message(g["chat"], Message("assistant", g["text"], stats=dict(stats),
+                                                              model=self.model_name))
+            self.chatChanged.emit(g["chat"])
+        if g["row"] >= 0:
+            self.model.finish(g["row"], stats, error)
+            if saved is not None:
+                self.model.set_id(g["row"], saved.id)
+        self._gen = None
+        self.generatingChanged.emit(False)
+
+    def _on_finished(self, rid: int, stats: dict) -> None:
+        if self._gen is None or rid != self._gen["rid"]:
+            return
+        self._end(stats)
+        self.replyFinished.emit(stats)
+
+    def _on_failed(self, rid: int, message: str) -> None:
+        if self._gen is None or rid != self._gen["rid"]:
+            return
+        self._end({"stop_reason": "error"}, message)
+        self.replyFailed.emit(message)
+
+    def close(self) -> None:
+        """At quit: keep what was streamed of a reply in progress."""
+        if self._gen is not None:
+            self._end({"stop_reason": "interrupted"})

@@ -1,0 +1,45 @@
+"""Entry points: `create_window()` for tests and scripts, `main()` for `hearth` and `python -m app`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QApplication
+
+from engine.paths import cache_dir, data_dir
+
+from .backends import LocalBackend
+from .chat_store import ChatStore
+from .preset_store import RESOURCES, PresetStore
+from .settings import Settings
+from .window import MainWindow
+
+
+def create_window(backend=None) -> MainWindow:
+    """The main window on the user's (or HEARTH_DATA_DIR's) chats and presets. A QApplication must
+    exist. The model named in the settings (default: the default model) starts loading at once on
+    the worker thread; `window.modelReady` says when it is ready."""
+    app = QApplication.instance()
+    if app is None:
+        raise RuntimeError("create_window() needs a QApplication")
+    app.setApplicationName("Hearth")
+    app.setWindowIcon(QIcon(str(RESOURCES / "hearth.svg")))
+    settings = Settings()
+    if backend is None:
+        cap = int(settings.get("cache/cap_gib") * (1 << 30))
+        backend = LocalBackend(cache_dir() / "prefixes", cap)
+    chats = ChatStore(data_dir() / "chats.sqlite3")
+    presets = PresetStore(data_dir() / "presets.json")
+    return MainWindow(settings, chats, presets, backend)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    app = QApplication.instance() or QApplication(sys.argv if argv is None else argv)
+    app.setApplicationDisplayName("Hearth")
+    app.setDesktopFileName("hearth")
+    win = create_window()
+    win.show()
+    return app.exec()

@@ -1,0 +1,349 @@
+"""The conversation view: one bubble widget per row of a MessageModel.
+
+Assistant text is Markdown: prose goes to a QLabel in Markdown mode (QTextDocument's CommonMark/GFM
+reader: lists, tables, emphasis, links), fenced code blocks to a monospace block with the language
+and a Copy button. A streaming reply is re-split as it grows (an unclosed fence is shown as code
+already) and existing segment widgets are reused, so an update touches only the last segment.
+
+Signals:
+    editRequested(int row)        the user wants to edit and resend a user message
+    regenerateRequested()         the user wants a new last reply
+"""
+
+from __future__ import annotations
+
+import re
+
+from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextOption
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QScrollArea, QSizePolicy,
+                               QToolButton, QVBoxLayout, QWidget)
+
+from .models import ErrorRole, RoleRole, StatsRole, StreamingRole
+
+_FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)[ \t]*([\w+#.-]*)[^\n]*$", re.M)
+
+
+def split_markdown(text: str) -> list[tuple]:
+    """[("md", text) | ("code", language, code)] in order; an unclosed fence runs to the end."""
+    out: list[tuple] = []
+    pos = 0
+    while True:
+        m = _FENCE.search(text, pos)
+        if not m:
+            break
+        if text[pos:m.start()].strip():
+            out.append(("md", text[pos:m.start()]))
+        fence, lang = m.group(1), m.group(2)
+        body_start = m.end() + 1
+        close = re.compile(rf"^[ \t]{{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M)
+        c = close.search(text, body_start)
+        if c is None:
+            out.append(("code", lang, text[body_start:]))
+            return out
+        out.append(("code", lang, text[body_start:c.start()].rstrip("\n")))
+        pos = c.end() + 1
+    if text[pos:].strip():
+        out.append(("md", text[pos:]))
+    return out
+
+
+def format_stats(stats: dict) -> str:
+    if not stats:
+        return ""
+    parts = []
+    n = stats.get("generated_tokens")
+    if n is not None:
+        parts.append(f"{n} tokens")
+    if stats.get("decode_tps"):
+        parts.append(f"{stats['decode_tps']:.1f} tok/s")
+    if stats.get("ttft_s") is not None:
+        parts.append(f"first token {stats['ttft_s'] * 1000:.0f} ms")
+    if stats.get("reused_tokens") is not None and stats.get("computed_tokens") is not None:
+        parts.append(f"prompt {stats['reused_tokens']} reused + {stats['computed_tokens']} computed")
+    reason = stats.get("stop_reason", "")
+    if reason in ("stopped", "cancel", "cancelled"):
+        parts.append("stopped")
+    elif reason in ("length", "max_tokens"):
+        parts.append("hit max tokens")
+    return "  ·  ".join(parts)
+
+
+class CodeBlock(QFrame):
+    """A fenced code block: language, Copy button, monospace text that scrolls sideways."""
+
+    def __init__(self, lang: str, code: str, parent=None):
+        super().__init__(parent)
+        self.setObjectName("codeBlock")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(0)
+        head = QWidget(objectName="codeHeader")
+        hl = QHBoxLayout(head)
+        hl.setContentsMargins(10, 3, 4, 3)
+        self.lang = QLabel(lang or "code", objectName="codeLang")
+        self.copy = QToolButton(text="Copy", objectName="copyCodeButton", autoRaise=True)
+        self.copy.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.copy.clicked.connect(self._on_copy)
+        hl.addWidget(self.lang)
+        hl.addStretch(1)
+        hl.addWidget(self.copy)
+        lay.addWidget(head)
+        self.text = QPlainTextEdit(readOnly=True, objectName="codeText")
+        self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.text.setWordWrapMode(QTextOption.WrapMode.NoWrap)
+        self.text.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.text.setFrameShape(QFrame.Shape.NoFrame)
+        self.text.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        lay.addWidget(self.text)
+        self.set_code(lang, code)
+
+    def set_code(self, lang: str, code: str) -> None:
+        self.lang.setText(lang or "code")
+        if self.text.toPlainText() != code:
+            self.text.setPlainText(code)
+        lines = max(1, code.count("\n") + 1)
+        fm = self.text.fontMetrics()
+        longest = max((fm.horizontalAdvance(line) for line in code.split("\n")), default=0)
+        bar = self.text.horizontalScrollBar().sizeHint().height() if longest > self.text.viewport().width() else 0
+        self.text.setFixedHeight(lines * fm.lineSpacing() + 2 * int(self.text.document().documentMargin()) + 4 + bar)
+
+    def code(self) -> str:
+        return self.text.toPlainText()
+
+    def _on_copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.code())
+        self.copy.setText("Copied")
+        QTimer.singleShot(1500, lambda: self.copy.setText("Copy"))
+
+
+class MarkdownLabel(QLabel):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("markdownText")
+        self.setTextFormat(Qt.TextFormat.MarkdownText)
+        self.setWordWrap(True)
+        self.setOpenExternalLinks(True)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                     | Qt.TextInteractionFlag.LinksAccessibleByMouse)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+
+
+class MessageBubble(QFrame):
+    """One message: a header (who, stats, actions) and its body."""
+
+    def __init__(self, view: "MessageView", role: str, parent=None):
+        super().__init__(parent)
+        self._view = view
+        self.role = role
+        self.setObjectName("userBubble" if role == "user" else "assistantBubble")
+        self._content = None
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(14, 8, 14, 10)
+        outer.setSpacing(4)
+        head = QHBoxLayout()
+        head.setSpacing(6)
+        who = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}.get(role, role)
+        self.who = QLabel(who, objectName="bubbleRole")
+        self.stats = QLabel("", objectName="bubbleStats")
+        head.addWidget(self.who)
+        head.addWidget(self.stats)
+        head.addStretch(1)
+        self.copyButton = self._action("Copy", "Copy this message")
+        self.copyButton.clicked.connect(self._on_copy)
+        if role == "user":
+            self.editButton = self._action("Edit", "Edit this message and resend from here")
+            self.editButton.clicked.connect(lambda: view.editRequested.emit(self.row()))
+        else:
+            self.regenerateButton = self._action("Regenerate", "Write this reply again")
+            self.regenerateButton.clicked.connect(view.regenerateRequested)
+        head.addWidget(self.copyButton)
+        if role == "user":
+            head.addWidget(self.editButton)
+        else:
+            head.addWidget(self.regenerateButton)
+        outer.addLayout(head)
+        self.body = QVBoxLayout()
+        self.body.setSpacing(8)
+        outer.addLayout(self.body)
+        self.typing = QLabel("…", objectName="typingIndicator")
+        self.body.addWidget(self.typing)
+        self.typing.hide()
+        self.error = QLabel("", objectName="bubbleError", wordWrap=True)
+        self.error.hide()
+        outer.addWidget(self.error)
+        self._segments: list[QWidget] = []
+
+    def _action(self, text: str, tip: str) -> QToolButton:
+        b = QToolButton(text=text, toolTip=tip, autoRaise=True)
+        b.setObjectName(f"{text.lower()}MessageButton")
+        b.setCursor(Qt.CursorShape.PointingHandCursor)
+        return b
+
+    def row(self) -> int:
+        return self._view.row_of(self)
+
+    def set_content(self, text: str) -> None:
+        if text == self._content:
+            return
+        self._content = text
+        segs = split_markdown(text) if self.role == "assistant" else [("plain", text)]
+        for i, seg in enumerate(segs):
+            w = self._segments[i] if i < len(self._segments) else None
+            kind = seg[0]
+            if kind == "code":
+                if not isinstance(w, CodeBlock):
+                    w = self._replace(i, CodeBlock(seg[1], seg[2]))
+                else:
+                    w.set_code(seg[1], seg[2])
+            else:
+                if not isinstance(w, MarkdownLabel):
+                    w = self._replace(i, MarkdownLabel())
+                if kind == "plain":
+                    w.setTextFormat(Qt.TextFormat.PlainText)
+                if w.text() != seg[1]:
+                    w.setText(seg[1])
+        for w in self._segments[len(segs):]:
+            self.body.removeWidget(w)
+            w.deleteLater()
+        del self._segments[len(segs):]
+
+    def _replace(self, i: int, w: QWidget) -> QWidget:
+        if i < len(self._segments):
+            old = self._segments[i]
+            self.body.replaceWidget(old, w)
+            old.deleteLater()
+            self._segments[i] = w
+        else:
+            self.body.insertWidget(self.body.count() - 1, w)
+            self._segments.append(w)
+        return w
+
+    def set_state(self, stats: dict, streaming: bool, error: str) -> None:
+        self.stats.setText(format_stats(stats))
+        self.typing.setVisible(streaming and not self._content)
+        for b in (getattr(self, "regenerateButton", None), getattr(self, "editButton", None)):
+            if b is not None:
+                b.setEnabled(not streaming)
+        self.error.setText(error)
+        self.error.setVisible(bool(error))
+
+    def _on_copy(self) -> None:
+        QGuiApplication.clipboard().setText(self._content or "")
+
+    def text(self) -> str:
+        return self._content or ""
+
+
+class MessageView(QScrollArea):
+    editRequested = Signal(int)
+    regenerateRequested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("messageView")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        inner = QWidget(objectName="messageColumn")
+        self._layout = QVBoxLayout(inner)
+        self._layout.setContentsMargins(24, 16, 24, 16)
+        self._layout.setSpacing(12)
+        self._layout.addStretch(1)
+        self.setWidget(inner)
+        self.empty = QLabel("", objectName="emptyHint", alignment=Qt.AlignmentFlag.AlignCenter, wordWrap=True)
+        self._layout.insertWidget(0, self.empty)
+        self._bubbles: list[MessageBubble] = []
+        self._rows: list[QWidget] = []
+        self._model = None
+        self._stick = True
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(self._on_scrolled)
+        bar.rangeChanged.connect(self._on_range)
+
+    def setModel(self, model) -> None:
+        self._model = model
+        model.modelReset.connect(self._rebuild)
+        model.rowsInserted.connect(self._on_inserted)
+        model.rowsRemoved.connect(self._on_removed)
+        model.dataChanged.connect(self._on_changed)
+        self._rebuild()
+
+    def model(self):
+        return self._model
+
+    def set_empty_text(self, text: str) -> None:
+        self.empty.setText(text)
+
+    def bubbles(self) -> list[MessageBubble]:
+        return list(self._bubbles)
+
+    def row_of(self, bubble: MessageBubble) -> int:
+        return self._bubbles.index(bubble)
+
+    # -- model signals --------------------------------------------------------------------------------
+    def _rebuild(self) -> None:
+        for w in self._rows:
+            self._layout.removeWidget(w)
+            w.deleteLater()
+        self._bubbles, self._rows = [], []
+        self._on_inserted(QModelIndex(), 0, self._model.rowCount() - 1)
+        self._stick = True
+
+    def _on_inserted(self, parent, first: int, last: int) -> None:
+        for row in range(first, last + 1):
+            idx = self._model.index(row, 0)
+            bubble = MessageBubble(self, idx.data(RoleRole))
+            holder = QWidget()
+            hl = QHBoxLayout(holder)
+            hl.setContentsMargins(0, 0, 0, 0)
+            if bubble.role == "user":
+                hl.addStretch(1)
+                hl.addWidget(bubble, 6)
+            else:
+                hl.addWidget(bubble)
+            self._layout.insertWidget(1 + row, holder)
+            self._bubbles.insert(row, bubble)
+            self._rows.insert(row, holder)
+            self._update(row)
+        self._refresh_actions()
+
+    def _on_removed(self, parent, first: int, last: int) -> None:
+        for row in range(last, first - 1, -1):
+            w = self._rows.pop(row)
+            self._bubbles.pop(row)
+            self._layout.removeWidget(w)
+            w.deleteLater()
+        self._refresh_actions()
+
+    def _on_changed(self, top, bottom, roles=()) -> None:
+        for row in range(top.row(), bottom.row() + 1):
+            self._update(row)
+        self._refresh_actions()
+
+    def _update(self, row: int) -> None:
+        idx = self._model.index(row, 0)
+        b = self._bubbles[row]
+        b.set_content(idx.data() or "")
+        b.set_state(idx.data(StatsRole) or {}, bool(idx.data(StreamingRole)), idx.data(ErrorRole) or "")
+
+    def _refresh_actions(self) -> None:
+        """Only the last reply can be regenerated."""
+        self.empty.setVisible(not self._bubbles)
+        last_assistant = max((i for i, b in enumerate(self._bubbles) if b.role == "assistant"), default=-1)
+        for i, b in enumerate(self._bubbles):
+            if b.role == "assistant":
+                b.regenerateButton.setVisible(i == last_assistant)
+
+    # -- follow the bottom while the user has not scrolled up -----------------------------------------
+    def _on_scrolled(self, value: int) -> None:
+        self._stick = value >= self.verticalScrollBar().maximum() - 8
+
+    def _on_range(self, lo: int, hi: int) -> None:
+        if self._stick:
+            self.verticalScrollBar().setValue(hi)
+
+    def scroll_to_bottom(self) -> None:
+        self._stick = True
+        self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())

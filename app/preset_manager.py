@@ -1,0 +1,278 @@
+"""The preset manager (`presetManager`): create, edit, duplicate, delete, reorder, import, export.
+
+The tool set is edited as JSON (a list of function definitions) and validated on save: a bad tool
+is shown with its error and nothing is saved until it is fixed.
+
+Signals:
+    presetsChanged(str): a preset was added, edited, removed or moved (its id, "" for several).
+"""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
+                               QLineEdit, QListView, QMenu, QMessageBox, QPlainTextEdit, QPushButton,
+                               QSplitter, QToolButton, QVBoxLayout, QWidget)
+
+from .models import IdRole, PresetListModel
+from .preset_store import RESOURCES, Preset, PresetError, PresetStore, new_id
+from .sampling_panel import SamplingPanel
+from .tool_schema import ToolError, validate_tools
+
+
+def shipped_toolsets() -> list[dict]:
+    out = []
+    for p in sorted((RESOURCES / "toolsets").glob("*.json")):
+        try:
+            d = json.loads(p.read_text(encoding="utf-8"))
+            out.append({"name": d["name"], "description": d.get("description", ""),
+                        "tools": validate_tools(d["tools"])})
+        except (OSError, ValueError, KeyError, ToolError):
+            continue
+    return out
+
+
+class PresetManager(QDialog):
+    presetsChanged = Signal(str)
+
+    def __init__(self, store: PresetStore, parent=None):
+        super().__init__(parent)
+        self.setObjectName("presetManager")
+        self.setWindowTitle("Presets")
+        self.resize(980, 640)
+        self.store = store
+        self.model = PresetListModel(store, self)
+        self._current: str = ""
+
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        self.list = QListView(objectName="presetList")
+        self.list.setModel(self.model)
+        self.list.selectionModel().currentChanged.connect(self._on_current)
+        ll.addWidget(self.list, 1)
+        row1 = QHBoxLayout()
+        self.newButton = QPushButton("New", objectName="presetNew")
+        self.duplicateButton = QPushButton("Duplicate", objectName="presetDuplicate")
+        self.deleteButton = QPushButton("Delete", objectName="presetDelete")
+        for b in (self.newButton, self.duplicateButton, self.deleteButton):
+            row1.addWidget(b)
+        ll.addLayout(row1)
+        row2 = QHBoxLayout()
+        self.upButton = QToolButton(text="▲ Up", objectName="presetUp")
+        self.downButton = QToolButton(text="▼ Down", objectName="presetDown")
+        self.importButton = QPushButton("Import…", objectName="presetImport")
+        self.exportButton = QPushButton("Export…", objectName="presetExport")
+        for b in (self.upButton, self.downButton, self.importButton, self.exportButton):
+            row2.addWidget(b)
+        ll.addLayout(row2)
+        self.newButton.clicked.connect(self.new_preset)
+        self.duplicateButton.clicked.connect(lambda: self.duplicate(self._current))
+        self.deleteButton.clicked.connect(self._on_delete)
+        self.upButton.clicked.connect(lambda: self.move(self._current, -1))
+        self.downButton.clicked.connect(lambda: self.move(self._current, +1))
+        self.importButton.clicked.connect(self._on_import)
+        self.exportButton.clicked.connect(self._on_export)
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(8, 0, 0, 0)
+        form = QFormLayout()
+        self.nameEdit = QLineEdit(objectName="presetName")
+        self.systemEdit = QPlainTextEdit(objectName="presetSystemPrompt")
+        self.systemEdit.setPlaceholderText("The system prompt: who the assistant is and how it answers.")
+        self.modelEdit = QLineEdit(objectName="presetModel", placeholderText="any model")
+        form.addRow("Name", self.nameEdit)
+        form.addRow("System prompt", self.systemEdit)
+        form.addRow("Preferred model", self.modelEdit)
+        rl.addLayout(form, 3)
+        toolsHead = QHBoxLayout()
+        toolsHead.addWidget(QLabel("Tools (JSON list of function definitions)", objectName="panelTitle"))
+        toolsHead.addStretch(1)
+        self.addToolsetButton = QToolButton(text="Add tool set ▾", objectName="addToolset",
+                                            popupMode=QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.addToolsetButton)
+        for ts in shipped_toolsets():
+            a = menu.addAction(ts["name"])
+            a.setToolTip(ts["description"])
+            a.triggered.connect(lambda _=False, tools=ts["tools"]: self.add_tools(tools))
+        self.addToolsetButton.setMenu(menu)
+        toolsHead.addWidget(self.addToolsetButton)
+        rl.addLayout(toolsHead)
+        self.toolsEdit = QPlainTextEdit(objectName="presetTools")
+        self.toolsEdit.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.toolsEdit.setPlaceholderText('[]  — for example [{"type": "function", "function": {"name": '
+                                          '"calculator", "parameters": {"type": "object", "properties": '
+                                          '{"expression": {"type": "string"}}}}}]')
+        rl.addWidget(self.toolsEdit, 4)
+        self.errorLabel = QLabel("", objectName="presetError", wordWrap=True)
+        self.errorLabel.setStyleSheet("color: palette(link); font-weight: 600;")
+        rl.addWidget(self.errorLabel)
+        self.sampling = SamplingPanel()
+        self.sampling.title.setText("Sampling")
+
+        split = QSplitter()
+        split.addWidget(left)
+        split.addWidget(right)
+        split.addWidget(self.sampling)
+        split.setSizes([240, 520, 240])
+        buttons = QDialogButtonBox()
+        self.saveButton = buttons.addButton("Save preset", QDialogButtonBox.ButtonRole.ApplyRole)
+        self.saveButton.setObjectName("presetSave")
+        self.saveButton.setDefault(True)
+        buttons.addButton(QDialogButtonBox.StandardButton.Close)
+        self.saveButton.clicked.connect(self.save)
+        buttons.rejected.connect(self.reject)
+        lay = QVBoxLayout(self)
+        lay.addWidget(split, 1)
+        lay.addWidget(buttons)
+        if self.model.rowCount():
+            self.select(self.store.presets[0].id)
+
+    # -- selection ------------------------------------------------------------------------------------
+    def select(self, pid: str) -> None:
+        row = self.model.row_of(pid)
+        if row >= 0:
+            self.list.selectionModel().setCurrentIndex(
+                self.model.index(row), QItemSelectionModel.SelectionFlag.ClearAndSelect)
+            self._show(pid)
+
+    def _on_current(self, cur, _prev) -> None:
+        if cur.isValid():
+            self._show(cur.data(IdRole))
+
+    def _show(self, pid: str) -> None:
+        p = self.store.get(pid)
+        if p is None:
+            return
+        self._current = pid
+        self.nameEdit.setText(p.name)
+        self.systemEdit.setPlainText(p.system_prompt)
+        self.modelEdit.setText(p.model)
+        self.toolsEdit.setPlainText(json.dumps(p.tools, indent=2) if p.tools else "[]")
+        self.sampling.set_sampling(p.sampling)
+        self.errorLabel.clear()
+
+    def current_id(self) -> str:
+        return self._current
+
+    # -- actions --------------------------------------------------------------------------------------
+    def add_tools(self, tools: list[dict]) -> None:
+        try:
+            cur = json.loads(self.toolsEdit.toPlainText() or "[]")
+            if not isinstance(cur, list):
+                cur = []
+        except ValueError:
+            cur = []
+        names = {t.get("function", t).get("name") for t in cur if isinstance(t, dict)}
+        cur += [t for t in tools if t["function"]["name"] not in names]
+        self.toolsEdit.setPlainText(json.dumps(cur, indent=2))
+
+    def edited_preset(self) -> Preset:
+        """The preset as the editor shows it, validated; raises PresetError with a readable message."""
+        text = self.toolsEdit.toPlainText().strip() or "[]"
+        try:
+            tools = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PresetError(f"Tools: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        try:
+            tools = validate_tools(tools)
+        except ToolError as e:
+            raise PresetError(f"Tool definition error: {e}") from None
+        return Preset.from_json({"id": self._current or new_id(), "name": self.nameEdit.text(),
+                                 "system_prompt": self.systemEdit.toPlainText(), "tools": tools,
+                                 "sampling": self.sampling.sampling(), "model": self.modelEdit.text().strip()})
+
+    def save(self) -> bool:
+        """Validate and save the edited preset; on error show it and save nothing."""
+        try:
+            p = self.edited_preset()
+            self.store.update(p)
+        except PresetError as e:
+            self.errorLabel.setText(str(e))
+            return False
+        self.errorLabel.setText("")
+        self.model.reload()
+        self.select(p.id)
+        self.presetsChanged.emit(p.id)
+        return True
+
+    def new_preset(self) -> str:
+        p = self.store.add(Preset(new_id(), "New preset", "You are a helpful assistant."))
+        self.model.reload()
+        self.select(p.id)
+        self.presetsChanged.emit(p.id)
+        self.nameEdit.setFocus()
+        self.nameEdit.selectAll()
+        return p.id
+
+    def duplicate(self, pid: str) -> str:
+        if not pid:
+            return ""
+        p = self.store.duplicate(pid)
+        self.model.reload()
+        self.select(p.id)
+        self.presetsChanged.emit(p.id)
+        return p.id
+
+    def delete(self, pid: str) -> None:
+        if len(self.store.presets) <= 1:
+            self.errorLabel.setText("Keep at least one preset.")
+            return
+        row = self.store.index(pid)
+        self.store.remove(pid)
+        self.model.reload()
+        nxt = self.store.presets[min(row, len(self.store.presets) - 1)]
+        self.select(nxt.id)
+        self.presetsChanged.emit(pid)
+
+    def _on_delete(self) -> None:
+        p = self.store.get(self._current)
+        if p is None:
+            return
+        ok = QMessageBox.question(self, "Delete preset", f"Delete the preset “{p.name}”? Chats using it "
+                                  "keep their messages and switch to the first preset.")
+        if ok == QMessageBox.StandardButton.Yes:
+            self.delete(p.id)
+
+    def move(self, pid: str, step: int) -> None:
+        i = self.store.index(pid)
+        if i < 0 or not 0 <= i + step < len(self.store.presets):
+            return
+        self.store.move(pid, i + step)
+        self.model.reload()
+        self.select(pid)
+        self.presetsChanged.emit("")
+
+    def export_to(self, path: str, pids: list[str] | None = None) -> None:
+        self.store.export(pids if pids is not None else [self._current], path)
+
+    def import_from(self, path: str) -> list[Preset]:
+        try:
+            added = self.store.import_file(path)
+        except PresetError as e:
+            self.errorLabel.setText(f"Import failed: {e}")
+            return []
+        self.model.reload()
+        if added:
+            self.select(added[0].id)
+        self.errorLabel.setText(f"Imported {len(added)} preset(s).")
+        self.presetsChanged.emit("")
+        return added
+
+    def _on_import(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import presets", "", "Hearth presets (*.json)")
+        if path:
+            self.import_from(path)
+
+    def _on_export(self) -> None:
+        p = self.store.get(self._current)
+        if p is None:
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Export preset", f"{p.name}.hearth-presets.json",
+                                              "Hearth presets (*.json)")
+        if path:
+            self.export_to(path)

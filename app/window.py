@@ -1,0 +1,680 @@
+"""The main window: chat list, conversation, pickers, sampling panel, status bar.
+
+It wires widgets to the Conversation (the open chat), the stores and the EngineClient; all model work
+happens on the worker thread and comes back as signals.
+"""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
+from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QLineEdit,
+                               QListView, QMainWindow, QMenu, QPlainTextEdit, QProgressBar, QPushButton,
+                               QSplitter, QToolButton, QVBoxLayout, QWidget)
+
+from . import theme
+from .backends import human_bytes, human_params
+from .cache_panel import CachePanel
+from .chat_store import ChatStore
+from .conversation import Conversation
+from .message_view import MessageView
+from .models import ChatFilterModel, ChatListModel, IdRole
+from .preset_manager import PresetManager
+from .preset_store import RESOURCES, PresetStore
+from .sampling_panel import SamplingPanel
+from .settings import Settings
+from .worker import EngineClient
+
+OPEN_GGUF = "__open__"
+
+
+class MessageInput(QPlainTextEdit):
+    """Enter sends, Shift+Enter is a new line, Ctrl+Enter sends too.
+
+    Signals:
+        sendRequested()
+    """
+
+    sendRequested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("messageInput")
+        self.setPlaceholderText("Message Hearth…  (Enter to send, Shift+Enter for a new line)")
+        self.setTabChangesFocus(True)
+        self.document().contentsChanged.connect(self._fit)
+        self._fit()
+
+    def keyPressEvent(self, e):
+        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if e.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self.insertPlainText("\n")
+            else:
+                self.sendRequested.emit()
+            return
+        super().keyPressEvent(e)
+
+    def _fit(self) -> None:
+        lines = max(1, min(8, int(self.document().size().height())))
+        self.setFixedHeight(lines * self.fontMetrics().lineSpacing() + 14)
+
+
+class MainWindow(QMainWindow):
+    """Signals:
+        modelReady(dict): a model finished loading (ModelInfo as a dict).
+        prefixResult(dict): what the prefix store did for a preset ({"action", "ms", "tokens", ...}).
+    """
+
+    modelReady = Signal(dict)
+    prefixResult = Signal(dict)
+
+    def __init__(self, settings: Settings, chats: ChatStore, presets: PresetStore, backend):
+        super().__init__()
+        self.setObjectName("mainWindow")
+        self.setWindowTitle("Hearth")
+        self.setWindowIcon(QIcon(str(RESOURCES / "hearth.svg")))
+        self.settings = settings
+        self.chats = chats
+        self.presets = presets
+        self.client = EngineClient(backend, self)
+        self.conversation = Conversation(chats, presets, self.client, self)
+        self.model_info: dict = {}
+        self.last_prefix_result: dict | None = None
+        self.last_error = ""
+        self._loading_path: str | None = None
+        self._edit_row: int | None = None
+        self._undo: tuple | None = None
+        self._closed = False
+
+        self._build()
+        self._wire()
+        self._restore()
+        if presets.notice:
+            self.show_banner(presets.notice, "notice")
+
+    # -- construction ---------------------------------------------------------------------------------
+    def _build(self) -> None:
+        # Sidebar: search, new chat, chat list, undo bar.
+        side = QWidget(objectName="sidebar")
+        sl = QVBoxLayout(side)
+        sl.setContentsMargins(10, 10, 10, 6)
+        sl.setSpacing(8)
+        self.newChatButton = QPushButton("＋  New chat", objectName="newChatButton")
+        self.newChatButton.setToolTip("New chat (Ctrl+N)")
+        self.chatSearch = QLineEdit(objectName="chatSearch", placeholderText="Search chats  (Ctrl+K)")
+        self.chatSearch.setClearButtonEnabled(True)
+        self.chatModel = ChatListModel(self.chats, self)
+        self.chatFilter = ChatFilterModel(self.chats, self)
+        self.chatFilter.setSourceModel(self.chatModel)
+        self.chatList = QListView(objectName="chatList")
+        self.chatList.setModel(self.chatFilter)
+        self.chatList.setEditTriggers(QListView.EditTrigger.EditKeyPressed | QListView.EditTrigger.DoubleClicked)
+        self.chatList.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.chatList.setUniformItemSizes(True)
+        self.undoBar = QFrame(objectName="undoBar")
+        ul = QHBoxLayout(self.undoBar)
+        ul.setContentsMargins(8, 4, 4, 4)
+        self.undoLabel = QLabel("", wordWrap=True)
+        self.undoButton = QToolButton(text="Undo", objectName="undoDelete")
+        ul.addWidget(self.undoLabel, 1)
+        ul.addWidget(self.undoButton)
+        self.undoBar.hide()
+        sl.addWidget(self.newChatButton)
+        sl.addWidget(self.chatSearch)
+        sl.addWidget(self.chatList, 1)
+        sl.addWidget(self.undoBar)
+
+        # Top bar: preset, model, backend, model info, sampling toggle.
+        top = QWidget(objectName="topBar")
+        tl = QHBoxLayout(top)
+        tl.setContentsMargins(12, 6, 12, 6)
+        self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=16)
+        self.presetPicker.setToolTip("Preset: system prompt, tools and sampling for this chat")
+        self.modelPicker = QComboBox(objectName="modelPicker", minimumContentsLength=18)
+        self.modelPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.backendPicker = QComboBox(objectName="backendPicker")
+        for label, data in (("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu")):
+            self.backendPicker.addItem(label, data)
+        self.modelInfo = QLabel("", objectName="modelInfo")
+        self.samplingToggle = QToolButton(text="Sampling", objectName="samplingToggle", checkable=True)
+        tl.addWidget(QLabel("Preset"))
+        tl.addWidget(self.presetPicker)
+        tl.addSpacing(10)
+        tl.addWidget(QLabel("Model"))
+        tl.addWidget(self.modelPicker)
+        tl.addWidget(self.backendPicker)
+        tl.addWidget(self.modelInfo, 1)
+        tl.addWidget(self.samplingToggle)
+
+        # Centre: banner, conversation, progress, input.
+        self.banner = QFrame(objectName="banner")
+        bl = QHBoxLayout(self.banner)
+        bl.setContentsMargins(12, 6, 6, 6)
+        self.bannerLabel = QLabel("", wordWrap=True, objectName="bannerText")
+        self.bannerLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton(text="✕", autoRaise=True)
+        close.clicked.connect(self.banner.hide)
+        bl.addWidget(self.bannerLabel, 1)
+        bl.addWidget(close)
+        self.banner.hide()
+        self.messageView = MessageView()
+        self.messageView.setModel(self.conversation.model)
+        self.workBar = QWidget()
+        wl = QHBoxLayout(self.workBar)
+        wl.setContentsMargins(24, 2, 24, 2)
+        self.workLabel = QLabel("", objectName="workLabel")
+        self.workProgress = QProgressBar(objectName="workProgress", textVisible=False)
+        wl.addWidget(self.workLabel)
+        wl.addWidget(self.workProgress, 1)
+        self.workBar.hide()
+        inputFrame = QFrame(objectName="messageInputFrame")
+        il = QHBoxLayout(inputFrame)
+        il.setContentsMargins(10, 6, 6, 6)
+        self.messageInput = MessageInput()
+        self.sendButton = QPushButton("Send", objectName="sendButton")
+        self.sendButton.setToolTip("Send (Enter or Ctrl+Enter)")
+        self.stopButton = QPushButton("Stop", objectName="stopButton")
+        self.stopButton.setToolTip("Stop the reply (Esc)")
+        self.stopButton.hide()
+        il.addWidget(self.messageInput, 1)
+        il.addWidget(self.sendButton, 0, Qt.AlignmentFlag.AlignBottom)
+        il.addWidget(self.stopButton, 0, Qt.AlignmentFlag.AlignBottom)
+        self.editHint = QLabel("", objectName="hint")
+        self.editHint.hide()
+        centre = QWidget()
+        cl = QVBoxLayout(centre)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setSpacing(0)
+        cl.addWidget(top)
+        cl.addWidget(self.banner)
+        cl.addWidget(self.messageView, 1)
+        cl.addWidget(self.workBar)
+        bottom = QWidget(objectName="messageColumn")
+        bo = QVBoxLayout(bottom)
+        bo.setContentsMargins(24, 6, 24, 12)
+        bo.addWidget(self.editHint)
+        bo.addWidget(inputFrame)
+        cl.addWidget(bottom)
+
+        self.samplingPanel = SamplingPanel()
+        self.splitter = QSplitter(objectName="mainSplitter")
+        self.splitter.addWidget(side)
+        self.splitter.addWidget(centre)
+        self.splitter.addWidget(self.samplingPanel)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setCollapsible(1, False)
+        self.splitter.setSizes([250, 800, 230])
+        self.setCentralWidget(self.splitter)
+
+        # Status bar.
+        sb = self.statusBar()
+        self.statusContext = QProgressBar(objectName="statusContext")
+        self.statusContext.setToolTip("Context used / context size (tokens)")
+        self.statusContext.setFormat("context %v / %m")
+        self.statusContext.setRange(0, 1)
+        self.statusContext.setValue(0)
+        self.statusKv = QLabel("", objectName="statusKv")
+        self.statusSpeed = QLabel("", objectName="statusSpeed")
+        self.statusPrefix = QLabel("", objectName="statusPrefix")
+        sb.addWidget(self.statusPrefix, 1)
+        sb.addPermanentWidget(self.statusSpeed)
+        sb.addPermanentWidget(self.statusKv)
+        sb.addPermanentWidget(self.statusContext)
+
+        self._menus()
+        self.resize(1280, 820)
+
+    def _menus(self) -> None:
+        mb = self.menuBar()
+        f = mb.addMenu("&File")
+        self.newChatAction = f.addAction("New chat", self.new_chat)
+        self.newChatAction.setShortcut(QKeySequence.StandardKey.New)
+        f.addAction("Open model file…", self._open_model_file)
+        f.addSeparator()
+        f.addAction("Quit", QKeySequence.StandardKey.Quit, self.close)
+        c = mb.addMenu("&Chat")
+        self.regenerateAction = c.addAction("Regenerate last reply", self.regenerate)
+        self.regenerateAction.setShortcut(QKeySequence("Ctrl+R"))
+        c.addAction("Rename chat", self._rename_current, QKeySequence("F2"))
+        c.addAction("Delete chat", self._delete_current)
+        p = mb.addMenu("&Presets")
+        p.addAction("Manage presets…", self.open_preset_manager)
+        v = mb.addMenu("&View")
+        self.themeGroup = QActionGroup(self)
+        for label, key in (("Follow system", "system"), ("Light", "light"), ("Dark", "dark")):
+            a = QAction(f"Theme: {label}", self, checkable=True)
+            a.setData(key)
+            self.themeGroup.addAction(a)
+            v.addAction(a)
+        self.themeGroup.triggered.connect(lambda a: self.set_theme(a.data()))
+        v.addSeparator()
+        v.addAction("Sampling panel", self.samplingToggle.toggle)
+        s = mb.addMenu("&Settings")
+        s.addAction("Prefix cache…", self.open_cache_panel)
+
+    def _wire(self) -> None:
+        w = self.client.worker
+        w.modelLoaded.connect(self._on_model_loaded)
+        w.modelFailed.connect(self._on_model_failed)
+        w.prefixReady.connect(self._on_prefix)
+        w.progress.connect(self._on_progress)
+        w.contextChanged.connect(self._on_context)
+        w.failed.connect(self._on_worker_failed)
+        w.delta.connect(self._on_first_delta)
+        self.client.busyChanged.connect(self._on_busy)
+        cv = self.conversation
+        cv.generatingChanged.connect(self._on_generating)
+        cv.replyFinished.connect(self._on_reply_finished)
+        cv.chatCreated.connect(self._on_chat_created)
+        cv.chatChanged.connect(self._on_chat_changed)
+        self.sendButton.clicked.connect(self.send)
+        self.stopButton.clicked.connect(self.stop)
+        self.messageInput.sendRequested.connect(self.send)
+        self.newChatButton.clicked.connect(self.new_chat)
+        self.chatSearch.textChanged.connect(self.chatFilter.set_search)
+        self.chatList.selectionModel().currentChanged.connect(self._on_chat_selected)
+        self.chatList.customContextMenuRequested.connect(self._chat_menu)
+        self.undoButton.clicked.connect(self.undo_delete)
+        self.messageView.editRequested.connect(self.edit_message)
+        self.messageView.regenerateRequested.connect(self.regenerate)
+        self.presetPicker.activated.connect(self._on_preset_picked)
+        self.modelPicker.activated.connect(self._on_model_picked)
+        self.backendPicker.activated.connect(self._on_backend_picked)
+        self.samplingPanel.samplingEdited.connect(self._on_sampling_edited)
+        self.samplingToggle.toggled.connect(self._on_sampling_toggled)
+        QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
+        QShortcut(QKeySequence("Ctrl+Enter"), self, self.send)
+        QShortcut(QKeySequence("Escape"), self, self._on_escape)
+        QShortcut(QKeySequence("Ctrl+K"), self, self._focus_search)
+        QShortcut(QKeySequence.StandardKey.Delete, self.chatList, self._delete_current,
+                  context=Qt.ShortcutContext.WidgetShortcut)
+        QApplication.styleHints().colorSchemeChanged.connect(lambda _: self._apply_theme())
+
+    def _restore(self) -> None:
+        s = self.settings
+        if s.get("window/geometry"):
+            self.restoreGeometry(s.get("window/geometry"))
+        if s.get("window/splitter"):
+            self.splitter.restoreState(s.get("window/splitter"))
+        for a in self.themeGroup.actions():
+            a.setChecked(a.data() == s.get("ui/theme"))
+        self._apply_theme()
+        self.samplingToggle.setChecked(s.get("ui/sampling_panel"))
+        self.samplingPanel.setVisible(s.get("ui/sampling_panel"))
+        self.backendPicker.setCurrentIndex(max(0, self.backendPicker.findData(s.get("model/backend"))))
+        self._fill_presets()
+        self._fill_models(s.get("model/path"))
+        last = s.get("chat/last")
+        row = self.chatModel.row_of(last) if last else -1
+        if row < 0 and self.chatModel.rowCount():
+            row = 0
+        if row >= 0:
+            self._select_chat_row(row)
+        else:
+            self._show_chat(None)
+        self.load_model(s.get("model/path"))
+
+    # -- theme ----------------------------------------------------------------------------------------
+    def set_theme(self, choice: str) -> None:
+        self.settings.set("ui/theme", choice)
+        for a in self.themeGroup.actions():
+            a.setChecked(a.data() == choice)
+        self._apply_theme()
+
+    def _apply_theme(self) -> None:
+        self.dark = theme.apply(QApplication.instance(), self.settings.get("ui/theme"))
+
+    # -- banner and progress --------------------------------------------------------------------------
+    def show_banner(self, text: str, kind: str = "error") -> None:
+        self.banner.setProperty("kind", kind)
+        self.banner.style().unpolish(self.banner)
+        self.banner.style().polish(self.banner)
+        self.bannerLabel.setText(text)
+        self.banner.show()
+        if kind == "error":
+            self.last_error = text
+
+    def _on_progress(self, what: str, done: int, total: int) -> None:
+        self.workLabel.setText(what + (f"  {done} / {total}" if total and done else ""))
+        self.workProgress.setRange(0, total if total and done else 0)
+        if total and done:
+            self.workProgress.setValue(done)
+        self.workBar.show()
+
+    def _on_busy(self, busy: bool) -> None:
+        if not busy:
+            self.workBar.hide()
+
+    def _on_first_delta(self, *_):
+        if self.workBar.isVisible():
+            self.workBar.hide()
+
+    def _on_worker_failed(self, rid: int, message: str) -> None:
+        if rid < 0:   # not tied to a reply (for example a prefix that could not be computed)
+            self.show_banner(message)
+
+    def _on_context(self, d: dict) -> None:
+        n = max(1, d.get("n_ctx", 0))
+        self.statusContext.setRange(0, n)
+        self.statusContext.setValue(min(n, d.get("used", 0)))
+        self.statusKv.setText(f"KV cache {human_bytes(d.get('kv_bytes', 0))}" if d.get("kv_bytes") else "")
+
+    def _on_prefix(self, res: dict) -> None:
+        self.last_prefix_result = res
+        p = self.presets.get(res.get("preset", ""))
+        name = f" “{p.name}”" if p else ""
+        verb = "Restored" if res["action"] == "restored" else "Computed"
+        self.statusPrefix.setText(f"{verb} preset prefix{name} in {res['ms']:.0f} ms ({res['tokens']} tokens)")
+        self.prefixResult.emit(res)
+
+    # -- models ---------------------------------------------------------------------------------------
+    def _fill_models(self, current: str) -> None:
+        mp = self.modelPicker
+        mp.clear()
+        mp.addItem("SmolLM2 135M Instruct (default)", "")
+        for r in self.settings.get("model/recent"):
+            if r.get("path") and os.path.exists(r["path"]):
+                mp.addItem(os.path.basename(r["path"]), r["path"])
+                mp.setItemData(mp.count() - 1, r["path"], Qt.ItemDataRole.ToolTipRole)
+        mp.insertSeparator(mp.count())
+        mp.addItem("Open GGUF file…", OPEN_GGUF)
+        mp.setCurrentIndex(max(0, mp.findData(current)))
+
+    def load_model(self, path: str) -> None:
+        self._loading_path = path
+        self.modelInfo.setText("loading…")
+        self.client.load_model(path, self.backendPicker.currentData(), self.settings.get("model/n_ctx"))
+
+    def _open_model_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", os.path.expanduser("~"),
+                                              "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.load_model(path)
+        else:
+            self._fill_models(self.model_info.get("path_setting", ""))
+
+    def _on_model_picked(self, index: int) -> None:
+        data = self.modelPicker.itemData(index)
+        if data == OPEN_GGUF:
+            self._open_model_file()
+        elif data != self.model_info.get("path_setting"):
+            self.load_model(data)
+
+    def _on_backend_picked(self, index: int) -> None:
+        self.settings.set("model/backend", self.backendPicker.itemData(index))
+        self.load_model(self.model_info.get("path_setting", self.settings.get("model/path")))
+
+    def _on_model_loaded(self, info: dict) -> None:
+        path = self._loading_path or ""
+        info["path_setting"] = path
+        self.model_info = info
+        self.conversation.model_name = info.get("name", "")
+        self.settings.set("model/path", path)
+        if path:
+            recent = [r for r in self.settings.get("model/recent") if r.get("path") != path]
+            recent.insert(0, {"path": path, "name": info.get("name"), "arch": info.get("arch"),
+                              "quant": info.get("quant"), "size": info.get("size_bytes")})
+            self.settings.set("model/recent", recent[:8])
+        self._fill_models(path)
+        self.modelInfo.setText(f"{info.get('arch', '?')} · {human_params(info.get('params', 0))} · "
+                               f"{info.get('quant', '?')} · {human_bytes(info.get('size_bytes', 0))}  —  "
+                               f"{info.get('adapter', '')}")
+        self.modelInfo.setToolTip(f"{info.get('path')}\nloaded in {info.get('load_s', 0):.2f} s, "
+                                  f"context {info.get('n_ctx')} tokens")
+        self.backendPicker.setToolTip(f"Running on: {info.get('adapter', '')}")
+        self._update_empty_hint()
+        self.modelReady.emit(info)
+        self.warm_preset()
+
+    def _on_model_failed(self, message: str) -> None:
+        still = self.model_info.get("name")
+        self.show_banner(f"Could not load the model: {message}"
+                         + (f"  {still} is still loaded." if still else ""))
+        self.modelInfo.setText(self.modelInfo.text() if still else "no model loaded")
+        self._fill_models(self.model_info.get("path_setting", ""))
+
+    # -- presets --------------------------------------------------------------------------------------
+    def _fill_presets(self) -> None:
+        pp = self.presetPicker
+        cur = pp.currentData() or self.settings.get("preset/last")
+        pp.clear()
+        for p in self.presets.presets:
+            pp.addItem(p.name, p.id)
+        pp.setCurrentIndex(max(0, pp.findData(cur)))
+
+    def current_preset(self):
+        return self.presets.get(self.presetPicker.currentData()) or self.presets.presets[0]
+
+    def select_preset(self, pid: str) -> None:
+        """Use preset `pid` for the open chat (and new chats), and make its prefix resident."""
+        i = self.presetPicker.findData(pid)
+        if i < 0:
+            return
+        self.presetPicker.setCurrentIndex(i)
+        self._on_preset_picked(i)
+
+    def _on_preset_picked(self, index: int) -> None:
+        pid = self.presetPicker.itemData(index)
+        self.settings.set("preset/last", pid)
+        if self.conversation.chat_id is not None:
+            self.chats.set_chat_preset(self.conversation.chat_id, pid)
+        self._show_sampling()
+        self._update_empty_hint()
+        self.warm_preset()
+
+    def warm_preset(self) -> None:
+        """Ask the worker to make the current preset's prefix resident (restore or compute)."""
+        if not self.model_info:
+            return
+        p = self.current_preset()
+        self.client.prepare_prefix(p.id, p.system_prompt, p.tools)
+
+    def _show_sampling(self) -> None:
+        p = self.current_preset()
+        self.samplingPanel.set_sampling(p.sampling, p.name)
+
+    def _on_sampling_edited(self, s: dict) -> None:
+        p = self.current_preset().copy()
+        p.sampling = s
+        self.presets.update(p)
+
+    def _on_sampling_toggled(self, on: bool) -> None:
+        self.samplingPanel.setVisible(on)
+        self.settings.set("ui/sampling_panel", on)
+
+    def open_preset_manager(self) -> PresetManager:
+        dlg = PresetManager(self.presets, self)
+        dlg.select(self.current_preset().id)
+        dlg.presetsChanged.connect(self._on_presets_changed)
+        self.presetManager = dlg
+        dlg.show()
+        return dlg
+
+    def _on_presets_changed(self, pid: str) -> None:
+        before = self.presetPicker.currentData()
+        self._fill_presets()
+        self._show_sampling()
+        if pid == before or self.presetPicker.currentData() != before:
+            self.warm_preset()   # an edited preset has a new key: its image is computed on demand
+
+    def open_cache_panel(self) -> CachePanel:
+        dlg = CachePanel(self.client, self)
+        self.cachePanel = dlg
+        dlg.refresh()
+        dlg.show()
+        return dlg
+
+    # -- chats ----------------------------------------------------------------------------------------
+    def new_chat(self) -> None:
+        cv = self.conversation
+        if cv.chat_id is not None and cv.model.rowCount() == 0:
+            self.messageInput.setFocus()
+            return
+        cv.new_chat(self.current_preset().id)
+        self.messageInput.setFocus()
+
+    def _on_chat_created(self, chat) -> None:
+        self.chatModel.insert_chat(chat, 0)
+        self._select_chat_row(0)
+
+    def _on_chat_changed(self, chat_id: int) -> None:
+        chat = self.chats.chat(chat_id)
+        row = self.chatModel.row_of(chat_id)
+        if chat and row >= 0:
+            self.chatModel.refresh_chat(chat)
+            self.chatModel.move_to_top(chat_id)
+
+    def _select_chat_row(self, row: int) -> None:
+        idx = self.chatFilter.mapFromSource(self.chatModel.index(row))
+        if idx.isValid():
+            self.chatList.setCurrentIndex(idx)
+        else:
+            self._show_chat(self.chatModel.chat(row).id)
+
+    def _on_chat_selected(self, cur, _prev) -> None:
+        if cur.isValid():
+            cid = cur.data(IdRole)
+            if cid != self.conversation.chat_id:
+                self._show_chat(cid)
+
+    def _show_chat(self, chat_id: int | None) -> None:
+        self.cancel_edit()
+        self.conversation.open_chat(chat_id)
+        self.settings.set("chat/last", chat_id or 0)
+        chat = self.chats.chat(chat_id) if chat_id else None
+        if chat and self.presets.get(chat.preset_id):
+            self.presetPicker.setCurrentIndex(self.presetPicker.findData(chat.preset_id))
+        self._show_sampling()
+        self._update_empty_hint()
+        self.messageView.scroll_to_bottom()
+        self.warm_preset()
+
+    def _update_empty_hint(self) -> None:
+        p = self.current_preset()
+        model = self.model_info.get("name") or "the model"
+        self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Ask anything. {model} runs entirely on "
+                                        "this computer; nothing leaves it.")
+
+    def _chat_menu(self, pos) -> None:
+        idx = self.chatList.indexAt(pos)
+        if not idx.isValid():
+            return
+        m = QMenu(self)
+        m.addAction("Rename", lambda: self.chatList.edit(idx))
+        m.addAction("Delete", lambda: self.delete_chat(idx.data(IdRole)))
+        m.exec(self.chatList.viewport().mapToGlobal(pos))
+
+    def _rename_current(self) -> None:
+        idx = self.chatList.currentIndex()
+        if idx.isValid():
+            self.chatList.edit(idx)
+
+    def _delete_current(self) -> None:
+        if self.conversation.chat_id is not None:
+            self.delete_chat(self.conversation.chat_id)
+
+    def delete_chat(self, chat_id: int) -> None:
+        if self.conversation.generating and self.conversation._gen["chat"] == chat_id:
+            self.conversation.stop()
+            return
+        self.chats.delete_chat(chat_id)
+        removed = self.chatModel.remove_chat(chat_id)
+        if removed is None:
+            return
+        self._undo = (chat_id, removed[0], removed[1])
+        self.undoLabel.setText(f"Deleted “{removed[1].title}”.")
+        self.undoBar.show()
+        if self.conversation.chat_id == chat_id:
+            if self.chatModel.rowCount():
+                self._select_chat_row(min(removed[0], self.chatModel.rowCount() - 1))
+            else:
+                self._show_chat(None)
+
+    def undo_delete(self) -> None:
+        if self._undo is None:
+            return
+        chat_id, row, chat = self._undo
+        self._undo = None
+        self.chats.undelete_chat(chat_id)
+        self.chatModel.insert_chat(chat, min(row, self.chatModel.rowCount()))
+        self._select_chat_row(self.chatModel.row_of(chat_id))
+        self.undoBar.hide()
+
+    def _focus_search(self) -> None:
+        self.chatSearch.setFocus()
+        self.chatSearch.selectAll()
+
+    # -- sending --------------------------------------------------------------------------------------
+    def send(self) -> bool:
+        text = self.messageInput.toPlainText()
+        if not text.strip() or self.conversation.generating:
+            return False
+        had_chat = self.conversation.chat_id is not None
+        ok = self.conversation.send(text, self.current_preset().id, self._edit_row)
+        if ok:
+            self.messageInput.clear()
+            self.cancel_edit()
+            self.messageView.scroll_to_bottom()
+            if not had_chat:
+                self._select_chat_row(self.chatModel.row_of(self.conversation.chat_id))
+        return ok
+
+    def stop(self) -> None:
+        self.conversation.stop()
+
+    def regenerate(self) -> bool:
+        return self.conversation.regenerate()
+
+    def edit_message(self, row: int) -> None:
+        """Put a user message in the input box; sending replaces it and everything after it."""
+        if self.conversation.generating:
+            return
+        m = self.conversation.model.message(row)
+        self._edit_row = row
+        self.messageInput.setPlainText(m.content)
+        self.editHint.setText("Editing a message: Enter resends from there (later messages are replaced), "
+                              "Esc cancels.")
+        self.editHint.show()
+        self.messageInput.setFocus()
+
+    def cancel_edit(self) -> None:
+        if self._edit_row is not None:
+            self._edit_row = None
+            self.messageInput.clear()
+        self.editHint.hide()
+
+    def _on_escape(self) -> None:
+        if self.conversation.generating:
+            self.stop()
+        elif self._edit_row is not None:
+            self.cancel_edit()
+
+    def _on_generating(self, on: bool) -> None:
+        self.sendButton.setVisible(not on)
+        self.stopButton.setVisible(on)
+        self.regenerateAction.setEnabled(not on)
+
+    def _on_reply_finished(self, stats: dict) -> None:
+        parts = []
+        if stats.get("prefill_tps"):
+            parts.append(f"prefill {stats['prefill_tps']:.0f} tok/s")
+        if stats.get("decode_tps"):
+            parts.append(f"decode {stats['decode_tps']:.1f} tok/s")
+        self.statusSpeed.setText("  ·  ".join(parts))
+
+    # -- quitting -------------------------------------------------------------------------------------
+    def closeEvent(self, e) -> None:
+        if not self._closed:
+            self._closed = True
+            s = self.settings
+            s.set("window/geometry", bytes(self.saveGeometry().data()))
+            s.set("window/splitter", bytes(self.splitter.saveState().data()))
+            self.client.shutdown()
+            self.conversation.close()
+            s.sync()
+        super().closeEvent(e)
+
+    def sizeHint(self) -> QSize:
+        return QSize(1280, 820)

@@ -1,0 +1,221 @@
+"""The engine worker: one QObject on one QThread does all model work, serially.
+
+The GUI thread never calls the engine. `EngineClient` (GUI thread) owns the QThread and the worker and
+turns method calls into queued signals; the worker answers with signals only (gpt4all's worker wrote
+into the GUI's list model and needed a mutex in `data()`; ours never touches a model or a widget).
+Stop is a threading.Event the worker's generate loop checks between tokens; quitting sets it, asks
+the thread's event loop to quit and waits, so a reply in progress ends cleanly.
+
+Worker signals (all delivered queued to the GUI thread):
+    progress(str what, int done, int total)   long work started/advanced (total 0 = unknown)
+    modelLoaded(dict ModelInfo), modelFailed(str message)
+    prefixReady(dict {"action", "ms", "tokens", "reason"})
+    delta(int request, str text)              streamed text, per token
+    finished(int request, dict stats)         stop_reason, tokens/s, ttft ...
+    failed(int request, str message)          an engine error; the app stays usable
+    contextChanged(dict {"used", "n_ctx", "kv_bytes"})
+    cacheListed(dict {"images", "total", "cap"})
+    idle()                                    a request is done, nothing is running
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from .backends import ChatBackend
+
+log = logging.getLogger(__name__)
+
+
+class EngineWorker(QObject):
+    progress = Signal(str, int, int)
+    modelLoaded = Signal(dict)
+    modelFailed = Signal(str)
+    prefixReady = Signal(dict)
+    delta = Signal(int, str)
+    finished = Signal(int, dict)
+    failed = Signal(int, str)
+    contextChanged = Signal(dict)
+    cacheListed = Signal(dict)
+    idle = Signal()
+
+    def __init__(self, backend: ChatBackend, shutdown: threading.Event):
+        super().__init__()
+        self.backend = backend
+        self._shutdown = shutdown
+
+    def _progress(self, what: str, done: int, total: int) -> None:
+        self.progress.emit(what, done, total)
+
+    @Slot(object)
+    def load_model(self, req: dict) -> None:
+        if self._shutdown.is_set():
+            return
+        try:
+            info = self.backend.load(req.get("path") or None, req.get("backend", "auto"),
+                                     int(req.get("n_ctx", 4096)), self._progress)
+            self.modelLoaded.emit(info.to_dict())
+        except Exception as e:  # noqa: BLE001  any failure leaves the previous model loaded
+            log.warning("model load failed: %s", traceback.format_exc())
+            self.modelFailed.emit(_readable(e))
+        self.contextChanged.emit(self.backend.context())
+        self.idle.emit()
+
+    @Slot(object)
+    def prepare_prefix(self, req: dict) -> None:
+        if self._shutdown.is_set() or not self._ready():
+            return
+        try:
+            res = self.backend.prepare_prefix(req.get("system", ""), req.get("tools", []), self._progress)
+            if res is not None:
+                res["preset"] = req.get("preset", "")
+                self.prefixReady.emit(res)
+        except Exception as e:  # noqa: BLE001
+            log.warning("prefix failed: %s", traceback.format_exc())
+            self.failed.emit(-1, _readable(e))
+        self.contextChanged.emit(self.backend.context())
+        self.idle.emit()
+
+    @Slot(object)
+    def generate(self, req: dict) -> None:
+        rid = req["id"]
+        cancel_event: threading.Event = req["cancel"]
+        if self._shutdown.is_set():
+            return
+        if not self._ready():
+            self.failed.emit(rid, "No model is loaded yet.")
+            self.idle.emit()
+            return
+        cancel = lambda: cancel_event.is_set() or self._shutdown.is_set()  # noqa: E731
+        try:
+            res = self.backend.prepare_prefix(req.get("system", ""), req.get("tools", []), self._progress)
+            if res is not None:
+                res["preset"] = req.get("preset", "")
+                self.prefixReady.emit(res)
+            stats = {}
+            for ev in self.backend.stream(req["messages"], req.get("tools", []), req["sampling"], cancel):
+                if ev.text:
+                    self.delta.emit(rid, ev.text)
+                if ev.final:
+                    stats = ev.stats or {}
+            if cancel_event.is_set():
+                stats["stop_reason"] = "stopped"
+            self.finished.emit(rid, stats)
+        except Exception as e:  # noqa: BLE001  engine errors become a message in the chat
+            log.warning("generation failed: %s", traceback.format_exc())
+            self.failed.emit(rid, _readable(e))
+        self.contextChanged.emit(self.backend.context())
+        self.idle.emit()
+
+    @Slot(str)
+    def cache(self, op: str) -> None:
+        try:
+            if op == "clear":
+                self.backend.clear_cache()
+            self.cacheListed.emit(self.backend.cache_images())
+        except Exception as e:  # noqa: BLE001
+            log.warning("cache listing failed: %s", traceback.format_exc())
+            self.cacheListed.emit({"images": [], "total": 0, "cap": 0, "error": _readable(e)})
+
+    def _ready(self) -> bool:
+        return getattr(self.backend, "engine", True) is not None
+
+
+def _readable(e: Exception) -> str:
+    from engine import EngineError
+    if isinstance(e, EngineError):
+        return str(e)
+    if isinstance(e, (OSError, ValueError)):
+        return str(e) or type(e).__name__
+    return f"Internal error ({type(e).__name__}: {e}). The app is still usable; details are in the log."
+
+
+class EngineClient(QObject):
+    """GUI-thread handle on the worker thread. Call its methods; connect to `worker`'s signals.
+
+    Signals:
+        busyChanged(bool): a request is running (or queued) / all done.
+    """
+
+    busyChanged = Signal(bool)
+    _loadRequested = Signal(object)
+    _prefixRequested = Signal(object)
+    _generateRequested = Signal(object)
+    _cacheRequested = Signal(str)
+
+    def __init__(self, backend: ChatBackend, parent=None):
+        super().__init__(parent)
+        self._shutdown = threading.Event()
+        self._cancel = threading.Event()
+        self._pending = 0
+        self._next_id = 0
+        self.thread = QThread()
+        self.thread.setObjectName("engineThread")
+        self.worker = EngineWorker(backend, self._shutdown)
+        self.worker.moveToThread(self.thread)
+        # Signals across threads with an object living in the other thread are queued.
+        self._loadRequested.connect(self.worker.load_model)
+        self._prefixRequested.connect(self.worker.prepare_prefix)
+        self._generateRequested.connect(self.worker.generate)
+        self._cacheRequested.connect(self.worker.cache)
+        self.worker.idle.connect(self._on_idle)
+        self.thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._pending > 0
+
+    def _queued(self) -> None:
+        self._pending += 1
+        if self._pending == 1:
+            self.busyChanged.emit(True)
+
+    def _on_idle(self) -> None:
+        self._pending = max(0, self._pending - 1)
+        if self._pending == 0:
+            self.busyChanged.emit(False)
+
+    def load_model(self, path: str, backend: str, n_ctx: int) -> None:
+        self._queued()
+        self._loadRequested.emit({"path": path, "backend": backend, "n_ctx": n_ctx})
+
+    def prepare_prefix(self, preset_id: str, system: str, tools: list) -> None:
+        self._queued()
+        self._prefixRequested.emit({"preset": preset_id, "system": system, "tools": tools})
+
+    def generate(self, messages: list[dict], tools: list, sampling: dict, system: str = "",
+                 preset_id: str = "") -> int:
+        self._next_id += 1
+        self._cancel = threading.Event()
+        self._queued()
+        self._generateRequested.emit({"id": self._next_id, "messages": messages, "tools": tools,
+                                      "sampling": sampling, "system": system, "preset": preset_id,
+                                      "cancel": self._cancel})
+        return self._next_id
+
+    def stop(self) -> None:
+        """Ask the reply in progress to end after the current token (thread-safe: only sets a flag)."""
+        self._cancel.set()
+
+    def list_cache(self) -> None:
+        self._cacheRequested.emit("list")
+
+    def clear_cache(self) -> None:
+        self._cacheRequested.emit("clear")
+
+    def shutdown(self, timeout_ms: int = 20000) -> bool:
+        """Stop generation, end the thread's event loop and wait for it. True if it ended in time."""
+        self._shutdown.set()
+        self._cancel.set()
+        self.thread.quit()
+        ok = self.thread.wait(timeout_ms)
+        if ok:
+            try:
+                self.worker.backend.close()
+            except Exception:  # noqa: BLE001
+                log.warning("backend close failed: %s", traceback.format_exc())
+        return ok

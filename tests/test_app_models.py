@@ -1,0 +1,99 @@
+"""app.models and app.message_view: the item models (checked by qtmodeltester) and the bubbles."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from app.chat_store import ChatStore, Message
+from app.message_view import MessageView, format_stats, split_markdown
+from app.models import ChatFilterModel, ChatListModel, IdRole, MessageModel, PresetListModel, StreamingRole
+from app.preset_store import PresetStore
+
+
+def _store(tmp_path, n=3):
+    s = ChatStore(tmp_path / "c.db")
+    for i in range(n):
+        c = s.create_chat(f"chat {i}")
+        s.add_message(c.id, Message("user", f"message about topic{i}"))
+    return s
+
+
+def test_chat_list_model(qtmodeltester, tmp_path):
+    s = _store(tmp_path)
+    m = ChatListModel(s)
+    qtmodeltester.check(m)
+    assert m.rowCount() == 3
+    assert m.setData(m.index(0), "Renamed")
+    assert s.chat(m.index(0).data(IdRole)).title == "Renamed"
+    assert not m.setData(m.index(0), "   ")
+    c = s.create_chat("new")
+    m.insert_chat(c)
+    m.move_to_top(m.chat(2).id)
+    m.remove_chat(c.id)
+    qtmodeltester.check(m)
+
+
+def test_chat_filter_searches_messages(qtmodeltester, tmp_path):
+    s = _store(tmp_path)
+    m = ChatListModel(s)
+    f = ChatFilterModel(s)
+    f.setSourceModel(m)
+    f.set_search("topic1")
+    assert f.rowCount() == 1 and f.index(0, 0).data() == "chat 1"
+    qtmodeltester.check(f)
+    f.set_search("")
+    assert f.rowCount() == 3
+
+
+def test_message_model_streaming(qtmodeltester, qtbot):
+    m = MessageModel()
+    m.set_messages([Message("user", "hi", 1)])
+    row = m.append(Message("assistant", ""), streaming=True)
+    assert m.index(row).data(StreamingRole)
+    with qtbot.waitSignal(m.dataChanged):
+        m.append_text(row, "Hel")
+    m.append_text(row, "lo")
+    assert m.index(row).data() == "Hello"
+    m.finish(row, {"decode_tps": 10.0})
+    assert not m.index(row).data(StreamingRole)
+    qtmodeltester.check(m)
+    m.truncate(1)
+    assert m.rowCount() == 1
+    qtmodeltester.check(m)
+
+
+def test_preset_list_model(qtmodeltester, tmp_path):
+    m = PresetListModel(PresetStore(tmp_path / "p.json"))
+    qtmodeltester.check(m)
+    assert m.index(0).data(Qt.ItemDataRole.DisplayRole) == m.store.presets[0].name
+
+
+def test_split_markdown_finds_code_blocks_even_unclosed():
+    text = "Here:\n```python\nprint(1)\n```\nand then\n~~~\nraw\n"
+    assert split_markdown(text) == [("md", "Here:\n"), ("code", "python", "print(1)"),
+                                    ("md", "and then\n"), ("code", "", "raw\n")]
+    assert split_markdown("plain **bold**") == [("md", "plain **bold**")]
+
+
+def test_format_stats():
+    s = format_stats({"generated_tokens": 12, "decode_tps": 31.25, "ttft_s": 0.12, "stop_reason": "cancelled"})
+    assert "12 tokens" in s and "31.2 tok/s" in s and "first token 120 ms" in s and "stopped" in s
+
+
+def test_message_view_follows_the_model(qtbot):
+    m = MessageModel()
+    v = MessageView()
+    qtbot.addWidget(v)
+    v.setModel(m)
+    m.set_messages([Message("user", "question", 1)])
+    row = m.append(Message("assistant", ""), streaming=True)
+    m.append_text(row, "Sure:\n```python\nprint('x')")
+    b = v.bubbles()
+    assert len(b) == 2 and b[1].text().startswith("Sure")
+    code = b[1].findChild(type(b[1]).__mro__[0].__base__, "codeBlock")  # a QFrame named codeBlock
+    assert code is not None and code.code() == "print('x')"
+    code.copy.click()
+    from PySide6.QtGui import QGuiApplication
+    assert QGuiApplication.clipboard().text() == "print('x')"
+    m.truncate(1)
+    assert len(v.bubbles()) == 1
