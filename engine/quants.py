@@ -287,7 +287,8 @@ _CHUNK_BYTES = 1 << 20
 
 
 # A corrupt or unusual scale (inf, NaN) gives inf/NaN weights, as in llama.cpp; no warnings.
-_QUIET = np.errstate(over="ignore", invalid="ignore")
+def _quiet():
+    return np.errstate(over="ignore", invalid="ignore")
 
 
 def dequantize_blocks(blocks: np.ndarray, gtype: GGMLType, name: str = "tensor") -> np.ndarray:
@@ -299,12 +300,12 @@ def dequantize_blocks(blocks: np.ndarray, gtype: GGMLType, name: str = "tensor")
     n = len(blocks)
     step = max(1, _CHUNK_BYTES // gtype.type_size)
     if n <= step:
-        with _QUIET:
+        with _quiet():
             return fn(blocks)
     out = np.empty((n, gtype.block_size), np.float32)
 
     def run(i: int) -> None:
-        with _QUIET:  # errstate is per thread
+        with _quiet():  # errstate is per thread
             out[i:i + step] = fn(blocks[i:i + step])
 
     # numpy releases the GIL inside these kernels, so chunks on a few threads run in parallel.
