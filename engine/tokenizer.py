@@ -177,6 +177,7 @@ class _Vocab:
     add_eos: bool
     add_space_prefix: bool
     escape_spaces: bool
+    pre_name: str | None = None
     eog_ids: set[int] = field(default_factory=set)
 
 
@@ -212,8 +213,9 @@ def _read_vocab(g: GGUFFile) -> tuple[_Vocab, dict[str, int]]:
                                     f"tokenizer.ggml.tokens is missing)")
     tokens = _string_list(raw_tokens)
     n = len(tokens)
-    for i in (i for i, t in enumerate(tokens) if not t):
-        tokens[i] = f"[EMPTY_{i}]"        # as llama.cpp names them
+    if "" in tokens:
+        for i in (i for i, t in enumerate(tokens) if not t):
+            tokens[i] = f"[EMPTY_{i}]"    # as llama.cpp names them
     index = {t: i for i, t in enumerate(tokens)}
     if len(index) != n:
         seen: set[str] = set()
@@ -266,7 +268,8 @@ def _read_vocab(g: GGUFFile) -> tuple[_Vocab, dict[str, int]]:
             raise GGUFError(f"{name}: tokenizer.ggml.add_{what}_token is true, but "
                             f"tokenizer.ggml.{what}_token_id is not set")
 
-    v = _Vocab(tokens, attrs, kind, pre, bos, eos, unk, add_bos, add_eos, add_space_prefix, escape)
+    v = _Vocab(tokens, attrs, kind, pre, bos, eos, unk, add_bos, add_eos, add_space_prefix, escape,
+               pre_name if kind == "bpe" else None)
     _find_special_tokens(v, meta, index)
     if any(s in str(meta.get("general.name", "")).lower() for s in ("phi-3", "phi3")):
         # llama.cpp strips whitespace after Phi-3's special tokens
@@ -359,15 +362,12 @@ def _bpe(vocab: dict[str, int], merges: list[tuple[str, str]], **kw) -> models.B
         return models.BPE(vocab, ok, **kw)
 
 
-_SEP = "\udcff"   # what byte 0xFF (never in UTF-8) decodes to with errors="surrogateescape"
-
-
 def _string_list(arr) -> list[str]:
     """A GGUF string array as a list, fast: one decode of the whole span instead of one per string.
 
     In the file each string is preceded by its 8-byte length; we turn the first of those bytes into
-    0xFF, drop the other seven, decode once and split at the 0xFF. Anything unusual (a string that
-    is not valid UTF-8) takes the plain path, which decodes each string with replacement."""
+    a NUL, drop the other seven, decode once and split at the NULs. Anything unusual (a string
+    holding a NUL or invalid UTF-8) takes the plain path, which decodes string by string."""
     offsets, lengths = getattr(arr, "offsets", None), getattr(arr, "lengths", None)
     buf = getattr(arr, "_buf", None)
     if buf is None or offsets is None or len(arr) < 2:
@@ -377,19 +377,17 @@ def _string_list(arr) -> list[str]:
     gaps = offsets[1:] - start - 8                     # where each length prefix starts in blob
     if not np.array_equal(gaps, offsets[:-1] + lengths[:-1] - start):
         return arr.tolist()
-    blob[gaps] = 0xFF
+    blob[gaps] = 0
     keep = np.ones(len(blob), bool)
     for j in range(1, 8):
         keep[gaps + j] = False
-    text = blob[keep].tobytes().decode("utf-8", errors="surrogateescape")
-    parts = text.split(_SEP)
-    # a string holding byte 0xFF adds a part; any other invalid UTF-8 leaves a lone surrogate
-    if len(parts) != len(arr) or _INVALID_UTF8.search(text):
+    try:
+        parts = blob[keep].tobytes().decode("utf-8").split("\0")
+    except UnicodeDecodeError:
         return arr.tolist()
-    return parts
+    return parts if len(parts) == len(arr) else arr.tolist()
 
 
-_INVALID_UTF8 = re.compile("[\udc80-\udcfe]")
 _NOT_ONE_SPACE = re.compile(r"(?m)^ |^[^ \n]*$")
 
 
@@ -429,7 +427,8 @@ class Tokenizer:
     """Text <-> token ids for one GGUF model. Build with `Tokenizer.from_gguf(gguf_file)`.
 
     Attributes: n_vocab, bos_id, eos_id (None when the model has none), eog_ids (frozenset of
-    end-of-generation ids), add_bos, add_eos, model (the tokenizer.ggml.model string), pre.
+    end-of-generation ids), add_bos, add_eos, model ("bpe" or "spm"), pre (the pre-tokenizer's
+    name for BPE vocabularies).
     """
 
     def __init__(self, hf: _HFTokenizer, vocab: _Vocab, name: str):
@@ -444,6 +443,9 @@ class Tokenizer:
         self.eog_ids = frozenset(vocab.eog_ids)
         self.add_bos = vocab.add_bos
         self.add_eos = vocab.add_eos
+        self.model = vocab.kind
+        self.add_space_prefix = vocab.add_space_prefix
+        self.pre = vocab.pre_name
 
     @property
     def eos_ids(self) -> frozenset[int]:
@@ -521,12 +523,8 @@ class Tokenizer:
         return out
 
     def __repr__(self) -> str:
-        return (f"Tokenizer({self.name}: {self._v.kind}, pre={self._v.pre and _pre_name(self._v.pre)}, "
+        return (f"Tokenizer({self.name}: {self._v.kind}, pre={self._v.pre_name}, "
                 f"n_vocab={self.n_vocab}, bos={self.bos_id}, eos={self.eos_id}, eog={sorted(self.eog_ids)})")
-
-
-def _pre_name(pre: _Pre) -> str:
-    return next((n for n, p in _PRE_TOKENIZERS.items() if p is pre), "?")
 
 
 def _byte_level_decode(tok: str) -> bytes:
@@ -540,6 +538,9 @@ def _byte_level_decode(tok: str) -> bytes:
 
 class StreamDecoder:
     """Turns ids, fed one at a time, into text deltas without ever emitting half a UTF-8 character.
+
+    Meant for generated tokens, which continue a prompt: unlike `decode`, it keeps the leading
+    space of a SentencePiece token ("▁Hello" is " Hello" after the prompt).
 
         dec = StreamDecoder(tok)
         for i in generated: print(dec.feed(i), end="")
