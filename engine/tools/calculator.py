@@ -191,8 +191,8 @@ FUNCTIONS = {
     "round": (_round, 1, 2),
     "floor": (math.floor, 1, 1),
     "ceil": (math.ceil, 1, 1),
-    "min": (min, 1, None),
-    "max": (max, 1, None),
+    "min": (lambda *xs: min(xs), 1, None),
+    "max": (lambda *xs: max(xs), 1, None),
 }
 CONSTANTS = {"pi": math.pi, "e": math.e}
 
@@ -311,7 +311,7 @@ class _Parser:
             return _check(fn(*args))
         except CalculatorError:
             raise
-        except (ArithmeticError, ValueError) as e:     # OverflowError, decimal errors, math domain
+        except (ArithmeticError, ValueError, TypeError) as e:   # overflow, decimal, math domain
             raise CalculatorError(f"{name.text}: {e or 'the result is out of range'}") from None
 
 

@@ -337,16 +337,17 @@ class ToolCallParser:
     def _step_after_json(self, out, final) -> bool:
         s = self._buf.lstrip(" \t\r\n;")
         if self._fence_open:
-            if not s and not final or (s and FENCE.startswith(s) and not final):
-                return False
+            if not final and FENCE.startswith(s):
+                return False                            # the closing ``` may be arriving
+            self._fence_open = False
             if s.startswith(FENCE):
-                s = s[len(FENCE):].lstrip(" \t\r\n")
-                self._fence_open = False
+                self._buf = s[len(FENCE):]
+                return True
         if not s:
             if final:
                 self._buf = ""
             return False
-        if s.startswith("{") and not self._fence_open:
+        if s.startswith("{"):
             return self._begin_json("", s, "python_tag" if self._origin == "python_tag" else "message")
         self._buf = s
         self._after_call = True
