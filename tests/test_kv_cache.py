@@ -1,0 +1,65 @@
+"""KVCache: one allocation, views without copies, ContextFullError before writing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.errors import ContextFullError, EngineError
+from engine.kv_cache import KVCache
+
+
+@pytest.fixture
+def kv():
+    return KVCache(n_layers=3, n_kv_heads=2, head_dim=4, max_ctx=16)
+
+
+def test_layout_and_nbytes(kv):
+    assert kv.k[0].shape == (2, 16, 4) and kv.k[0].dtype == np.float32
+    assert all(a.flags.c_contiguous for a in kv.k + kv.v)
+    assert kv.nbytes == 2 * 3 * 2 * 16 * 4 * 4
+
+
+def test_read_prefix_is_a_view(kv):
+    k, v = kv.read_prefix(1, 5)
+    assert k.shape == v.shape == (2, 5, 4)
+    assert np.shares_memory(k, kv.k[1]) and np.shares_memory(v, kv.v[1])
+    kv.k[1][1, 4, 2] = 7.0
+    assert k[1, 4, 2] == 7.0
+
+
+def test_write_then_read_round_trip(kv):
+    rng = np.random.default_rng(0)
+    k = rng.standard_normal((2, 6, 4)).astype(np.float32)
+    v = rng.standard_normal((2, 6, 4)).astype(np.float32)
+    kv.write_prefix(2, 6, k, v)
+    rk, rv = kv.read_prefix(2, 6)
+    assert np.array_equal(rk, k) and np.array_equal(rv, v)
+    assert not kv.k[1].any()  # other layers untouched
+
+
+def test_write_prefix_checks_shape(kv):
+    with pytest.raises(EngineError, match="shape"):
+        kv.write_prefix(0, 3, np.zeros((2, 4, 4), np.float32), np.zeros((2, 3, 4), np.float32))
+
+
+def test_context_full_is_raised_before_writing(kv):
+    kv.check_fits(10, 6)
+    with pytest.raises(ContextFullError):
+        kv.check_fits(10, 7)
+    assert issubclass(ContextFullError, EngineError)
+    with pytest.raises(ContextFullError):
+        kv.write_prefix(0, 17, np.zeros((2, 17, 4), np.float32), np.zeros((2, 17, 4), np.float32))
+    assert not kv.k[0].any()
+
+
+def test_truncate_and_clear_keep_the_allocation(kv):
+    buf_k, buf_v = kv.k[0], kv.v[0]
+    kv.n_tokens = 9
+    kv.truncate(4)
+    assert kv.n_tokens == 4
+    kv.truncate(8)  # truncate never grows
+    assert kv.n_tokens == 4
+    kv.clear()
+    assert kv.n_tokens == 0
+    assert kv.k[0] is buf_k and kv.v[0] is buf_v and kv.nbytes == 2 * 3 * 2 * 16 * 4 * 4
