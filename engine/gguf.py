@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ _TYPE_NAMES = {UINT8: "uint8", INT8: "int8", UINT16: "uint16", INT16: "int16", U
 
 # Sanity bounds: a count larger than these cannot be a real file and would make us loop for ever.
 _MAX_DIMS = 8
-_MAX_KEY_LEN = 65536
+_MAX_ARRAY_DEPTH = 16  # arrays of arrays nest this deep at most (real files: 1); deeper is corrupt
 
 
 class StringArray(Sequence[str]):
@@ -141,7 +142,7 @@ class _Cursor:
         except UnicodeDecodeError:
             raise self.fail(f"{what} is not valid UTF-8") from None
 
-    def value(self, vtype: int, key: str):
+    def value(self, vtype: int, key: str, depth: int = 0):
         if vtype in _SCALAR:
             dt = _SCALAR[vtype]
             self.need(dt.itemsize, f"value of {key}")
@@ -162,9 +163,12 @@ class _Cursor:
             if itype == STRING:
                 return self.string_array(count, key)
             if itype == ARRAY:
-                if count > self.size - self.pos:
+                # Each inner array needs at least its 12-byte type and count.
+                if count * 12 > self.size - self.pos:
                     raise self.fail(f"array {key} claims {count} items, more than the file holds")
-                return [self.value(ARRAY, key) for _ in range(count)]
+                if depth >= _MAX_ARRAY_DEPTH:
+                    raise self.fail(f"array {key} nests arrays more than {_MAX_ARRAY_DEPTH} deep")
+                return [self.value(ARRAY, key, depth + 1) for _ in range(count)]
             raise self.fail(f"array {key} has unknown item type {itype}")
         raise self.fail(f"metadata {key} has unknown value type {vtype}")
 
@@ -219,6 +223,12 @@ class GGUFFile:
         dequantize is an UnsupportedModelError now rather than halfway through a reply."""
         path = Path(path)
         try:
+            st = os.stat(path)
+            if stat.S_ISDIR(st.st_mode):
+                raise GGUFError(f"{path.name}: is a directory, not a GGUF model file")
+            if not stat.S_ISREG(st.st_mode):
+                # A FIFO or device would block or never end; a model is a plain file.
+                raise GGUFError(f"{path.name}: is not a regular file, so not a GGUF model")
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size == 0:
@@ -274,7 +284,12 @@ class GGUFFile:
         c.pos = 4
         self.version = c.unpack("<I", "the version")
         if self.version not in (2, 3):
-            raise c.fail(f"GGUF version {self.version} is not supported (only 2 and 3)")
+            hint = ""
+            if self.version & 0xFFFF == 0 and (self.version >> 24) in (2, 3):
+                hint = " (it looks big-endian; Hearth reads little-endian GGUF only)"
+            elif self.version == 1:
+                hint = " (version 1 is the 2023 pre-release format; convert the model again)"
+            raise c.fail(f"GGUF version {self.version} is not supported (only 2 and 3){hint}")
         n_tensors, n_kv = c.unpack("<QQ", "the header counts")
         # Every kv needs >= 12 bytes and every tensor info >= 24: larger counts are corrupt, not big.
         if n_kv * 12 > c.size or n_tensors * 24 > c.size:
@@ -285,10 +300,12 @@ class GGUFFile:
             vtype = c.unpack("<I", f"the type of {key}")
             if vtype not in _TYPE_NAMES:
                 raise c.fail(f"metadata {key} has unknown value type {vtype}")
+            if key in self.metadata:
+                raise c.fail(f"metadata key {key} appears twice")
             self.metadata[key] = c.value(vtype, key)
             self.metadata_types[key] = vtype
         align = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        if not isinstance(align, int) or align <= 0 or align & (align - 1):
+        if type(align) is not int or align <= 0 or align & (align - 1):
             raise c.fail(f"general.alignment {align!r} is not a power of two")
         self.alignment = align
         infos = []
