@@ -101,7 +101,10 @@ class Engine:
 
     def render_chat(self, messages, tools=None, add_generation_prompt: bool = True) -> str:
         if self._template is None:
-            from .chat_template import ChatTemplate  # noqa: PLC0415
+            try:
+                from .chat_template import ChatTemplate  # noqa: PLC0415
+            except ImportError:  # a build without the template module: plain ChatML
+                return _chatml(messages, add_generation_prompt)
             self._template = ChatTemplate.from_gguf(self.gguf)
         return self._template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt)
 
@@ -241,6 +244,11 @@ class Engine:
             if stats.generated_tokens > 1 and stats.decode_s > 0:
                 stats.decode_tps = (stats.generated_tokens - 1) / stats.decode_s
             yield GenerationEvent(tail, None, final=True, stop_reason=reason, stats=stats)
+
+
+def _chatml(messages, add_generation_prompt: bool) -> str:
+    out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return out + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
