@@ -1,0 +1,169 @@
+"""Chat templates: a model's `tokenizer.chat_template` (Jinja) rendered the way Hugging Face's
+`apply_chat_template` renders it, so that the prompt is what the model was trained on.
+
+As in transformers: an ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
+loop-control extension, `{% generation %}` accepted and ignored, `raise_exception(msg)`,
+`strftime_now(fmt)`, and a `tojson` filter that does not escape HTML and takes `indent`,
+`separators`, `sort_keys` and `ensure_ascii`. Variables: `messages`, `tools`,
+`add_generation_prompt`, `bos_token`, `eos_token`, plus any extra ones the caller passes
+(`enable_thinking`, `date_string` ...).
+
+A file without a template gets ChatML (`<|im_start|>role\\ncontent<|im_end|>\\n`). Every failure
+(syntax, an undefined operation, `raise_exception`) is a TemplateError naming the model.
+
+The rendered text holds the template's own BOS text when the template writes `bos_token`; the
+caller tokenizes it with `parse_special=True` and must not add a second BOS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from typing import Any, Callable, Iterable, Mapping
+
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import TemplateError
+from .gguf import GGUFFile
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+class _TemplateRaised(Exception):
+    """raise_exception() inside a template."""
+
+
+class _GenerationTag(Extension):
+    """`{% generation %}...{% endgeneration %}` marks assistant text for training masks in
+    transformers; for rendering it is transparent."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    # transformers' filter: jinja's own escapes <, >, & and ' for HTML, which templates never want
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _raise_exception(message: str):
+    raise _TemplateRaised(message)
+
+
+def _environment(clock: Callable[[], datetime]) -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[_GenerationTag, "jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: clock().strftime(fmt)
+    return env
+
+
+class ChatTemplate:
+    """One model's chat template. `render(messages, tools=None, add_generation_prompt=True)`.
+
+    Messages are dicts with `role` and `content`, and optionally `tool_calls` (OpenAI style:
+    `[{"type": "function", "function": {"name": ..., "arguments": {...}}}]`), `tool_call_id`,
+    `name`, `reasoning_content`. Arguments given as a JSON string are parsed into an object first,
+    as llama.cpp's server does, because templates such as Llama 3's iterate over them.
+    """
+
+    def __init__(self, source: str, *, model_name: str = "model", bos_token: str = "", eos_token: str = "",
+                 is_fallback: bool = False, clock: Callable[[], datetime] = datetime.now):
+        self.source = source
+        self.model_name = model_name
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.is_fallback = is_fallback
+        try:
+            self._template = _environment(clock).from_string(source)
+        except jinja2.TemplateSyntaxError as e:
+            raise TemplateError(f"{model_name}: the chat template does not parse (line {e.lineno}: {e.message})") from e
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile | str | os.PathLike, model_name: str | None = None,
+                  clock: Callable[[], datetime] = datetime.now) -> "ChatTemplate":
+        """The template in `tokenizer.chat_template`, or ChatML when the file has none.
+        `model_name` (for error messages) defaults to `general.name`, then the file name."""
+        if not isinstance(gguf, GGUFFile):
+            gguf = GGUFFile.open(gguf, check_types=False)
+        meta = gguf.metadata
+        name = model_name or str(meta.get("general.name") or gguf.path.name)
+        source = meta.get("tokenizer.chat_template")
+        tokens = meta.get("tokenizer.ggml.tokens")
+
+        def token(key: str) -> str:
+            tid = meta.get(key)
+            if tokens is None or tid is None or not 0 <= int(tid) < len(tokens):
+                return ""
+            return tokens[int(tid)]
+
+        bos, eos = token("tokenizer.ggml.bos_token_id"), token("tokenizer.ggml.eos_token_id")
+        if not isinstance(source, str) or not source.strip():
+            return cls(CHATML_TEMPLATE, model_name=name, bos_token=bos, eos_token=eos, is_fallback=True, clock=clock)
+        return cls(source, model_name=name, bos_token=bos, eos_token=eos, clock=clock)
+
+    @classmethod
+    def chatml(cls, model_name: str = "model") -> "ChatTemplate":
+        return cls(CHATML_TEMPLATE, model_name=model_name, is_fallback=True)
+
+    def render(self, messages: Iterable[Mapping[str, Any]], tools: list[dict] | None = None,
+               add_generation_prompt: bool = True, **extra: Any) -> str:
+        """The prompt text. `extra` become template variables (e.g. enable_thinking=False)."""
+        variables = {"bos_token": self.bos_token, "eos_token": self.eos_token, **extra,
+                     "messages": [_prepare_message(m) for m in messages],
+                     "add_generation_prompt": add_generation_prompt}
+        if tools is not None:
+            variables["tools"] = tools
+        try:
+            return self._template.render(**variables)
+        except _TemplateRaised as e:
+            raise TemplateError(f"{self.model_name}: the chat template refused the conversation: {e}") from None
+        except jinja2.TemplateError as e:
+            raise TemplateError(f"{self.model_name}: the chat template failed: {e}") from e
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+            raise TemplateError(f"{self.model_name}: the chat template failed: {type(e).__name__}: {e}") from e
+
+    def __repr__(self) -> str:
+        kind = "ChatML fallback" if self.is_fallback else f"{len(self.source)} chars"
+        return f"ChatTemplate({self.model_name}: {kind})"
+
+
+def _prepare_message(message: Mapping[str, Any]) -> dict:
+    if not isinstance(message, Mapping):
+        raise TemplateError(f"a chat message must be a mapping with 'role' and 'content', not {type(message).__name__}")
+    m = dict(message)
+    calls = m.get("tool_calls")
+    if calls:
+        m["tool_calls"] = [_prepare_tool_call(c) for c in calls]
+    return m
+
+
+def _prepare_tool_call(call: Mapping[str, Any]) -> dict:
+    call = dict(call)
+    fn = call.get("function")
+    if isinstance(fn, Mapping):
+        fn = dict(fn)
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                parsed = json.loads(args)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                fn["arguments"] = parsed
+        call["function"] = fn
+    return call
