@@ -165,7 +165,7 @@ class _Cursor:
             if itype == ARRAY:
                 # Each inner array needs at least its 12-byte type and count.
                 if count * 12 > self.size - self.pos:
-                    raise self.fail(f"array {key} claims {count} items, more than the file holds")
+                    raise self.fail(f"array {key} claims {count} items, more than the file holds: truncated or corrupt")
                 if depth >= _MAX_ARRAY_DEPTH:
                     raise self.fail(f"array {key} nests arrays more than {_MAX_ARRAY_DEPTH} deep")
                 return [self.value(ARRAY, key, depth + 1) for _ in range(count)]
@@ -175,7 +175,7 @@ class _Cursor:
     def string_array(self, count: int, key: str) -> StringArray:
         # Each string needs at least its 8-byte length: a larger count cannot fit in the file.
         if count * 8 > self.size - self.pos:
-            raise self.fail(f"array {key} claims {count} strings, more than the file holds")
+            raise self.fail(f"array {key} claims {count} strings, more than the file holds: truncated or corrupt")
         offsets = np.empty(count, np.int64)
         lengths = np.empty(count, np.int64)
         buf, pos, size = self.buf, self.pos, self.size
@@ -186,12 +186,12 @@ class _Cursor:
                 self.need(8, f"string {i} of {key}")
             n = unpack(buf, pos)[0]
             pos += 8
+            if n > size - pos:  # also keeps n < 2**63 for the int64 array
+                self.pos = pos
+                self.need(n, f"string {i} of {key}")
             offsets[i] = pos
             lengths[i] = n
             pos += n
-        if pos > size:
-            self.pos = int(offsets[-1])
-            self.need(int(lengths[-1]), f"the last string of {key}")
         self.pos = pos
         return StringArray(buf, offsets, lengths)
 
@@ -294,7 +294,7 @@ class GGUFFile:
         # Every kv needs >= 12 bytes and every tensor info >= 24: larger counts are corrupt, not big.
         if n_kv * 12 > c.size or n_tensors * 24 > c.size:
             raise c.fail(f"absurd header counts ({n_tensors} tensors, {n_kv} metadata keys) "
-                         f"for a file of {c.size} bytes")
+                         f"for a file of {c.size} bytes: truncated or corrupt")
         for _ in range(n_kv):
             key = c.string("a metadata key")
             vtype = c.unpack("<I", f"the type of {key}")
@@ -322,8 +322,11 @@ class GGUFFile:
                 raise UnsupportedModelError(f"{self.path.name}: tensor {name} has unknown type id {type_id}")
             infos.append((name, shape, GGML_TYPES[type_id], offset))
         self.data_offset = -(-c.pos // align) * align
-        if infos and self.data_offset > c.size:
-            raise c.fail("file is truncated before its tensor data")
+        if self.data_offset > c.size:
+            if infos:
+                raise c.fail("file is truncated before its tensor data")
+            # A vocabulary-only file may end without the padding: it is all header.
+            self.data_offset = c.size
         data_size = c.size - self.data_offset
         for name, shape, gtype, offset in infos:
             n_el = 1
