@@ -321,5 +321,7 @@ def test_fallback_system_prompt_states_tools_and_format_and_its_example_parses()
     assert "<tool_call>" in prompt and "</tool_call>" in prompt
     example = prompt[prompt.index("like this:\n") + len("like this:\n"):]
     example = example[:example.index("</tool_call>") + len("</tool_call>")]
-    (call,) = calls(parse("generic", [example]))
-    assert call.name == "calculator" and call.arguments == {"expression": "2 * (3 + 4)"}
+    assert example == '<tool_call>[{"name": "calculator", "arguments": {"expression": "2 * (3 + 4)"}}]</tool_call>'
+    for fmt in ("generic", "hermes"):
+        (call,) = calls(parse(fmt, [example]))
+        assert call.name == "calculator" and call.arguments == {"expression": "2 * (3 + 4)"}

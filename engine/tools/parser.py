@@ -79,14 +79,16 @@ def fallback_system_prompt(tools: Iterable[dict]) -> str:
     defs = validate_tool_set(list(_definitions(tools)))
     lines = [json.dumps(d, ensure_ascii=False) for d in defs]
     example = _example_call(defs[0]["function"]) if defs else {"name": "tool_name", "arguments": {}}
+    # A JSON list inside the tags: the shape SmolLM2 (the default model) learned from APIGen-style
+    # function-calling data; a single object inside the tags (Hermes) parses just as well.
     return (
         "You can call tools to help answer. The tools, as JSON Schema function definitions:\n"
         "<tools>\n" + "\n".join(lines) + "\n</tools>\n\n"
-        "To call a tool, reply with only a JSON object giving the tool's name and its arguments, "
-        "inside <tool_call></tool_call> tags, like this:\n"
-        f"<tool_call>\n{json.dumps(example, ensure_ascii=False)}\n</tool_call>\n"
-        "The result comes back in a message from the tool; then answer the user with it. "
-        "If no tool is needed, answer directly."
+        "To call tools, reply with only a <tool_call> tag holding a JSON list of calls, each with "
+        "the tool's name and its arguments, and no other text, like this:\n"
+        f"<tool_call>[{json.dumps(example, ensure_ascii=False)}]</tool_call>\n"
+        "The results come back in a message from the tool; then answer the user with them. "
+        "If no tool fits the question, answer directly."
     )
 
 

@@ -1,0 +1,138 @@
+"""How often the default model calls a tool when it should: `python -m bench.tool_calls`.
+
+Ten simple questions, each answerable with one of the built-in tools (calculator, convert_units,
+current_datetime), asked greedily (temperature 0) with the tools in the prompt: through the
+template's own tool support when it has one, else through `fallback_system_prompt` (SmolLM2's
+template has none, so the generic format is used). The reply is parsed with the streaming parser
+as it arrives, and counted as
+
+- parseable: it holds at least one ToolCall (valid JSON, a known tool, arguments passing the schema);
+- malformed: it attempted a call that the parser reports as MalformedToolCall;
+- right: its first call names the expected tool with arguments that mean the expected thing
+  (an expression evaluating to the answer, the same units after normalisation, the time zone).
+
+`--record PATH` writes every prompt and raw reply to JSON (tests replay them through the parser).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from engine import Engine, Sampling
+from engine.tools import (MalformedToolCall, ToolCall, ToolCallParser, ToolRegistry, UnitError,
+                          detect_format, evaluate, fallback_system_prompt)
+from engine.tools.units import find_unit
+
+SYSTEM = "You are a helpful assistant."
+
+
+def _calc(expected):
+    def check(args):
+        try:
+            return abs(float(evaluate(args["expression"])) - expected) < 1e-6 * max(1, abs(expected))
+        except Exception:
+            return False
+    return "calculator", check
+
+
+def _units(value, a, b):
+    def check(args):
+        try:
+            return (abs(args["value"] - value) < 1e-9 and find_unit(args["from_unit"]) == find_unit(a)
+                    and find_unit(args["to_unit"]) == find_unit(b))
+        except (UnitError, KeyError, TypeError):
+            return False
+    return "convert_units", check
+
+
+def _clock(zone):
+    return "current_datetime", lambda args: args.get("timezone") == zone
+
+
+PROMPTS = [
+    ("What is 23*47?", _calc(1081)),
+    ("What is the square root of 1764?", _calc(42)),
+    ("Calculate 2 to the power of 16.", _calc(65536)),
+    ("What is 15% of 240?", _calc(36)),
+    ("What is (17 + 5) * 3?", _calc(66)),
+    ("What is 1234 divided by 2?", _calc(617)),
+    ("Convert 5 miles to kilometers.", _units(5, "mi", "km")),
+    ("Convert 100 degrees Fahrenheit to Celsius.", _units(100, "F", "C")),
+    ("How many grams are in 3.5 pounds?", _units(3.5, "lb", "g")),
+    ("What time is it in Tokyo right now?", _clock("Asia/Tokyo")),
+]
+
+
+def run(eng: Engine, max_tokens: int) -> tuple[list[dict], str]:
+    registry = ToolRegistry.builtin()
+    source = eng.gguf.metadata.get("tokenizer.chat_template")
+    fmt = detect_format(source if isinstance(source, str) else None)
+    system = SYSTEM if fmt != "generic" else SYSTEM + "\n\n" + fallback_system_prompt(registry)
+    rows = []
+    for question, (tool, check) in PROMPTS:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+        prompt = eng.render_chat(messages, tools=registry.definitions())
+        parser = ToolCallParser(fmt, registry)
+        events, reply = [], ""
+        t0 = time.perf_counter()
+        for ev in eng.generate(prompt, max_tokens=max_tokens, sampling=Sampling(temperature=0)):
+            reply += ev.text
+            events += parser.feed(ev.text)
+        events += parser.finish()
+        calls = [e for e in events if isinstance(e, ToolCall)]
+        bad = [e for e in events if isinstance(e, MalformedToolCall)]
+        first = calls[0] if calls else None
+        rows.append({
+            "prompt": question, "reply": reply, "seconds": round(time.perf_counter() - t0, 1),
+            "parseable": bool(calls), "malformed": [m.error for m in bad],
+            "call": {"name": first.name, "arguments": first.arguments} if first else None,
+            "expected_tool": tool,
+            "right_tool": bool(first and first.name == tool),
+            "right_args": bool(first and first.name == tool and check(first.arguments)),
+        })
+        print(f"  {question!r}: {'call' if calls else 'malformed' if bad else 'no call'} "
+              f"({rows[-1]['seconds']} s)", flush=True)
+    return rows, fmt
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| prompt | reply (start) | parseable call | right tool | right args |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        reply = " ".join(r["reply"].split())[:70].replace("|", "\\|")
+        status = "yes" if r["parseable"] else ("malformed" if r["malformed"] else "no")
+        lines.append(f"| {r['prompt']} | {reply} | {status} | {'yes' if r['right_tool'] else 'no'} | "
+                     f"{'yes' if r['right_args'] else 'no'} |")
+    n = len(rows)
+    lines.append(f"| **total** | | **{sum(r['parseable'] for r in rows)}/{n}** "
+                 f"({sum(bool(r['malformed']) for r in rows)} malformed) | "
+                 f"**{sum(r['right_tool'] for r in rows)}/{n}** | **{sum(r['right_args'] for r in rows)}/{n}** |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="a .gguf file (default: the default model)")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--record", type=Path, default=None, help="write prompts and replies to this JSON file")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    eng = Engine.load(args.model)
+    print(f"model: {eng.gguf.metadata.get('general.name', args.model)}, loaded in "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    rows, fmt = run(eng, args.max_tokens)
+    print(f"\ntool-call format: {fmt}; greedy, at most {args.max_tokens} tokens per reply\n")
+    print(table(rows))
+    if args.record:
+        args.record.write_text(json.dumps({"model": str(eng.gguf.metadata.get("general.name")),
+                                           "format": fmt, "max_tokens": args.max_tokens, "rows": rows},
+                                          indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
