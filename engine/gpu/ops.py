@@ -111,7 +111,7 @@ def attn_prefill_groups(n: int, n_head: int):
     return -(-n // ATTN_BQ), n_head, 1
 
 
-EMBED_FIELDS = (("d", "u"), ("row_bytes", "u"), ("scale", "f"), ("n", "u"))
+EMBED_FIELDS = (("d", "u"), ("row_bytes", "u"), ("scale", "f"), ("n", "u"), ("id_off", "u"))
 
 
 def embed(ks, qtype: str):

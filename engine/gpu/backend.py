@@ -1,0 +1,343 @@
+"""GpuBackend: the whole forward pass on the GPU (see engine/DESIGN.md, "Backend interface").
+
+Per call: one write of the step buffer (u32 [pos, n, 0, 0, ids...]), one command encoder with one
+compute pass that records every dispatch of a prebuilt Plan, one submit, and one readback through the
+persistent staging buffer (logits, or 4 bytes with `forward_argmax`). Decode (n = 1) uses matrix-vector
+kernels with RMSNorm, SwiGLU/GeGLU and residual adds fused in; longer inputs use the tiled matmul plan
+in chunks of `chunk` tokens.
+
+Dispatches per decoded token (no post-norms): 1 embedding + 7 per layer (norm+QKV, RoPE+KV store,
+attention split, attention combine, O-proj+residual, norm+gate/up+GLU, down+residual) + head + argmax.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..backend import Backend
+from ..config import ModelConfig
+from ..errors import EngineError, UnsupportedModelError
+from ..models.layers import Rope
+from . import ops
+from .device import Device, select_adapter
+from .kernels import Kernels
+from .kv import GpuKVCache
+from .plan import Plan
+from .weights import GpuWeights
+
+DEFAULT_CHUNK = 512
+STEP_HEADER = 4          # u32 words before the token ids in the step buffer
+
+
+def rope_table(rope: Rope, max_ctx: int) -> np.ndarray:
+    """float32 [max_ctx, n_rot/2, 2]: (cos, sin) of every position and frequency, as numpy computes them."""
+    c, s = rope.cos_sin(0, max_ctx)
+    return np.ascontiguousarray(np.stack([c[:, 0, :], s[:, 0, :]], axis=-1), np.float32)
+
+
+class GpuBackend(Backend):
+    name = "gpu"
+
+    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int = DEFAULT_CHUNK):
+        if cfg.final_softcap > 0:
+            raise UnsupportedModelError(f"{gguf.path.name}: final logit soft-capping is not implemented on the GPU")
+        if cfg.head_dim > 256 or cfg.head_dim % 4 or cfg.n_embd % 32:
+            raise UnsupportedModelError(f"{gguf.path.name}: head dim {cfg.head_dim} / width {cfg.n_embd} "
+                                        f"are outside what the GPU kernels handle (head dim <= 256, multiple of 4)")
+        self.cfg = cfg
+        t0 = time.perf_counter()
+        self.dev = Device(adapter if adapter is not None else select_adapter())
+        try:
+            self._build(gguf, n_ctx, min(chunk, n_ctx))
+        except Exception:
+            self.close()
+            raise
+        self.load_seconds = time.perf_counter() - t0
+        self.last_dispatches = 0
+
+    # ------------------------------------------------------------------ building
+    def _build(self, g, n_ctx: int, chunk: int) -> None:
+        c, dev = self.cfg, self.dev
+        ks = self.ks = Kernels(dev)
+        W = self.weights = GpuWeights(dev, g)
+        d, hd, nh, nkv, nff, nv = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff, c.n_vocab
+        self.chunk = chunk
+        self.kv = GpuKVCache(dev, c.n_layer, nkv, hd, n_ctx)
+        qkv_dim = (nh + 2 * nkv) * hd
+        buf = dev.buffer
+        self.x = buf(chunk * d * 4, "x")                 # [chunk, d] residual stream
+        self.xn = buf(chunk * d * 4, "xn")               # [chunk, d] normed (prefill)
+        self.tmp = buf(chunk * d * 4, "tmp")             # [chunk, d] before a post-norm (gemma3)
+        self.qkv = buf(chunk * qkv_dim * 4, "qkv")       # [chunk, (nh + 2 nkv) hd]
+        self.q = buf(chunk * nh * hd * 4, "q")           # [chunk, nh, hd] rotated
+        self.att = buf(chunk * nh * hd * 4, "att")       # [chunk, nh * hd]
+        self.ff = buf(chunk * nff * 4, "ff")             # [chunk, n_ff]
+        self.logits = buf(nv * 4, "logits")              # [n_vocab]
+        self.step = buf((STEP_HEADER + chunk) * 4, "step")
+        self.amax = buf(16, "argmax")
+        self.max_splits = ops.attn_splits(n_ctx)
+        self.part = buf(nh * self.max_splits * (hd + 2) * 4, "attn-partials")
+        self.logits_all = None
+
+        freq = W.g.tensors.get("rope_freqs.weight")
+        from ..quants import dequantize  # noqa: PLC0415
+        ff_ = dequantize(freq.data, freq.type, freq.shape, freq.name).reshape(-1) if freq is not None else None
+        cs = W.floats(rope_table(Rope(c.n_rot, c.rope_base, c.rope_neox, c.rope_scaling, ff_), n_ctx), "rope")
+        cs_swa = (W.floats(rope_table(Rope(c.n_rot, c.rope_base_swa, c.rope_neox), n_ctx), "rope-swa")
+                  if c.sliding_window else None)
+
+        self.emb = W.matrix("token_embd.weight", nv, d)
+        self.out = self.emb if c.tied_output else W.matrix("output.weight", nv, d)
+        self.out_norm = W.vector("output_norm.weight", d)
+        self.layers = [self._layer_weights(W, i) for i in range(c.n_layer)]
+
+        dec = self.decode_plan = Plan(dev, "decode")
+        pre = self.prefill_plan = Plan(dev, "prefill")
+        emb_p = dict(d=d, row_bytes=ops.row_bytes(self.emb.qtype, d), scale=c.embed_scale, n=chunk,
+                     id_off=STEP_HEADER)
+        dec.add(ops.embed(ks, self.emb.qtype), [self.step, self.emb.buffer, self.x], (1, 1, 1), "embed", **emb_p)
+        pre.add(ops.embed(ks, self.emb.qtype), [self.step, self.emb.buffer, self.x],
+                lambda n, kv: ops.rows_groups(n), "embed", **emb_p)
+        for i, L in enumerate(self.layers):
+            swa = c.is_swa(i)
+            self._decode_layer(dec, i, L, cs_swa if swa else cs, c.sliding_window if swa else 0)
+            self._prefill_layer(pre, i, L, cs_swa if swa else cs, c.sliding_window if swa else 0)
+        head_t = [self.out.qtype]
+        self.decode_body = len(dec.ops)
+        dec.add(ops.matvec(ks, head_t, norm=True), [self.x, self.logits, self.out.buffer, self.out_norm],
+                ops.matvec_groups(nv), "head", **ops.matvec_params(head_t, d, [nv], eps=c.rms_eps))
+        self.prefill_body = len(pre.ops)
+        hp = ops.matvec_params(head_t, d, [nv], eps=c.rms_eps)
+        hp["x_off"] = lambda n, kv: (n - 1) * d
+        pre.add(ops.matvec(ks, head_t, norm=True), [self.x, self.logits, self.out.buffer, self.out_norm],
+                ops.matvec_groups(nv), "head", **hp)
+        for p in (dec, pre):
+            p.add(ops.argmax(ks), [self.logits, self.amax], (1, 1, 1), "argmax", n=nv)
+            p.finalize()
+        self.all_plan = None
+
+    def _layer_weights(self, W, i: int) -> dict:
+        c = self.cfg
+        d, hd, nh, nkv, nff = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff
+        p = f"blk.{i}."
+        L = dict(
+            attn_norm=W.vector(p + "attn_norm.weight", d),
+            wq=W.matrix(p + "attn_q.weight", nh * hd, d),
+            wk=W.matrix(p + "attn_k.weight", nkv * hd, d),
+            wv=W.matrix(p + "attn_v.weight", nkv * hd, d),
+            q_norm=W.vector(p + "attn_q_norm.weight", hd, optional=True),
+            k_norm=W.vector(p + "attn_k_norm.weight", hd, optional=True),
+            wo=W.matrix(p + "attn_output.weight", d, nh * hd),
+            bo=W.vector(p + "attn_output.bias", d, optional=True),
+            ffn_norm=W.vector(p + "ffn_norm.weight", d),
+            gate=W.matrix(p + "ffn_gate.weight", nff, d),
+            up=W.matrix(p + "ffn_up.weight", nff, d),
+            down=W.matrix(p + "ffn_down.weight", d, nff),
+            post_attn=W.vector(p + "post_attention_norm.weight", d) if c.post_norms else None,
+            post_ffn=W.vector(p + "post_ffw_norm.weight", d) if c.post_norms else None,
+        )
+        names = [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"]
+        if any(n in W.g.tensors for n in names):          # qwen2: q/k/v biases, one buffer for the fused matvec
+            from ..models.weights import fused_bias  # noqa: PLC0415
+            b = fused_bias(W.g, names, [nh * hd, nkv * hd, nkv * hd])
+            L["bqkv"] = W.floats(b, p + "qkv.bias")
+            L["bq"], L["bk"], L["bv"] = (W.floats(b[:nh * hd], "bq"), W.floats(b[nh * hd:(nh + nkv) * hd], "bk"),
+                                         W.floats(b[(nh + nkv) * hd:], "bv"))
+        else:
+            L["bqkv"] = L["bq"] = L["bk"] = L["bv"] = None
+        if (L["q_norm"] is None) != (L["k_norm"] is None):
+            raise UnsupportedModelError(f"{W.g.path.name}: layer {i} has a q norm without a k norm (or the reverse)")
+        return L
+
+    def _attn_params(self, window: int) -> dict:
+        c = self.cfg
+        return dict(n_head=c.n_head, n_kv=c.n_head_kv, max_ctx=self.kv.max_ctx, scale=c.attn_scale, window=window)
+
+    def _rope_args(self, i, L, cs):
+        c = self.cfg
+        qk = L["q_norm"] is not None
+        bufs = [self.qkv, self.q, self.kv.k[i], self.kv.v[i], cs, self.step] + ([L["q_norm"], L["k_norm"]] if qk else [])
+        return ops.rope_store(self.ks, c.head_dim, qk), bufs, dict(
+            n_head=c.n_head, n_kv=c.n_head_kv, n_rot=c.n_rot, max_ctx=self.kv.max_ctx, neox=int(c.rope_neox),
+            eps=c.rms_eps)
+
+    def _decode_layer(self, P: Plan, i: int, L: dict, cs, window: int) -> None:
+        c, ks = self.cfg, self.ks
+        d, hd, nh, nkv, nff = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff
+        types = [L["wq"].qtype, L["wk"].qtype, L["wv"].qtype]
+        rows = [nh * hd, nkv * hd, nkv * hd]
+        bias = L["bqkv"] is not None
+        P.add(ops.matvec(ks, types, norm=True, bias=bias),
+              [self.x, self.qkv, L["wq"].buffer, L["wk"].buffer, L["wv"].buffer, L["attn_norm"]] + ([L["bqkv"]] if bias else []),
+              ops.matvec_groups(sum(rows)), f"{i}.qkv", **ops.matvec_params(types, d, rows, eps=c.rms_eps))
+        k, bufs, rp = self._rope_args(i, L, cs)
+        P.add(k, bufs, ops.rope_groups(1, nh, nkv), f"{i}.rope", **rp)
+        ap = dict(self._attn_params(window), max_splits=self.max_splits)
+        P.add(ops.attn_split(ks, hd), [self.q, self.kv.k[i], self.kv.v[i], self.part, self.step],
+              lambda n, kv: (ops.attn_splits(kv), nh, 1), f"{i}.attn", **ap)
+        P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step], (nh, 1, 1), f"{i}.combine", **ap)
+        self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o")
+        gt = [L["gate"].qtype, L["up"].qtype]
+        P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True),
+              [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff), f"{i}.ffn",
+              **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
+        self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down")
+
+    def _decode_proj(self, P, w, src, k, bias, post_norm, label) -> None:
+        """x += W src (+ bias), or with a post-norm (gemma3): x += norm(W src)."""
+        c, d = self.cfg, self.cfg.n_embd
+        prm = ops.matvec_params([w.qtype], k, [d])
+        extra = [bias] if bias is not None else []
+        if post_norm is None:
+            P.add(ops.matvec(self.ks, [w.qtype], residual=True, bias=bias is not None), [src, self.x, w.buffer] + extra,
+                  ops.matvec_groups(d), label, **prm)
+        else:
+            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None), [src, self.tmp, w.buffer] + extra,
+                  ops.matvec_groups(d), label, **prm)
+            P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], (1, 1, 1), label + ".post",
+                  d=d, n=1, eps=c.rms_eps)
+
+    def _prefill_layer(self, P: Plan, i: int, L: dict, cs, window: int) -> None:
+        c, ks = self.cfg, self.ks
+        d, hd, nh, nkv, nff = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff
+        rows_g = lambda n, kv: ops.rows_groups(n)  # noqa: E731
+        ntok = lambda n, kv: n  # noqa: E731
+        P.add(ops.rmsnorm(ks), [self.x, self.xn, L["attn_norm"]], rows_g, f"{i}.norm", d=d, n=self.chunk, eps=c.rms_eps)
+        qkv_dim = (nh + 2 * nkv) * hd
+        y_off = 0
+        for w, b, name in ((L["wq"], L["bq"], "q"), (L["wk"], L["bk"], "k"), (L["wv"], L["bv"], "v")):
+            P.add(ops.matmul(ks, [w.qtype], bias=b is not None), [self.xn, self.qkv, w.buffer] + ([b] if b is not None else []),
+                  lambda n, kv, m=w.rows: ops.matmul_groups(m, n), f"{i}.{name}",
+                  **dict(ops.matmul_params([w.qtype], d, w.rows, 0, ldy=qkv_dim, y_off=y_off), n=ntok))
+            y_off += w.rows
+        k, bufs, rp = self._rope_args(i, L, cs)
+        P.add(k, bufs, lambda n, kv: ops.rope_groups(n, nh, nkv), f"{i}.rope", **rp)
+        P.add(ops.attn_prefill(ks, hd), [self.q, self.kv.k[i], self.kv.v[i], self.att, self.step],
+              lambda n, kv: ops.attn_prefill_groups(n, nh), f"{i}.attn", **self._attn_params(window))
+        self._prefill_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o")
+        P.add(ops.rmsnorm(ks), [self.x, self.xn, L["ffn_norm"]], rows_g, f"{i}.ffn_norm", d=d, n=self.chunk, eps=c.rms_eps)
+        gt = [L["gate"].qtype, L["up"].qtype]
+        P.add(ops.matmul(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu"),
+              [self.xn, self.ff, L["gate"].buffer, L["up"].buffer], lambda n, kv: ops.matmul_groups(nff, n), f"{i}.ffn",
+              **dict(ops.matmul_params(gt, d, nff, 0, ldy=nff), n=ntok))
+        self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down")
+
+    def _prefill_proj(self, P, w, src, k, bias, post_norm, label) -> None:
+        c, d = self.cfg, self.cfg.n_embd
+        prm = dict(ops.matmul_params([w.qtype], k, d, 0, ldy=d), n=lambda n, kv: n)
+        extra = [bias] if bias is not None else []
+        groups = lambda n, kv: ops.matmul_groups(d, n)  # noqa: E731
+        if post_norm is None:
+            P.add(ops.matmul(self.ks, [w.qtype], residual=True, bias=bias is not None), [src, self.x, w.buffer] + extra,
+                  groups, label, **prm)
+        else:
+            P.add(ops.matmul(self.ks, [w.qtype], bias=bias is not None), [src, self.tmp, w.buffer] + extra, groups, label, **prm)
+            P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], lambda n, kv: ops.rows_groups(n),
+                  label + ".post", d=d, n=self.chunk, eps=c.rms_eps)
+
+    def _all_logits_plan(self) -> Plan:
+        """RMSNorm of every row and the output matrix over them: logits [rows, n_vocab]."""
+        if self.all_plan is None:
+            c, nv, d = self.cfg, self.cfg.n_vocab, self.cfg.n_embd
+            limit = int(self.dev.limits["max-storage-buffer-binding-size"])
+            self.all_rows = max(1, min(self.chunk, limit // (nv * 4)))
+            self.logits_all = self.dev.buffer(self.all_rows * nv * 4, "logits-all")
+            P = Plan(self.dev, "all-logits")
+            P.add(ops.rmsnorm(self.ks), [self.x, self.xn, self.out_norm], lambda n, kv: ops.rows_groups(n), "norm",
+                  d=d, n=self.chunk, eps=c.rms_eps)
+            P.add(ops.matmul(self.ks, [self.out.qtype]), [self.xn, self.logits_all, self.out.buffer],
+                  lambda n, kv: ops.matmul_groups(nv, n), "head",
+                  **dict(ops.matmul_params([self.out.qtype], d, nv, 0, ldy=nv), n=lambda n, kv: n))
+            P.finalize()
+            self.all_plan = P
+        return self.all_plan
+
+    # ------------------------------------------------------------------ running
+    def _check(self, ids, pos: int) -> np.ndarray:
+        ids = np.asarray(ids).reshape(-1)
+        if len(ids) == 0:
+            raise ValueError("forward needs at least one token")
+        self.kv.check_fits(pos, len(ids))
+        bad = (ids < 0) | (ids >= self.cfg.n_vocab)
+        if bad.any():
+            raise ValueError(f"token id {int(ids[bad][0])} is outside the vocabulary of {self.cfg.n_vocab}")
+        return ids.astype(np.uint32)
+
+    def _run(self, ids: np.ndarray, pos: int, want: str):
+        """One chunk; `want`: "none", "logits", "argmax" or "all"."""
+        dev, m = self.dev, len(ids)
+        hdr = np.zeros(STEP_HEADER + m, np.uint32)
+        hdr[0], hdr[1], hdr[STEP_HEADER:] = pos, m, ids
+        dev.queue.write_buffer(self.step, 0, hdr)
+        enc = dev.device.create_command_encoder()
+        kv_len = pos + m
+        decode = m == 1
+        plan = self.decode_plan if decode else self.prefill_plan
+        body = self.decode_body if decode else self.prefill_body
+        stop = {"none": body, "all": body, "logits": -1, "argmax": None}[want]
+        nd = plan.encode(enc, m, kv_len, 0, stop)
+        if want == "all":
+            nd += self._all_logits_plan().encode(enc, m, kv_len)
+        self.last_dispatches = nd
+        self.kv.touched()
+        if want == "none":
+            dev.submit(enc)
+            return None
+        if want == "argmax":
+            return int(dev.read([(self.amax, 0, 4)], enc).view(np.uint32)[0])
+        if want == "all":
+            return dev.read([(self.logits_all, 0, m * self.cfg.n_vocab * 4)], enc).view(np.float32).reshape(m, -1).copy()
+        return dev.read([(self.logits, 0, self.cfg.n_vocab * 4)], enc).view(np.float32).copy()
+
+    def _forward(self, ids, pos: int, last_want: str, all_logits: bool = False):
+        ids = self._check(ids, pos)
+        step = self.chunk
+        if all_logits:
+            self._all_logits_plan()
+            step = self.all_rows
+        outs = []
+        try:
+            for s in range(0, len(ids), step):
+                part = ids[s:s + step]
+                last = s + step >= len(ids)
+                r = self._run(part, pos + s, "all" if all_logits else (last_want if last else "none"))
+                self.kv.n_tokens = pos + s + len(part)
+                if all_logits or last:
+                    outs.append(r)
+        except EngineError:
+            raise
+        except Exception as e:  # wgpu validation / device-lost errors
+            raise EngineError(f"the GPU forward pass failed on {self.dev.info['device']}: {e}") from e
+        return np.concatenate(outs) if all_logits else outs[-1]
+
+    def forward(self, ids, pos: int, all_logits: bool = False) -> np.ndarray:
+        """ids [n] at positions [pos, pos + n): logits [n_vocab] of the last one ([n, n_vocab] with all_logits)."""
+        return self._forward(ids, pos, "logits", all_logits)
+
+    def forward_argmax(self, ids, pos: int) -> int:
+        """As forward, but the argmax of the last position's logits is taken on the GPU and only that
+        token id (4 bytes) comes back: the greedy decode step, for sampling with temperature 0 and no
+        penalties. Ties go to the lowest id, as numpy.argmax does."""
+        return self._forward(ids, pos, "argmax")
+
+    def describe(self) -> dict:
+        info = {k: v for k, v in self.dev.info.items() if k != "is_cpu"}
+        return {"backend": "gpu", **info, "weights_bytes": self.weights.nbytes, "kv_bytes": self.kv.nbytes,
+                "fallbacks": list(self.weights.fallbacks)}
+
+    def close(self) -> None:
+        for p in ("decode_plan", "prefill_plan", "all_plan"):
+            plan = getattr(self, p, None)
+            if plan is not None:
+                plan.destroy()
+                setattr(self, p, None)
+        if getattr(self, "weights", None) is not None:
+            self.weights.destroy()
+            self.weights = None
+        if getattr(self, "kv", None) is not None and isinstance(self.kv, GpuKVCache):
+            self.kv.destroy()
+        if getattr(self, "dev", None) is not None:
+            self.dev.destroy()
+            self.dev = None

@@ -1,0 +1,107 @@
+"""A recorded sequence of dispatches (a `Plan`) whose parameters and workgroup counts may depend on
+the call: n (tokens in this call) and kv_len (positions attended after it).
+
+Static values are plain numbers; call-dependent ones are functions `f(n, kv_len)`. The parameter
+structs live in one uniform buffer (one slot per op, dynamic offsets); bind groups are made once.
+On a call, only slots whose values changed are rewritten (for decode: none, so a token costs one
+write of the step buffer, one command encoder and one dispatch per op).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..errors import EngineError
+from .kernels import PARAM_BYTES, Kernel
+
+
+class Plan:
+    def __init__(self, dev, label: str):
+        self.dev = dev
+        self.label = label
+        self.stride = dev.uniform_align
+        self.ops: list[dict] = []
+        self.buffer = None
+        self._bytes = None
+        self._key = None
+        self._encoded = []
+
+    def add(self, kernel: Kernel, buffers, groups, label: str = "", **params) -> None:
+        if len(buffers) != len(kernel.access):
+            raise EngineError(f"{kernel.name} ({label}): {len(buffers)} buffers for {len(kernel.access)} bindings")
+        unknown = set(params) - {f for f, _ in kernel.fields}
+        if unknown:
+            raise EngineError(f"{kernel.name} ({label}): unknown parameters {sorted(unknown)}")
+        self.ops.append(dict(kernel=kernel, buffers=list(buffers), groups=groups, params=params, label=label))
+
+    def finalize(self) -> None:
+        """Allocate the parameter buffer and make every bind group."""
+        dev, wgpu = self.dev, self.dev.wgpu
+        n = max(1, len(self.ops))
+        self.buffer = dev.buffer(n * self.stride, f"params:{self.label}",
+                                 wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
+        self._bytes = np.zeros(n * self.stride, np.uint8)
+        cache = {}
+        for i, op in enumerate(self.ops):
+            key = (id(op["kernel"].layout), tuple(id(b) for b in op["buffers"]))
+            bg = cache.get(key)
+            if bg is None:
+                entries = [{"binding": 0, "resource": {"buffer": self.buffer, "offset": 0, "size": PARAM_BYTES}}]
+                entries += [{"binding": j + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                            for j, b in enumerate(op["buffers"])]
+                bg = dev.device.create_bind_group(layout=op["kernel"].layout, entries=entries)
+                cache[key] = bg
+            op["bind_group"] = bg
+            op["offset"] = [i * self.stride]
+            op["dynamic"] = any(callable(v) for v in op["params"].values())
+        self._write_params(None, None, force=True)
+
+    def _pack(self, op, n, kv_len) -> bytes:
+        out = []
+        for name, t in op["kernel"].fields:
+            v = op["params"].get(name, 0)
+            if callable(v):
+                v = v(n, kv_len)
+            out.append(struct.pack("<f", float(v)) if t == "f" else struct.pack("<I", int(v)))
+        return b"".join(out).ljust(PARAM_BYTES, b"\0")
+
+    def _write_params(self, n, kv_len, force=False) -> None:
+        dirty = False
+        for i, op in enumerate(self.ops):
+            if force or op["dynamic"]:
+                b = self._pack(op, n if n is not None else 1, kv_len if kv_len is not None else 1)
+                o = i * self.stride
+                if force or self._bytes[o:o + PARAM_BYTES].tobytes() != b:
+                    self._bytes[o:o + PARAM_BYTES] = np.frombuffer(b, np.uint8)
+                    dirty = True
+        if dirty:
+            self.dev.queue.write_buffer(self.buffer, 0, self._bytes)
+
+    def encode(self, encoder, n: int, kv_len: int, start: int = 0, stop: int | None = None) -> int:
+        """Record ops[start:stop] for a call of n tokens ending at kv_len; returns dispatches."""
+        if self._key != (n, kv_len):
+            self._write_params(n, kv_len)
+            self._key = (n, kv_len)
+        cp = encoder.begin_compute_pass()
+        last = None
+        count = 0
+        for op in self.ops[start:stop]:
+            g = op["groups"]
+            if callable(g):
+                g = g(n, kv_len)
+            pipe = op["kernel"].pipeline
+            if pipe is not last:
+                cp.set_pipeline(pipe)
+                last = pipe
+            cp.set_bind_group(0, op["bind_group"], op["offset"])
+            cp.dispatch_workgroups(*g)
+            count += 1
+        cp.end()
+        return count
+
+    def destroy(self) -> None:
+        if self.buffer is not None:
+            self.buffer.destroy()
+            self.buffer = None

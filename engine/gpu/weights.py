@@ -1,0 +1,83 @@
+"""Model weights on the GPU, uploaded once in their GGUF block format.
+
+A matrix whose type has a kernel (ops.GPU_TYPES) is uploaded byte for byte; one whose type has none
+is dequantized once on the CPU and uploaded as F16 (said in the log), so every GGUF the numpy
+backend reads also runs here. Vectors (norm weights, biases, rope_freqs) become float32.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..errors import EngineError, UnsupportedModelError
+from ..quants import dequantize
+from .ops import GPU_TYPES
+
+log = logging.getLogger(__name__)
+
+
+class GpuMatrix:
+    """A weight matrix [rows, k] on the GPU: `buffer` (GGUF bytes), `qtype`, `rows`, `k`."""
+
+    def __init__(self, buffer, qtype: str, rows: int, k: int):
+        self.buffer, self.qtype, self.rows, self.k = buffer, qtype, rows, k
+
+
+class GpuWeights:
+    def __init__(self, dev, gguf):
+        self.dev = dev
+        self.g = gguf
+        self.buffers = []
+        self.nbytes = 0
+        self.fallbacks: list[str] = []
+        self.max_binding = int(dev.limits["max-storage-buffer-binding-size"])
+
+    def _upload(self, data, label):
+        b = self.dev.upload(data, label)
+        self.buffers.append(b)
+        self.nbytes += b.size
+        return b
+
+    def matrix(self, name: str, rows: int, k: int) -> GpuMatrix:
+        t = self.g.tensors.get(name)
+        if t is None:
+            raise UnsupportedModelError(f"{self.g.path.name}: tensor {name} is missing")
+        if tuple(t.shape) != (k, rows):
+            raise UnsupportedModelError(f"{self.g.path.name}: tensor {name} has shape {list(t.shape)}, "
+                                        f"expected [{k}, {rows}]")
+        if k % 32:
+            raise UnsupportedModelError(f"{self.g.path.name}: tensor {name} rows of {k} weights are not a "
+                                        f"multiple of 32, which the GPU kernels need")
+        if t.type.name in GPU_TYPES:
+            data, qtype = t.data, t.type.name
+        else:
+            log.info("%s: tensor %s has type %s with no GPU kernel: uploading a dequantized F16 copy",
+                     self.g.path.name, name, t.type.name)
+            self.fallbacks.append(f"{name} ({t.type.name} -> F16)")
+            data, qtype = dequantize(t.data, t.type, t.shape, name).astype(np.float16), "F16"
+        nbytes = np.asarray(data).nbytes
+        if nbytes + 4 > self.max_binding:
+            raise EngineError(f"{self.g.path.name}: tensor {name} ({nbytes >> 20} MiB) is larger than the GPU "
+                              f"{self.dev.info['device']} can bind ({self.max_binding >> 20} MiB)")
+        return GpuMatrix(self._upload(data, name), qtype, rows, k)
+
+    def vector(self, name: str, n: int | None = None, optional: bool = False):
+        t = self.g.tensors.get(name)
+        if t is None:
+            if optional:
+                return None
+            raise UnsupportedModelError(f"{self.g.path.name}: tensor {name} is missing")
+        v = dequantize(t.data, t.type, t.shape, name).reshape(-1).astype(np.float32)
+        if n is not None and v.size != n:
+            raise UnsupportedModelError(f"{self.g.path.name}: tensor {name} has {v.size} values, expected {n}")
+        return self._upload(v, name)
+
+    def floats(self, arr: np.ndarray, label: str):
+        return self._upload(np.ascontiguousarray(arr, np.float32), label)
+
+    def destroy(self):
+        for b in self.buffers:
+            b.destroy()
+        self.buffers = []
