@@ -216,7 +216,7 @@ def _read_vocab(g: GGUFFile) -> tuple[_Vocab, dict[str, int]]:
     if "" in tokens:
         for i in (i for i, t in enumerate(tokens) if not t):
             tokens[i] = f"[EMPTY_{i}]"    # as llama.cpp names them
-    index = {t: i for i, t in enumerate(tokens)}
+    index = dict(zip(tokens, range(n)))
     if len(index) != n:
         seen: set[str] = set()
         dup = next(t for t in tokens if t in seen or seen.add(t))
