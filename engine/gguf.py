@@ -176,22 +176,30 @@ class _Cursor:
         # Each string needs at least its 8-byte length: a larger count cannot fit in the file.
         if count * 8 > self.size - self.pos:
             raise self.fail(f"array {key} claims {count} strings, more than the file holds: truncated or corrupt")
-        offsets = np.empty(count, np.int64)
-        lengths = np.empty(count, np.int64)
-        buf, pos, size = self.buf, self.pos, self.size
+        # The hot loop of opening a model (49k tokens + 49k merges): collect lengths only, in a
+        # list, and let struct's own bounds check catch a truncation; offsets follow by cumsum.
+        buf, start = self.buf, self.pos
+        lens: list[int] = []
+        append = lens.append
         unpack = struct.Struct("<Q").unpack_from
-        for i in range(count):
-            if pos + 8 > size:
-                self.pos = pos
-                self.need(8, f"string {i} of {key}")
-            n = unpack(buf, pos)[0]
-            pos += 8
-            if n > size - pos:  # also keeps n < 2**63 for the int64 array
-                self.pos = pos
-                self.need(n, f"string {i} of {key}")
-            offsets[i] = pos
-            lengths[i] = n
-            pos += n
+        pos = start
+        try:
+            for _ in range(count):
+                n = unpack(buf, pos)[0]
+                append(n)
+                pos += 8 + n
+        except (struct.error, OverflowError):
+            i = len(lens)
+            self.pos = min(pos, self.size)
+            raise self.fail(f"file is truncated while reading string {i} of {key} "
+                            f"(array of {count} strings from byte {start})") from None
+        if pos > self.size:
+            raise self.fail(f"file is truncated while reading the last string of {key} "
+                            f"(it ends at byte {pos}, the file at {self.size})")
+        lengths = np.array(lens, np.int64)
+        offsets = start + 8 * np.arange(1, count + 1, dtype=np.int64)
+        if count > 1:
+            offsets[1:] += np.cumsum(lengths[:-1])
         self.pos = pos
         return StringArray(buf, offsets, lengths)
 
