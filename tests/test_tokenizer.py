@@ -269,15 +269,18 @@ def test_a_byte_without_a_token_is_dropped_as_llama_cpp_drops_it(smol):
 
 # --- construction ---------------------------------------------------------------------------------------
 def test_construction_is_fast_for_the_default_model():
-    """The budget is 300 ms (about 120 ms on an idle 2-core machine). The machine is shared with
-    other test runs, so the best of five is judged: it measures our code, not the neighbours."""
+    """The budget is 300 ms; on an idle 2-core machine construction takes about 120 ms. The machine
+    is shared with other test runs (load averages of 10 on 2 cores happen), so what is judged is
+    the CPU time this process spends, best of five: it measures our code, not the neighbours."""
     g = GGUFFile.open(default_model_path())
-    times = []
+    cpu, wall = [], []
     for _ in range(5):
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         Tokenizer.from_gguf(g)
-        times.append(time.perf_counter() - t)
-    assert min(times) <= 0.300, f"best {min(times) * 1000:.0f} ms, median {statistics.median(times) * 1000:.0f} ms"
+        cpu.append(time.process_time() - c)
+        wall.append(time.perf_counter() - t)
+    assert min(cpu) <= 0.300, (f"CPU time: best {min(cpu) * 1000:.0f} ms; wall: median "
+                               f"{statistics.median(wall) * 1000:.0f} ms")
 
 
 def test_a_vocabulary_only_gguf_yields_a_tokenizer(reference_dir):
