@@ -120,23 +120,24 @@ def oracle(default_model_path):
 
 
 def _oracle_value(field):
+    """gguf-py's value of a field: a Python scalar or str, a list of str, or (numeric arrays) a
+    numpy array of the item type."""
     from gguf import GGUFValueType
-    if field.types[0] == GGUFValueType.ARRAY and len(field.types) > 1 and field.types[1] != GGUFValueType.STRING:
-        return np.array([field.parts[i][0] for i in field.data])
+    if field.types[0] == GGUFValueType.ARRAY and field.types[1] != GGUFValueType.STRING:
+        return np.concatenate([field.parts[i] for i in field.data]) if field.data else np.array([])
     return field.contents()
 
 
 def assert_value_equal(ours, ref, key):
     if isinstance(ours, StringArray):
-        assert ours.tolist() == list(ref), key
-        assert [ours[i] for i in range(min(5, len(ours)))] == list(ref[:5]), key
+        assert ours.tolist() == ref, key
+        assert [ours[i] for i in (0, -1, len(ref) // 2)] == [ref[0], ref[-1], ref[len(ref) // 2]], key
+        with pytest.raises(IndexError):
+            ours[len(ref)]
     elif isinstance(ours, np.ndarray):
-        assert np.array_equal(ours, np.asarray(ref)), key
-    elif isinstance(ours, float):
-        assert ours == pytest.approx(float(ref), rel=1e-7), key
-        assert np.float32(ours) == np.float32(ref) or isinstance(ref, float), key
+        assert ours.dtype == ref.dtype.newbyteorder("<") and np.array_equal(ours, ref), key
     else:
-        assert ours == ref and type(ours) is type(ref) or ours == ref, key
+        assert type(ours) is type(ref) and ours == ref, (key, ours, ref)
 
 
 def test_default_model_metadata_matches_gguf_py(model, oracle):
@@ -434,13 +435,15 @@ _FUZZ_DIR = Path(tempfile.mkdtemp(prefix="hearth-gguf-fuzz-"))
 
 @settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, SMALL_DATA_OFFSET - 1), st.integers(0, 255)), min_size=1, max_size=6),
-       st.integers(0, len(SMALL)))
+       st.one_of(st.just(len(SMALL)), st.integers(0, len(SMALL))))
 def test_fuzz_flipped_header_bytes_open_or_raise_gguf_errors(flips, cut):
+    """Up to six bytes before the data section set to random values, and half the time the file
+    also cut short: it opens, or fails with one of our errors naming the file, within 2 s."""
     data = bytearray(SMALL)
     for pos, val in flips:
         data[pos] = val
     path = _FUZZ_DIR / "fuzz.gguf"
-    path.write_bytes(bytes(data[:cut]) if cut < 8 else bytes(data))
+    path.write_bytes(bytes(data[:cut]))
     try:
         g = GGUFFile.open(path)
     except (GGUFError, UnsupportedModelError) as e:
