@@ -272,3 +272,22 @@ def test_generation_tag_and_loop_controls():
     src = ("{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}"
            "{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}")
     assert ChatTemplate(src).render([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]) == "U"
+
+
+# --- the tiny reference models' chat prompts ---------------------------------------------------------------
+CONCISE = [{"role": "system", "content": "You are a concise assistant."},
+           {"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_tiny_qwen_chat_prompt_is_their_gguf_template(reference_dir, arch):
+    manifest = json.loads((reference_dir / f"tiny/{arch}/manifest.json").read_text())
+    chat = next(p for p in manifest["prompts"] if p["name"] == "chat")
+    assert ChatTemplate.from_gguf(reference_dir / f"tiny/{arch}" / manifest["file"]).render(CONCISE) == chat["text"]
+
+
+def test_tiny_gemma3_chat_prompt_is_the_gemma3_template(reference_dir):
+    """The tiny Gemma 3 file carries no template; its prompt is Gemma 3's, BOS left to the tokenizer."""
+    manifest = json.loads((reference_dir / "tiny/gemma3/manifest.json").read_text())
+    chat = next(p for p in manifest["prompts"] if p["name"] == "chat")
+    assert template("gemma3").render(CONCISE[1:]) == chat["text"]

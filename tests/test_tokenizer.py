@@ -22,7 +22,7 @@ from conftest import REFERENCE
 from engine.errors import GGUFError, UnsupportedModelError
 from engine.gguf import GGUFFile
 from engine.paths import default_model_path, gemma3_model_path
-from engine.tokenizer import StreamDecoder, Tokenizer
+from engine.tokenizer import SUPPORTED_PRE_TOKENIZERS, StreamDecoder, Tokenizer
 
 MARK = "\n__ggml_vocab_test__\n"
 VOCABS = ["deepseek-llm", "gemma-4", "gpt-2", "llama-bpe", "llama-spm", "mpt", "phi-3", "qwen2", "qwen35",
@@ -129,6 +129,18 @@ def test_reference_prompt_ids(reference_dir, model, prompt):
     plain = p["ids"] if p["ids_special_false"] == "same as ids" else p["ids_special_false"]
     assert tok.encode(p["text"], parse_special=False) == plain
     assert tok.decode(p["ids"], skip_special=False).removeprefix("<bos>") == p["text"]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_tiny_model_prompt_ids(reference_dir, arch):
+    """The tiny reference models carry real vocabularies (Llama 3, Qwen2, Qwen3's qwen35, Gemma 3)."""
+    manifest = json.loads((reference_dir / f"tiny/{arch}/manifest.json").read_text())
+    tok = tokenizer(reference_dir / f"tiny/{arch}" / manifest["file"])
+    assert manifest["prompts"], "no prompts in the manifest"
+    for p in manifest["prompts"]:
+        assert tok.encode(p["text"]) == p["ids"], p["name"]
+        plain = p["ids"] if p.get("ids_special_false", "same as ids") == "same as ids" else p["ids_special_false"]
+        assert tok.encode(p["text"], parse_special=False) == plain, p["name"]
 
 
 # --- special tokens and metadata ----------------------------------------------------------------------
@@ -311,6 +323,46 @@ def test_a_hand_made_vocabulary(tmp_path):
     tok = Tokenizer.from_gguf(GGUFFile.open(_write_vocab(tmp_path / "v.gguf")))
     assert tok.encode("ab ab<|end|>") == [2, 4, 5]
     assert tok.eog_ids == {5}
+
+
+def _write_byte_vocab(path: Path, model: str, pre: str) -> Path:
+    """A vocabulary that can spell any text: GPT-2's 256 byte characters (or <0xXX> tokens and
+    "▁" for Gemma 4 style), plus "ab" and " ab" as merges."""
+    gguf = pytest.importorskip("gguf")
+    from engine.tokenizer import _bytes_to_unicode
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model(model)
+    w.add_tokenizer_pre(pre)
+    if model == "gpt2":
+        chars = sorted(_bytes_to_unicode().values())
+        tokens, types = chars + ["ab", "\u0120ab"], [1] * (len(chars) + 2)
+        merges = ["a b", "\u0120 ab"]
+    else:
+        tokens = [f"<0x{b:02X}>" for b in range(256)] + ["a", "b", "ab", "\u2581", "\u2581ab", "<bos>"]
+        types = [6] * 256 + [1] * 5 + [3]
+        merges = ["a b", "\u2581 ab"]
+        w.add_bos_token_id(len(tokens) - 1)     # Gemma 4 vocabularies always add BOS
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("pre", sorted(SUPPORTED_PRE_TOKENIZERS))
+def test_every_known_pre_tokenizer_builds_and_round_trips(tmp_path, pre):
+    """Each regex of the table compiles in the tokenizers library's regex engine and splits text
+    without losing any of it (only the vectors above can say the split is llama.cpp's)."""
+    model = "gemma4" if pre in ("gemma4", "granite-embed-multi-311m") else "gpt2"
+    tok = Tokenizer.from_gguf(GGUFFile.open(_write_byte_vocab(tmp_path / "v.gguf", model, pre)))
+    text = "ab ab, 12345 Ab'S  \n\n\txé 中文 🦙!?  "
+    ids = tok.encode(text, add_special=False)
+    assert tok.decode(ids) == text
+    ab = tok.encode("ab", add_special=False)
+    assert len(ab) == 1 and tok.token_text(ab[0]) == "ab"
 
 
 def test_unknown_pre_tokenizer_is_an_error_naming_it(tmp_path):
