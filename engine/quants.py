@@ -241,8 +241,9 @@ def _dq_q5_k(b):
 # Q6_K (210 bytes / 256 weights): ql u8[128] | qh u8[64] | scales int8[16] | d f16.
 # Two halves of 128 weights; in half h, weight h*128 + k*32 + l (k in 0..3) has low 4 bits from
 # ql[h*64 + (k%2)*32 + l] (low nibble for k < 2, high for k >= 2), high 2 bits from field k of
-# qh[h*32 + l], and scale scales[h*8 + k*2 + l//16].  w = (d * scale) * (q - 32), in that order
-# (d * scale * q can need 25 bits, so the grouping decides the rounding).
+# qh[h*32 + l], and scale scales[h*8 + k*2 + l//16].  w = d * scale * (q - 32)
+# (exact in float32 in any grouping: an 11-bit f16 mantissa times |scale * q| <= 4096; the same
+# holds for every product in this file, so only a final + m / - dmin * m rounds).
 @_register("Q6_K")
 def _dq_q6_k(b):
     n = len(b)

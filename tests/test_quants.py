@@ -71,10 +71,10 @@ def reference(blocks: np.ndarray, type_name: str) -> np.ndarray:
 def assert_same_bits(ours: np.ndarray, ref: np.ndarray, what: str, nan_aware: bool = False) -> None:
     assert ours.dtype == np.float32, what
     assert ours.shape == ref.shape, f"{what}: shape {ours.shape} != {ref.shape}"
-    a, b = ours.view(np.uint32), ref.view(np.uint32)
+    a, b = ours.view(np.uint32).reshape(-1), ref.view(np.uint32).reshape(-1)
     if nan_aware:
-        nan = np.isnan(ref)
-        assert np.array_equal(np.isnan(ours), nan), f"{what}: NaNs in different places"
+        nan = np.isnan(ref).reshape(-1)
+        assert np.array_equal(np.isnan(ours).reshape(-1), nan), f"{what}: NaNs in different places"
         a, b = a[~nan], b[~nan]
     else:
         assert not np.isnan(ref).any(), f"{what}: the oracle produced NaN in a strict comparison"
