@@ -1,0 +1,183 @@
+"""`ChatService`: what the HTTP layer calls. It owns the engine worker, the model's public id, the
+saved presets' prefixes and a short history of generations (served at GET /hearth/stats).
+
+A chat job runs on the worker thread and puts, in order:
+    ("start", {"prompt_tokens": n})             the prompt rendered and fits: the reply begins
+    ("text", str)                               visible text
+    ("tool_call", wire dict)                    a complete call (OpenAI shape, with its "index")
+    ("done", ChatOutcome)                       last
+A RequestError raised before "start" (the prompt does not fit, the template refused the messages)
+becomes an HTTP error; one raised later ends the stream with an error event.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import ContextFullError, TemplateError
+from ..generation import GenerationStats
+from ..tools import MalformedToolCall, TextDelta, ToolCall, ToolCallParser, detect_format, fallback_system_prompt
+from .presets import PresetPrefixes
+from .protocol import FINISH_REASONS, ChatRequest, RequestError, tool_call_to_wire
+from .worker import EngineWorker, Job
+
+log = logging.getLogger("engine.server")
+HISTORY = 100
+
+
+@dataclass
+class ChatOutcome:
+    id: str
+    content: str = ""
+    tool_calls: list[dict] = field(default_factory=list)
+    stop_reason: str = ""          # the engine's: eog, stop, length, context_full, cancelled
+    finish_reason: str = ""        # OpenAI's: stop, length, tool_calls
+    prompt_tokens: int = 0
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    prefix: dict | None = None     # what the preset prefix store did, when a preset matched
+    queued_s: float = 0.0          # waiting for the worker
+    total_s: float = 0.0           # on the worker
+
+
+class ChatService:
+    def __init__(self, engine, model_id: str | None = None, presets: PresetPrefixes | None = None):
+        self.engine = engine
+        self.model_id = model_id or default_model_id(engine)
+        self.created = int(time.time())
+        self.presets = presets
+        self.worker = EngineWorker(engine)
+        self.history: collections.deque[dict] = collections.deque(maxlen=HISTORY)
+        self.counts = collections.Counter()
+        self._lock = threading.Lock()
+        src = engine.gguf.metadata.get("tokenizer.chat_template") if hasattr(engine, "gguf") else None
+        self.tool_format = detect_format(src if isinstance(src, str) else None)
+
+    def submit(self, cid: str, req: ChatRequest) -> Job:
+        submitted = time.perf_counter()
+        with self._lock:
+            self.counts["requests"] += 1
+        job = self.worker.submit(lambda engine, job: self._run(engine, job, cid, req, submitted))
+        return job
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"model": self.model_id, "queued": self.worker.queued, "counts": dict(self.counts),
+                    "generations": list(self.history)}
+
+    def close(self) -> None:
+        self.worker.close()
+
+    # --- on the worker thread ----------------------------------------------------------------
+
+    def _run(self, engine, job: Job, cid: str, req: ChatRequest, submitted: float) -> None:
+        t0 = time.perf_counter()
+        out = ChatOutcome(cid, queued_s=t0 - submitted)
+        try:
+            run_chat(engine, req, job, out, self.tool_format, self.presets)
+        finally:
+            out.total_s = time.perf_counter() - t0
+            self._record(out, job)
+        job.put(("done", out))
+
+    def _record(self, out: ChatOutcome, job: Job) -> None:
+        entry = {"id": out.id, "stop_reason": out.stop_reason or "error", "finish_reason": out.finish_reason,
+                 "prompt_tokens": out.prompt_tokens, "generated_tokens": out.stats.generated_tokens,
+                 "reused_tokens": out.stats.reused_tokens, "client_left": job.cancel.is_set(),
+                 "tool_calls": len(out.tool_calls), "prefix": out.prefix, "queued_s": round(out.queued_s, 4),
+                 "total_s": round(out.total_s, 4), "decode_tps": round(out.stats.decode_tps, 2)}
+        with self._lock:
+            self.history.append(entry)
+            self.counts["generations"] += 1
+            self.counts[f"stop_{entry['stop_reason']}"] += 1
+        log.info("%s: %s after %d tokens (prompt %d, reused %d)%s", out.id, entry["stop_reason"],
+                 entry["generated_tokens"], out.prompt_tokens, out.stats.reused_tokens,
+                 " - the client left" if entry["client_left"] else "")
+
+
+def default_model_id(engine) -> str:
+    """The GGUF file's name without '.gguf': what `GET /v1/models` lists and requests name."""
+    path = getattr(getattr(engine, "gguf", None), "path", None)
+    return Path(path).name.removesuffix(".gguf") if path else "hearth"
+
+
+def template_messages(req: ChatRequest, tool_format: str) -> list[dict]:
+    """The request's messages as this model's template should see them. A template with no tool
+    support ("generic") gets the tools described in the system prompt, and earlier calls written
+    into the assistant's text in the format that prompt teaches (it would drop `tool_calls`)."""
+    if not req.tools or tool_format != "generic":
+        return req.messages
+    out = [dict(m) for m in req.messages]
+    guide = fallback_system_prompt(req.tools)
+    if out and out[0]["role"] == "system":
+        out[0]["content"] = f"{out[0]['content'].rstrip()}\n\n{guide}" if out[0]["content"].strip() else guide
+    else:
+        out.insert(0, {"role": "system", "content": guide})
+    for m in out:
+        if m.get("tool_calls"):
+            calls = "\n".join("<tool_call>\n" + json.dumps({"name": c["function"]["name"],
+                                                            "arguments": c["function"]["arguments"]},
+                                                           ensure_ascii=False) + "\n</tool_call>"
+                              for c in m.pop("tool_calls"))
+            m["content"] = f"{m['content'].rstrip()}\n{calls}" if m["content"].strip() else calls
+    return out
+
+
+def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: str,
+             presets: PresetPrefixes | None = None) -> None:
+    messages = template_messages(req, tool_format)
+    try:
+        prompt = engine.render_chat(messages, tools=req.tools or None, add_generation_prompt=True)
+    except TemplateError as e:
+        raise RequestError(f"the model's chat template refused these messages: {e}",
+                           code="invalid_messages") from None
+    ids = engine.tokenize(prompt)
+    out.prompt_tokens = len(ids)
+    if len(ids) >= engine.n_ctx:
+        raise RequestError(f"the prompt is {len(ids)} tokens, and this server's context holds {engine.n_ctx} "
+                           "(with room for at least one reply token); shorten the messages",
+                           code="context_length_exceeded", param="messages")
+    if presets is not None:
+        system = req.messages[0]["content"] if req.messages[0]["role"] == "system" else ""
+        preset = presets.match(system, req.tools)
+        if preset is not None:
+            head = [messages[0]] if messages[0]["role"] == "system" else []
+            out.prefix = presets.prepare(engine, preset, head, req.tools)
+    job.put(("start", {"prompt_tokens": len(ids), "prefix": out.prefix}))
+    room = engine.n_ctx - len(ids)
+    max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
+    parser = ToolCallParser(tool_format, req.tools) if req.tools else None
+    text: list[str] = []
+    try:
+        events = engine.generate(ids, max_tokens=max_tokens, sampling=req.sampling, stop=req.stop,
+                                 cancel=job.cancel)
+    except ContextFullError as e:
+        raise RequestError(str(e), code="context_length_exceeded", param="messages") from None
+    for ev in events:
+        pieces = parser.feed(ev.text) if parser and ev.text else ([TextDelta(ev.text)] if ev.text else [])
+        if ev.final:
+            pieces += parser.finish() if parser else []
+            out.stop_reason, out.stats = ev.stop_reason, ev.stats
+        for p in pieces:
+            if isinstance(p, ToolCall):
+                call = tool_call_to_wire(p, len(out.tool_calls))
+                out.tool_calls.append(call)
+                job.put(("tool_call", call))
+                continue
+            # A malformed call cannot be an OpenAI tool call: the client sees what the model wrote.
+            t = p.raw if isinstance(p, MalformedToolCall) else p.text
+            text.append(t)
+            job.put(("text", t))
+    out.content = "".join(text)
+    out.finish_reason = "tool_calls" if out.tool_calls else FINISH_REASONS.get(out.stop_reason, "stop")
+
+
+def outcome_summary(out: ChatOutcome) -> dict:
+    d = asdict(out)
+    d.pop("content")
+    return d

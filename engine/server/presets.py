@@ -1,0 +1,133 @@
+"""Saved presets' prefix images for server requests.
+
+When a request's system prompt and tools are exactly those of a saved preset, its prefix (the chat
+template rendered up to the first user message) is made resident through the PrefixStore before
+generating: restored from its image if there is one, else computed and saved. Requests that match no
+preset still reuse whatever prefix the engine holds (the Engine's common-prefix reuse).
+
+The presets file is the app's (`data_dir()/presets.json`, written by app/preset_store.py):
+
+    {"format": "hearth-presets", "version": 1,
+     "presets": [{"id", "name", "system_prompt", "tools": [...], "sampling": {...}, "model"}]}
+
+It is read here without importing the app (engine/ never imports app/), re-read when it changes, and
+a file that cannot be read only turns the matching off (with a log line), never fails a request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..tools import ToolSchemaError, validate_tool_set
+
+log = logging.getLogger("engine.server")
+FORMAT = "hearth-presets"
+
+
+@dataclass(frozen=True)
+class SavedPreset:
+    id: str
+    name: str
+    system_prompt: str
+    tools_key: str   # canonical JSON of the normalized tool set
+
+
+def tools_key(tools) -> str:
+    """The same text for the same tool set, however its JSON was spelled."""
+    try:
+        norm = validate_tool_set(list(tools or []))
+    except ToolSchemaError:
+        norm = list(tools or [])
+    return json.dumps(norm, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def read_presets(path: Path) -> list[SavedPreset]:
+    """The presets of an app presets file. Raises ValueError naming the file when it is unusable."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read the presets file ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("presets"), list):
+        raise ValueError(f'{path}: not a Hearth presets file (expected "format": "{FORMAT}" and "presets")')
+    out = []
+    for i, p in enumerate(doc["presets"]):
+        if not isinstance(p, dict) or not isinstance(p.get("system_prompt", ""), str):
+            log.warning("%s: presets[%d] skipped (not a preset object)", path, i)
+            continue
+        out.append(SavedPreset(str(p.get("id", i)), str(p.get("name", f"preset {i}")),
+                               p.get("system_prompt", ""), tools_key(p.get("tools") or [])))
+    return out
+
+
+def prefix_text(engine, system_messages: list[dict], tools: list) -> str:
+    """The chat template rendered up to the first user message: the system prompt and tools.
+
+    The same rule as the app's LocalBackend, so both keep the same images: render two chats that
+    differ only in the user's text and keep what they share; templates that inject a default
+    system prompt or put the tools in the user turn are cut back to a line end, where tokenization
+    cannot merge across the cut."""
+    a = engine.render_chat(system_messages + [{"role": "user", "content": "\x01A"}], tools=tools or None)
+    b = engine.render_chat(system_messages + [{"role": "user", "content": "\x02B"}], tools=tools or None)
+    common = os.path.commonprefix([a, b])
+    if system_messages:
+        only = engine.render_chat(system_messages, tools=tools or None, add_generation_prompt=False)
+        if only and common.startswith(only):
+            return only
+    cut = common.rfind("\n")
+    return common[:cut + 1] if cut >= 0 else ""
+
+
+class PresetPrefixes:
+    """Matches requests to saved presets and keeps their prefix resident through a PrefixStore."""
+
+    def __init__(self, presets_path: str | os.PathLike | None, store=None):
+        self.path = Path(presets_path) if presets_path else None
+        self._store = store
+        self._presets: list[SavedPreset] = []
+        self._stamp = None
+        self.last_error: str | None = None
+
+    def _store_or_default(self):
+        if self._store is None:
+            from ..prefix_store import PrefixStore  # noqa: PLC0415
+            self._store = PrefixStore()
+        return self._store
+
+    def presets(self) -> list[SavedPreset]:
+        """The saved presets, re-read when the file changed (its mtime and size)."""
+        if self.path is None:
+            return []
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            self._presets, self._stamp = [], None
+            return []
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self._presets, self.last_error = read_presets(self.path), None
+            except ValueError as e:
+                self._presets, self.last_error = [], str(e)
+                log.warning("preset prefixes off: %s", e)
+        return self._presets
+
+    def match(self, system: str, tools: list) -> SavedPreset | None:
+        key = tools_key(tools)
+        return next((p for p in self.presets() if p.system_prompt == system and p.tools_key == key), None)
+
+    def prepare(self, engine, preset: SavedPreset, system_messages: list[dict], tools: list) -> dict | None:
+        """Make the preset's prefix resident (restore or compute + save). Returns what was done:
+        {"preset", "action", "tokens", "ms", "reason"}, or None when the template gives no prefix."""
+        text = prefix_text(engine, system_messages, tools)
+        if not text:
+            return None
+        t0 = time.perf_counter()
+        res = self._store_or_default().ensure(engine, text, label=preset.name)
+        return {"preset": preset.name, "action": res.action, "tokens": res.n_tokens,
+                "ms": (time.perf_counter() - t0) * 1000, "reason": res.reason or ""}
