@@ -3,6 +3,7 @@
     python -m engine                      interactive chat with the default model (/reset, /quit)
     python -m engine -p "Hello"           one-shot: stream one reply and exit
     python -m engine --info               the model's metadata and a sample tokenization
+    python -m engine serve ...            the OpenAI-compatible server (engine/server/cli.py)
 
 The reply streams to stdout; the statistics line (prefill and decode tokens/s) goes to stderr.
 """
@@ -95,6 +96,10 @@ def reply(eng: Engine, prompt: str, a, out=sys.stdout) -> str:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serve"]:  # the server has its own options: engine/server/cli.py
+        from .server.cli import main as serve_main  # noqa: PLC0415
+        return serve_main(argv[1:])
     a = parse_args(argv)
     try:
         t = time.perf_counter()
