@@ -45,7 +45,6 @@ from .gguf import GGUFFile
 log = logging.getLogger(__name__)
 
 # tokenizer.ggml.token_type values (gguf-py TokenType)
-_TYPE_TO_ATTR_INDEX = {1: "normal", 2: "unknown", 3: "control", 4: "user_defined", 5: "unused", 6: "byte"}
 # llama.cpp's llama_token_attr bits
 ATTR_UNKNOWN, ATTR_UNUSED, ATTR_NORMAL, ATTR_CONTROL = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 ATTR_USER_DEFINED, ATTR_BYTE, ATTR_LSTRIP, ATTR_RSTRIP = 1 << 4, 1 << 5, 1 << 7, 1 << 8
@@ -411,16 +410,21 @@ def _spm_merges(v: _Vocab, scores: np.ndarray, index: dict[str, int]) -> list[tu
     """Every way to write a token as two tokens, best score first: running these as BPE merges
     does what llama.cpp's SentencePiece merge loop does (merge the adjacent pair whose joined
     text is the highest-scoring token)."""
-    cands = []
-    score = scores.tolist()
+    score, attrs = scores.tolist(), v.attrs.tolist()
+    cands: list[tuple[float, int, str, str]] = []
+    add = cands.append
     for i, t in enumerate(v.tokens):
-        if len(t) < 2 or v.attrs[i] & ATTR_BYTE:
+        if len(t) < 2 or attrs[i] & ATTR_BYTE:
             continue
+        s = -score[i]
         for k in range(1, len(t)):
-            if t[:k] in index and t[k:] in index:
-                cands.append((-score[i], i, k))
-    cands.sort()
-    return [(v.tokens[i][:k], v.tokens[i][k:]) for _, i, k in cands]
+            left = t[:k]
+            if left in index:
+                right = t[k:]
+                if right in index:
+                    add((s, i, left, right))
+    cands.sort()        # best score first; ties: lower id, then shorter left part
+    return [(c[2], c[3]) for c in cands]
 
 
 class Tokenizer:
