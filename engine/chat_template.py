@@ -134,7 +134,9 @@ class ChatTemplate:
             raise TemplateError(f"{self.model_name}: the chat template refused the conversation: {e}") from None
         except jinja2.TemplateError as e:
             raise TemplateError(f"{self.model_name}: the chat template failed: {e}") from e
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        except TemplateError:
+            raise
+        except Exception as e:  # noqa: BLE001  a template is the model's code: any failure is its failure
             raise TemplateError(f"{self.model_name}: the chat template failed: {type(e).__name__}: {e}") from e
 
     def __repr__(self) -> str:

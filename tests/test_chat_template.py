@@ -255,8 +255,10 @@ def test_a_message_that_is_not_a_mapping_is_a_template_error():
     "{{ ''.__class__.__mro__ }}",
     "{{ messages.append(1) }}",
     "{{ messages[0].update({'role': 'x'}) }}",
+    "{{ 1 / 0 }}",
+    "{{ messages[5].content }}",
 ])
-def test_the_sandbox_refuses_unsafe_operations(source):
+def test_the_sandbox_refuses_unsafe_and_failing_operations(source):
     with pytest.raises(TemplateError, match="^M: "):
         ChatTemplate(source, model_name="M").render([{"role": "user", "content": "x"}])
 
