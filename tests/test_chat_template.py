@@ -293,3 +293,12 @@ def test_tiny_gemma3_chat_prompt_is_the_gemma3_template(reference_dir):
     manifest = json.loads((reference_dir / "tiny/gemma3/manifest.json").read_text())
     chat = next(p for p in manifest["prompts"] if p["name"] == "chat")
     assert template("gemma3").render(CONCISE[1:]) == chat["text"]
+
+
+def test_gemma4_template_from_its_vocabulary_renders(reference_dir):
+    """A 12,000-character modern template (tools, tool calls, thinking channel) runs in our sandbox."""
+    t = ChatTemplate.from_gguf(reference_dir / "vocab/ggml-vocab-gemma-4.gguf")
+    text = t.render([{"role": "system", "content": "Be brief."}] + TOOL_CONVERSATION[:3], tools=[WEATHER_TOOL])
+    assert text.startswith("<bos><|turn>system\nBe brief.")
+    assert "declaration:get_weather" in text and "<|turn>user\nWeather in Paris?<turn|>" in text
+    assert "call:get_weather{city:" in text
