@@ -101,9 +101,8 @@ def _dq_bf16(b):
 # Q8_0 (34 bytes / 32 weights): d f16 | qs int8[32];  w = d * q
 @_register("Q8_0")
 def _dq_q8_0(b):
-    out = b[:, 2:].view(np.int8).astype(np.float32)
-    out *= _f16(b[:, :2])
-    return out
+    # One pass: numpy casts the int8 to float32 inside the multiply's loop.
+    return np.multiply(b[:, 2:].view(np.int8), _f16(b[:, :2]), dtype=np.float32)
 
 
 # Q4_0 (18 bytes / 32 weights): d f16 | qs u8[16];  weight j < 16 is the low nibble of qs[j],
@@ -119,8 +118,9 @@ def _dq_q4_0(b):
 # Q4_1 (20 bytes / 32 weights): d f16 | m f16 | qs u8[16];  nibbles as Q4_0;  w = d * q + m
 @_register("Q4_1")
 def _dq_q4_1(b):
-    out = _nibbles_f32(b[:, 4:20])
-    out *= _f16(b[:, :2])
+    # The default model's type: nibbles into a small uint8 buffer, then two passes over the
+    # float output (d * q, then + m) -- the fewest this can take in numpy.
+    out = np.multiply(_nibbles(b[:, 4:20], (16,)).reshape(-1, 32), _f16(b[:, :2]), dtype=np.float32)
     out += _f16(b[:, 2:4])
     return out
 
