@@ -23,6 +23,12 @@ ones are still split out, as in llama.cpp and `tokenizers`).
 Decoding works on bytes: each token has its bytes (llama.cpp's `token_to_piece`), so a UTF-8
 character split across tokens is joined before it is decoded. Unlike llama.cpp we do not "clean
 up" spaces before punctuation when decoding (`clean_spaces`): decoding round-trips instead.
+
+Where `tokenizers` and llama.cpp could part (no reference vector shows it; tests/test_tokenizer.py
+checks every one): special tokens are found leftmost-longest rather than longest-first; for
+SentencePiece, two different tokens of exactly equal score are ranked by id rather than by
+position, and a character outside the vocabulary becomes bytes at once rather than after merging.
+A byte with no token of its own (SmolLM2 has none for 0xF1) is dropped, as in llama.cpp.
 """
 
 from __future__ import annotations
