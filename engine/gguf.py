@@ -165,7 +165,8 @@ class _Cursor:
             if itype == ARRAY:
                 # Each inner array needs at least its 12-byte type and count.
                 if count * 12 > self.size - self.pos:
-                    raise self.fail(f"array {key} claims {count} items, more than the file holds: truncated or corrupt")
+                    raise self.fail(f"array {key} claims {count} items, more than the file holds: "
+                                    "truncated or corrupt")
                 if depth >= _MAX_ARRAY_DEPTH:
                     raise self.fail(f"array {key} nests arrays more than {_MAX_ARRAY_DEPTH} deep")
                 return [self.value(ARRAY, key, depth + 1) for _ in range(count)]
@@ -175,7 +176,8 @@ class _Cursor:
     def string_array(self, count: int, key: str) -> StringArray:
         # Each string needs at least its 8-byte length: a larger count cannot fit in the file.
         if count * 8 > self.size - self.pos:
-            raise self.fail(f"array {key} claims {count} strings, more than the file holds: truncated or corrupt")
+            raise self.fail(f"array {key} claims {count} strings, more than the file holds: "
+                            "truncated or corrupt")
         # The hot loop of opening a model (49k tokens + 49k merges): collect lengths only, in a
         # list, and let struct's own bounds check catch a truncation; offsets follow by cumsum.
         buf, start = self.buf, self.pos
@@ -209,8 +211,9 @@ class GGUFFile:
 
     Attributes:
         path, version, metadata (dict key -> value), tensors (dict name -> TensorInfo, file order),
-        alignment, data_offset (where the data section starts), header_bytes (the file's bytes
-        before the data section), file_size.
+        alignment, data_offset (where the data section starts; the file size for a
+        vocabulary-only file that ends before the padding), header_bytes (the file's bytes before
+        the data section), file_size.
     """
 
     def __init__(self, path: Path, mm: mmap.mmap | None, buf: memoryview):
