@@ -10,13 +10,12 @@ numpy, or another CPU can round differently, so an image is only valid where it 
   including the kernel OpenBLAS picked at run time when it can be asked.
 
 Both are computed once per process (a few milliseconds) and cached. Tests change the *inputs*
-(`build_inputs`, `machine_inputs`) and call `clear_caches()` to simulate another build or machine.
+(`package_versions`, `machine_inputs`) and call `clear_caches()` to simulate another build or machine.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import importlib.metadata
 import json
@@ -133,18 +132,27 @@ def _digest(obj: object, person: bytes) -> str:
     return hashlib.blake2b(blob, digest_size=32, person=person).hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
+# Computed once per process. Tests simulating another build or machine change the inputs, call
+# clear_caches(), and afterwards put the saved values back (`saved = dict(_cache)`), so that images
+# written earlier in the session keep their keys even if the sources changed on disk meanwhile.
+_cache: dict[str, str] = {}
+
+
 def engine_build_hash() -> str:
     """Hash of the engine's sources and the exact versions of what it runs on (64 hex digits)."""
-    return _digest(build_inputs(), b"hearth-build")
+    h = _cache.get("build")
+    if h is None:
+        h = _cache["build"] = _digest(build_inputs(), b"hearth-build")
+    return h
 
 
-@functools.lru_cache(maxsize=1)
 def machine_fingerprint() -> str:
     """Hash of the CPU (architecture, model, features) and numpy's BLAS (64 hex digits)."""
-    return _digest(machine_inputs(), b"hearth-machine")
+    h = _cache.get("machine")
+    if h is None:
+        h = _cache["machine"] = _digest(machine_inputs(), b"hearth-machine")
+    return h
 
 
 def clear_caches() -> None:
-    engine_build_hash.cache_clear()
-    machine_fingerprint.cache_clear()
+    _cache.clear()

@@ -58,7 +58,7 @@ from hashlib import blake2b
 import numpy as np
 
 from . import build_info
-from .errors import PrefixImageError
+from .errors import EngineError, PrefixImageError
 
 MAGIC = b"\x89HPX\r\n\x1a\n"
 FORMAT_VERSION = 1
@@ -274,7 +274,8 @@ class RunningCrc:
         return self._value
 
 
-def _write_all(f, buf) -> None:
+def write_all(f, buf) -> None:
+    """Write all of `buf` (raw files may take it in parts)."""
     mv = memoryview(buf).cast("B")
     while len(mv):
         n = f.write(mv)
@@ -359,7 +360,7 @@ def write_image(f, header: ImageHeader, ids, kv, logits: np.ndarray | None) -> i
     head = header.pack()
     for part in (head, ids):
         crc.update(part)
-        _write_all(f, part)
+        write_all(f, part)
     # Views of the cache are strided over heads; they are made contiguous in one of two scratch
     # buffers (one is checked by the CRC thread while the other is filled).
     scratch: list[np.ndarray | None] = [None, None]
@@ -379,15 +380,15 @@ def write_image(f, header: ImageHeader, ids, kv, logits: np.ndarray | None) -> i
                 np.copyto(scratch[slot], t)
                 buf = scratch[slot]
             pending[slot] = crc.update(buf)
-            _write_all(f, buf)
+            write_all(f, buf)
             slot ^= 1
     if header.has_logits:
         logits = np.ascontiguousarray(logits, F32)
         if logits.shape != (header.n_vocab,):
             raise ValueError(f"write_image: logits of shape {logits.shape}, expected ({header.n_vocab},)")
         crc.update(logits)
-        _write_all(f, logits)
-    _write_all(f, struct.pack("<I", crc.value))
+        write_all(f, logits)
+    write_all(f, struct.pack("<I", crc.value))
     return header.image_size
 
 
@@ -469,3 +470,59 @@ def _commit_tensors(f, header: ImageHeader, kv, resident: int, crc: RunningCrc) 
         except BaseException:  # noqa: BLE001  (a device lost mid-rollback: say the cache is not intact)
             e.kv_restored = False  # type: ignore[attr-defined]  (the engine glue resets the engine)
         raise
+
+
+# ------------------------------------------------------------------------------- the engine's API
+# Engine.prefix_key / save_prefix / restore_prefix call these. An engine here needs: tokenize(text),
+# tokens, prefill(text), reset(), config.n_vocab, gguf, backend (.describe(), .kv), _lock, _last_logits
+# and _adopt_prefix(ids, last_logits).
+
+def prefix_ids(engine, text) -> list[int]:
+    """The prefix's token ids, tokenized exactly as `prefill` does."""
+    ids = engine.tokenize(text) if isinstance(text, str) else [int(i) for i in text]
+    if not ids:
+        raise EngineError("the prefix is empty (no tokens)")
+    return ids
+
+
+def expected_header(engine, ids) -> ImageHeader:
+    """The header this engine writes for `ids` (and accepts on restore)."""
+    kv = engine.backend.kv
+    key = key_digest(backend=engine.backend.describe(), model=model_digest(engine.gguf), ids=ids)
+    return ImageHeader(kv.n_layers, kv.n_kv_heads, kv.head_dim, len(ids), int(engine.config.n_vocab), key)
+
+
+def prefix_key(engine, text) -> str:
+    """The key (64 hex digits) of the image this engine would write for `text`."""
+    return key_digest(backend=engine.backend.describe(), model=model_digest(engine.gguf),
+                      ids=prefix_ids(engine, text)).hex()
+
+
+def save_prefix(engine, text, f) -> int:
+    """Make `text` resident (computing only what is not) and stream its image to `f`; returns the
+    image's size. The engine is unchanged by a failing `f` (a full disk): writing only reads the cache."""
+    ids = prefix_ids(engine, text)
+    with engine._lock:  # noqa: SLF001  (no generate may move the cache while it is written)
+        engine.prefill(ids)
+        logits = engine._last_logits  # noqa: SLF001
+        if logits is None:  # prefill always leaves them; keep the image whole if that ever changes
+            raise EngineError("save_prefix: the engine has no logits after the prefix")
+        return write_image(f, expected_header(engine, ids), ids, engine.backend.kv, logits)
+
+
+def restore_prefix(engine, text, f) -> int:
+    """Read an image of `text` from `f` into the cache and make it resident, with its last logits, so
+    that generating right after it computes nothing. Returns its token count. Refuses with
+    PrefixImageError (the engine's tokens and their K/V as before) on any mismatch or damage."""
+    ids = prefix_ids(engine, text)
+    with engine._lock:  # noqa: SLF001
+        engine.backend.kv.check_fits(0, len(ids))
+        want = expected_header(engine, ids)
+        try:
+            logits = read_image(f, want, ids, engine.backend.kv, resident=len(engine.tokens))
+        except BaseException as e:
+            if not getattr(e, "kv_restored", True):
+                engine.reset()  # the rollback itself failed: forget everything rather than lie
+            raise
+        engine._adopt_prefix(ids, logits)  # noqa: SLF001
+    return len(ids)

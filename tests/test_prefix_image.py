@@ -308,15 +308,40 @@ def test_key_changes_with_every_input(monkeypatch):
     assert pi.key_digest(**{**base, "model": b"n" * 32}) != k0
     assert pi.key_digest(**{**base, "ids": [1, 2, 4]}) != k0
     assert pi.key_digest(**{**base, "ids": [1, 2]}) != k0
+    saved = dict(build_info._cache)
     try:
         monkeypatch.setattr(build_info, "package_versions", lambda: {"numpy": "0.0-other"})
         build_info.clear_caches()
         assert pi.key_digest(**base) != k0
         monkeypatch.undo()
-        build_info.clear_caches()
+        build_info._cache.clear()
+        build_info._cache.update(saved)
         monkeypatch.setattr(build_info, "machine_inputs", lambda: {"machine": "riscv64"})
+        build_info._cache.pop("machine")
         assert pi.key_digest(**base) != k0
     finally:
         monkeypatch.undo()
-        build_info.clear_caches()
+        build_info._cache.clear()
+        build_info._cache.update(saved)
     assert pi.key_digest(**base) == k0
+
+
+def test_build_hash_covers_every_engine_source_file(tmp_path):
+    from engine import build_info
+    import shutil
+    src = tmp_path / "engine"
+    shutil.copytree(build_info.ENGINE_DIR, src, ignore=shutil.ignore_patterns("__pycache__"))
+    h0 = build_info.hash_sources(src)
+    names = [p.relative_to(src).as_posix() for p in build_info.source_files(src)]
+    assert "prefix_image.py" in names and "kv_cache.py" in names
+    assert all(n.endswith((".py", ".wgsl")) for n in names)
+    victim = src / "kv_cache.py"
+    victim.write_bytes(victim.read_bytes() + b"\n")
+    assert build_info.hash_sources(src) != h0
+    (src / "wgsl").mkdir(exist_ok=True)
+    (src / "wgsl" / "new_kernel.wgsl").write_text("// a new kernel")
+    h1 = build_info.hash_sources(src)
+    (src / "wgsl" / "new_kernel.wgsl").write_text("// a new kernel!")
+    assert build_info.hash_sources(src) != h1
+    (src / "notes.txt").write_text("not code")
+    assert build_info.hash_sources(src) == build_info.hash_sources(src)
