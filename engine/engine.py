@@ -174,6 +174,26 @@ class Engine:
             self._sync(ids)
         return len(ids)
 
+    # --- prefix images (logic in prefix_image.py; the prefix-image work owns this block) ------
+
+    def prefix_key(self, text: str) -> str:
+        """The key (64 hex digits) of the image this engine would write for the prefix `text`."""
+        from . import prefix_image  # noqa: PLC0415
+        return prefix_image.prefix_key(self, text)
+
+    def save_prefix(self, text: str, fileobj) -> int:
+        """Make `text` resident (computing only what is not) and stream its prefix image to the
+        binary `fileobj`, one tensor per write. Returns the image's size in bytes."""
+        from . import prefix_image  # noqa: PLC0415
+        return prefix_image.save_prefix(self, text, fileobj)
+
+    def restore_prefix(self, text: str, fileobj) -> int:
+        """Read `text`'s prefix image from `fileobj` into the cache and make it resident with its
+        last logits. Returns its token count. Any mismatch or damage raises PrefixImageError and
+        leaves the resident tokens and their K/V as they were."""
+        from . import prefix_image  # noqa: PLC0415
+        return prefix_image.restore_prefix(self, text, fileobj)
+
     # --- generation ------------------------------------------------------------------------
 
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 256, sampling: Sampling | None = None,
