@@ -8,6 +8,11 @@ inside BLAS, so a GUI thread stays responsive while this runs in a worker.
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import os
+import threading
+
 import numpy as np
 
 from .backend import Backend
@@ -16,6 +21,53 @@ from .kv_cache import KVCache
 from .models import build_model
 
 DEFAULT_CHUNK = 512
+
+
+class BlasThreads:
+    """How many threads OpenBLAS uses for the calling thread's products.
+
+    OpenBLAS splits every product over all cores and its threads spin at each barrier. On a
+    quiet machine that is what we want; on an oversubscribed one (load average above the core
+    count: other processes, a busy GUI) each of the ~150 products per token waits for a
+    descheduled thread and the engine runs 5-10x slower than with one thread. So before each
+    forward pass we pick all cores when the machine is quiet and one core when it is not.
+    HEARTH_THREADS=<n> fixes the count. Without numpy's bundled OpenBLAS this does nothing.
+    """
+
+    def __init__(self):
+        self._set = None
+        self._local = threading.local()  # the setting is per calling thread
+        self.cores = os.cpu_count() or 1
+        env = os.environ.get("HEARTH_THREADS", "")
+        self.fixed = int(env) if env.isdigit() and int(env) > 0 else None
+        libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+        for path in glob.glob(os.path.join(libdir, "libscipy_openblas*.so*")):
+            try:
+                fn = ctypes.CDLL(path).openblas_set_num_threads_local
+            except (OSError, AttributeError):
+                continue
+            fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+            self._set = fn
+            break
+
+    def choose(self) -> int:
+        if self.fixed:
+            return self.fixed
+        try:
+            busy = os.getloadavg()[0] > self.cores + 0.5
+        except OSError:
+            busy = False
+        return 1 if busy else self.cores
+
+    def apply(self) -> int:
+        n = self.choose()
+        if self._set is not None and n != getattr(self._local, "n", None):
+            self._set(n)
+            self._local.n = n
+        return n
+
+
+_BLAS = BlasThreads()
 
 
 class CpuBackend(Backend):
@@ -36,6 +88,7 @@ class CpuBackend(Backend):
         bad = (ids < 0) | (ids >= self.cfg.n_vocab)
         if bad.any():
             raise ValueError(f"token id {int(ids[bad][0])} is outside the vocabulary of {self.cfg.n_vocab}")
+        self.threads = _BLAS.apply()
         outs = []
         for s in range(0, n, self.chunk):
             part = ids[s:s + self.chunk]

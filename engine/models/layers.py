@@ -110,6 +110,12 @@ def _yarn_corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float,
     return max(0, start), min(n_dims - 1, end)
 
 
+# Queries per attention block in prefill: each block attends to keys [start, its last position],
+# so only the block-diagonal square is computed and masked in vain, and the scores buffer stays
+# [nkv, rep * BLOCK, T] (L2/L3-sized) whatever the chunk length.
+ATTN_BLOCK = 128
+
+
 def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int, window: int) -> np.ndarray:
     """Causal grouped-query attention of n new queries against the cache.
 
@@ -122,26 +128,37 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     n, nh, hd = q.shape
     nkv = k_cache.shape[0]
     rep = nh // nkv
-    end = pos + n
-    start = max(0, pos - window + 1) if window > 0 else 0
-    K = k_cache[:, start:end]                     # [nkv, T, hd]
-    V = v_cache[:, start:end]
-    T = end - start
     # Query heads of one KV head next to each other: head h = kv * rep + r uses kv head h // rep.
-    qg = q.reshape(n, nkv, rep, hd).transpose(1, 2, 0, 3).reshape(nkv, rep * n, hd)
-    s = np.matmul(qg, K.transpose(0, 2, 1))      # [nkv, rep*n, T]
-    s4 = s.reshape(nkv, rep, n, T)
-    if n > 1 or (window > 0 and T > window):
-        qpos = np.arange(pos, end)[:, None]
-        kpos = np.arange(start, end)[None, :]
+    qg = q.reshape(n, nkv, rep, hd).transpose(1, 2, 0, 3)           # [nkv, rep, n, hd] view
+    out = np.empty((nkv, rep, n, hd), np.float32)
+    for b0 in range(0, n, ATTN_BLOCK):
+        b1 = min(n, b0 + ATTN_BLOCK)
+        out[:, :, b0:b1] = _attend_block(qg[:, :, b0:b1], k_cache, v_cache, pos + b0, window)
+    return out.transpose(2, 0, 1, 3).reshape(n, nh * hd)
+
+
+def _attend_block(qb, k_cache, v_cache, p0: int, window: int) -> np.ndarray:
+    """qb [nkv, rep, m, hd] at positions [p0, p0 + m) -> [nkv, rep, m, hd]."""
+    nkv, rep, m, hd = qb.shape
+    end = p0 + m
+    start = max(0, p0 - window + 1) if window > 0 else 0
+    T = end - start
+    K = k_cache[:, start:end]                                         # [nkv, T, hd] views
+    V = v_cache[:, start:end]
+    s = np.matmul(qb.reshape(nkv, rep * m, hd), K.transpose(0, 2, 1))  # [nkv, rep*m, T]
+    if m > 1 or (window > 0 and T > window):
+        # Mask only the columns some query cannot see: the causal square on the right and,
+        # with a window, the strip on the left.
+        c0 = 0 if window > 0 else T - m
+        qpos = np.arange(p0, end)[:, None]
+        kpos = np.arange(start + c0, end)[None, :]
         masked = kpos > qpos
         if window > 0:
             masked |= (qpos - kpos) >= window
-        s4 += np.where(masked, np.float32(-np.inf), np.float32(0.0))
-    m = s.max(axis=-1, keepdims=True)
-    s -= m
+        s.reshape(nkv, rep, m, T)[..., c0:] += np.where(masked, np.float32(-np.inf), np.float32(0.0))
+    s -= s.max(axis=-1, keepdims=True)
     np.exp(s, out=s)
     denom = s.sum(axis=-1, keepdims=True)
-    o = np.matmul(s, V)                          # [nkv, rep*n, hd]
+    o = np.matmul(s, V)                                               # [nkv, rep*m, hd]
     o /= denom
-    return o.reshape(nkv, rep, n, hd).transpose(2, 0, 1, 3).reshape(n, nh * hd)
+    return o.reshape(nkv, rep, m, hd)
