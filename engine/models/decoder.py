@@ -48,32 +48,34 @@ class Decoder:
     def __init__(self, cfg: ModelConfig, g):
         self.cfg = c = cfg
         d, hd = c.n_embd, c.head_dim
-        self.tok_embd = W.tensor(g, "token_embd.weight", (c.n_vocab, d))     # [vocab, d]
-        self.output = self.tok_embd if c.tied_output else W.tensor(g, "output.weight", (c.n_vocab, d))
+        ld = W.Loader(g)
+        self.tok_embd = ld.matrix(["token_embd.weight"], d, [c.n_vocab])       # [vocab, d]
+        self.output = self.tok_embd if c.tied_output else ld.matrix(["output.weight"], d, [c.n_vocab])
         self.output_norm = W.tensor(g, "output_norm.weight", (d,))
         freq_factors = W.optional(g, "rope_freqs.weight", (c.n_rot // 2,))   # Llama 3 scaling
         self.rope = Rope(c.n_rot, c.rope_base, c.rope_neox, c.rope_scaling, freq_factors)
         # gemma3: sliding-window layers rotate with their own base and without scaling
         self.rope_swa = Rope(c.n_rot, c.rope_base_swa, c.rope_neox) if c.sliding_window else None
-        self.blocks = [self._load_block(g, i) for i in range(c.n_layer)]
+        self.blocks = [self._load_block(g, ld, i) for i in range(c.n_layer)]
+        ld.finish()
 
-    def _load_block(self, g, i: int) -> Block:
+    def _load_block(self, g, ld, i: int) -> Block:
         c = self.cfg
         d, hd, p = c.n_embd, c.head_dim, f"blk.{i}."
         rows = [c.n_head * hd, c.n_head_kv * hd, c.n_head_kv * hd]
         qkv = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
         return Block(
             attn_norm=W.tensor(g, p + "attn_norm.weight", (d,)),
-            wqkv=W.fused(g, qkv, d, rows),
+            wqkv=ld.matrix(qkv, d, rows),
             bqkv=W.fused_bias(g, [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"], rows),
             q_norm=W.optional(g, p + "attn_q_norm.weight", (hd,)),
             k_norm=W.optional(g, p + "attn_k_norm.weight", (hd,)),
-            wo=W.tensor(g, p + "attn_output.weight", (d, c.n_head * hd)),
+            wo=ld.matrix([p + "attn_output.weight"], c.n_head * hd, [d]),
             bo=W.optional(g, p + "attn_output.bias", (d,)),
             post_attn_norm=W.tensor(g, p + "post_attention_norm.weight", (d,)) if c.post_norms else None,
             ffn_norm=W.tensor(g, p + "ffn_norm.weight", (d,)),
-            w_gate_up=W.fused(g, [p + "ffn_gate.weight", p + "ffn_up.weight"], d, [c.n_ff, c.n_ff]),
-            w_down=W.tensor(g, p + "ffn_down.weight", (d, c.n_ff)),
+            w_gate_up=ld.matrix([p + "ffn_gate.weight", p + "ffn_up.weight"], d, [c.n_ff, c.n_ff]),
+            w_down=ld.matrix([p + "ffn_down.weight"], c.n_ff, [d]),
             post_ffn_norm=W.tensor(g, p + "post_ffw_norm.weight", (d,)) if c.post_norms else None,
         )
 

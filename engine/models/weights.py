@@ -9,10 +9,58 @@ does two large products instead of five.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from ..errors import UnsupportedModelError
-from ..quants import dequantize
+from ..quants import dequantize, dequantize_blocks
+
+# Rows per dequantization job: ~256 KiB of float32 output, so a job's temporaries stay in cache
+# and its result is written once, straight into the final matrix.
+_JOB_FLOATS = 1 << 16
+
+
+class Loader:
+    """Dequantizes matrices straight into preallocated float32 buffers, in parallel.
+
+    `matrix(...)` returns the (not yet filled) buffer at once and queues its row chunks;
+    `finish()` waits for every queued chunk. numpy releases the GIL in the dequantizers, so the
+    chunks run on all cores, and no intermediate full-size array is made and copied.
+    """
+
+    def __init__(self, g):
+        self.g = g
+        self.jobs: list[tuple[np.ndarray, np.ndarray, object, str]] = []
+
+    def matrix(self, names: list[str], n_in: int, rows: list[int]) -> np.ndarray:
+        """Matrices `names` ([rows[i], n_in] each) stacked into one float32 [sum(rows), n_in]."""
+        out = np.empty((sum(rows), n_in), np.float32)
+        r = 0
+        for name, nr in zip(names, rows):
+            t = self.g.tensors.get(name)
+            if t is None:
+                raise UnsupportedModelError(f"{self.g.path.name}: tensor {name} is missing")
+            if tuple(t.shape) != (n_in, nr):
+                raise UnsupportedModelError(f"{self.g.path.name}: tensor {name} has shape {tuple(t.shape[::-1])}, "
+                                            f"expected {(nr, n_in)} from the metadata")
+            blocks = t.data.reshape(-1, t.type.type_size)
+            per_row = n_in // t.type.block_size
+            step = max(1, _JOB_FLOATS // n_in)
+            for r0 in range(0, nr, step):
+                r1 = min(nr, r0 + step)
+                self.jobs.append((out[r + r0:r + r1], blocks[r0 * per_row:r1 * per_row], t.type, name))
+            r += nr
+        return out
+
+    def finish(self) -> None:
+        def run(job):
+            dst, blocks, gtype, name = job
+            dst[...] = dequantize_blocks(blocks, gtype, name).reshape(dst.shape)
+        jobs, self.jobs = self.jobs, []
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="load") as pool:
+            list(pool.map(run, jobs, chunksize=16))
 
 
 def tensor(g, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -29,16 +77,6 @@ def tensor(g, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
 
 def optional(g, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
     return tensor(g, name, shape) if name in g.tensors else None
-
-
-def fused(g, names: list[str], n_in: int, rows: list[int]) -> np.ndarray:
-    """Matrices `names` (each [rows[i], n_in]) stacked into one float32 [sum(rows), n_in]."""
-    out = np.empty((sum(rows), n_in), np.float32)
-    r = 0
-    for name, nr in zip(names, rows):
-        out[r:r + nr] = tensor(g, name, (nr, n_in))
-        r += nr
-    return out
 
 
 def fused_bias(g, names: list[str], rows: list[int]) -> np.ndarray | None:
