@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ContextFullError, TemplateError
@@ -151,33 +151,53 @@ def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: 
     job.put(("start", {"prompt_tokens": len(ids), "prefix": out.prefix}))
     room = engine.n_ctx - len(ids)
     max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
-    parser = ToolCallParser(tool_format, req.tools) if req.tools else None
-    text: list[str] = []
+    reply = ReplyAssembler(tool_format, req.tools)
     try:
         events = engine.generate(ids, max_tokens=max_tokens, sampling=req.sampling, stop=req.stop,
                                  cancel=job.cancel)
     except ContextFullError as e:
         raise RequestError(str(e), code="context_length_exceeded", param="messages") from None
     for ev in events:
-        pieces = parser.feed(ev.text) if parser and ev.text else ([TextDelta(ev.text)] if ev.text else [])
+        items = reply.feed(ev.text) if ev.text else []
         if ev.final:
-            pieces += parser.finish() if parser else []
+            items += reply.finish()
             out.stop_reason, out.stats = ev.stop_reason, ev.stats
-        for p in pieces:
-            if isinstance(p, ToolCall):
-                call = tool_call_to_wire(p, len(out.tool_calls))
-                out.tool_calls.append(call)
-                job.put(("tool_call", call))
-                continue
-            # A malformed call cannot be an OpenAI tool call: the client sees what the model wrote.
-            t = p.raw if isinstance(p, MalformedToolCall) else p.text
-            text.append(t)
-            job.put(("text", t))
-    out.content = "".join(text)
+        for item in items:
+            job.put(item)
+    out.content, out.tool_calls = reply.content, reply.tool_calls
     out.finish_reason = "tool_calls" if out.tool_calls else FINISH_REASONS.get(out.stop_reason, "stop")
 
 
-def outcome_summary(out: ChatOutcome) -> dict:
-    d = asdict(out)
-    d.pop("content")
-    return d
+class ReplyAssembler:
+    """The model's text deltas -> ("text", str) and ("tool_call", OpenAI call) items. With tools, the
+    text goes through engine.tools' streaming parser (calls are never shown as text); a malformed
+    call cannot be an OpenAI tool call, so the client sees what the model wrote instead."""
+
+    def __init__(self, tool_format: str, tools: list):
+        self.parser = ToolCallParser(tool_format, tools) if tools else None
+        self.tool_calls: list[dict] = []
+        self._text: list[str] = []
+
+    @property
+    def content(self) -> str:
+        return "".join(self._text)
+
+    def feed(self, text: str) -> list[tuple]:
+        return self._items(self.parser.feed(text) if self.parser else [TextDelta(text)])
+
+    def finish(self) -> list[tuple]:
+        return self._items(self.parser.finish()) if self.parser else []
+
+    def _items(self, events) -> list[tuple]:
+        items = []
+        for e in events:
+            if isinstance(e, ToolCall):
+                call = tool_call_to_wire(e, len(self.tool_calls))
+                self.tool_calls.append(call)
+                items.append(("tool_call", call))
+                continue
+            t = e.raw if isinstance(e, MalformedToolCall) else e.text
+            if t:
+                self._text.append(t)
+                items.append(("text", t))
+        return items
