@@ -191,8 +191,8 @@ class _Cursor:
                 append(n)
                 pos += 8 + n
         except (struct.error, OverflowError):
-            i = len(lens)
-            self.pos = min(pos, self.size)
+            # Either string i's length field is cut off, or string i - 1 ran past the end.
+            i = len(lens) - 1 if pos > self.size else len(lens)
             raise self.fail(f"file is truncated while reading string {i} of {key} "
                             f"(array of {count} strings from byte {start})") from None
         if pos > self.size:
@@ -358,3 +358,12 @@ class GGUFFile:
                 raise c.fail(f"tensor {name} appears twice")
             data = np.frombuffer(self._buf, np.uint8, n_bytes, self.data_offset + offset)
             self.tensors[name] = TensorInfo(name, shape, gtype, offset, n_bytes, data)
+        self._check_no_overlap(c)
+
+    def _check_no_overlap(self, c: _Cursor) -> None:
+        # llama.cpp demands the tensors back to back in file order; we only demand that no two
+        # share bytes, which is what a corrupt offset would break.
+        spans = sorted((t.offset, t.offset + t.n_bytes, t.name) for t in self.tensors.values())
+        for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+            if start < end:
+                raise c.fail(f"tensors {a} and {b} overlap in the data section (a corrupt offset)")

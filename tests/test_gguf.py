@@ -337,6 +337,49 @@ def test_truncated_in_the_tensor_data(tmp_path, default_model_path, model):
         path.unlink()
 
 
+def test_corrupted_copies_of_the_default_model(tmp_path, default_model_path, oracle):
+    """One full copy, patched in place and restored between cases: each corruption is refused
+    with a message naming the file and what is wrong."""
+    path = tmp_path / "corrupt.gguf"
+    path.write_bytes(default_model_path.read_bytes())
+    first_kv = oracle.fields["general.architecture"].offset
+    # tokens: its value type (u32), then item type (u32), count (u64), first string length (u64)
+    # At `tokens`: value type u32 | item type u32 | count u64 | first string's length u64 ...
+    tokens = oracle.fields["tokenizer.ggml.tokens"].offset + 8 + len("tokenizer.ggml.tokens")
+    t0 = oracle.tensors[0]  # token_embd.weight [576, 49152] Q8_0
+    t0_type = t0.field.offset + 8 + len(t0.name) + 4 + 8 * len(t0.shape)
+    cases = [  # (position, new bytes, exception, words the message must hold)
+        (0, b"GGJT", GGUFError, ["not a GGUF file"]),
+        (4, struct.pack("<I", 1), GGUFError, ["version 1"]),
+        (8, struct.pack("<Q", 2**40), GGUFError, ["absurd"]),
+        (16, struct.pack("<Q", 2**50), GGUFError, ["absurd"]),
+        (first_kv, struct.pack("<Q", 2**60), GGUFError, ["truncated"]),
+        (first_kv + 8 + 20, struct.pack("<I", 77), GGUFError, ["general.architecture", "unknown value type 77"]),
+        (tokens + 8, struct.pack("<Q", 2**62), GGUFError, ["tokenizer.ggml.tokens", "more than the file holds"]),
+        (tokens + 16, struct.pack("<Q", 2**40), GGUFError, ["string 0 of tokenizer.ggml.tokens", "truncated"]),
+        (t0_type, struct.pack("<I", 39), UnsupportedModelError, ["token_embd.weight", "MXFP4"]),
+        (t0_type, struct.pack("<I", 17), GGUFError, ["token_embd.weight", "block size"]),  # IQ2_XS, 256 ∤ 576
+        (t0_type, struct.pack("<I", 0), GGUFError, ["token_embd.weight", "beyond the end"]),  # as F32: 4x bigger
+        (t0_type + 4, struct.pack("<Q", 96 << 20), GGUFError, ["token_embd.weight", "beyond the end"]),
+        (t0_type + 4, struct.pack("<Q", 96), GGUFError, ["token_embd.weight", "overlap"]),
+        (t0_type + 4, struct.pack("<Q", 8), GGUFError, ["token_embd.weight", "not aligned"]),
+    ]
+    with open(path, "r+b") as f:
+        for pos, patch, exc, words in cases:
+            f.seek(pos)
+            saved = f.read(len(patch))
+            f.seek(pos)
+            f.write(patch)
+            f.flush()
+            msg = assert_gguf_error(path, exc=exc)
+            assert all(w in msg for w in words), (pos, msg)
+            f.seek(pos)
+            f.write(saved)
+            f.flush()
+    assert len(GGUFFile.open(path).tensors) == 272  # restored intact
+    path.unlink()
+
+
 def test_tensor_data_out_of_bounds(tmp_path):
     kvs = [gkv("general.architecture", STRING, "llama")]
     data = b"\0" * 64
@@ -358,6 +401,7 @@ def test_tensor_info_errors(tmp_path):
         "zero": ([ginfo("w", [4, 0], 0, 0)], "impossible shape"),
         "rowlen": ([ginfo("w", [40], 8, 0)], "block size"),
         "twice": ([ginfo("w", [4], 0, 0), ginfo("w", [4], 0, 32)], "twice"),
+        "overlap": ([ginfo("w", [16], 0, 0), ginfo("v", [4], 0, 32)], "overlap"),
         "badname": ([gstr(b"\xff\xfe") + struct.pack("<IQIQ", 1, 4, 0, 0)], "UTF-8"),
     }
     for name, (infos, match) in cases.items():
