@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ModelConfig
+from ..errors import UnsupportedModelError
 from ..kv_cache import KVCache
 from . import weights as W
 from .layers import Rope, attention, gelu_tanh_mul, rms_norm, silu_mul
@@ -31,8 +32,8 @@ class Block:
     attn_norm: np.ndarray                 # [d]
     wqkv: np.ndarray                      # [(nh + 2 nkv) * hd, d]  q rows, then k, then v
     bqkv: np.ndarray | None               # [(nh + 2 nkv) * hd]      qwen2
-    q_norm: np.ndarray | None             # [hd]                     qwen3, gemma3
-    k_norm: np.ndarray | None             # [hd]
+    qk_norm: np.ndarray | None            # [nh + nkv, hd] q_norm (times the attention scale)
+                                          # per q head, then k_norm per k head: qwen3, gemma3
     wo: np.ndarray                        # [d, nh * hd]
     bo: np.ndarray | None                 # [d]
     post_attn_norm: np.ndarray | None     # [d]                      gemma3
@@ -58,6 +59,25 @@ class Decoder:
         self.rope_swa = Rope(c.n_rot, c.rope_base_swa, c.rope_neox) if c.sliding_window else None
         self.blocks = [self._load_block(g, ld, i) for i in range(c.n_layer)]
         ld.finish()
+        # The attention scale is folded into the weights once: into q_norm where there is one
+        # (above), else into the q rows of wqkv (and their bias): RoPE is linear, so scaling q
+        # before or after it is the same, and the decode loop saves a pass per layer.
+        qrows = c.n_head * c.head_dim
+        for b in self.blocks:
+            if b.qk_norm is None:
+                b.wqkv[:qrows] *= np.float32(c.attn_scale)
+                if b.bqkv is not None:
+                    b.bqkv[:qrows] *= np.float32(c.attn_scale)
+
+    def _qk_norm(self, g, p: str) -> np.ndarray | None:
+        c = self.cfg
+        qn = W.optional(g, p + "attn_q_norm.weight", (c.head_dim,))
+        kn = W.optional(g, p + "attn_k_norm.weight", (c.head_dim,))
+        if qn is None and kn is None:
+            return None
+        if qn is None or kn is None:
+            raise UnsupportedModelError(f"{g.path.name}: {p}attn_q_norm and {p}attn_k_norm must come together")
+        return np.concatenate([np.tile(qn * np.float32(c.attn_scale), (c.n_head, 1)), np.tile(kn, (c.n_head_kv, 1))])
 
     def _load_block(self, g, ld, i: int) -> Block:
         c = self.cfg
@@ -68,8 +88,7 @@ class Decoder:
             attn_norm=W.tensor(g, p + "attn_norm.weight", (d,)),
             wqkv=ld.matrix(qkv, d, rows),
             bqkv=W.fused_bias(g, [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"], rows),
-            q_norm=W.optional(g, p + "attn_q_norm.weight", (hd,)),
-            k_norm=W.optional(g, p + "attn_k_norm.weight", (hd,)),
+            qk_norm=self._qk_norm(g, p),
             wo=ld.matrix([p + "attn_output.weight"], c.n_head * hd, [d]),
             bo=W.optional(g, p + "attn_output.bias", (d,)),
             post_attn_norm=W.tensor(g, p + "post_attention_norm.weight", (d,)) if c.post_norms else None,
@@ -110,19 +129,13 @@ class Decoder:
         qkv = h @ b.wqkv.T                                       # [n, (nh + 2 nkv) hd]
         if b.bqkv is not None:                                   # qwen2
             qkv += b.bqkv
-        q = qkv[:, :nh * hd].reshape(n, nh, hd)
-        k = qkv[:, nh * hd:(nh + nkv) * hd].reshape(n, nkv, hd)
+        # q and k are adjacent in qkv: normalize and rotate them together, in place.
+        qk = qkv[:, :(nh + nkv) * hd].reshape(n, nh + nkv, hd)
         v = qkv[:, (nh + nkv) * hd:].reshape(n, nkv, hd)
-        if b.q_norm is not None:                                 # qwen3, gemma3
-            q = rms_norm(q, b.q_norm, c.rms_eps)
-        if b.k_norm is not None:
-            k = rms_norm(k, b.k_norm, c.rms_eps)
-        rope = self.rope_swa if window else self.rope
-        q = np.ascontiguousarray(q)
-        k = np.ascontiguousarray(k)
-        rope.apply(q, cs)
-        rope.apply(k, cs)
-        q *= np.float32(c.attn_scale)
+        if b.qk_norm is not None:                                # qwen3, gemma3
+            qk = rms_norm(qk, b.qk_norm, c.rms_eps)
+        (self.rope_swa if window else self.rope).apply(qk, cs)
+        q, k = qk[:, :nh], qk[:, nh:]                            # q already carries attn_scale
         kv.store(i, pos, k.transpose(1, 0, 2), v.transpose(1, 0, 2))
         a = attention(q, kv.k[i], kv.v[i], pos, window)         # [n, nh hd]
         o = a @ b.wo.T                                           # [n, d]
