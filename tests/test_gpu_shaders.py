@@ -18,7 +18,7 @@ def _balanced(code: str) -> bool:
 
 @pytest.mark.parametrize("qtype", ops.GPU_TYPES)
 def test_matvec_renders_for_every_type(qtype):
-    code = render("matvec.wgsl", QTYPES=(qtype,), MODE="concat", ACT="silu", NORM=True, BIAS=False,
+    code = render("matvec.wgsl", QTYPES=(qtype,), MODE="concat", ACT="silu", NORM=True, BIAS=False, SUBGROUPS=True,
                   RESIDUAL=False, ROWS=8)
     assert "fn w0_deq8" in code and "@compute" in code and _balanced(code)
     assert "{{" not in code and "{%" not in code

@@ -27,7 +27,9 @@ from .kv import GpuKVCache
 from .plan import Plan
 from .weights import GpuWeights
 
-DEFAULT_CHUNK = 512
+# Prefill chunk (tokens per pass): large on a real GPU (more workgroups per dispatch), small on a CPU
+# rasterizer where activations are cheap to keep small.
+GPU_CHUNK, CPU_CHUNK = 2048, 256
 STEP_HEADER = 4          # u32 words before the token ids in the step buffer
 
 
@@ -40,7 +42,7 @@ def rope_table(rope: Rope, max_ctx: int) -> np.ndarray:
 class GpuBackend(Backend):
     name = "gpu"
 
-    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int = DEFAULT_CHUNK):
+    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int | None = None):
         if cfg.final_softcap > 0:
             raise UnsupportedModelError(f"{gguf.path.name}: final logit soft-capping is not implemented on the GPU")
         if cfg.head_dim > 256 or cfg.head_dim % 4 or cfg.n_embd % 32:
@@ -50,6 +52,8 @@ class GpuBackend(Backend):
         t0 = time.perf_counter()
         self.dev = Device(adapter if adapter is not None else select_adapter())
         try:
+            if chunk is None:
+                chunk = CPU_CHUNK if self.dev.info["is_cpu"] else GPU_CHUNK
             self._build(gguf, n_ctx, min(chunk, n_ctx))
         except Exception:
             self.close()

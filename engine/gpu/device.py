@@ -100,8 +100,11 @@ class Device:
                                    "max-storage-buffers-per-shader-stage", "max-compute-workgroup-storage-size",
                                    "max-compute-invocations-per-workgroup", "max-compute-workgroup-size-x",
                                    "max-dynamic-uniform-buffers-per-pipeline-layout")}
+        # Subgroup shuffles replace most workgroup barriers in the reductions (HEARTH_GPU_SUBGROUPS=0: off).
+        self.subgroups = ("subgroup" in self.adapter.features and os.environ.get("HEARTH_GPU_SUBGROUPS", "1") != "0")
         try:
-            self.device = self.adapter.request_device_sync(required_limits=want, label="hearth")
+            self.device = self.adapter.request_device_sync(
+                required_features=["subgroup"] if self.subgroups else [], required_limits=want, label="hearth")
         except Exception as e:
             raise EngineError(f"could not open the GPU {self.adapter.info.get('device')}: {e}") from e
         self.queue = self.device.queue

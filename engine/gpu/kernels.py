@@ -42,7 +42,7 @@ class Kernels:
         if k is not None:
             return k
         wgpu, device = self.dev.wgpu, self.dev.device
-        code = render(template, **tpl)
+        code = render(template, SUBGROUPS=self.dev.subgroups, **tpl)
         try:
             module = device.create_shader_module(code=code, label=template)
         except Exception as e:

@@ -6,6 +6,9 @@
 // RESIDUAL: y[r] += result.  BIAS: + b[r].
 // Each workgroup of 256 threads computes ROWS rows with 256/ROWS lanes per row; a lane takes
 // 8-weight chunks lane, lane + LANES, ... of its row, then the lanes are summed.
+// SUBGROUPS: sums within a subgroup by shuffles, then one barrier to add the subgroups of a row (a
+// barrier is costly on CPU rasterizers like lavapipe, which run invocations as coroutines); without
+// it, a shared-memory tree.
 {% from "quant.wgsl" import quant_fns %}
 {% include "quant.wgsl" %}
 const ROWS: u32 = {{ROWS}}u;
@@ -41,6 +44,7 @@ struct Params {
 {% endfor %}
 
 var<workgroup> red: array<f32, 256>;
+var<workgroup> rn: array<f32, 256>;
 {% if MODE == "glu" %}
 var<workgroup> red2: array<f32, 256>;
 {% endif %}
@@ -56,21 +60,29 @@ fn xin(i: u32) -> vec4<f32> {
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) tid: u32) {
+        @builtin(local_invocation_index) tid: u32{% if SUBGROUPS %}, @builtin(subgroup_size) sg: u32{% endif %}) {
     let row_in_wg = tid / LANES;
     let lane = tid % LANES;
     let r = (wid.x + wid.y * nwg.x) * ROWS + row_in_wg;
 {% if NORM %}
     var ss = 0.0;
     for (var i = tid; i < P.K; i += 256u) { let v = x[P.x_off + i]; ss += v * v; }
-    red[tid] = ss;
+{% if SUBGROUPS %}
+    for (var o = 1u; o < sg; o <<= 1u) { ss += subgroupShuffleXor(ss, o); }
+    rn[tid] = ss;
+    workgroupBarrier();
+    var tot = 0.0;
+    for (var j = 0u; j < 256u; j += sg) { tot += rn[j]; }
+    let inv = inverseSqrt(tot / f32(P.K) + P.eps);
+{% else %}
+    rn[tid] = ss;
     workgroupBarrier();
     for (var s = 128u; s > 0u; s >>= 1u) {
-        if (tid < s) { red[tid] += red[tid + s]; }
+        if (tid < s) { rn[tid] += rn[tid + s]; }
         workgroupBarrier();
     }
-    let inv = inverseSqrt(red[0] / f32(P.K) + P.eps);
-    workgroupBarrier();
+    let inv = inverseSqrt(rn[0] / f32(P.K) + P.eps);
+{% endif %}
 {% else %}
     let inv = 1.0;
 {% endif %}
@@ -104,6 +116,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {% endfor %}
 {% endif %}
     }
+{% if SUBGROUPS %}
+    let w = min(sg, LANES);
+    for (var o = 1u; o < w; o <<= 1u) {
+        acc += subgroupShuffleXor(acc, o);
+{% if MODE == "glu" %}
+        acc2 += subgroupShuffleXor(acc2, o);
+{% endif %}
+    }
+    red[tid] = acc;
+{% if MODE == "glu" %}
+    red2[tid] = acc2;
+{% endif %}
+    workgroupBarrier();
+    if (lane == 0u) {
+        for (var j = w; j < LANES; j += w) {
+            red[tid] += red[tid + j];
+{% if MODE == "glu" %}
+            red2[tid] += red2[tid + j];
+{% endif %}
+        }
+    }
+{% else %}
     red[tid] = acc;
 {% if MODE == "glu" %}
     red2[tid] = acc2;
@@ -118,6 +152,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
     }
+{% endif %}
     if (lane == 0u && r < P.M) {
         var v = red[tid] * inv;
 {% if BIAS %}
