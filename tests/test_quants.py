@@ -159,7 +159,11 @@ def test_dequantize_refuses_unsupported_types(type_name):
 
 
 def _real_models(default_model_path, reference_dir) -> list[Path]:
-    return [default_model_path, *sorted((reference_dir / "tiny").glob("*/*.gguf"))]
+    """The default model, the tiny reference models, and Gemma 3 270M Q4_K_M (Q4_K, Q6_K) where
+    its test package is installed (./dev installs it)."""
+    from engine.paths import gemma3_model_path
+    gemma = gemma3_model_path()
+    return [default_model_path, *sorted((reference_dir / "tiny").glob("*/*.gguf")), *([gemma] if gemma else [])]
 
 
 def test_the_fast_oracle_path_is_gguf_py_dequantize():
@@ -171,11 +175,13 @@ def test_the_fast_oracle_path_is_gguf_py_dequantize():
 
 
 def test_every_tensor_of_real_models(default_model_path, reference_dir):
-    """The default model (Q4_1, Q8_0, F32) and the tiny reference models (adding Q4_0, Q5_0, F16).
+    """The default model (Q4_1, Q8_0, F32), the tiny reference models (adding Q4_0, Q5_0, F16) and
+    Gemma 3 270M where installed (adding Q4_K, Q6_K).
     The bytes come from our reader (tests/test_gguf.py proves them equal to GGUFReader's; building
     a GGUFReader costs seconds per model because it parses every vocabulary string)."""
     seen = set()
-    for path in _real_models(default_model_path, reference_dir):
+    paths = _real_models(default_model_path, reference_dir)
+    for path in paths:
         for info in GGUFFile.open(path).tensors.values():
             ours = dequantize_tensor(info)
             assert ours.shape == tuple(reversed(info.shape)), info.name
@@ -185,6 +191,8 @@ def test_every_tensor_of_real_models(default_model_path, reference_dir):
             assert rows.shape == (ours.size // info.shape[0], info.shape[0])
             seen.add(info.type.name)
     assert {"Q4_1", "Q8_0", "F32", "F16", "Q4_0", "Q5_0"} <= seen, seen
+    if len(paths) > 5:
+        assert {"Q4_K", "Q6_K"} <= seen, seen
 
 
 def _write_gguf_with(path: Path, type_name: str) -> None:
