@@ -83,7 +83,7 @@ def small_gguf(version: int = 3) -> bytes:
     f32 = np.arange(8, dtype="<f4").tobytes()
     q8 = b"".join(np.float16(0.5).tobytes() + np.arange(32, dtype=np.int8).tobytes() for _ in range(2))
     infos = [ginfo("norm.weight", [8], 0, 0), ginfo("blk.0.w", [32, 2], 8, 32)]
-    return build(kvs, infos, f32 + b"\0" * 0 + q8 + b"\0" * 0, version=version)
+    return build(kvs, infos, f32 + q8, version=version)
 
 
 def write(tmp_path: Path, name: str, data: bytes) -> Path:
@@ -93,11 +93,12 @@ def write(tmp_path: Path, name: str, data: bytes) -> Path:
 
 
 def assert_gguf_error(path: Path, match: str | None = None, exc=GGUFError) -> str:
-    """Opening fails with `exc` (not a subclass of something else) naming the file; quickly."""
+    """Opening fails quickly with exactly `exc`, and the message names the file."""
     t = time.perf_counter()
     with pytest.raises(exc) as err:
         GGUFFile.open(path)
     assert time.perf_counter() - t < 5, "took too long to refuse the file"
+    assert type(err.value) is exc, repr(err.value)
     msg = str(err.value)
     assert path.name in msg, msg
     if match:
