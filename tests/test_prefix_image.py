@@ -6,6 +6,7 @@ The first part needs no model: small real KVCaches filled with random values. Th
 from __future__ import annotations
 
 import io
+from pathlib import Path
 import struct
 import tracemalloc
 import zlib
@@ -345,3 +346,293 @@ def test_build_hash_covers_every_engine_source_file(tmp_path):
     assert build_info.hash_sources(src) != h1
     (src / "notes.txt").write_text("not code")
     assert build_info.hash_sources(src) == build_info.hash_sources(src)
+
+
+# ==================================================================================================
+# The real default model: the tools prompt of a real preset, written once, restored into fresh engines.
+
+def _fn(name, description, props, required):
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": props, "required": required}}}
+
+
+def _s(description, **kw):
+    return {"type": "string", "description": description, **kw}
+
+
+# A larger tool set of the kind users build (the shipped preset's three tools render to ~450 tokens).
+EXTRA_TOOLS = [
+    _fn("search_web", "Search the web and return the titles, addresses and snippets of the best results.",
+        {"query": _s("What to search for, in plain words"),
+         "max_results": {"type": "integer", "minimum": 1, "maximum": 10, "description": "How many results"}},
+        ["query"]),
+    _fn("get_weather", "Current weather and a three-day forecast for a place.",
+        {"location": _s("City and country, for example Lyon, France"),
+         "units": _s("Unit system", enum=["metric", "imperial"])}, ["location"]),
+    _fn("send_email", "Draft an email for the user to review; it is never sent without their confirmation.",
+        {"to": {"type": "array", "items": {"type": "string"}, "description": "Recipient addresses"},
+         "subject": _s("Subject line"), "body": _s("Plain-text body")}, ["to", "subject", "body"]),
+    _fn("create_calendar_event", "Add an event to the user's calendar.",
+        {"title": _s("Short title"), "start": _s("Start, ISO 8601 date-time"), "end": _s("End, ISO 8601 date-time"),
+         "location": _s("Where it takes place"), "attendees": {"type": "array", "items": {"type": "string"}}},
+        ["title", "start"]),
+    _fn("list_calendar_events", "List the events between two dates.",
+        {"from_date": _s("First day, ISO 8601 date"), "to_date": _s("Last day, ISO 8601 date")},
+        ["from_date", "to_date"]),
+    _fn("create_note", "Save a note in the user's notebook.",
+        {"title": _s("Title of the note"), "text": _s("Content, Markdown allowed"),
+         "tags": {"type": "array", "items": {"type": "string"}, "description": "Tags to file it under"}},
+        ["title", "text"]),
+    _fn("search_notes", "Find notes whose title or text matches a query.",
+        {"query": _s("Words to look for"), "tag": _s("Only notes with this tag")}, ["query"]),
+    _fn("set_reminder", "Remind the user of something at a given time.",
+        {"text": _s("What to remind them of"), "at": _s("When, ISO 8601 date-time")}, ["text", "at"]),
+    _fn("translate_text", "Translate text between two languages.",
+        {"text": _s("The text"), "source_language": _s("ISO 639-1 code, or auto"),
+         "target_language": _s("ISO 639-1 code")}, ["text", "target_language"]),
+]
+
+
+def tools_prefix(eng) -> str:
+    """The 'Assistant with tools' preset of resources/presets.json with the shipped tool sets and the
+    extra tools above, rendered with the model's chat template up to the first user message (what
+    the app makes resident for a preset)."""
+    import json
+    from engine.tools import fallback_system_prompt
+    root = Path(__file__).resolve().parent.parent / "resources"
+    preset = next(p for p in json.loads((root / "presets.json").read_text())["presets"] if p["tools"])
+    tools = list(preset["tools"])
+    for f in sorted((root / "toolsets").glob("*.json")):
+        tools += json.loads(f.read_text())["tools"]
+    seen, unique = set(), []
+    for t in tools + EXTRA_TOOLS:
+        if t["function"]["name"] not in seen:
+            seen.add(t["function"]["name"])
+            unique.append(t)
+    system = preset["system_prompt"] + "\n\n" + fallback_system_prompt(unique)
+    return eng.render_chat([{"role": "system", "content": system}], add_generation_prompt=False)
+
+
+def user_turn(eng, prefix: str, question: str) -> str:
+    full = eng.render_chat([{"role": "system", "content": "x"}, {"role": "user", "content": question}])
+    sys_only = eng.render_chat([{"role": "system", "content": "x"}], add_generation_prompt=False)
+    assert full.startswith(sys_only)
+    return prefix + full[len(sys_only):]
+
+
+def engine_state(e):
+    n = len(e.tokens)
+    return e.tokens, [tuple(np.array(t) for t in e.kv.read_prefix(layer, n)) for layer in range(e.kv.n_layers)]
+
+
+def same_state(a, b) -> bool:
+    return a[0] == b[0] and all(np.array_equal(x, y) for p, q in zip(a[1], b[1]) for x, y in zip(p, q))
+
+
+def run(eng, prompt, sampling, max_tokens=12):
+    """(text, token ids, stop reason, final stats, engine state after the reply)"""
+    events = list(eng.generate(prompt, max_tokens=max_tokens, sampling=sampling))
+    tokens = [e.token_id for e in events if e.token_id is not None]
+    return ("".join(e.text for e in events), tokens, events[-1].stop_reason, events[-1].stats,
+            engine_state(eng))
+
+
+N_CTX = 2048
+
+
+@pytest.fixture(scope="module")
+def written():
+    """The writer: a fresh engine computes the tools prefix and writes its image, then replies to
+    each case's prompt starting from the prefix exactly as computed (truncate keeps its K/V).
+    A second image holds the prefix plus a user turn, ending where the assistant's reply starts."""
+    from engine import Engine, Sampling
+    eng = Engine.load(n_ctx=N_CTX)
+    prefix = tools_prefix(eng)
+    n = eng.prefill(prefix)
+    assert n >= 1000, f"the tools prompt has only {n} tokens"
+    f = io.BytesIO()
+    assert eng.save_prefix(prefix, f) == len(f.getvalue())
+    state = engine_state(eng)
+    turn = user_turn(eng, prefix, "What is 17.5 percent of 2,400 euros?")
+    cases = {  # name: (the image's prefix, prompt, sampling)
+        "right_after": (prefix, prefix, Sampling.greedy()),
+        "greedy": (prefix, turn, Sampling.greedy()),
+        "seeded": (prefix, user_turn(eng, prefix, "Write a haiku about the sea."),
+                   Sampling(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, seed=1234)),
+        "right_after_turn": (turn, turn, Sampling.greedy()),
+    }
+    images, replies = {prefix: f.getvalue()}, {}
+    for name, (image_prefix, prompt, sampling) in cases.items():  # "right_after" first: it needs the prefill's logits
+        eng.truncate(n)
+        if image_prefix not in images:
+            eng.prefill(image_prefix)
+            g = io.BytesIO()
+            eng.save_prefix(image_prefix, g)
+            images[image_prefix] = g.getvalue()
+        replies[name] = run(eng, prompt, sampling)
+    yield {"prefix": prefix, "n": n, "image": images[prefix], "images": images, "state": state, "cases": cases,
+           "replies": replies, "key": eng.prefix_key(prefix), "eng": eng}
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def reader():
+    from engine import Engine
+    eng = Engine.load(n_ctx=N_CTX)
+    yield eng
+    eng.close()
+
+
+@pytest.mark.parametrize("case", ["right_after", "greedy", "seeded", "right_after_turn"])
+def test_a_restored_prefix_replies_exactly_like_the_engine_that_computed_it(written, reader, case):
+    image_prefix, prompt, sampling = written["cases"][case]
+    n_image = len(reader.tokenize(image_prefix))
+    reader.reset()
+    assert reader.restore_prefix(image_prefix, io.BytesIO(written["images"][image_prefix])) == n_image
+    if image_prefix == written["prefix"]:
+        assert same_state(engine_state(reader), written["state"])
+    text, tokens, stop, stats, state = run(reader, prompt, sampling)
+    w_text, w_tokens, w_stop, w_stats, w_state = written["replies"][case]
+    assert (text, tokens, stop) == (w_text, w_tokens, w_stop) and stats.generated_tokens
+    if case != "right_after":  # right after the system turn the model ends at once
+        assert text
+    n_prompt = len(reader.tokenize(prompt))
+    # Only what follows the image's prefix is computed: nothing at all when generating right after it.
+    assert (stats.reused_tokens, stats.computed_tokens) == (n_image, n_prompt - n_image)
+    assert (w_stats.reused_tokens, w_stats.computed_tokens) == (stats.reused_tokens, stats.computed_tokens)
+    assert same_state(state, w_state), "K/V after the reply differ from the writer's"
+
+
+def test_the_image_is_what_the_cache_held(written):
+    h = pi.ImageHeader.unpack(written["image"][:128])
+    assert h.key.hex() == written["key"] and h.n_tokens == written["n"] and h.has_logits
+    ids, layers = written["state"]
+    assert np.array_equal(np.frombuffer(written["image"], "<i4", h.n_tokens, 128), ids)
+    off = 128 + 4 * h.n_tokens
+    shape = (h.n_kv_heads, h.n_tokens, h.head_dim)
+    for k, v in layers[::7]:
+        assert np.array_equal(np.frombuffer(written["image"], "<f4", k.size, off).reshape(shape), k)
+        off += 14 * h.tensor_bytes
+
+
+def test_prefix_key_is_cheap_stable_and_names_the_prefix(written, reader):
+    prefix = written["prefix"]
+    assert reader.prefix_key(prefix) == written["key"]  # another engine, same model, build, backend
+    assert reader.prefix_key(prefix + " ") != written["key"]
+    assert len(written["key"]) == 64 and int(written["key"], 16) >= 0
+    assert reader.gguf in pi._model_cache  # the model-level part is hashed once per engine
+
+
+# ----------------------------------------------------------------------------- refusals (real model)
+
+@pytest.fixture
+def busy_reader(written, reader):
+    """The reader with the prefix restored and a reply after it: something worth preserving."""
+    reader.reset()
+    reader.restore_prefix(written["prefix"], io.BytesIO(written["image"]))
+    _, prompt, sampling = written["cases"]["greedy"]
+    run(reader, prompt, sampling, max_tokens=3)
+    return reader
+
+
+def state_digest(eng):
+    """The resident tokens and a CRC of every head's K and V over them (a copy of ~70 MB per check
+    would make these tests slow; any change to the K/V changes a CRC)."""
+    n, crcs = len(eng.tokens), []
+    for layer in range(eng.kv.n_layers):
+        for t in eng.kv.read_prefix(layer, n):
+            crcs += [zlib.crc32(np.ascontiguousarray(t[h])) for h in range(t.shape[0])]
+    return eng.tokens, crcs
+
+
+def refused(eng, text, data, stream=False) -> str:
+    before = state_digest(eng)
+    f = Stream(data, chunk=1 << 20) if stream else io.BytesIO(data)
+    with pytest.raises(PrefixImageError) as e:
+        eng.restore_prefix(text, f)
+    assert state_digest(eng) == before, f"refusal '{e.value.reason}' changed the engine"
+    return e.value.reason
+
+
+def test_damaged_images_are_refused_and_the_engine_keeps_its_state(written, busy_reader):
+    eng, data, prefix = busy_reader, written["image"], written["prefix"]
+    h = pi.ImageHeader.unpack(data[:128])
+    rng = np.random.default_rng(2024)
+    assert refused(eng, prefix, b"") == "empty"
+    assert refused(eng, prefix, rng.bytes(100_000)) == "magic"
+    assert refused(eng, prefix, data[: len(data) // 2].replace(pi.MAGIC, b"GGUF\0\0\0\0", 1)) == "magic"
+    boundaries = sorted(set(section_offsets(h).values()) - {h.image_size})
+    cuts = boundaries + [int(c) for c in rng.integers(1, len(data), 6)]
+    for cut in cuts:
+        assert refused(eng, prefix, data[:cut]) in ("empty", "truncated") if cut == 0 else "truncated"
+    for cut in [section_offsets(h)["k5"] + 77, section_offsets(h)["logits"] + 3, len(data) - 1]:
+        assert refused(eng, prefix, data[:cut], stream=True) == "truncated"  # found mid-restore
+    sections = section_offsets(h)
+    flips = [3, 60, 130, sections["k0"] + 1, sections["v13"] + 999, sections["logits"] + 17, len(data) - 2]
+    flips += [int(o) for o in rng.integers(0, len(data), 5)]
+    for off in flips:
+        bad = bytearray(data)
+        bad[off] ^= 1 << int(rng.integers(0, 8))
+        assert refused(eng, prefix, bytes(bad)) in {"magic", "version", "header", "tokens", "checksum"}
+    # still fully usable: the same reply as the writer's, from the same state
+    eng.reset()
+    eng.restore_prefix(prefix, io.BytesIO(data))
+    _, prompt, sampling = written["cases"]["greedy"]
+    assert run(eng, prompt, sampling)[:2] == written["replies"]["greedy"][:2]
+
+
+def test_another_prefix_or_engine_build_is_refused(written, busy_reader, monkeypatch):
+    from engine import build_info
+    eng, data, prefix = busy_reader, written["image"], written["prefix"]
+    assert refused(eng, prefix.replace("helpful", "careful", 1), data) == "key"
+    assert refused(eng, prefix + "\n", data) == "key"
+    saved = dict(build_info._cache)
+    try:
+        real = build_info.package_versions()
+        monkeypatch.setattr(build_info, "package_versions", lambda: {**real, "numpy": "0.0-other"})
+        build_info.clear_caches()
+        assert eng.prefix_key(prefix) != written["key"]
+        assert refused(eng, prefix, data) == "key"
+    finally:
+        monkeypatch.undo()
+        build_info._cache.clear()
+        build_info._cache.update(saved)
+    assert eng.prefix_key(prefix) == written["key"]
+
+
+def test_a_prefix_longer_than_the_context_is_a_context_error(written, busy_reader):
+    from engine import ContextFullError, Engine
+    small = Engine.load(n_ctx=256)
+    try:
+        with pytest.raises(ContextFullError):
+            small.restore_prefix(written["prefix"], io.BytesIO(written["image"]))
+        assert small.tokens == []
+    finally:
+        small.close()
+
+
+@pytest.mark.parametrize("change", ["metadata", "weights"])
+def test_an_image_is_refused_by_another_model(written, tmp_path, change):
+    """A copy of the GGUF with one metadata byte changed, or one byte in the first block of a weight
+    tensor (same header: only the weight sample tells them apart)."""
+    from engine import Engine
+    from engine.gguf import GGUFFile
+    src = Path(written["eng"].gguf.path)
+    g = GGUFFile.open(src)
+    raw = bytearray(src.read_bytes())
+    if change == "metadata":
+        name = str(g.metadata["general.name"]).encode()
+        at = bytes(raw[:g.data_offset]).index(name)
+        raw[at] ^= 0x01  # one letter of the model's name
+    else:
+        t = g.tensors["blk.0.attn_q.weight"]
+        raw[g.data_offset + t.offset + 5] ^= 0x01  # inside its first quant block
+    g.close()
+    copy = tmp_path / "model.gguf"
+    copy.write_bytes(raw)
+    other = Engine.load(copy, n_ctx=N_CTX)
+    try:
+        assert other.prefix_key(written["prefix"]) != written["key"]
+        assert refused(other, written["prefix"], written["image"]) == "key"
+    finally:
+        other.close()
