@@ -1,1 +1,3 @@
 """Hearth's desktop window (PySide6). The engine (`engine/`) never imports this package."""
+
+from . import qtfix  # noqa: F401  (before any signal is emitted: see qtfix's docstring)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 = unknown
+PREFILL_CHUNK = 128   # tokens per step when the worker reads a long prompt or prefix itself
 
 
 @dataclass
@@ -49,13 +50,14 @@ class ChatBackend:
     def load(self, path: str | None, backend: str, n_ctx: int, progress: Progress) -> ModelInfo:
         raise NotImplementedError
 
-    def prepare_prefix(self, system: str, tools: list, progress: Progress) -> dict | None:
+    def prepare_prefix(self, system: str, tools: list, progress: Progress, label: str | None = None
+                       ) -> dict | None:
         """Make the preset's prefix resident. Returns {"action", "ms", "tokens", "reason"} or None if
-        it was already resident."""
+        it was already resident. `label` names the preset (shown in the cache panel)."""
         return None
 
     def stream(self, messages: list[dict], tools: list, sampling: dict,
-               cancel: Callable[[], bool]) -> Iterator[StreamEvent]:
+               cancel: Callable[[], bool], progress: Progress | None = None) -> Iterator[StreamEvent]:
         raise NotImplementedError
 
     def context(self) -> dict:
@@ -78,6 +80,10 @@ _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9
                17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
 
 
+_QUANT_NAMES = sorted({*_FILE_TYPES.values(), "Q4_K", "Q5_K", "Q3_K", "Q2_K_S", "IQ4_XS", "IQ4_NL"},
+                      key=len, reverse=True)
+
+
 def inspect_gguf(path: str | Path) -> ModelInfo:
     """Architecture, parameter count, quantization and size of a GGUF file (header only)."""
     from engine.gguf import GGUFFile
@@ -92,10 +98,24 @@ def inspect_gguf(path: str | Path) -> ModelInfo:
             for t in g.tensors.values():
                 by_type[t.type.name] = by_type.get(t.type.name, 0) + t.n_bytes
             quant = max(by_type, key=by_type.get) if by_type else "?"
-        name = str(g.get("general.name") or path.stem)
+        name = _display_name(path)
         return ModelInfo(str(path), name, g.architecture, params, quant, g.file_size)
     finally:
         g.close()
+
+
+def _display_name(path: Path) -> str:
+    """The file name without the quantization suffix ("SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-
+    Instruct"): what users recognise, where `general.name` is often a training-run label."""
+    stem = path.stem
+    head, dot, tail = stem.rpartition(".")
+    if dot and tail.upper().replace("_", "").isalnum() and tail.upper() in _QUANT_NAMES:
+        return head
+    for q in _QUANT_NAMES:
+        for sep in ("-", "_"):
+            if stem.upper().endswith(sep + q):
+                return stem[:-len(q) - 1]
+    return stem
 
 
 def human_params(n: int) -> str:
@@ -142,9 +162,11 @@ class LocalBackend(ChatBackend):
         desc = _describe(eng)
         info.backend = desc.get("backend", backend)
         if info.backend == "gpu":
-            info.adapter = " ".join(str(desc.get(k, "")) for k in ("vendor", "device")).strip() or "GPU"
+            info.adapter = "GPU: " + (" ".join(str(desc.get(k, "")) for k in ("vendor", "device")).strip() or "?")
         else:
-            info.adapter = f"CPU (numpy, {os.cpu_count()} threads)"
+            info.adapter = f"CPU (numpy, {os.cpu_count()} cores)"
+        if desc.get("reason"):
+            info.adapter += f" [auto: {desc['reason']}]"
         self.info = info
         return info
 
@@ -171,25 +193,48 @@ class LocalBackend(ChatBackend):
         cut = common.rfind("\n")
         return common[:cut + 1] if cut >= 0 else ""
 
-    def _tokens_of(self, text: str) -> list[int]:
+    def _prefix_ids(self, text: str) -> list[int]:
         if text not in self._prefix_tokens:
-            self._prefix_tokens[text] = list(self.engine.tokenize(text, special=True))
+            from engine import prefix_image
+            self._prefix_tokens[text] = list(prefix_image.prefix_ids(self.engine, text))
         return self._prefix_tokens[text]
 
-    def prepare_prefix(self, system, tools, progress):
+    def prepare_prefix(self, system, tools, progress, label=None):
+        """Make the preset's prefix resident through the PrefixStore. None if it already was.
+
+        When no image exists yet, the prefix is read here in chunks (so the user sees tokens done /
+        total) before `ensure`, which then finds it resident and writes the image."""
+        from engine import prefix_image
+        eng = self.engine
         text = self.prefix_text(system, tools)
         if not text:
             return None
-        toks = self._tokens_of(text)
-        if list(self.engine.tokens[:len(toks)]) == toks:
+        ids = self._prefix_ids(text)
+        if eng.tokens[:len(ids)] == ids:
             return None
-        progress(f"Preparing the preset prefix ({len(toks)} tokens)", 0, len(toks))
+        store = self._prefix_store()
         t0 = time.perf_counter()
-        res = self._prefix_store().ensure(self.engine, text)
+        fresh = not store.image_path(prefix_image.prefix_key(eng, ids)).exists()
+        if fresh:
+            common = _common_prefix(eng.tokens, ids)
+            if common < len(ids) // 2:
+                eng.reset()
+                common = 0
+            for end in range(common + PREFILL_CHUNK, len(ids), PREFILL_CHUNK):
+                progress("Computing the preset prefix", end - common, len(ids) - common)
+                eng.prefill(ids[:end])
+            progress("Computing the preset prefix", len(ids) - common, len(ids) - common)
+            eng.prefill(ids)
+        else:
+            progress("Restoring the preset prefix", 0, 0)
+        res = store.ensure(eng, text, label=label)
         ms = (time.perf_counter() - t0) * 1000
-        return _describe_result(res, ms, len(toks))
+        action = "computed" if fresh and res.action == "resident" else res.action
+        return {"action": action, "ms": ms, "tokens": len(ids), "reason": res.reason or "",
+                "saved": bool(getattr(res, "saved", False)), "key": res.key,
+                "path": str(res.path or ""), "save_error": getattr(res, "save_error", None) or ""}
 
-    def stream(self, messages, tools, sampling, cancel):
+    def stream(self, messages, tools, sampling, cancel, progress=None):
         from engine import Sampling
         eng = self.engine
         prompt = eng.render_chat(messages, tools=tools or None, add_generation_prompt=True)
@@ -199,12 +244,34 @@ class LocalBackend(ChatBackend):
         kw = {k: v for k, v in s.items() if k in Sampling.__dataclass_fields__}
         if "seed" in Sampling.__dataclass_fields__:
             kw["seed"] = None if seed is None or seed < 0 else int(seed)
-        for ev in eng.generate(prompt, max_tokens=max_tokens, sampling=Sampling(**kw), cancel=cancel):
+        ids = list(eng.tokenize(prompt))
+        eng.kv.check_fits(0, len(ids))
+        # A long new part of the prompt is read in chunks: progress for the user, and Stop works.
+        pre_computed, pre_s = 0, 0.0
+        common = _common_prefix(eng.tokens, ids)
+        todo = len(ids) - common
+        if todo > 2 * PREFILL_CHUNK and progress is not None:
+            t0 = time.perf_counter()
+            for end in range(common + PREFILL_CHUNK, len(ids) - 1, PREFILL_CHUNK):
+                if cancel():
+                    yield StreamEvent("", True, {"stop_reason": "cancelled", "generated_tokens": 0})
+                    return
+                eng.prefill(ids[:end])
+                progress("Reading the prompt", end - common, todo)
+            pre_computed = len(eng.tokens) - common
+            pre_s = time.perf_counter() - t0
+        for ev in eng.generate(ids, max_tokens=max_tokens, sampling=Sampling(**kw), cancel=cancel):
             if getattr(ev, "final", False):
                 st = ev.stats
                 stats = {k: getattr(st, k) for k in ("reused_tokens", "computed_tokens", "generated_tokens",
                                                      "ttft_s", "prefill_tps", "decode_tps")
                          if hasattr(st, k)}
+                if pre_computed:
+                    stats["reused_tokens"] -= pre_computed
+                    stats["computed_tokens"] += pre_computed
+                    stats["ttft_s"] += pre_s
+                    total_s = pre_s + getattr(st, "prefill_s", 0.0)
+                    stats["prefill_tps"] = stats["computed_tokens"] / total_s if total_s > 0 else 0.0
                 stats["stop_reason"] = str(getattr(ev, "stop_reason", ""))
                 yield StreamEvent(ev.text or "", True, stats)
             elif ev.text:
@@ -219,8 +286,11 @@ class LocalBackend(ChatBackend):
     # -- cache panel ----------------------------------------------------------------------------------
     def cache_images(self):
         store = self._prefix_store()
-        images = [_image_dict(i) for i in store.list()]
-        return {"images": images, "total": sum(i["size"] for i in images), "cap": self._cap}
+        images = [{"key": e.key, "path": str(e.path), "size": int(e.size), "last_used": float(e.last_used),
+                   "tokens": e.n_tokens or 0,
+                   "model": _display_name(Path(e.model_path)) if e.model_path else (e.model_name or ""),
+                   "preset": e.label or ""} for e in store.entries()]
+        return {"images": images, "total": sum(i["size"] for i in images), "cap": store.cap_bytes}
 
     def clear_cache(self):
         self._prefix_store().clear()
@@ -231,7 +301,19 @@ class LocalBackend(ChatBackend):
         self.engine = None
 
 
+def _common_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _describe(eng) -> dict:
+    info = getattr(eng, "backend_info", None)
+    if isinstance(info, dict) and info:
+        return info
     for obj in (eng, getattr(eng, "backend", None)):
         fn = getattr(obj, "describe", None)
         if callable(fn):
@@ -244,14 +326,3 @@ def _describe(eng) -> dict:
     return {}
 
 
-def _describe_result(res, ms: float, n_tokens: int) -> dict:
-    action = str(getattr(res, "action", getattr(res, "status", res)))
-    return {"action": action, "ms": float(getattr(res, "ms", ms) or ms), "tokens": n_tokens,
-            "reason": str(getattr(res, "reason", "") or "")}
-
-
-def _image_dict(i) -> dict:
-    g = (lambda k, d=None: i.get(k, d)) if isinstance(i, dict) else (lambda k, d=None: getattr(i, k, d))
-    return {"key": str(g("key", "")), "path": str(g("path", "")), "size": int(g("size", 0) or 0),
-            "model": str(g("model", "") or ""), "tokens": int(g("tokens", g("n_tokens", 0)) or 0),
-            "last_used": float(g("last_used", g("atime", 0)) or 0), "text": str(g("text", "") or "")}

@@ -50,6 +50,8 @@ class CachePanel(QDialog):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.table.setAlternatingRowColors(True)
+        self.table.setShowGrid(False)
         lay.addWidget(self.table, 1)
         row = QHBoxLayout()
         self.totalLabel = QLabel("", objectName="cacheTotal")

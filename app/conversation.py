@@ -128,7 +128,7 @@ class Conversation(QObject):
         p = self.preset()
         row = self.model.append(Message("assistant", ""), streaming=True)
         rid = self.client.generate(self.history(), p.tools, dict(p.sampling), system=p.system_prompt,
-                                   preset_id=p.id)
+                                   preset_id=p.id, label=p.name)
         self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": ""}
         self.generatingChanged.emit(True)
 

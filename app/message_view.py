@@ -115,7 +115,7 @@ class CodeBlock(QFrame):
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self.code())
         self.copy.setText("Copied")
-        QTimer.singleShot(1500, lambda: self.copy.setText("Copy"))
+        QTimer.singleShot(1500, self.copy, lambda: self.copy.setText("Copy"))  # dropped if the block goes
 
 
 class MarkdownLabel(QLabel):
@@ -206,6 +206,7 @@ class MessageBubble(QFrame):
                     w.setText(seg[1])
         for w in self._segments[len(segs):]:
             self.body.removeWidget(w)
+            w.hide()
             w.deleteLater()
         del self._segments[len(segs):]
 
@@ -213,6 +214,7 @@ class MessageBubble(QFrame):
         if i < len(self._segments):
             old = self._segments[i]
             self.body.replaceWidget(old, w)
+            old.hide()
             old.deleteLater()
             self._segments[i] = w
         else:
@@ -286,6 +288,7 @@ class MessageView(QScrollArea):
     def _rebuild(self) -> None:
         for w in self._rows:
             self._layout.removeWidget(w)
+            w.hide()   # deleteLater waits for the event loop; a hidden widget is not painted meanwhile
             w.deleteLater()
         self._bubbles, self._rows = [], []
         self._on_inserted(QModelIndex(), 0, self._model.rowCount() - 1)
@@ -314,6 +317,7 @@ class MessageView(QScrollArea):
             w = self._rows.pop(row)
             self._bubbles.pop(row)
             self._layout.removeWidget(w)
+            w.hide()
             w.deleteLater()
         self._refresh_actions()
 

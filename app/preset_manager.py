@@ -10,8 +10,9 @@ Signals:
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
                                QLineEdit, QListView, QMenu, QMessageBox, QPlainTextEdit, QPushButton,
@@ -104,12 +105,18 @@ class PresetManager(QDialog):
         rl.addLayout(toolsHead)
         self.toolsEdit = QPlainTextEdit(objectName="presetTools")
         self.toolsEdit.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.toolsEdit.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.toolsEdit.setPlaceholderText('[]  — for example [{"type": "function", "function": {"name": '
                                           '"calculator", "parameters": {"type": "object", "properties": '
                                           '{"expression": {"type": "string"}}}}}]')
         rl.addWidget(self.toolsEdit, 4)
+        self.toolsStatus = QLabel("", objectName="toolsStatus", wordWrap=True)
+        self.toolsStatus.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        rl.addWidget(self.toolsStatus)
+        self._check_timer = QTimer(self, singleShot=True, interval=250)
+        self._check_timer.timeout.connect(self.check_tools)
+        self.toolsEdit.textChanged.connect(self._check_timer.start)
         self.errorLabel = QLabel("", objectName="presetError", wordWrap=True)
-        self.errorLabel.setStyleSheet("color: palette(link); font-weight: 600;")
         rl.addWidget(self.errorLabel)
         self.sampling = SamplingPanel()
         self.sampling.title.setText("Sampling")
@@ -128,7 +135,11 @@ class PresetManager(QDialog):
         buttons.rejected.connect(self.reject)
         lay = QVBoxLayout(self)
         lay.addWidget(split, 1)
-        lay.addWidget(buttons)
+        bottom = QHBoxLayout()
+        self.infoLabel = QLabel("", objectName="hint")
+        bottom.addWidget(self.infoLabel, 1)
+        bottom.addWidget(buttons)
+        lay.addLayout(bottom)
         if self.model.rowCount():
             self.select(self.store.presets[0].id)
 
@@ -155,6 +166,7 @@ class PresetManager(QDialog):
         self.toolsEdit.setPlainText(json.dumps(p.tools, indent=2) if p.tools else "[]")
         self.sampling.set_sampling(p.sampling)
         self.errorLabel.clear()
+        self.check_tools()
 
     def current_id(self) -> str:
         return self._current
@@ -171,17 +183,35 @@ class PresetManager(QDialog):
         cur += [t for t in tools if t["function"]["name"] not in names]
         self.toolsEdit.setPlainText(json.dumps(cur, indent=2))
 
-    def edited_preset(self) -> Preset:
-        """The preset as the editor shows it, validated; raises PresetError with a readable message."""
+    def parsed_tools(self) -> list[dict]:
+        """The tools in the editor, validated; raises PresetError naming the bad part."""
         text = self.toolsEdit.toPlainText().strip() or "[]"
         try:
             tools = json.loads(text)
         except json.JSONDecodeError as e:
             raise PresetError(f"Tools: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
         try:
-            tools = validate_tools(tools)
+            return validate_tools(tools)
         except ToolError as e:
             raise PresetError(f"Tool definition error: {e}") from None
+
+    def check_tools(self) -> bool:
+        """Validate the tools as they are typed and say so under the editor."""
+        try:
+            tools = self.parsed_tools()
+            names = ", ".join(t["function"]["name"] for t in tools)
+            text, ok = (f"✓ {len(tools)} valid tool(s): {names}" if tools else "No tools."), True
+        except PresetError as e:
+            text, ok = f"✗ {e}", False
+        self.toolsStatus.setText(text)
+        self.toolsStatus.setProperty("ok", "true" if ok else "false")
+        self.toolsStatus.style().unpolish(self.toolsStatus)
+        self.toolsStatus.style().polish(self.toolsStatus)
+        return ok
+
+    def edited_preset(self) -> Preset:
+        """The preset as the editor shows it, validated; raises PresetError with a readable message."""
+        tools = self.parsed_tools()
         return Preset.from_json({"id": self._current or new_id(), "name": self.nameEdit.text(),
                                  "system_prompt": self.systemEdit.toPlainText(), "tools": tools,
                                  "sampling": self.sampling.sampling(), "model": self.modelEdit.text().strip()})
@@ -249,6 +279,7 @@ class PresetManager(QDialog):
 
     def export_to(self, path: str, pids: list[str] | None = None) -> None:
         self.store.export(pids if pids is not None else [self._current], path)
+        self.infoLabel.setText(f"Exported to {path}")
 
     def import_from(self, path: str) -> list[Preset]:
         try:
@@ -259,7 +290,8 @@ class PresetManager(QDialog):
         self.model.reload()
         if added:
             self.select(added[0].id)
-        self.errorLabel.setText(f"Imported {len(added)} preset(s).")
+        self.errorLabel.clear()
+        self.infoLabel.setText(f"Imported {len(added)} preset(s) from {Path(path).name}.")
         self.presetsChanged.emit("")
         return added
 

@@ -30,6 +30,11 @@ QMainWindow, QDialog {{ background: {window}; }}
 #chatList::item {{ padding: 7px 10px; border-radius: 7px; margin: 1px 4px; }}
 #chatList::item:selected {{ background: {selection}; color: {text}; }}
 #chatList::item:hover:!selected {{ background: {alt}; }}
+#presetList::item {{ padding: 6px 8px; }}
+#presetList::item:selected {{ background: {selection}; color: {text}; }}
+#toolsStatus[ok="true"] {{ color: {muted}; }}
+#toolsStatus[ok="false"], #presetError {{ color: {error}; font-weight: 600; }}
+#samplingToggle:checked {{ background: {alt}; color: {text}; }}
 #chatSearch, #messageInputFrame {{ background: {base}; border: 1px solid {border}; border-radius: 8px; }}
 #chatSearch {{ padding: 5px 8px; }}
 #messageInputFrame:focus-within {{ border-color: {accent}; }}

@@ -98,6 +98,7 @@ class MainWindow(QMainWindow):
     def _build(self) -> None:
         # Sidebar: search, new chat, chat list, undo bar.
         side = QWidget(objectName="sidebar")
+        side.setMinimumWidth(220)
         sl = QVBoxLayout(side)
         sl.setContentsMargins(10, 10, 10, 6)
         sl.setSpacing(8)
@@ -113,6 +114,8 @@ class MainWindow(QMainWindow):
         self.chatList.setEditTriggers(QListView.EditTrigger.EditKeyPressed | QListView.EditTrigger.DoubleClicked)
         self.chatList.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.chatList.setUniformItemSizes(True)
+        self.chatList.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.chatList.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.undoBar = QFrame(objectName="undoBar")
         ul = QHBoxLayout(self.undoBar)
         ul.setContentsMargins(8, 4, 4, 4)
@@ -133,7 +136,7 @@ class MainWindow(QMainWindow):
         self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=16)
         self.presetPicker.setToolTip("Preset: system prompt, tools and sampling for this chat")
         self.modelPicker = QComboBox(objectName="modelPicker", minimumContentsLength=18)
-        self.modelPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.modelPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.backendPicker = QComboBox(objectName="backendPicker")
         for label, data in (("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu")):
             self.backendPicker.addItem(label, data)
@@ -199,10 +202,12 @@ class MainWindow(QMainWindow):
         cl.addWidget(bottom)
 
         self.samplingPanel = SamplingPanel()
+        self.samplingPanel.setMinimumWidth(230)
         self.splitter = QSplitter(objectName="mainSplitter")
         self.splitter.addWidget(side)
         self.splitter.addWidget(centre)
         self.splitter.addWidget(self.samplingPanel)
+        self.splitter.setHandleWidth(1)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setCollapsible(1, False)
         self.splitter.setSizes([250, 800, 230])
@@ -373,7 +378,7 @@ class MainWindow(QMainWindow):
     def _fill_models(self, current: str) -> None:
         mp = self.modelPicker
         mp.clear()
-        mp.addItem("SmolLM2 135M Instruct (default)", "")
+        mp.addItem("SmolLM2-135M-Instruct (default)", "")
         for r in self.settings.get("model/recent"):
             if r.get("path") and os.path.exists(r["path"]):
                 mp.addItem(os.path.basename(r["path"]), r["path"])
@@ -384,6 +389,7 @@ class MainWindow(QMainWindow):
 
     def load_model(self, path: str) -> None:
         self._loading_path = path
+        self._info_text = self.modelInfo.text()
         self.modelInfo.setText("loading…")
         self.client.load_model(path, self.backendPicker.currentData(), self.settings.get("model/n_ctx"))
 
@@ -432,7 +438,7 @@ class MainWindow(QMainWindow):
         still = self.model_info.get("name")
         self.show_banner(f"Could not load the model: {message}"
                          + (f"  {still} is still loaded." if still else ""))
-        self.modelInfo.setText(self.modelInfo.text() if still else "no model loaded")
+        self.modelInfo.setText(getattr(self, "_info_text", "") if still else "no model loaded")
         self._fill_models(self.model_info.get("path_setting", ""))
 
     # -- presets --------------------------------------------------------------------------------------
@@ -469,7 +475,7 @@ class MainWindow(QMainWindow):
         if not self.model_info:
             return
         p = self.current_preset()
-        self.client.prepare_prefix(p.id, p.system_prompt, p.tools)
+        self.client.prepare_prefix(p.id, p.system_prompt, p.tools, p.name)
 
     def _show_sampling(self) -> None:
         p = self.current_preset()

@@ -70,7 +70,8 @@ class EngineWorker(QObject):
         if self._shutdown.is_set() or not self._ready():
             return
         try:
-            res = self.backend.prepare_prefix(req.get("system", ""), req.get("tools", []), self._progress)
+            res = self.backend.prepare_prefix(req.get("system", ""), req.get("tools", []), self._progress,
+                                              req.get("label"))
             if res is not None:
                 res["preset"] = req.get("preset", "")
                 self.prefixReady.emit(res)
@@ -92,12 +93,14 @@ class EngineWorker(QObject):
             return
         cancel = lambda: cancel_event.is_set() or self._shutdown.is_set()  # noqa: E731
         try:
-            res = self.backend.prepare_prefix(req.get("system", ""), req.get("tools", []), self._progress)
+            res = self.backend.prepare_prefix(req.get("system", ""), req.get("tools", []), self._progress,
+                                              req.get("label"))
             if res is not None:
                 res["preset"] = req.get("preset", "")
                 self.prefixReady.emit(res)
             stats = {}
-            for ev in self.backend.stream(req["messages"], req.get("tools", []), req["sampling"], cancel):
+            for ev in self.backend.stream(req["messages"], req.get("tools", []), req["sampling"], cancel,
+                                          self._progress):
                 if ev.text:
                     self.delta.emit(rid, ev.text)
                 if ev.final:
@@ -126,7 +129,10 @@ class EngineWorker(QObject):
 
 
 def _readable(e: Exception) -> str:
-    from engine import EngineError
+    from engine import ContextFullError, EngineError
+    if isinstance(e, ContextFullError):
+        return (f"{e}. The conversation no longer fits in the model's context: start a new chat, or edit "
+                "an earlier message to shorten it.")
     if isinstance(e, EngineError):
         return str(e)
     if isinstance(e, (OSError, ValueError)):
@@ -183,17 +189,17 @@ class EngineClient(QObject):
         self._queued()
         self._loadRequested.emit({"path": path, "backend": backend, "n_ctx": n_ctx})
 
-    def prepare_prefix(self, preset_id: str, system: str, tools: list) -> None:
+    def prepare_prefix(self, preset_id: str, system: str, tools: list, label: str = "") -> None:
         self._queued()
-        self._prefixRequested.emit({"preset": preset_id, "system": system, "tools": tools})
+        self._prefixRequested.emit({"preset": preset_id, "system": system, "tools": tools, "label": label})
 
     def generate(self, messages: list[dict], tools: list, sampling: dict, system: str = "",
-                 preset_id: str = "") -> int:
+                 preset_id: str = "", label: str = "") -> int:
         self._next_id += 1
         self._cancel = threading.Event()
         self._queued()
         self._generateRequested.emit({"id": self._next_id, "messages": messages, "tools": tools,
-                                      "sampling": sampling, "system": system, "preset": preset_id,
+                                      "sampling": sampling, "system": system, "preset": preset_id, "label": label,
                                       "cancel": self._cancel})
         return self._next_id
 

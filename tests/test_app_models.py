@@ -97,3 +97,26 @@ def test_message_view_follows_the_model(qtbot):
     assert QGuiApplication.clipboard().text() == "print('x')"
     m.truncate(1)
     assert len(v.bubbles()) == 1
+
+
+def test_many_qt_calls_do_not_exhaust_none_true_false(qtbot):
+    """This PySide6 build returns None/True/False without a reference (see app.qtfix): streaming a
+    long reply makes thousands of such calls. Without the workaround the interpreter aborts."""
+    import sys
+
+    from PySide6.QtCore import QObject, Signal
+    from PySide6.QtWidgets import QLabel
+
+    class Streamer(QObject):
+        delta = Signal(int, str)
+
+    s = Streamer()
+    label = QLabel()
+    qtbot.addWidget(label)
+    got = []
+    s.delta.connect(lambda i, t: got.append(i))
+    for i in range(60_000):
+        s.delta.emit(i, "x")
+        label.setText("x")
+    assert len(got) == 60_000
+    assert min(sys.getrefcount(None), sys.getrefcount(True), sys.getrefcount(False)) > 1000

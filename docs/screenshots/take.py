@@ -1,0 +1,104 @@
+"""Take the README's screenshots of the real window with real replies from the default model.
+
+Needs an X display with nothing else on it (for example `Xvfb :99 -screen 0 1400x900x24 &` and
+`DISPLAY=:99`) and ImageMagick's `import`. Uses temporary data/cache folders.
+
+    DISPLAY=:99 python docs/screenshots/take.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))
+
+
+def main() -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
+    (tmp / "data").mkdir()
+    (tmp / "data" / "settings.ini").write_text("[model]\nbackend=cpu\n[ui]\ntheme=light\n")
+    os.environ["HEARTH_DATA_DIR"], os.environ["HEARTH_CACHE_DIR"] = str(tmp / "data"), str(tmp / "cache")
+    from PySide6.QtCore import QCoreApplication, QEventLoop
+    from PySide6.QtWidgets import QApplication
+
+    from app.main import create_window
+
+    app = QApplication(sys.argv[:1])
+
+    def spin(pred=lambda: False, seconds=600.0):
+        end = time.monotonic() + seconds
+        while not pred() and time.monotonic() < end:
+            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+            time.sleep(0.005)
+
+    def shot(name, widget=None):
+        spin(seconds=0.8)
+        out = HERE / f"{name}.png"
+        subprocess.run(["import", "-window", "root", str(out)], check=True)
+        if widget is not None:   # crop to the widget's frame
+            g = widget.frameGeometry()
+            subprocess.run(["convert", str(out), "-crop", f"{g.width()}x{g.height()}+{g.x()}+{g.y()}", "+repage",
+                            str(out)], check=True)
+        print("wrote", out)
+
+    w = create_window()
+    w.resize(1400, 900)
+    w.move(0, 0)
+    w.show()
+    ready = []
+    w.modelReady.connect(ready.append)
+    spin(lambda: ready)
+    spin(lambda: not w.client.busy)
+
+    def ask(text, preset, max_tokens):
+        w.select_preset(preset)
+        p = w.current_preset()
+        p.sampling.update({"max_tokens": max_tokens, "temperature": 0.0})
+        w.presets.update(p)
+        w._show_sampling()
+        spin(lambda: not w.client.busy)
+        done = []
+        c = w.conversation.replyFinished.connect(done.append)
+        w.messageInput.setPlainText(text)
+        w.send()
+        spin(lambda: done)
+        w.conversation.replyFinished.disconnect(c)
+
+    w.new_chat()
+    ask("Give me three tips for sleeping better.", "assistant", 90)
+    w.new_chat()
+    ask("What is the boiling point of water at sea level?", "precise", 30)
+    w.new_chat()
+    ask("Write a Python function that checks whether a word is a palindrome, and explain it briefly.",
+        "coder", 200)
+    w.messageInput.setPlainText("")
+    shot("main-light")
+    w.set_theme("dark")
+    shot("main-dark")
+    w.set_theme("light")
+    dlg = w.open_preset_manager()
+    dlg.select("tools")
+    dlg.resize(1100, 700)
+    dlg.move(150, 100)
+    shot("preset-manager", dlg)
+    dlg.close()
+    panel = w.open_cache_panel()
+    listed = []
+    panel.client.worker.cacheListed.connect(listed.append)
+    spin(lambda: listed, 30)
+    panel.resize(820, 420)
+    panel.move(290, 240)
+    shot("cache-panel", panel)
+    panel.close()
+    w.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

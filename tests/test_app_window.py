@@ -1,0 +1,400 @@
+"""The real window on the real engine (default model, greedy, short replies), driven like a user.
+
+One window (and one loaded engine) is shared by the module; tests that need a fresh start or a
+restart open their own on the same or on new data directories.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QCoreApplication, QEventLoop, Qt, QTimer
+
+from app.chat_store import ChatStore
+from app.main import create_window
+from app.preset_store import Preset, check_sampling
+
+SYSTEM = "You are a helpful assistant. Answer in one short sentence."
+GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
+                         "max_tokens": 10})
+TIMEOUT = 120_000
+
+
+def wait_until(pred, timeout_s: float = 60.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > end:
+            raise TimeoutError("condition not met in time")
+        QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+        time.sleep(0.005)
+
+
+def open_window(data: Path, cache: Path):
+    old = {k: os.environ.get(k) for k in ("HEARTH_DATA_DIR", "HEARTH_CACHE_DIR")}
+    os.environ["HEARTH_DATA_DIR"], os.environ["HEARTH_CACHE_DIR"] = str(data), str(cache)
+    try:
+        w = create_window()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    loaded = []
+    w.modelReady.connect(loaded.append)
+    w.client.worker.modelFailed.connect(loaded.append)
+    w.show()
+    wait_until(lambda: loaded, 120)
+    assert isinstance(loaded[0], dict), f"model failed to load: {loaded[0]}"
+    wait_until(lambda: not w.client.busy, 120)
+    return w
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hearth")
+    return d / "data", d / "cache"
+
+
+@pytest.fixture(scope="module")
+def window(qapp, dirs):
+    w = open_window(*dirs)
+    p = w.presets.add(Preset("test-greedy", "Test greedy", SYSTEM, [], dict(GREEDY)))
+    w._fill_presets()
+    w.select_preset(p.id)
+    wait_until(lambda: not w.client.busy)
+    yield w
+    w.close()
+
+
+def send(qtbot, w, text: str, timeout_s: float = 120) -> dict:
+    """Type `text`, press Enter, wait for the reply; returns its stats."""
+    got = []
+    w.conversation.replyFinished.connect(got.append)
+    w.conversation.replyFailed.connect(got.append)
+    try:
+        qtbot.keyClicks(w.messageInput, text)
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+        wait_until(lambda: got, timeout_s)
+    finally:
+        w.conversation.replyFinished.disconnect(got.append)
+        w.conversation.replyFailed.disconnect(got.append)
+    assert isinstance(got[0], dict), f"the reply failed: {got[0]}"
+    return got[0]
+
+
+def set_max_tokens(w, n: int) -> None:
+    w.samplingPanel.boxes["max_tokens"].setValue(n)
+    assert w.current_preset().sampling["max_tokens"] == n
+
+
+# -- conversation -------------------------------------------------------------------------------------
+def test_send_streams_the_reply_into_the_view(qtbot, window):
+    w = window
+    w.new_chat()
+    seen = []
+    w.conversation.model.dataChanged.connect(
+        lambda a, b, roles: seen.append(w.conversation.model.index(a.row()).data()))
+    set_max_tokens(w, 24)
+    stats = send(qtbot, w, "What is the capital of France?")
+    model = w.conversation.model
+    assert model.rowCount() == 2
+    reply = model.message(1).content
+    assert reply.strip()
+    grown = [t for t in seen if t and t != reply]
+    assert grown and all(reply.startswith(t) for t in grown), "the text should arrive in pieces, in order"
+    assert stats["generated_tokens"] > 1 and stats["decode_tps"] > 0
+    assert w.conversation.model.rowCount() == 2
+    bubble = w.messageView.bubbles()[1]
+    assert bubble.text() == reply and "tok/s" in bubble.stats.text()
+    stored = w.chats.messages(w.conversation.chat_id)
+    assert [m.content for m in stored] == ["What is the capital of France?", reply]
+    assert w.statusContext.value() > 0 and w.statusContext.maximum() == w.model_info["n_ctx"]
+    assert "KV cache" in w.statusKv.text() and "decode" in w.statusSpeed.text()
+    assert w.chatModel.chat(0).title.startswith("What is the capital")
+    set_max_tokens(w, GREEDY["max_tokens"])
+
+
+def test_stop_mid_reply_keeps_the_partial_reply(qtbot, window):
+    w = window
+    w.new_chat()
+    set_max_tokens(w, 400)
+    qtbot.keyClicks(w.messageInput, "Write a long story about a dragon who learns to bake bread.")
+    deltas = []
+    w.client.worker.delta.connect(lambda rid, t: deltas.append(t))
+    with qtbot.waitSignal(w.conversation.generatingChanged, timeout=TIMEOUT):
+        qtbot.mouseClick(w.sendButton, Qt.MouseButton.LeftButton)
+    assert w.stopButton.isVisible() and not w.sendButton.isVisible()
+    wait_until(lambda: len(deltas) >= 3)
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT) as blocker:
+        qtbot.mouseClick(w.stopButton, Qt.MouseButton.LeftButton)
+    stats = blocker.args[0]
+    assert stats["stop_reason"] in ("cancelled", "stopped")
+    assert stats["generated_tokens"] < 100
+    assert w.sendButton.isVisible() and not w.stopButton.isVisible()
+    partial = w.conversation.model.message(1).content
+    assert partial and w.chats.messages(w.conversation.chat_id)[1].content == partial
+    assert "stopped" in w.messageView.bubbles()[1].stats.text()
+    set_max_tokens(w, GREEDY["max_tokens"])
+
+
+def test_escape_stops_too(qtbot, window):
+    w = window
+    w.new_chat()
+    set_max_tokens(w, 400)
+    deltas = []
+    w.client.worker.delta.connect(lambda rid, t: deltas.append(t))
+    qtbot.keyClicks(w.messageInput, "Count from one to one hundred in words.")
+    qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+    wait_until(lambda: len(deltas) >= 2)
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT) as blocker:
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Escape)
+    assert blocker.args[0]["stop_reason"] in ("cancelled", "stopped")
+    set_max_tokens(w, GREEDY["max_tokens"])
+
+
+def test_regenerate_replaces_the_last_reply(qtbot, window):
+    w = window
+    w.new_chat()
+    send(qtbot, w, "Name a color.")
+    first = w.conversation.model.message(1).content
+    bubble = w.messageView.bubbles()[1]
+    assert bubble.regenerateButton.isVisible()
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
+        qtbot.mouseClick(bubble.regenerateButton, Qt.MouseButton.LeftButton)
+    assert w.conversation.model.rowCount() == 2
+    assert w.conversation.model.message(1).content == first  # greedy: the same reply
+    assert [m.role for m in w.chats.messages(w.conversation.chat_id)] == ["user", "assistant"]
+
+
+def test_edit_a_user_message_and_resend(qtbot, window):
+    w = window
+    w.new_chat()
+    send(qtbot, w, "Say hello.")
+    send(qtbot, w, "Say goodbye.")
+    assert w.conversation.model.rowCount() == 4
+    qtbot.mouseClick(w.messageView.bubbles()[0].editButton, Qt.MouseButton.LeftButton)
+    assert w.messageInput.toPlainText() == "Say hello." and w.editHint.isVisible()
+    w.messageInput.selectAll()
+    qtbot.keyClicks(w.messageInput, "Say thanks.")
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+    msgs = w.chats.messages(w.conversation.chat_id)
+    assert [m.content for m in msgs][0] == "Say thanks." and len(msgs) == 2
+    assert w.conversation.model.rowCount() == 2 and not w.editHint.isVisible()
+
+
+def test_markdown_code_block_has_a_copy_button(qtbot, window):
+    w = window
+    w.new_chat()
+    set_max_tokens(w, 40)
+    send(qtbot, w, "Write a Python hello world program in a code block.")
+    set_max_tokens(w, GREEDY["max_tokens"])
+    bubble = w.messageView.bubbles()[1]
+    from app.message_view import CodeBlock
+    blocks = bubble.findChildren(CodeBlock)
+    assert blocks, f"expected a code block in {bubble.text()!r}"
+    qtbot.mouseClick(blocks[0].copy, Qt.MouseButton.LeftButton)
+    from PySide6.QtGui import QGuiApplication
+    assert QGuiApplication.clipboard().text() == blocks[0].code()
+
+
+# -- chat list ----------------------------------------------------------------------------------------
+def test_chat_list_new_rename_search_delete_undo(qtbot, window):
+    w = window
+    n = w.chatModel.rowCount()
+    w.new_chat()   # the open chat has messages, so this makes one
+    qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)  # empty chat: reused
+    assert w.chatModel.rowCount() == n + 1
+    cid = w.conversation.chat_id
+    assert w.chatModel.setData(w.chatModel.index(0), "Zebra facts")
+    assert w.chats.chat(cid).title == "Zebra facts"
+    qtbot.keyClick(w, Qt.Key.Key_K, Qt.KeyboardModifier.ControlModifier)
+    assert w.chatSearch.hasFocus()
+    qtbot.keyClicks(w.chatSearch, "zebra")
+    assert w.chatFilter.rowCount() == 1
+    w.chatSearch.clear()
+    assert w.chatFilter.rowCount() == n + 1
+    w.delete_chat(cid)
+    assert w.chatModel.rowCount() == n and w.undoBar.isVisible()
+    assert w.conversation.chat_id != cid
+    qtbot.mouseClick(w.undoButton, Qt.MouseButton.LeftButton)
+    assert w.chatModel.row_of(cid) >= 0 and w.conversation.chat_id == cid
+    assert w.chats.chat(cid) is not None
+
+
+# -- presets and prefix images ------------------------------------------------------------------------
+def _wait_prefix(qtbot, w, pid) -> dict:
+    with qtbot.waitSignal(w.prefixResult, timeout=TIMEOUT) as blocker:
+        w.select_preset(pid)
+    return blocker.args[0]
+
+
+def test_preset_prefix_is_computed_then_restored_then_recomputed_after_corruption(qtbot, window, dirs):
+    w = window
+    p = w.presets.add(Preset("prefix-test", "Prefix test", SYSTEM + " You like astronomy facts.", [],
+                             dict(GREEDY)))
+    w._fill_presets()
+    images = lambda: sorted(dirs[1].rglob("*"))  # noqa: E731
+    before = {x for x in images() if x.is_file()}
+    r1 = _wait_prefix(qtbot, w, p.id)
+    assert r1["action"] == "computed" and r1["preset"] == p.id
+    new = [x for x in images() if x.is_file() and x not in before]
+    assert new, "the first use saves an image in the cache directory"
+    _wait_prefix(qtbot, w, "test-greedy")          # another prefix becomes resident
+    r2 = _wait_prefix(qtbot, w, p.id)
+    assert r2["action"] == "restored", r2
+    assert "Restored preset prefix" in w.statusPrefix.text()
+    # Corrupt the image: the next use recomputes silently.
+    img = max(new, key=lambda x: x.stat().st_size)
+    raw = bytearray(img.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    img.write_bytes(bytes(raw))
+    _wait_prefix(qtbot, w, "test-greedy")
+    r3 = _wait_prefix(qtbot, w, p.id)
+    assert r3["action"] in ("recomputed", "computed") and r3["action"] != "restored"
+    assert not w.banner.isVisible() and w.last_error == ""
+    assert "Computed preset prefix" in w.statusPrefix.text()
+    # And a chat on that preset still works.
+    w.new_chat()
+    send(qtbot, w, "Hi!")
+    assert w.conversation.model.message(1).content.strip()
+    _wait_prefix(qtbot, w, "test-greedy")
+
+
+def test_preset_manager_crud_export_import_and_tool_validation(qtbot, window, tmp_path):
+    w = window
+    dlg = w.open_preset_manager()
+    qtbot.addWidget(dlg)
+    assert dlg.objectName() == "presetManager"
+    n = len(w.presets.presets)
+    pid = dlg.new_preset()
+    assert len(w.presets.presets) == n + 1 and w.presetPicker.findData(pid) >= 0
+    dlg.nameEdit.setText("Poet")
+    dlg.systemEdit.setPlainText("You write short poems.")
+    # A bad tool definition is shown with its error and not saved.
+    dlg.toolsEdit.setPlainText('[{"type": "function", "function": {"name": "rhyme", '
+                               '"parameters": {"type": "object", "properties": {"word": {"type": "strng"}}}}}]')
+    assert not dlg.check_tools() and "strng" in dlg.toolsStatus.text()
+    assert not dlg.save()
+    assert "strng" in dlg.errorLabel.text() and "not a JSON Schema type" in dlg.errorLabel.text()
+    assert w.presets.get(pid).name == "New preset"
+    dlg.toolsEdit.setPlainText("[ not json")
+    assert not dlg.save() and "not valid JSON" in dlg.errorLabel.text()
+    dlg.toolsEdit.setPlainText("[]")
+    dlg.add_tools([{"type": "function", "function": {"name": "rhyme", "description": "find rhymes",
+                                                    "parameters": {"type": "object", "properties": {
+                                                        "word": {"type": "string"}}, "required": ["word"]}}}])
+    assert dlg.check_tools() and "1 valid tool(s): rhyme" in dlg.toolsStatus.text()
+    dlg.sampling.boxes["temperature"].setValue(1.2)
+    assert dlg.save(), dlg.errorLabel.text()
+    saved = w.presets.get(pid)
+    assert saved.name == "Poet" and saved.tools[0]["function"]["name"] == "rhyme"
+    assert saved.sampling["temperature"] == 1.2
+    assert w.presetPicker.itemText(w.presetPicker.findData(pid)) == "Poet"
+    # Duplicate, reorder, export, delete, import.
+    dup = dlg.duplicate(pid)
+    assert w.presets.get(dup).name == "Poet (copy)"
+    i = w.presets.index(dup)
+    dlg.move(dup, -1)
+    assert w.presets.index(dup) == i - 1
+    out = tmp_path / "poet.json"
+    dlg.select(pid)
+    dlg.export_to(str(out))
+    dlg.delete(pid)
+    dlg.delete(dup)
+    assert w.presets.get(pid) is None and w.presetPicker.findData(pid) < 0
+    added = dlg.import_from(str(out))
+    assert [p.name for p in added] == ["Poet"] and added[0].tools == saved.tools
+    dlg.delete(added[0].id)
+    dlg.close()
+
+
+def test_unsupported_model_gives_a_message_and_keeps_the_previous(qtbot, window, tmp_path):
+    w = window
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
+    before = dict(w.model_info)
+    with qtbot.waitSignal(w.client.worker.modelFailed, timeout=TIMEOUT) as blocker:
+        w.load_model(str(bad))
+    assert "broken.gguf" in blocker.args[0]
+    wait_until(w.banner.isVisible, 10)   # the test's slot runs on the worker thread, the window's after
+    assert w.banner.isVisible() and "Could not load the model" in w.bannerLabel.text()
+    assert "still loaded" in w.bannerLabel.text()
+    assert w.model_info["name"] == before["name"] and w.modelPicker.currentData() == before["path_setting"]
+    w.banner.hide()
+    w.last_error = ""
+    w.new_chat()
+    send(qtbot, w, "Hello?")                    # still usable
+    assert w.conversation.model.message(1).content.strip()
+
+
+def test_model_picker_and_backend_picker_show_what_runs(window):
+    w = window
+    assert w.modelPicker.objectName() == "modelPicker" and w.modelPicker.count() >= 2
+    info = w.modelInfo.text()
+    assert "llama" in info and "Q4_1" in info and "135M" in info and "CPU" in info
+    assert [w.backendPicker.itemData(i) for i in range(3)] == ["auto", "gpu", "cpu"]
+    for name in ("chatList", "messageView", "messageInput", "sendButton", "stopButton", "presetPicker",
+                 "modelPicker", "backendPicker", "statusContext"):
+        assert w.findChild(object, name) is not None, name
+
+
+# -- restart, quit, errors ----------------------------------------------------------------------------
+def test_restart_finds_chats_and_presets_and_quit_during_generation_is_clean(qtbot, window, dirs):
+    w = window
+    titles = [w.chatModel.chat(i).title for i in range(w.chatModel.rowCount())]
+    presets = [p.to_json() for p in w.presets.presets]
+    w2 = open_window(*dirs)
+    try:
+        assert [w2.chatModel.chat(i).title for i in range(w2.chatModel.rowCount())] == titles
+        assert [p.to_json() for p in w2.presets.presets] == presets
+        # Quit in the middle of a reply: no hang, no crash, nothing lost.
+        w2.new_chat()
+        w2.select_preset("test-greedy")
+        w2.samplingPanel.boxes["max_tokens"].setValue(400)
+        deltas = []
+        w2.client.worker.delta.connect(lambda rid, t: deltas.append(t))
+        qtbot.keyClicks(w2.messageInput, "Tell me a long story about the sea.")
+        qtbot.keyClick(w2.messageInput, Qt.Key.Key_Return)
+        wait_until(lambda: len(deltas) >= 2)
+        cid = w2.conversation.chat_id
+        t0 = time.monotonic()
+        w2.close()
+        assert time.monotonic() - t0 < 10
+        assert w2.client.thread.isFinished()
+    finally:
+        w2.close()
+        w2.presets.get("test-greedy").sampling["max_tokens"] = GREEDY["max_tokens"]
+        w2.presets.save()
+    store = ChatStore(dirs[0] / "chats.sqlite3")
+    msgs = store.messages(cid)
+    assert [m.role for m in msgs] == ["user", "assistant"] and msgs[1].content
+    assert msgs[1].stats["stop_reason"] in ("interrupted", "cancelled", "stopped")
+    store.close()
+
+
+def test_corrupt_presets_file_notice_and_engine_error_in_the_chat(qtbot, qapp, tmp_path):
+    data, cache = tmp_path / "data2", tmp_path / "cache2"
+    data.mkdir()
+    (data / "presets.json").write_text("{ this is not json", encoding="utf-8")
+    (data / "settings.ini").write_text("[model]\nn_ctx=64\n", encoding="utf-8")
+    w = open_window(data, cache)
+    try:
+        assert w.banner.isVisible() and "moved to" in w.bannerLabel.text()
+        assert list(data.glob("presets.corrupt-*.json"))
+        assert w.presets.presets
+        w.new_chat()
+        w.banner.hide()
+        with qtbot.waitSignal(w.conversation.replyFailed, timeout=TIMEOUT) as blocker:
+            qtbot.keyClicks(w.messageInput, "word " * 80)
+            qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+        assert "context" in blocker.args[0]
+        bubble = w.messageView.bubbles()[-1]
+        assert bubble.error.isVisible() and "context" in bubble.error.text()
+        assert w.sendButton.isVisible() and not w.conversation.generating   # still usable
+    finally:
+        w.close()
