@@ -11,6 +11,8 @@ as it arrives, and counted as
 - right: its first call names the expected tool with arguments that mean the expected thing
   (an expression evaluating to the answer, the same units after normalisation, the time zone).
 
+`--force-prefix TEXT` starts every reply with TEXT (e.g. '<tool_call>['), as an app's "the reply must
+be a tool call" mode would: the model continues from there, and the parser reads TEXT first.
 `--record PATH` writes every prompt and raw reply to JSON (tests replay them through the parser).
 """
 
@@ -67,7 +69,7 @@ PROMPTS = [
 ]
 
 
-def run(eng: Engine, max_tokens: int) -> tuple[list[dict], str]:
+def run(eng: Engine, max_tokens: int, force_prefix: str = "") -> tuple[list[dict], str]:
     registry = ToolRegistry.builtin()
     source = eng.gguf.metadata.get("tokenizer.chat_template")
     fmt = detect_format(source if isinstance(source, str) else None)
@@ -75,9 +77,9 @@ def run(eng: Engine, max_tokens: int) -> tuple[list[dict], str]:
     rows = []
     for question, (tool, check) in PROMPTS:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
-        prompt = eng.render_chat(messages, tools=registry.definitions())
+        prompt = eng.render_chat(messages, tools=registry.definitions()) + force_prefix
         parser = ToolCallParser(fmt, registry)
-        events, reply = [], ""
+        events, reply = parser.feed(force_prefix), ""
         t0 = time.perf_counter()
         for ev in eng.generate(prompt, max_tokens=max_tokens, sampling=Sampling(temperature=0)):
             reply += ev.text
@@ -103,7 +105,7 @@ def table(rows: list[dict]) -> str:
     lines = ["| prompt | reply (start) | parseable call | right tool | right args |",
              "|---|---|---|---|---|"]
     for r in rows:
-        reply = " ".join(r["reply"].split())[:70].replace("|", "\\|")
+        reply = " ".join(r["reply"].split())[:70].replace("|", "\\|").replace("<", "&lt;")
         status = "yes" if r["parseable"] else ("malformed" if r["malformed"] else "no")
         lines.append(f"| {r['prompt']} | {reply} | {status} | {'yes' if r['right_tool'] else 'no'} | "
                      f"{'yes' if r['right_args'] else 'no'} |")
@@ -118,18 +120,21 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="a .gguf file (default: the default model)")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--force-prefix", default="", help="start every reply with this text")
     ap.add_argument("--record", type=Path, default=None, help="write prompts and replies to this JSON file")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     eng = Engine.load(args.model)
     print(f"model: {eng.gguf.metadata.get('general.name', args.model)}, loaded in "
           f"{time.perf_counter() - t0:.1f} s", flush=True)
-    rows, fmt = run(eng, args.max_tokens)
-    print(f"\ntool-call format: {fmt}; greedy, at most {args.max_tokens} tokens per reply\n")
+    rows, fmt = run(eng, args.max_tokens, args.force_prefix)
+    forced = f", every reply started with {args.force_prefix!r}" if args.force_prefix else ""
+    print(f"\ntool-call format: {fmt}; greedy, at most {args.max_tokens} tokens per reply{forced}\n")
     print(table(rows))
     if args.record:
         args.record.write_text(json.dumps({"model": str(eng.gguf.metadata.get("general.name")),
-                                           "format": fmt, "max_tokens": args.max_tokens, "rows": rows},
+                                           "format": fmt, "max_tokens": args.max_tokens,
+                                           "forced_prefix": args.force_prefix, "rows": rows},
                                           indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0
 

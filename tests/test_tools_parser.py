@@ -6,6 +6,7 @@ contain part of a tag.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -325,3 +326,25 @@ def test_fallback_system_prompt_states_tools_and_format_and_its_example_parses()
     for fmt in ("generic", "hermes"):
         (call,) = calls(parse(fmt, [example]))
         assert call.name == "calculator" and call.arguments == {"expression": "2 * (3 + 4)"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Recorded replies of the default model (bench/tool_calls.py --record), replayed
+
+RECORDED = sorted((Path(__file__).parent / "data").glob("tool_calls_*.json"))
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+def test_recorded_replies_parse_as_the_benchmark_counted_them(path):
+    record = json.loads(path.read_text(encoding="utf-8"))
+    assert record["rows"]
+    for row in record["rows"]:
+        reply = record.get("forced_prefix", "") + row["reply"]
+        ev = parse_all_ways(record["format"], reply)
+        got = calls(ev)
+        assert bool(got) == row["parseable"], row["prompt"]
+        assert [m.error for m in bad(ev)] == row["malformed"], row["prompt"]
+        if got:
+            assert {"name": got[0].name, "arguments": got[0].arguments} == row["call"]
+        else:
+            assert not bad(ev) and text(ev) == reply          # plain replies pass through intact

@@ -14,7 +14,8 @@ from .builtins import BUILTIN_TOOLS, ToolContext, ToolError, html_to_text
 from .calculator import CalculatorError, calculate, evaluate
 from .conversation import messages_with_tool_round
 from .parser import (FORMATS, Event, MalformedToolCall, TextDelta, ToolCall, ToolCallParser,
-                     detect_format, fallback_system_prompt)
+                     detect_format)
+from .prompt import fallback_system_prompt
 from .registry import DEFAULT_BUILTINS, Tool, ToolRegistry, ToolResult, error_result
 from .schema import (ToolSchemaError, check_schema, normalize_tool_definition, validate_arguments,
                      validate_tool_set)

@@ -8,7 +8,7 @@ Formats (`detect_format` picks one from the model's chat template text):
   `<|python_tag|>`; several calls may be separated by ';'.
 - "generic" (templates with no tool support; the tools and this format are stated in the system
   prompt by `fallback_system_prompt`): `<tool_call>` tags as in hermes, a whole-message JSON call,
-  or one in a ```json fence. Small models given the prompt produce all three.
+  or one in a ```json fence. Small models given the prompt (see prompt.py) produce all three.
 
 Every format also accepts a whole-message JSON call (a reply that *starts* with `{`): models trained
 on one format often drift to the other. A JSON reply that is not call-shaped (no "name" with
@@ -73,42 +73,8 @@ def detect_format(chat_template_source: str | None) -> str:
     return "generic"
 
 
-def fallback_system_prompt(tools: Iterable[dict]) -> str:
-    """The system-prompt text that describes the tools and the call format for a template with no
-    tool support (format 'generic'). Append it to the preset's own system prompt."""
-    defs = validate_tool_set(list(_definitions(tools)))
-    lines = [json.dumps(d, ensure_ascii=False) for d in defs]
-    example = _example_call(defs[0]["function"]) if defs else {"name": "tool_name", "arguments": {}}
-    # A JSON list inside the tags: the shape SmolLM2 (the default model) learned from APIGen-style
-    # function-calling data; a single object inside the tags (Hermes) parses just as well.
-    return (
-        "You can call tools to help answer. The tools, as JSON Schema function definitions:\n"
-        "<tools>\n" + "\n".join(lines) + "\n</tools>\n\n"
-        "To call tools, reply with only a <tool_call> tag holding a JSON list of calls, each with "
-        "the tool's name and its arguments, and no other text, like this:\n"
-        f"<tool_call>[{json.dumps(example, ensure_ascii=False)}]</tool_call>\n"
-        "The results come back in a message from the tool; then answer the user with them. "
-        "If no tool fits the question, answer directly."
-    )
-
-
-def _example_call(fn: dict) -> dict:
-    props = fn["parameters"].get("properties", {})
-    args = {}
-    for name in fn["parameters"].get("required", []):
-        s = props.get(name, {})
-        if s.get("examples"):
-            args[name] = s["examples"][0]
-        elif "enum" in s:
-            args[name] = s["enum"][0]
-        else:
-            t = s.get("type", "string")
-            t = t[0] if isinstance(t, list) else t
-            args[name] = {"number": 1, "integer": 1, "boolean": True, "array": [], "object": {}}.get(t, "...")
-    return {"name": fn["name"], "arguments": args}
-
-
-def _definitions(tools: Any) -> Iterable[dict]:
+def definitions_of(tools: Any) -> Iterable[dict]:
+    """Tool definitions from a list of them or a ToolRegistry."""
     if tools is None:
         return []
     if hasattr(tools, "definitions"):           # a ToolRegistry
@@ -153,7 +119,7 @@ class ToolCallParser:
         if format not in FORMATS:
             raise ValueError(f"unknown tool-call format {format!r}; use one of {', '.join(FORMATS)}")
         self.format = format
-        defs = validate_tool_set(list(_definitions(tools)))
+        defs = validate_tool_set(list(definitions_of(tools)))
         self._params = {d["function"]["name"]: d["function"]["parameters"] for d in defs}
         self._id_prefix = id_prefix
         self._markers = [PYTHON_TAG] if format == "llama3" else [TAG_OPEN]
