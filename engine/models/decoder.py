@@ -100,32 +100,53 @@ class Decoder:
 
     # -- forward ---------------------------------------------------------------------------
 
-    def forward(self, ids: np.ndarray, pos: int, kv: KVCache, all_logits: bool = False) -> np.ndarray:
+    def forward(self, ids: np.ndarray, pos: int, kv: KVCache, all_logits: bool = False,
+                par: "RowRunner | None" = None) -> np.ndarray:
         """ids int [n] at positions [pos, pos + n): writes their K/V into `kv` and returns
-        float32 logits [n_vocab] of the last position ([n, n_vocab] with all_logits)."""
+        float32 logits [n_vocab] of the last position ([n, n_vocab] with all_logits).
+
+        Each block runs in two row-parallel halves: before attention (norm, q/k/v, RoPE, K/V
+        stored: rows independent) and from attention on (each query row reads the cache, then
+        its own FFN). `par` runs a function over row ranges on several threads; None runs it
+        once over all rows on this thread (decode, small inputs).
+        """
         c = self.cfg
         n = len(ids)
+        par = par or SERIAL
         x = self.tok_embd[ids]                                   # [n, d]
         if c.embed_scale != 1.0:                                 # gemma3
             x *= np.float32(c.embed_scale)
         cs = self.rope.cos_sin(pos, n)
         cs_swa = self.rope_swa.cos_sin(pos, n) if self.rope_swa else None
-        for i, blk in enumerate(self.blocks):
+        q = np.empty((n, c.n_head, c.head_dim), np.float32)      # this block's rotated queries
+        even = par.split(n)
+        for i, b in enumerate(self.blocks):
             swa = c.is_swa(i)
-            x = self._block(i, blk, x, pos, kv, cs_swa if swa else cs, c.sliding_window if swa else 0)
-        h = x if all_logits else x[-1:]
-        h = rms_norm(h, self.output_norm, c.rms_eps)
-        logits = h @ self.output.T                               # [n or 1, vocab]
-        if c.final_softcap > 0:                                  # gemma2-style soft-capping
-            logits /= c.final_softcap
-            np.tanh(logits, out=logits)
-            logits *= c.final_softcap
-        return logits if all_logits else logits[0]
+            window = c.sliding_window if swa else 0
+            rope_cs = cs_swa if swa else cs
+            par.run(lambda r0, r1: self._before_attention(i, b, x, q, r0, r1, pos, kv, rope_cs, window), even)
+            # Later rows attend to more keys: balance the attention + FFN work, not the rows.
+            par.run(lambda r0, r1: self._from_attention(i, b, x, q, r0, r1, pos, kv, window),
+                    par.split(n, pos=pos, fixed=3000, window=window))
+        rows = x if all_logits else x[-1:]
+        out = np.empty((len(rows), c.n_vocab), np.float32)
+        par.run(lambda r0, r1: self._logits(rows, out, r0, r1), par.split(len(rows)))
+        return out if all_logits else out[0]
 
-    def _block(self, i, b: Block, x, pos, kv, cs, window):
+    def _logits(self, rows, out, r0, r1):
         c = self.cfg
-        n, hd, nh, nkv = x.shape[0], c.head_dim, c.n_head, c.n_head_kv
-        h = rms_norm(x, b.attn_norm, c.rms_eps)
+        h = rms_norm(rows[r0:r1], self.output_norm, c.rms_eps)
+        lg = np.matmul(h, self.output.T, out=out[r0:r1])        # [r, vocab]
+        if c.final_softcap > 0:                                  # gemma2-style soft-capping
+            lg /= c.final_softcap
+            np.tanh(lg, out=lg)
+            lg *= c.final_softcap
+
+    def _before_attention(self, i, b: Block, x, q, r0, r1, pos, kv, cs, window):
+        """Rows [r0, r1): attention norm, q/k/v, q/k norms, RoPE; K/V into the cache, q into `q`."""
+        c = self.cfg
+        n, hd, nh, nkv = r1 - r0, c.head_dim, c.n_head, c.n_head_kv
+        h = rms_norm(x[r0:r1], b.attn_norm, c.rms_eps)
         qkv = h @ b.wqkv.T                                       # [n, (nh + 2 nkv) hd]
         if b.bqkv is not None:                                   # qwen2
             qkv += b.bqkv
@@ -134,22 +155,42 @@ class Decoder:
         v = qkv[:, (nh + nkv) * hd:].reshape(n, nkv, hd)
         if b.qk_norm is not None:                                # qwen3, gemma3
             qk = rms_norm(qk, b.qk_norm, c.rms_eps)
-        (self.rope_swa if window else self.rope).apply(qk, cs)
-        q, k = qk[:, :nh], qk[:, nh:]                            # q already carries attn_scale
-        kv.store(i, pos, k.transpose(1, 0, 2), v.transpose(1, 0, 2))
-        a = attention(q, kv.k[i], kv.v[i], pos, window)         # [n, nh hd]
+        (self.rope_swa if window else self.rope).apply(qk, (cs[0][r0:r1], cs[1][r0:r1]))
+        q[r0:r1] = qk[:, :nh]                                    # already carries attn_scale
+        kv.store(i, pos + r0, qk[:, nh:].transpose(1, 0, 2), v.transpose(1, 0, 2))
+
+    def _from_attention(self, i, b: Block, x, q, r0, r1, pos, kv, window):
+        """Rows [r0, r1): attention over the cache, output projection, FFN, residuals (in x)."""
+        c = self.cfg
+        a = attention(q[r0:r1], kv.k[i], kv.v[i], pos + r0, window)   # [n, nh hd]
         o = a @ b.wo.T                                           # [n, d]
         if b.bo is not None:
             o += b.bo
         if b.post_attn_norm is not None:                         # gemma3
             o = rms_norm(o, b.post_attn_norm, c.rms_eps)
-        x = x + o
-        h = rms_norm(x, b.ffn_norm, c.rms_eps)
+        xr = x[r0:r1]
+        xr += o
+        h = rms_norm(xr, b.ffn_norm, c.rms_eps)
         gu = h @ b.w_gate_up.T                                   # [n, 2 n_ff]
         g, u = gu[:, :c.n_ff], gu[:, c.n_ff:]
         act = gelu_tanh_mul(g, u) if c.activation == "gelu_tanh" else silu_mul(g, u)
         f = act @ b.w_down.T                                     # [n, d]
         if b.post_ffn_norm is not None:                          # gemma3
             f = rms_norm(f, b.post_ffn_norm, c.rms_eps)
-        x += f
-        return x
+        xr += f
+
+
+class RowRunner:
+    """Runs fn(r0, r1) over row ranges. This one runs everything at once on the calling thread;
+    the CPU backend's threaded runner splits rows between its threads."""
+    n_threads = 1
+
+    def split(self, n: int, pos: int = 0, fixed: int = 0, window: int = 0) -> list[tuple[int, int]]:
+        return [(0, n)]
+
+    def run(self, fn, ranges) -> None:
+        for r0, r1 in ranges:
+            fn(r0, r1)
+
+
+SERIAL = RowRunner()
