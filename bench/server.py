@@ -73,31 +73,26 @@ def main(argv=None) -> int:
                                                               "max_tokens": n, "temperature": 0})
         return r.json()["usage"]["completion_tokens"]
 
-    paths = {"engine.generate (direct)": direct, "server, stream, engine.remote": sse_remote,
+    paths = {"engine.generate, direct": direct, "server, stream, engine.remote": sse_remote,
              "server, stream, openai client": sse_openai, "server, JSON body, httpx": json_httpx}
     direct(1)  # warm up: the prompt resident, numpy's first calls done
-    times: dict[tuple[str, int], list[float]] = {(p, n): [] for p in paths for n in a.tokens}
+    wall: dict[tuple[str, int], list[float]] = {(p, n): [] for p in paths for n in a.tokens}
+    cpu: dict[tuple[str, int], list[float]] = {(p, n): [] for p in paths for n in a.tokens}
     for _ in range(a.repeat):
         for n in a.tokens:
             for name, fn in paths.items():
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 got = fn(n)
-                times[(name, n)].append(time.perf_counter() - t)
+                wall[(name, n)].append(time.perf_counter() - t)
+                cpu[(name, n)].append(time.process_time() - c)
                 assert got == n, f"{name}: {got} tokens, not {n} (an early end-of-generation?)"
-    lo, hi = a.tokens
-    med = {k: statistics.median(v) for k, v in times.items()}
-    base = "engine.generate (direct)"
-    slope = {p: (med[(p, hi)] - med[(p, lo)]) / (hi - lo) for p in paths}
     print(f"model {Path(eng.gguf.path).name}, CPU, greedy; median of {a.repeat} runs each, interleaved")
-    print(f"{'path':32} {f'{lo} tok ms':>10} {f'{hi} tok ms':>10} {'ms/token':>9} "
-          f"{'overhead/request ms':>20} {'overhead/token ms':>18}")
-    for p in paths:
-        over_req = (med[(p, lo)] - med[(base, lo)]) * 1000
-        over_tok = (slope[p] - slope[base]) * 1000
-        print(f"{p:32} {med[(p, lo)] * 1000:10.1f} {med[(p, hi)] * 1000:10.1f} {slope[p] * 1000:9.2f} "
-              f"{'-' if p == base else f'{over_req:+.1f}':>20} {'-' if p == base else f'{over_tok:+.2f}':>18}")
-    spread = max(statistics.pstdev(v) / statistics.mean(v) for v in times.values()) * 100
-    print(f"largest run-to-run spread (stdev/mean): {spread:.0f}%")
+    print("wall: elapsed time; cpu: this process's CPU time (client and server both run here), which the")
+    print("other processes on a shared machine disturb less than the wall clock")
+    for label, times in (("wall", wall), ("cpu", cpu)):
+        table(label, times, paths, a.tokens)
+    spread = max(statistics.pstdev(v) / statistics.mean(v) for v in wall.values()) * 100
+    print(f"largest run-to-run spread of the wall times (stdev/mean): {spread:.0f}%")
     http.close()
     oai.close()
     remote.close()
@@ -105,6 +100,20 @@ def main(argv=None) -> int:
     server.server_close()
     service.close()
     return 0
+
+
+def table(label: str, times: dict, paths, tokens) -> None:
+    lo, hi = tokens
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base = next(iter(paths))
+    slope = {p: (med[(p, hi)] - med[(p, lo)]) / (hi - lo) for p in paths}
+    print(f"\n{label:5} {'path':30} {f'{lo} tok ms':>10} {f'{hi} tok ms':>10} {'ms/token':>9} "
+          f"{'overhead/request ms':>20} {'overhead/token ms':>18}")
+    for p in paths:
+        over_req = (med[(p, lo)] - med[(base, lo)]) * 1000
+        over_tok = (slope[p] - slope[base]) * 1000
+        print(f"{label:5} {p:30} {med[(p, lo)] * 1000:10.1f} {med[(p, hi)] * 1000:10.1f} {slope[p] * 1000:9.2f} "
+              f"{'-' if p == base else f'{over_req:+.1f}':>20} {'-' if p == base else f'{over_tok:+.2f}':>18}")
 
 
 if __name__ == "__main__":

@@ -156,3 +156,33 @@ def test_a_matching_request_computes_then_restores_its_preset_prefix(engine, tmp
         assert service.stats()["generations"][-1]["prefix"]["action"] == "restored"
     finally:
         service.close()
+
+
+def test_a_long_prompt_is_read_in_chunks_and_counted_as_computed(engine):
+    service = ChatService(engine)
+    story = " ".join(f"Line {i} of a long letter about the weather." for i in range(45))
+    try:
+        engine.reset()
+        _, out = run(service, request([{"role": "user", "content": story}], max_tokens=1))
+        s = out.stats
+        assert out.prompt_tokens > 3 * 128 and s.reused_tokens == 0 and s.computed_tokens == out.prompt_tokens
+        assert s.prefill_tps > 0 and s.ttft_s >= s.prefill_s > 0
+    finally:
+        service.close()
+
+
+def test_a_client_leaving_before_the_prefill_frees_the_engine(engine):
+    service = ChatService(engine)
+    story = " ".join(f"Line {i} of another long letter." for i in range(60))
+    try:
+        engine.reset()
+        job = service.submit("chatcmpl-gone", request([{"role": "user", "content": story}], max_tokens=50))
+        items = job.items()
+        assert next(items)[0] == "start"
+        job.cancel.set()
+        (kind, out), = list(items)
+        assert kind == "done" and out.stop_reason == "cancelled" and out.stats.generated_tokens == 0
+        assert len(engine.tokens) < out.prompt_tokens       # the prompt was not read to the end
+        assert service.stats()["generations"][-1]["client_left"]
+    finally:
+        service.close()

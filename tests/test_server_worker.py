@@ -92,3 +92,19 @@ def test_close_cancels_what_is_queued_and_refuses_new_jobs():
     assert running.cancel.is_set() and queued.cancel.is_set() and list(queued.items()) == []
     with pytest.raises(RuntimeError, match="closed"):
         w.submit(lambda e, j: None)
+
+
+def test_gone_is_asked_even_while_items_keep_coming(worker):
+    """A non-streamed reply: tokens arrive faster than the poll interval and nothing is written to
+    the client, so the only sign it left is gone()."""
+    def fn(engine, job):
+        for i in range(1000):
+            if job.cancel.is_set():
+                return
+            job.put(i)
+            time.sleep(0.005)
+
+    job = worker.submit(fn)
+    t = time.perf_counter()
+    got = list(job.items(gone=lambda: time.perf_counter() - t > 0.3, poll_s=0.05))
+    assert job.cancel.is_set() and 10 < len(got) < 200

@@ -29,6 +29,7 @@ from .worker import EngineWorker, Job
 
 log = logging.getLogger("engine.server")
 HISTORY = 100
+PREFILL_CHUNK = 128   # tokens read between checks for a client that left
 
 
 @dataclass
@@ -151,6 +152,10 @@ def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: 
     job.put(("start", {"prompt_tokens": len(ids), "prefix": out.prefix}))
     room = engine.n_ctx - len(ids)
     max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
+    pre = _prefill_in_chunks(engine, ids, job)
+    if pre is None:
+        out.stop_reason = "cancelled"
+        return
     reply = ReplyAssembler(tool_format, req.tools)
     try:
         events = engine.generate(ids, max_tokens=max_tokens, sampling=req.sampling, stop=req.stop,
@@ -161,11 +166,41 @@ def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: 
         items = reply.feed(ev.text) if ev.text else []
         if ev.final:
             items += reply.finish()
-            out.stop_reason, out.stats = ev.stop_reason, ev.stats
+            out.stop_reason, out.stats = ev.stop_reason, _with_prefill(ev.stats, *pre)
         for item in items:
             job.put(item)
     out.content, out.tool_calls = reply.content, reply.tool_calls
     out.finish_reason = "tool_calls" if out.tool_calls else FINISH_REASONS.get(out.stop_reason, "stop")
+
+
+def _prefill_in_chunks(engine, ids: list[int], job: Job) -> tuple[int, float] | None:
+    """Read a long new part of the prompt in chunks, so a client that leaves during a long prefill
+    frees the engine within one chunk. Returns (tokens computed here, seconds), None if cancelled."""
+    t0 = time.perf_counter()
+    resident = engine.tokens
+    common = 0
+    for a, b in zip(resident, ids):
+        if a != b:
+            break
+        common += 1
+    ends = list(range(common + PREFILL_CHUNK, len(ids) - 1, PREFILL_CHUNK))
+    for end in ends:
+        if job.cancel.is_set():
+            return None
+        engine.prefill(ids[:end])
+    return (ends[-1] - common if ends else 0), time.perf_counter() - t0
+
+
+def _with_prefill(stats: GenerationStats, computed: int, seconds: float) -> GenerationStats:
+    """Stats of a generation whose prompt was partly read by _prefill_in_chunks: those tokens were
+    computed for this request, not reused."""
+    if computed:
+        stats.reused_tokens -= computed
+        stats.computed_tokens += computed
+        stats.prefill_s += seconds
+        stats.ttft_s += seconds
+        stats.prefill_tps = stats.computed_tokens / stats.prefill_s if stats.prefill_s > 0 else 0.0
+    return stats
 
 
 class ReplyAssembler:

@@ -53,6 +53,15 @@ class HearthServer(ThreadingHTTPServer):
         self.service, self.token, self.max_body = service, token, max_body
         super().__init__((host, port), _Handler)
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that drops its kept-alive connection is normal, not a traceback on stderr."""
+        import sys  # noqa: PLC0415
+        e = sys.exc_info()[1]
+        if isinstance(e, (ConnectionError, TimeoutError)):
+            log.debug("%s: %s", client_address, e)
+            return
+        log.error("error serving %s", client_address, exc_info=e)
+
     @property
     def port(self) -> int:
         return self.server_address[1]
@@ -84,13 +93,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._guard(self._post)
 
     def _guard(self, handler) -> None:
+        self._body_read = self.command != "POST"
         try:
             route = self._route()
             if route != "/health":
                 self._check_token()
             handler(route)
         except RequestError as e:
-            self._send_json(e.status, e.body(), close=e.status in (411, 413))
+            # An unread request body would be taken for the next request: close instead.
+            self._send_json(e.status, e.body(), close=not self._body_read)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as e:  # noqa: BLE001  a bug must not take the server down: report it
@@ -149,7 +160,9 @@ class _Handler(BaseHTTPRequestHandler):
         if n > self.server.max_body:
             raise RequestError(f"the request body is {n} bytes; this server takes at most {self.server.max_body}",
                                status=413, code="request_too_large")
-        return self.rfile.read(n) if n > 0 else b""
+        body = self.rfile.read(n) if n > 0 else b""
+        self._body_read = True
+        return body
 
     # --- replies ---------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Callable, Iterator
 
 _END = object()
@@ -39,15 +40,21 @@ class Job:
         self._out.put(item)
 
     def items(self, gone: Callable[[], bool] | None = None, poll_s: float = 0.2) -> Iterator:
-        """What the job puts, in order, until it ends. Every `poll_s` without an item, `gone()` is
-        asked whether the requester left; if so the job is cancelled and iteration stops."""
+        """What the job puts, in order, until it ends. At least every `poll_s`, also while items keep
+        coming, `gone()` is asked whether the requester left; if so the job is cancelled and
+        iteration stops."""
+        next_check = time.monotonic() + poll_s
         while True:
             try:
                 item = self._out.get(timeout=poll_s)
             except queue.Empty:
-                if gone is not None and gone():
+                item = None
+            if gone is not None and time.monotonic() >= next_check:
+                next_check = time.monotonic() + poll_s
+                if gone():
                     self.cancel.set()
                     return
+            if item is None:
                 continue
             if item is _END:
                 return
