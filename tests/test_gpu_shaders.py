@@ -25,7 +25,7 @@ def test_matvec_renders_for_every_type(qtype):
 
 
 def test_three_matrices_get_three_dequantizers_and_bindings():
-    code = render("matvec.wgsl", QTYPES=("Q4_1", "Q8_0", "Q6_K"), MODE="concat", ACT="silu", NORM=True,
+    code = render("matvec.wgsl", QTYPES=("Q4_1", "Q8_0", "Q6_K"), MODE="concat", ACT="silu", NORM=True, SUBGROUPS=False,
                   BIAS=True, RESIDUAL=False, ROWS=8)
     for i in range(3):
         assert f"fn w{i}_deq8" in code
@@ -36,7 +36,7 @@ def test_three_matrices_get_three_dequantizers_and_bindings():
 
 def test_unknown_type_is_a_clear_error():
     with pytest.raises(ShaderTemplateError, match="IQ2_XS"):
-        render("matvec.wgsl", QTYPES=("IQ2_XS",), MODE="concat", ACT="silu", NORM=False, BIAS=False,
+        render("matvec.wgsl", QTYPES=("IQ2_XS",), MODE="concat", ACT="silu", NORM=False, BIAS=False, SUBGROUPS=True,
                RESIDUAL=False, ROWS=8)
 
 
@@ -69,5 +69,5 @@ def test_sources_come_from_the_package():
     ("argmax.wgsl", {}),
 ])
 def test_every_kernel_renders(name, tpl):
-    code = render(name, **tpl)
+    code = render(name, SUBGROUPS=True, **tpl)
     assert "@compute" in code and _balanced(code)

@@ -12,6 +12,7 @@ attention split, attention combine, O-proj+residual, norm+gate/up+GLU, down+resi
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -60,6 +61,7 @@ class GpuBackend(Backend):
             raise
         self.load_seconds = time.perf_counter() - t0
         self.last_dispatches = 0
+        self.submit_pieces = int(os.environ.get("HEARTH_GPU_PIECES", "1"))
 
     # ------------------------------------------------------------------ building
     def _build(self, g, n_ctx: int, chunk: int) -> None:
@@ -275,13 +277,22 @@ class GpuBackend(Backend):
         hdr = np.zeros(STEP_HEADER + m, np.uint32)
         hdr[0], hdr[1], hdr[STEP_HEADER:] = pos, m, ids
         dev.queue.write_buffer(self.step, 0, hdr)
-        enc = dev.device.create_command_encoder()
         kv_len = pos + m
         decode = m == 1
         plan = self.decode_plan if decode else self.prefill_plan
         body = self.decode_body if decode else self.prefill_body
-        stop = {"none": body, "all": body, "logits": -1, "argmax": None}[want]
-        nd = plan.encode(enc, m, kv_len, 0, stop)
+        stop = {"none": body, "all": body, "logits": len(plan.ops) - 1, "argmax": len(plan.ops)}[want]
+        # A decode step may go in several command buffers, each submitted as soon as it is encoded,
+        # so the GPU starts on the first layers while Python encodes the rest.
+        pieces = self.submit_pieces if decode else 1
+        cuts = [round(stop * i / pieces) for i in range(pieces + 1)]
+        nd = 0
+        for a, b in zip(cuts[:-2], cuts[1:-1]):
+            enc = dev.device.create_command_encoder()
+            nd += plan.encode(enc, m, kv_len, a, b)
+            dev.submit(enc)
+        enc = dev.device.create_command_encoder()
+        nd += plan.encode(enc, m, kv_len, cuts[-2], cuts[-1])
         if want == "all":
             nd += self._all_logits_plan().encode(enc, m, kv_len)
         self.last_dispatches = nd
