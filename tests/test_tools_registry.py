@@ -179,6 +179,7 @@ def test_unit_tool_result_text():
     r = run("convert_units", value=5, from_unit="mi", to_unit="kg")
     assert r.is_error and "cannot convert" in r.content
     assert find_unit("°F") == ("temperature", "F")
+    assert run("convert_units", value=212, from_unit="fahrenheit", to_unit="C").content == "212 °F = 100 °C"
 
 
 # ---------------------------------------------------------------------------------------------

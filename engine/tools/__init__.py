@@ -6,6 +6,7 @@ the conversation with the results (issue 7, engine side). Never imports Qt.
     parser = ToolCallParser(fmt, registry)
     for piece in streamed_text: events += parser.feed(piece)
     events += parser.finish()                             # TextDelta | ToolCall | MalformedToolCall
+    # (small models invent the tool's result after a call: cancel generation at the first ToolCall)
     results = [registry.execute(c, ToolContext(...)) for c in calls]
     messages = messages_with_tool_round(messages, text, calls, results, format=fmt)
 """

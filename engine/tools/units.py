@@ -166,4 +166,5 @@ def convert_units(value: float, from_unit: str, to_unit: str) -> str:
     result = convert(value, from_unit, to_unit)
     _, a = find_unit(from_unit)
     _, b = find_unit(to_unit)
-    return f"{format_number(value)} {a} = {format_number(result)} {b}"
+    shown = {"C": "°C", "F": "°F", "R": "°R"}
+    return f"{format_number(value)} {shown.get(a, a)} = {format_number(result)} {shown.get(b, b)}"
