@@ -9,8 +9,6 @@ text; the prompts of `reference.json` with `add_special=True`, with and without 
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -280,21 +278,6 @@ def test_a_byte_without_a_token_is_dropped_as_llama_cpp_drops_it(smol):
 
 
 # --- construction ---------------------------------------------------------------------------------------
-def test_construction_is_fast_for_the_default_model():
-    """The budget is 300 ms; on an idle 2-core machine construction takes about 120 ms. The machine
-    is shared with other test runs (load averages of 10 on 2 cores happen), so what is judged is
-    the CPU time this process spends, best of five: it measures our code, not the neighbours."""
-    g = GGUFFile.open(default_model_path())
-    cpu, wall = [], []
-    for _ in range(5):
-        c, t = time.process_time(), time.perf_counter()
-        Tokenizer.from_gguf(g)
-        cpu.append(time.process_time() - c)
-        wall.append(time.perf_counter() - t)
-    assert min(cpu) <= 0.300, (f"CPU time: best {min(cpu) * 1000:.0f} ms; wall: median "
-                               f"{statistics.median(wall) * 1000:.0f} ms")
-
-
 def test_a_vocabulary_only_gguf_yields_a_tokenizer(reference_dir):
     g = GGUFFile.open(reference_dir / "vocab/ggml-vocab-gpt-2.gguf")
     assert not g.tensors
