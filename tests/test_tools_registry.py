@@ -320,3 +320,16 @@ def test_fetch_errors(server):
 
 def test_html_to_text():
     assert html_to_text("<p>a<br>b</p><script>x</script><ul><li>c</li></ul>") == "a\nb\nc"
+
+
+def test_the_shipped_tool_sets_load_with_their_builtin_implementations():
+    """resources/toolsets/*.json (the app's shipped tool sets) are what ToolRegistry.for_tool_set reads."""
+    import json
+    from pathlib import Path
+
+    shipped = sorted((Path(__file__).parent.parent / "resources" / "toolsets").glob("*.json"))
+    for path in shipped:
+        tools = json.loads(path.read_text(encoding="utf-8"))["tools"]
+        reg = ToolRegistry.for_tool_set(tools)
+        for name in reg.names:
+            assert reg.needs_user_result(name) == (name not in BUILTIN_TOOLS), (path.name, name)

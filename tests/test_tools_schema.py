@@ -65,13 +65,13 @@ P = ("function", "parameters")
     (_broken(("type",), "tool"), "tools[0].type", 'must be "function"'),
     (_broken(("function",), []), "tools[0].function", "must be a JSON object"),
     (_broken(("function", "name"), "get weather!"), "tools[0].function.name", "letters, digits"),
+    (_broken(("function", "name"), "a/b"), "tools[0].function.name", "letters, digits"),
     (_broken(("function", "name"), "x" * 65), "tools[0].function.name", "1-64"),
     (_broken(("function", "name"), delete=True), "tools[0].function.name", "letters"),
     (_broken(("function", "description"), 5), "tools[0].function.description", "string"),
     (_broken(("function", "params"), {}), "tools[0].function", "unexpected key(s) 'params'"),
     (_broken(P, "city"), "tools[0].function.parameters", "JSON Schema object"),
     (_broken(P + ("type",), "array"), "tools[0].function.parameters.type", 'type "object"'),
-    (_broken(P + ("requried",), ["city"]), "tools[0].function.parameters", "unknown keyword(s) 'requried'"),
     (_broken(P + ("required",), ["town"]), "tools[0].function.parameters.required",
      "'town' not defined in properties"),
     (_broken(P + ("required",), "city"), "tools[0].function.parameters.required", "list of property names"),
@@ -91,6 +91,24 @@ def test_bad_definitions_name_the_field_and_the_fix(definition, where, fix):
     with pytest.raises(ToolSchemaError) as info:
         validate_tool_set([definition])
     assert where in str(info.value) and fix in str(info.value), str(info.value)
+
+
+def test_unknown_keywords_are_ignored_unless_strict():
+    typo = _broken(P + ("requried",), ["city"])
+    assert validate_tool_set([typo])[0] == typo                  # JSON Schema ignores unknown keywords
+    with pytest.raises(ToolSchemaError, match=r"tools\[0\].function.parameters: unknown keyword\(s\) 'requried'"):
+        validate_tool_set([typo], strict=True)
+    deep = _broken(P + ("properties", "near", "minProperties"), 1)
+    with pytest.raises(ToolSchemaError, match="properties.near: unknown keyword"):
+        validate_tool_set([deep], strict=True)
+
+
+def test_names_with_dots_and_boolean_schemas_are_accepted():
+    d = {"name": "files.search", "parameters": {"type": "object", "properties": {"anything": True,
+                                                                                   "nothing": False}}}
+    params = normalize_tool_definition(d)["function"]["parameters"]
+    assert validate_arguments({"anything": [1, {"x": None}]}, params) == []
+    assert validate_arguments({"nothing": 1}, params) == ["arguments.nothing: no value is allowed here"]
 
 
 def test_duplicate_names_are_refused():
@@ -157,8 +175,9 @@ def test_non_finite_numbers_are_refused():
     assert validate_arguments({"x": float("nan")}, {"type": "object", "properties": {"x": {"type": "number"}}})
 
 
-def test_any_of_and_one_of_and_const():
+def test_any_of_one_of_all_of_and_const():
     s = {"type": "object", "properties": {"v": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+                                          "a": {"allOf": [{"type": "integer"}, {"minimum": 3}]},
                                           "w": {"oneOf": [{"type": "number"}, {"type": "integer"}]},
                                           "k": {"const": "fixed"}}}
     assert validate_arguments({"v": "a"}, s) == [] and validate_arguments({"v": 1}, s) == []
@@ -166,6 +185,8 @@ def test_any_of_and_one_of_and_const():
     assert validate_arguments({"w": 1.5}, s) == []
     assert validate_arguments({"w": 1}, s)           # matches both: oneOf needs exactly one
     assert validate_arguments({"k": "fixed"}, s) == [] and validate_arguments({"k": "other"}, s)
+    assert validate_arguments({"a": 4}, s) == []
+    assert validate_arguments({"a": 2}, s) == ["arguments.a: must be >= 3, got 2"]
 
 
 def test_additional_properties_schema_applies_to_extra_keys():

@@ -11,11 +11,11 @@ A tool definition has the shape OpenAI's API and Hugging Face chat templates use
 
 Only the part of JSON Schema that real tool schemas use is implemented (no new dependency):
 `type` (object, string, number, integer, boolean, array, null, or a list of them), `properties`,
-`required`, `enum`, `const`, `items`, `additionalProperties`, `anyOf`/`oneOf`, `minimum`/`maximum`
-(and the exclusive forms), `minLength`/`maxLength`, `minItems`/`maxItems`, `pattern`. Annotations
-(`description`, `title`, `default`, `examples`, `format`) are accepted and not checked. Any other
-keyword is refused in a definition, so a typo like `"requried"` is reported instead of silently
-ignored (a tool set in a preset must never be saved broken).
+`required`, `enum`, `const`, `items`, `additionalProperties`, `anyOf`/`oneOf`/`allOf`,
+`minimum`/`maximum` (and the exclusive forms), `minLength`/`maxLength`, `minItems`/`maxItems`,
+`pattern`, and the schemas `true` and `false`. Annotations (`description`, `title`, `default`,
+`examples`, `format`) are accepted and not checked. Other keywords are ignored, as JSON Schema says,
+unless `strict=True` (for an editor: then a typo like `"requried"` is reported, not ignored).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import Any
 from ..errors import EngineError
 
 JSON_TYPES = ("object", "string", "number", "integer", "boolean", "array", "null")
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 ANNOTATIONS = {"description", "title", "default", "examples", "format", "$comment", "nullable"}
 CHECKED = {"type", "properties", "required", "enum", "const", "items", "additionalProperties",
-           "anyOf", "oneOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+           "anyOf", "oneOf", "allOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
            "minLength", "maxLength", "minItems", "maxItems", "pattern"}
 MAX_SCHEMA_DEPTH = 32   # a schema nested deeper than this is refused, not recursed into
 
@@ -44,7 +44,7 @@ class ToolSchemaError(EngineError):
 # ---------------------------------------------------------------------------------------------
 # Definitions
 
-def normalize_tool_definition(definition: Any, where: str = "tool") -> dict:
+def normalize_tool_definition(definition: Any, where: str = "tool", strict: bool = False) -> dict:
     """Check one definition and return it in the wrapped form {"type": "function", "function": {...}}.
 
     The bare function form {"name": ..., "parameters": ...} is accepted too (some presets and
@@ -71,7 +71,7 @@ def normalize_tool_definition(definition: Any, where: str = "tool") -> dict:
                               "allowed are name, description, parameters")
     name = fn.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise ToolSchemaError(f"{fwhere}.name: must be 1-64 letters, digits, '_' or '-', got {name!r}")
+        raise ToolSchemaError(f"{fwhere}.name: must be 1-64 letters, digits, '_', '.' or '-', got {name!r}")
     if "description" in fn and not isinstance(fn["description"], str):
         raise ToolSchemaError(f"{fwhere}.description: must be a string")
     params = fn.get("parameters", {"type": "object", "properties": {}})
@@ -81,7 +81,7 @@ def normalize_tool_definition(definition: Any, where: str = "tool") -> dict:
     if params.get("type", "object") != "object":
         raise ToolSchemaError(f"{pwhere}.type: the parameters of a tool must be of type \"object\", "
                               f"got {params.get('type')!r}")
-    check_schema(params, pwhere)
+    check_schema(params, pwhere, strict=strict)
     out = {"name": name}
     if "description" in fn:
         out["description"] = fn["description"]
@@ -89,7 +89,7 @@ def normalize_tool_definition(definition: Any, where: str = "tool") -> dict:
     return {"type": "function", "function": out}
 
 
-def validate_tool_set(definitions: Any, where: str = "tools") -> list[dict]:
+def validate_tool_set(definitions: Any, where: str = "tools", strict: bool = False) -> list[dict]:
     """Check a list of tool definitions (a preset's tool set); names must be unique.
     Returns the normalized (wrapped) definitions."""
     if not isinstance(definitions, list):
@@ -97,7 +97,7 @@ def validate_tool_set(definitions: Any, where: str = "tools") -> list[dict]:
                               f"got {_json_type_name(definitions)}")
     out, seen = [], {}
     for i, d in enumerate(definitions):
-        norm = normalize_tool_definition(d, f"{where}[{i}]")
+        norm = normalize_tool_definition(d, f"{where}[{i}]", strict)
         name = norm["function"]["name"]
         if name in seen:
             raise ToolSchemaError(f"{where}[{i}].function.name: {name!r} is already the name of "
@@ -107,14 +107,17 @@ def validate_tool_set(definitions: Any, where: str = "tools") -> list[dict]:
     return out
 
 
-def check_schema(schema: Any, where: str, depth: int = 0) -> None:
-    """Raise ToolSchemaError if `schema` is not a JSON Schema of the supported subset."""
+def check_schema(schema: Any, where: str, depth: int = 0, strict: bool = False) -> None:
+    """Raise ToolSchemaError if `schema` is not a JSON Schema of the supported subset
+    (with strict=True, an unknown keyword is an error too)."""
     if depth > MAX_SCHEMA_DEPTH:
         raise ToolSchemaError(f"{where}: nested more than {MAX_SCHEMA_DEPTH} levels deep")
+    if isinstance(schema, bool):
+        return                                  # true accepts anything, false nothing
     if not isinstance(schema, dict):
         raise ToolSchemaError(f"{where}: a schema must be a JSON object, got {_json_type_name(schema)}")
     unknown = set(schema) - CHECKED - ANNOTATIONS
-    if unknown:
+    if unknown and strict:
         raise ToolSchemaError(f"{where}: unknown keyword(s) {_names(unknown)}; supported are "
                               f"{', '.join(sorted(CHECKED))} (and annotations such as description)")
     types = _schema_types(schema, where)
@@ -123,7 +126,7 @@ def check_schema(schema: Any, where: str, depth: int = 0) -> None:
         if not isinstance(props, dict):
             raise ToolSchemaError(f"{where}.properties: must be an object mapping names to schemas")
         for key, sub in props.items():
-            check_schema(sub, f"{where}.properties.{key}", depth + 1)
+            check_schema(sub, f"{where}.properties.{key}", depth + 1, strict)
     if "required" in schema:
         req = schema["required"]
         if not isinstance(req, list) or not all(isinstance(r, str) for r in req):
@@ -143,18 +146,18 @@ def check_schema(schema: Any, where: str, depth: int = 0) -> None:
             if bad:
                 raise ToolSchemaError(f"{where}.enum: value {bad[0]!r} is not of type {'/'.join(types)}")
     if "items" in schema:
-        check_schema(schema["items"], f"{where}.items", depth + 1)
+        check_schema(schema["items"], f"{where}.items", depth + 1, strict)
     if "additionalProperties" in schema:
         ap = schema["additionalProperties"]
         if not isinstance(ap, bool):
-            check_schema(ap, f"{where}.additionalProperties", depth + 1)
-    for key in ("anyOf", "oneOf"):
+            check_schema(ap, f"{where}.additionalProperties", depth + 1, strict)
+    for key in ("anyOf", "oneOf", "allOf"):
         if key in schema:
             alts = schema[key]
             if not isinstance(alts, list) or not alts:
                 raise ToolSchemaError(f"{where}.{key}: must be a non-empty list of schemas")
             for i, sub in enumerate(alts):
-                check_schema(sub, f"{where}.{key}[{i}]", depth + 1)
+                check_schema(sub, f"{where}.{key}[{i}]", depth + 1, strict)
     for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         if key in schema and not _is_type(schema[key], "number"):
             raise ToolSchemaError(f"{where}.{key}: must be a number")
@@ -194,7 +197,12 @@ def validate_arguments(arguments: Any, parameters: dict, where: str = "arguments
     return errors
 
 
-def _validate(value: Any, schema: dict, where: str, errors: list[str]) -> None:
+def _validate(value: Any, schema: dict | bool, where: str, errors: list[str]) -> None:
+    if schema is True:
+        return
+    if schema is False:
+        errors.append(f"{where}: no value is allowed here")
+        return
     types = _schema_types(schema, where)
     if types and not any(_is_type(value, t) for t in types):
         errors.append(f"{where}: expected {' or '.join(types)}, got {_json_type_name(value)} {_short(value)}")
@@ -210,6 +218,8 @@ def _validate(value: Any, schema: dict, where: str, errors: list[str]) -> None:
             if matches == 0 or (key == "oneOf" and matches > 1):
                 errors.append(f"{where}: {_short(value)} matches {matches} of the allowed forms "
                               f"({key} needs {'exactly one' if key == 'oneOf' else 'at least one'})")
+    for sub in schema.get("allOf", []):
+        _validate(value, sub, where, errors)
     if isinstance(value, dict):
         _validate_object(value, schema, where, errors)
     elif isinstance(value, list):
