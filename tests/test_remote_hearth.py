@@ -16,7 +16,7 @@ import pytest
 
 from engine import Sampling
 from engine.remote import RemoteClient, RemoteConnectionError, RemoteError, RemoteHTTPError
-from engine.tools import ToolCall, messages_with_tool_round
+from engine.tools import ToolCall, calculate, messages_with_tool_round
 
 from server_fixtures import hearth_server, wait_for
 
@@ -90,6 +90,25 @@ def test_close_from_another_thread_stops_the_engine(client, served):
     assert not reader.is_alive() and got[-1].stop_reason == "cancelled"
     run = last_run(service, before)
     assert run["stop_reason"] == "cancelled" and run["generated_tokens"] < 300
+
+
+def test_a_tool_call_round_trip(client, served):
+    """The model's call comes back as an engine.tools ToolCall; its result goes back and the chat
+    continues. (SmolLM2 never calls a tool by itself: the reply is begun by the client.)"""
+    _, service = served
+    begun = [{"role": "user", "content": "What is 23*47?"}, {"role": "assistant", "content":
+             '<tool_call>\n{"name": "calculator", "arguments": {"expression": "23*47"}'}]
+    events = list(client.chat(begun, service.model_id, tools=[CALC], sampling=Sampling.greedy(), max_tokens=40))
+    final = events[-1]
+    assert final.stop_reason == "tool_calls" and final.stats.finish_reason == "tool_calls"
+    (call,) = final.tool_calls
+    assert isinstance(call, ToolCall) and (call.name, call.arguments) == ("calculator", {"expression": "23*47"})
+    assert "".join(e.text for e in events) == ""
+    result = calculate(call.arguments["expression"])
+    msgs = messages_with_tool_round(begun[:1], "", [call], [str(result)], format="generic")
+    after = list(client.chat(msgs, service.model_id, tools=[CALC], sampling=Sampling.greedy(), max_tokens=3))
+    assert after[-1].final and after[-1].stop_reason in ("length", "eog") and after[-1].tool_calls == []
+    assert "".join(e.text for e in after)
 
 
 def test_a_tool_round_continues_the_chat(client, served):

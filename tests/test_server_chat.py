@@ -186,3 +186,17 @@ def test_a_client_leaving_before_the_prefill_frees_the_engine(engine):
         assert service.stats()["generations"][-1]["client_left"]
     finally:
         service.close()
+
+
+def test_text_after_a_call_ends_the_reply():
+    reply = ReplyAssembler("generic", [CALC])
+    items = reply.feed(CALL + "\n") + reply.feed("The result is 1084.") + reply.feed(" More.") + reply.finish()
+    assert [k for k, _ in items] == ["tool_call"] and reply.ended and reply.content == ""
+
+
+def test_a_reply_begun_by_the_client_is_parsed_but_not_echoed():
+    head = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "23*47"}'
+    reply = ReplyAssembler("generic", [CALC], head)
+    items = reply.feed("}\n</tool_call>") + reply.finish()
+    assert items == [("tool_call", reply.tool_calls[0])] and reply.content == ""
+    assert json.loads(reply.tool_calls[0]["function"]["arguments"]) == {"expression": "23*47"}

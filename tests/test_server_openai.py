@@ -188,3 +188,37 @@ def test_a_client_that_leaves_stops_the_generation(served):
     assert run["stop_reason"] == "cancelled" and run["client_left"]
     assert run["generated_tokens"] < 400
     assert json.loads(json.dumps(service.stats()))["counts"]["stop_cancelled"] >= 1
+
+
+CALC = {"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic expression",
+                                         "parameters": {"type": "object", "properties": {
+                                             "expression": {"type": "string"}}, "required": ["expression"]}}}
+# SmolLM2 never calls a tool by itself (bench/README.md, "Tool calls"): the client begins the reply
+# (an assistant prefill, continued by the model) and the model writes the call's end and more.
+BEGUN_CALL = [{"role": "user", "content": "What is 23*47?"},
+              {"role": "assistant", "content": '<tool_call>\n{"name": "calculator", "arguments": {"expression": "23*47"}'}]
+
+
+def test_a_tool_call_in_the_models_reply_is_an_openai_tool_call(client, served):
+    _, service = served
+    r = client.chat.completions.create(model=service.model_id, messages=BEGUN_CALL, tools=[CALC], max_tokens=40,
+                                       temperature=0)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id and call.function.name == "calculator"
+    assert json.loads(call.function.arguments) == {"expression": "23*47"}
+    run = service.history[-1]
+    # the model's invented text after the call was cut: it stopped right after "</tool_call>"
+    assert run["stop_reason"] == "tool_calls" and run["generated_tokens"] < 40 and run["tool_calls"] == 1
+
+
+def test_a_streamed_tool_call(client, served):
+    _, service = served
+    chunks = list(client.chat.completions.create(model=service.model_id, messages=BEGUN_CALL, tools=[CALC],
+                                                 max_tokens=40, temperature=0, stream=True))
+    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert len(calls) == 1 and calls[0].index == 0 and calls[0].function.name == "calculator"
+    assert json.loads(calls[0].function.arguments) == {"expression": "23*47"}
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ""

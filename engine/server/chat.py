@@ -132,8 +132,12 @@ def template_messages(req: ChatRequest, tool_format: str) -> list[dict]:
 def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: str,
              presets: PresetPrefixes | None = None) -> None:
     messages = template_messages(req, tool_format)
+    # A last assistant message is a reply begun by the client (a prefill): the model continues it.
+    head = ""
+    if len(messages) > 1 and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls"):
+        head, messages = messages[-1]["content"], messages[:-1]
     try:
-        prompt = engine.render_chat(messages, tools=req.tools or None, add_generation_prompt=True)
+        prompt = engine.render_chat(messages, tools=req.tools or None, add_generation_prompt=True) + head
     except TemplateError as e:
         raise RequestError(f"the model's chat template refused these messages: {e}",
                            code="invalid_messages") from None
@@ -156,10 +160,10 @@ def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: 
     if pre is None:
         out.stop_reason = "cancelled"
         return
-    reply = ReplyAssembler(tool_format, req.tools)
+    reply = ReplyAssembler(tool_format, req.tools, head)
     try:
         events = engine.generate(ids, max_tokens=max_tokens, sampling=req.sampling, stop=req.stop,
-                                 cancel=job.cancel)
+                                 cancel=lambda: job.cancel.is_set() or reply.ended)
     except ContextFullError as e:
         raise RequestError(str(e), code="context_length_exceeded", param="messages") from None
     for ev in events:
@@ -167,6 +171,8 @@ def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: 
         if ev.final:
             items += reply.finish()
             out.stop_reason, out.stats = ev.stop_reason, _with_prefill(ev.stats, *pre)
+            if reply.ended and not job.cancel.is_set():
+                out.stop_reason = "tool_calls"
         for item in items:
             job.put(item)
     out.content, out.tool_calls = reply.content, reply.tool_calls
@@ -206,24 +212,34 @@ def _with_prefill(stats: GenerationStats, computed: int, seconds: float) -> Gene
 class ReplyAssembler:
     """The model's text deltas -> ("text", str) and ("tool_call", OpenAI call) items. With tools, the
     text goes through engine.tools' streaming parser (calls are never shown as text); a malformed
-    call cannot be an OpenAI tool call, so the client sees what the model wrote instead."""
+    call cannot be an OpenAI tool call, so the client sees what the model wrote instead.
 
-    def __init__(self, tool_format: str, tools: list):
+    `ended` turns true when the model writes text after its calls: the reply is over (the caller
+    runs the tools and comes back); small models go on to invent the tools' results, which must
+    neither be shown nor waste time. `head` is the reply's beginning written by the client
+    (an assistant prefill): parsed, so a call it opens is completed, but not sent back."""
+
+    def __init__(self, tool_format: str, tools: list, head: str = ""):
         self.parser = ToolCallParser(tool_format, tools) if tools else None
         self.tool_calls: list[dict] = []
+        self.ended = False
         self._text: list[str] = []
+        if head and self.parser:
+            self._items(self.parser.feed(head), echo=False)
 
     @property
     def content(self) -> str:
         return "".join(self._text)
 
     def feed(self, text: str) -> list[tuple]:
+        if self.ended:
+            return []
         return self._items(self.parser.feed(text) if self.parser else [TextDelta(text)])
 
     def finish(self) -> list[tuple]:
-        return self._items(self.parser.finish()) if self.parser else []
+        return self._items(self.parser.finish()) if self.parser and not self.ended else []
 
-    def _items(self, events) -> list[tuple]:
+    def _items(self, events, echo: bool = True) -> list[tuple]:
         items = []
         for e in events:
             if isinstance(e, ToolCall):
@@ -232,7 +248,10 @@ class ReplyAssembler:
                 items.append(("tool_call", call))
                 continue
             t = e.raw if isinstance(e, MalformedToolCall) else e.text
-            if t:
+            if self.tool_calls and t.strip():
+                self.ended = True
+                break
+            if t and echo:
                 self._text.append(t)
                 items.append(("text", t))
         return items
