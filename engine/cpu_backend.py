@@ -56,7 +56,9 @@ class BlasThreads:
         if self.fixed:
             return self.fixed
         try:
-            busy = os.getloadavg()[0] > self.cores + 0.5
+            # Our own threads count in the load average (about `cores` while we run), so only
+            # a load above cores + 1 means another process wants at least a whole core.
+            busy = os.getloadavg()[0] > self.cores + 1.0
         except OSError:
             busy = False
         return 1 if busy else self.cores
