@@ -5,7 +5,8 @@ Formats (`detect_format` picks one from the model's chat template text):
 - "hermes" (Hermes, Qwen 2.5/3): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any
   number of them, text around them.
 - "llama3" (Llama 3.1-3.3): `{"name": ..., "parameters": {...}}` as the whole message, or after
-  `<|python_tag|>`; several calls may be separated by ';'.
+  `<|python_tag|>`; several calls may be separated by ';'. (`<|python_tag|>` is a control token: a
+  decoder that skips special tokens drops it, and what is left is the whole-message form.)
 - "generic" (templates with no tool support; the tools and this format are stated in the system
   prompt by `fallback_system_prompt`): `<tool_call>` tags as in hermes, a whole-message JSON call,
   or one in a ```json fence. Small models given the prompt (see prompt.py) produce all three.
