@@ -1,0 +1,7 @@
+"""The bundle's entry script: exactly what the `hearth` command runs (`app.main:main`)."""
+
+import sys
+
+from app.main import main
+
+sys.exit(main())
