@@ -120,11 +120,15 @@ class RemoteClient:
         h = {"Accept": "application/json", **(headers or {})}
         if api_key:
             h["Authorization"] = f"Bearer {api_key}"
-        self._http = httpx.Client(base_url=self.base_url + "/", headers=h, follow_redirects=True,
-                                  timeout=httpx.Timeout(timeout, connect=connect_timeout, pool=connect_timeout))
+        t = httpx.Timeout(timeout, connect=connect_timeout, pool=connect_timeout)
+        self._http = httpx.Client(base_url=self.base_url + "/", headers=h, follow_redirects=True, timeout=t)
+        # Replies: one connection each, closed at the end (see ChatStream).
+        self._streams = httpx.Client(base_url=self.base_url + "/", headers=h, follow_redirects=True, timeout=t,
+                                     limits=httpx.Limits(max_keepalive_connections=0))
 
     def close(self) -> None:
         self._http.close()
+        self._streams.close()
 
     def __enter__(self) -> "RemoteClient":
         return self
@@ -216,15 +220,25 @@ def wire_messages(messages: Sequence[dict]) -> list[dict]:
 
 
 class ChatStream:
-    """Iterate for RemoteEvents; `close()` stops the reply from any thread (it closes the connection,
-    so the server stops generating) and the iteration ends with a final "cancelled" event."""
+    """Iterate for RemoteEvents; `close()` stops the reply from any thread (it shuts the connection
+    down, so the server stops generating) and the iteration ends with a final "cancelled" event.
+    A `cancel` Event or callable given to `chat()` is watched the same way, also while the server
+    is silent (a long prompt being read): Stop never waits for the next token.
+
+    Each reply has its own connection (no keep-alive), because closing it is how Stop reaches the
+    server, and because a socket of our own can be shut down while another thread reads it."""
+
+    WATCH_S = 0.1   # how often a `cancel` given to chat() is looked at while waiting
 
     def __init__(self, client: RemoteClient, body: dict, tools, cancel):
         self._client, self.body = client, body
         self._tools = tools
         self._cancel = _cancel_fn(cancel)
+        self._watch = cancel is not None
         self._closed = threading.Event()
-        self._response: httpx.Response | None = None
+        self._finished = threading.Event()
+        self._net = None                      # httpcore's network stream of this reply's connection
+        self._lock = threading.Lock()
         self._events = self._run()
 
     def __iter__(self) -> Iterator[RemoteEvent]:
@@ -235,22 +249,36 @@ class ChatStream:
 
     def close(self) -> None:
         self._closed.set()
-        r = self._response
-        if r is None:
-            return
-        # A reader blocked in recv() is not woken by close(); shutdown() wakes it.
-        stream = r.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if isinstance(sock, socket.socket):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        with self._lock:
+            net = self._net
+        _shutdown(net)
+
+    def _trace(self, event: str, info: dict) -> None:
+        """httpcore's trace hook: keep the connection's stream as soon as it is connected."""
+        if event == "connection.connect_tcp.complete":
+            with self._lock:
+                self._net = info.get("return_value")
+            if self._closed.is_set():
+                _shutdown(self._net)
+
+    def _watch_cancel(self) -> None:
+        while not self._finished.wait(self.WATCH_S):
+            if self._cancel():
+                self.close()
+                return
 
     def _stopped(self) -> bool:
         return self._closed.is_set() or self._cancel()
 
     def _run(self) -> Iterator[RemoteEvent]:
+        try:
+            if self._watch:
+                threading.Thread(target=self._watch_cancel, name="remote-cancel", daemon=True).start()
+            yield from self._reply()
+        finally:
+            self._finished.set()
+
+    def _reply(self) -> Iterator[RemoteEvent]:
         from .remote_stream import read_reply  # noqa: PLC0415
         client = self._client
         url = f"{client.base_url}/chat/completions"
@@ -260,15 +288,15 @@ class ChatStream:
             return
         try:
             with _mapped_errors(url, client.timeout):
-                req = client._http.build_request("POST", "chat/completions", json=self.body,
-                                                 headers={"Accept": "text/event-stream"})
-                r = client._http.send(req, stream=True)
+                req = client._streams.build_request("POST", "chat/completions", json=self.body,
+                                                    headers={"Accept": "text/event-stream"},
+                                                    extensions={"trace": self._trace})
+                r = client._streams.send(req, stream=True)
         except RemoteError:
             if self._stopped():
                 yield _cancelled(RemoteStats())
                 return
             raise
-        self._response = r
         try:
             if r.status_code >= 400:
                 with _mapped_errors(url, client.timeout):
@@ -277,6 +305,16 @@ class ChatStream:
             yield from read_reply(r, url, client.timeout, t0, self._tools, self._stopped)
         finally:
             r.close()
+
+
+def _shutdown(net) -> None:
+    """Wake a thread blocked reading this connection: close() alone does not, shutdown() does."""
+    sock = net.get_extra_info("socket") if net is not None else None
+    if isinstance(sock, socket.socket):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _cancelled(stats: RemoteStats) -> RemoteEvent:

@@ -308,3 +308,21 @@ def test_timeout_when_the_server_goes_silent_mid_reply(scripted):
 ])
 def test_error_bodies_of_real_servers(body, message, code):
     assert error_detail(body) == (message, code)
+
+
+@pytest.mark.parametrize("how", ["close", "cancel event", "cancel callable"])
+def test_stop_before_the_server_answers_at_all(scripted, how):
+    """A server still reading a long prompt has sent no headers yet: Stop must not wait for them."""
+    c = client(scripted, "noheaders", Reply(HELLO, hang=30))
+    flag = threading.Event()
+    cancel = {"close": None, "cancel event": flag, "cancel callable": flag.is_set}[how]
+    stream = c.chat(USER, "m", cancel=cancel)
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(stream))
+    reader.start()
+    time.sleep(0.5)
+    t = time.perf_counter()
+    stream.close() if how == "close" else flag.set()
+    reader.join(5)
+    assert not reader.is_alive() and time.perf_counter() - t < 2
+    assert [e.stop_reason for e in got] == ["cancelled"]
