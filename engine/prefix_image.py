@@ -218,15 +218,24 @@ def model_digest(gguf) -> bytes:
     return digest
 
 
+
+def _backend_identity(describe: dict) -> dict:
+    """backend.describe() without its sizes (`*_bytes`: the GPU's KV and weight buffers grow with
+    n_ctx): sizes say nothing about how K/V values are computed, and an image made with n_ctx 4096
+    is valid in an engine loaded with 2048 if the prefix fits."""
+    return {k: v for k, v in describe.items() if not str(k).endswith("_bytes")}
+
+
 def key_digest(*, backend: dict, model: bytes, ids, dtype: int = DTYPE_F32) -> bytes:
     """The 32-byte key of an image: the format version, dtype, engine build, machine, backend (and GPU
-    adapter), model digest and the prefix's token ids."""
+    adapter: vendor, device, driver, and any weight fallbacks it reports), model digest and the
+    prefix's token ids."""
     h = blake2b(digest_size=32, person=b"hearth-prefix")
     _field(h, "format", str(FORMAT_VERSION).encode())
     _field(h, "dtype", DTYPE_NAMES[dtype].encode())
     _field(h, "build", build_info.engine_build_hash().encode())
     _field(h, "machine", build_info.machine_fingerprint().encode())
-    _field(h, "backend", json.dumps(backend, sort_keys=True, default=str).encode())
+    _field(h, "backend", json.dumps(_backend_identity(backend), sort_keys=True, default=str).encode())
     _field(h, "model", model)
     _field(h, "ids", np.asarray(ids, I32).tobytes())
     return h.digest()

@@ -306,6 +306,11 @@ def test_key_changes_with_every_input(monkeypatch):
     k0 = pi.key_digest(**base)
     assert len(k0) == 32 and pi.key_digest(**base) == k0
     assert pi.key_digest(**{**base, "backend": {"backend": "gpu", "device": "x"}}) != k0
+    gpu = {"backend": "gpu", "vendor": "v", "device": "d", "driver": "1.0", "kv_bytes": 1 << 20}
+    k_gpu = pi.key_digest(**{**base, "backend": gpu})
+    assert pi.key_digest(**{**base, "backend": {**gpu, "driver": "1.1"}}) != k_gpu
+    sizes = {"kv_bytes": 1 << 21, "weights_bytes": 5}  # they follow n_ctx: not in the key
+    assert pi.key_digest(**{**base, "backend": {**gpu, **sizes}}) == k_gpu
     assert pi.key_digest(**{**base, "model": b"n" * 32}) != k0
     assert pi.key_digest(**{**base, "ids": [1, 2, 4]}) != k0
     assert pi.key_digest(**{**base, "ids": [1, 2]}) != k0
@@ -600,8 +605,14 @@ def test_another_prefix_or_engine_build_is_refused(written, busy_reader, monkeyp
     assert eng.prefix_key(prefix) == written["key"]
 
 
-def test_a_prefix_longer_than_the_context_is_a_context_error(written, busy_reader):
+def test_the_context_size_is_not_in_the_key_but_must_hold_the_prefix(written):
     from engine import ContextFullError, Engine
+    big = Engine.load(n_ctx=2 * N_CTX)
+    try:
+        assert big.restore_prefix(written["prefix"], io.BytesIO(written["image"])) == written["n"]
+        assert same_state(engine_state(big), written["state"])
+    finally:
+        big.close()
     small = Engine.load(n_ctx=256)
     try:
         with pytest.raises(ContextFullError):
