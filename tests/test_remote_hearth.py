@@ -73,7 +73,7 @@ def test_stop_mid_stream_stops_the_engine(client, served):
             stop.set()
     assert events[-1].stop_reason == "cancelled" and len(events) == 4
     run = last_run(service, before)
-    assert run["stop_reason"] == "cancelled" and run["client_left"] and run["generated_tokens"] < 20
+    assert run["stop_reason"] == "cancelled" and run["client_left"] and run["generated_tokens"] < 50
 
 
 def test_close_from_another_thread_stops_the_engine(client, served):

@@ -159,17 +159,22 @@ def test_concurrent_requests_queue_for_the_one_engine(served):
     before = len(service.history)
     results = []
 
-    def ask(i):
-        with openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=300) as c:
-            r = c.chat.completions.create(model=service.model_id, max_tokens=2, temperature=0,
-                                          messages=[{"role": "user", "content": f"Count to {i}"}])
-            results.append(r.usage.completion_tokens)
+    clients = [openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=300) for _ in range(3)]
+    barrier = threading.Barrier(3)
 
-    threads = [threading.Thread(target=ask, args=(i,)) for i in (3, 4, 5)]
+    def ask(c, i):
+        barrier.wait()
+        r = c.chat.completions.create(model=service.model_id, max_tokens=2, temperature=0,
+                                      messages=[{"role": "user", "content": f"Count to {i}"}])
+        results.append(r.usage.completion_tokens)
+
+    threads = [threading.Thread(target=ask, args=(c, i)) for c, i in zip(clients, (3, 4, 5))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
+    for c in clients:
+        c.close()
     assert results == [2, 2, 2]
     runs = list(service.history)[before:]
     assert len(runs) == 3

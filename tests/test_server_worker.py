@@ -107,4 +107,4 @@ def test_gone_is_asked_even_while_items_keep_coming(worker):
     job = worker.submit(fn)
     t = time.perf_counter()
     got = list(job.items(gone=lambda: time.perf_counter() - t > 0.3, poll_s=0.05))
-    assert job.cancel.is_set() and 10 < len(got) < 200
+    assert job.cancel.is_set() and 0 < len(got) < 500

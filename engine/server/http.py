@@ -75,6 +75,7 @@ class HearthServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "Hearth"
+    timeout = 120          # an idle kept-alive connection is closed after this (waiting replies never read)
     server: HearthServer
 
     def log_message(self, fmt, *args) -> None:  # the standard library prints to stderr
