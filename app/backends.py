@@ -50,8 +50,8 @@ class ChatBackend:
     def load(self, path: str | None, backend: str, n_ctx: int, progress: Progress) -> ModelInfo:
         raise NotImplementedError
 
-    def prepare_prefix(self, system: str, tools: list, progress: Progress, label: str | None = None
-                       ) -> dict | None:
+    def prepare_prefix(self, system: str, tools: list, progress: Progress, label: str | None = None,
+                       cancel: Callable[[], bool] | None = None) -> dict | None:
         """Make the preset's prefix resident. Returns {"action", "ms", "tokens", "reason"} or None if
         it was already resident. `label` names the preset (shown in the cache panel)."""
         return None
@@ -199,7 +199,7 @@ class LocalBackend(ChatBackend):
             self._prefix_tokens[text] = list(prefix_image.prefix_ids(self.engine, text))
         return self._prefix_tokens[text]
 
-    def prepare_prefix(self, system, tools, progress, label=None):
+    def prepare_prefix(self, system, tools, progress, label=None, cancel=None):
         """Make the preset's prefix resident through the PrefixStore. None if it already was.
 
         When no image exists yet, the prefix is read here in chunks (so the user sees tokens done /
@@ -222,6 +222,8 @@ class LocalBackend(ChatBackend):
                 common = 0
             for end in range(common + PREFILL_CHUNK, len(ids), PREFILL_CHUNK):
                 progress("Computing the preset prefix", end - common, len(ids) - common)
+                if cancel is not None and cancel():
+                    return None   # quitting: the next use starts again
                 eng.prefill(ids[:end])
             progress("Computing the preset prefix", len(ids) - common, len(ids) - common)
             eng.prefill(ids)

@@ -12,7 +12,7 @@ from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QLineEdit,
                                QListView, QMainWindow, QMenu, QPlainTextEdit, QProgressBar, QPushButton,
-                               QSplitter, QToolButton, QVBoxLayout, QWidget)
+                               QSizePolicy, QSplitter, QToolButton, QVBoxLayout, QWidget)
 
 from . import theme
 from .backends import human_bytes, human_params
@@ -84,6 +84,7 @@ class MainWindow(QMainWindow):
         self.last_prefix_result: dict | None = None
         self.last_error = ""
         self._loading_path: str | None = None
+        self._loading_backend = "auto"
         self._edit_row: int | None = None
         self._undo: tuple | None = None
         self._closed = False
@@ -133,14 +134,17 @@ class MainWindow(QMainWindow):
         top = QWidget(objectName="topBar")
         tl = QHBoxLayout(top)
         tl.setContentsMargins(12, 6, 12, 6)
-        self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=16)
+        self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=12)
         self.presetPicker.setToolTip("Preset: system prompt, tools and sampling for this chat")
-        self.modelPicker = QComboBox(objectName="modelPicker", minimumContentsLength=18)
-        self.modelPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.modelPicker = QComboBox(objectName="modelPicker", minimumContentsLength=16)
+        self.modelPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.backendPicker = QComboBox(objectName="backendPicker")
         for label, data in (("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu")):
             self.backendPicker.addItem(label, data)
         self.modelInfo = QLabel("", objectName="modelInfo")
+        # It may be long (the adapter, the auto choice): it shrinks instead of widening the window.
+        self.modelInfo.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.modelInfo.setMinimumWidth(80)
         self.samplingToggle = QToolButton(text="Sampling", objectName="samplingToggle", checkable=True)
         tl.addWidget(QLabel("Preset"))
         tl.addWidget(self.presetPicker)
@@ -391,7 +395,8 @@ class MainWindow(QMainWindow):
         self._loading_path = path
         self._info_text = self.modelInfo.text()
         self.modelInfo.setText("loading…")
-        self.client.load_model(path, self.backendPicker.currentData(), self.settings.get("model/n_ctx"))
+        self._loading_backend = self.backendPicker.currentData()
+        self.client.load_model(path, self._loading_backend, self.settings.get("model/n_ctx"))
 
     def _open_model_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", os.path.expanduser("~"),
@@ -415,6 +420,7 @@ class MainWindow(QMainWindow):
     def _on_model_loaded(self, info: dict) -> None:
         path = self._loading_path or ""
         info["path_setting"] = path
+        info["backend_setting"] = self._loading_backend
         self.model_info = info
         self.conversation.model_name = info.get("name", "")
         self.settings.set("model/path", path)
@@ -436,6 +442,16 @@ class MainWindow(QMainWindow):
 
     def _on_model_failed(self, message: str) -> None:
         still = self.model_info.get("name")
+        if self.model_info:   # the picker goes back to what is really running
+            self.backendPicker.setCurrentIndex(max(0, self.backendPicker.findData(self.model_info["backend_setting"])))
+            self.settings.set("model/backend", self.model_info["backend_setting"])
+        elif self._loading_path or self._loading_backend != "cpu":
+            # Nothing loaded yet (a remembered model that is gone, a GPU that is not there): fall back to
+            # the default model on the CPU so the app is usable, and say why in the banner.
+            self.show_banner(f"Could not load the model: {message}  Falling back to the default model on the CPU.")
+            self.backendPicker.setCurrentIndex(self.backendPicker.findData("cpu"))
+            self.load_model("")
+            return
         self.show_banner(f"Could not load the model: {message}"
                          + (f"  {still} is still loaded." if still else ""))
         self.modelInfo.setText(getattr(self, "_info_text", "") if still else "no model loaded")

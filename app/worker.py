@@ -21,6 +21,7 @@ Worker signals (all delivered queued to the GUI thread):
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import traceback
 
@@ -48,6 +49,17 @@ class EngineWorker(QObject):
         self.backend = backend
         self._shutdown = shutdown
 
+    @Slot()
+    def lower_priority(self) -> None:
+        """Runs first on the worker thread: a higher nice value for it (and the engine's pool threads
+        it starts, which inherit it), so that on a busy machine the GUI thread gets a core first."""
+        nice = int(os.environ.get("HEARTH_WORKER_NICE", "0"))
+        if nice and hasattr(os, "setpriority"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+            except OSError:
+                pass
+
     def _progress(self, what: str, done: int, total: int) -> None:
         self.progress.emit(what, done, total)
 
@@ -71,7 +83,7 @@ class EngineWorker(QObject):
             return
         try:
             res = self.backend.prepare_prefix(req.get("system", ""), req.get("tools", []), self._progress,
-                                              req.get("label"))
+                                              req.get("label"), self._shutdown.is_set)
             if res is not None:
                 res["preset"] = req.get("preset", "")
                 self.prefixReady.emit(res)
@@ -94,7 +106,7 @@ class EngineWorker(QObject):
         cancel = lambda: cancel_event.is_set() or self._shutdown.is_set()  # noqa: E731
         try:
             res = self.backend.prepare_prefix(req.get("system", ""), req.get("tools", []), self._progress,
-                                              req.get("label"))
+                                              req.get("label"), cancel)
             if res is not None:
                 res["preset"] = req.get("preset", "")
                 self.prefixReady.emit(res)
@@ -169,6 +181,7 @@ class EngineClient(QObject):
         self._generateRequested.connect(self.worker.generate)
         self._cacheRequested.connect(self.worker.cache)
         self.worker.idle.connect(self._on_idle)
+        self.thread.started.connect(self.worker.lower_priority)
         self.thread.start()
 
     @property

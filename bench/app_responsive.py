@@ -25,6 +25,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--backend", default="cpu", choices=("cpu", "gpu", "auto"))
+    ap.add_argument("--switch-ms", type=float, default=None,
+                    help="override the interpreter's thread switch interval the app sets (experiments)")
     args = ap.parse_args(argv)
     if not os.environ.get("DISPLAY") and not os.environ.get("QT_QPA_PLATFORM"):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
@@ -51,6 +53,8 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     w = create_window()
+    if args.switch_ms is not None:
+        sys.setswitchinterval(args.switch_ms / 1000)
     w.show()
     ready = []
     w.modelReady.connect(ready.append)
@@ -117,7 +121,9 @@ def main(argv=None) -> int:
         p50, p99 = xs[len(xs) // 2], xs[min(len(xs) - 1, int(len(xs) * 0.99))]
         return f"| {name} | {len(xs)} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | {xs[-1] * 1000:.1f} |"
 
-    print(f"window + model load {load_s:.1f} s; backend {w.model_info.get('adapter')}")
+    print(f"window + model load {load_s:.1f} s; backend {w.model_info.get('adapter')}; "
+          f"thread switch interval {sys.getswitchinterval() * 1000:.1f} ms; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"generated {generated} tokens in {replies} replies, decode "
           f"{sum(decode) / max(1, len(decode)):.1f} tok/s (mean of replies)")
     print(f"\nGUI event loop lateness of a {TICK_MS} ms timer (ms):\n")

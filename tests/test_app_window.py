@@ -343,6 +343,38 @@ def test_model_picker_and_backend_picker_show_what_runs(window):
         assert w.findChild(object, name) is not None, name
 
 
+def test_cache_panel_lists_images_and_clears_them(qtbot, window):
+    w = window
+    panel = w.open_cache_panel()
+    qtbot.addWidget(panel)
+    wait_until(lambda: panel.table.rowCount() > 0, 30)
+    presets = {panel.table.item(r, 0).text() for r in range(panel.table.rowCount())}
+    assert "Test greedy" in presets
+    assert panel.table.item(0, 1).text() == "SmolLM2-135M-Instruct"
+    assert "of 2.0 GB" in panel.totalLabel.text()
+    qtbot.mouseClick(panel.clearButton, Qt.MouseButton.LeftButton)
+    wait_until(lambda: panel.table.rowCount() == 0, 30)
+    assert "0 image(s)" in panel.totalLabel.text()
+    panel.close()
+
+
+def test_backend_picker_failure_goes_back_to_what_runs(qtbot, window, monkeypatch):
+    w = window
+    before = w.model_info["backend_setting"]
+    monkeypatch.setenv("HEARTH_GPU_ADAPTER", "no-such-adapter")   # the GPU backend finds no adapter
+    i = w.backendPicker.findData("gpu")
+    with qtbot.waitSignal(w.client.worker.modelFailed, timeout=TIMEOUT) as blocker:
+        w.backendPicker.setCurrentIndex(i)
+        w._on_backend_picked(i)
+    assert "adapter" in blocker.args[0]
+    wait_until(lambda: not w.client.busy)
+    assert w.backendPicker.currentData() == before, "the picker goes back to the backend that runs"
+    assert "Could not load" in w.bannerLabel.text() and "still loaded" in w.bannerLabel.text()
+    assert w.model_info["backend"] == "cpu" and w.settings.get("model/backend") == before
+    w.banner.hide()
+    w.last_error = ""
+
+
 # -- restart, quit, errors ----------------------------------------------------------------------------
 def test_restart_finds_chats_and_presets_and_quit_during_generation_is_clean(qtbot, window, dirs):
     w = window
