@@ -14,7 +14,7 @@ import pytest
 from engine import EngineError, Sampling
 from engine.remote import (RemoteAuthError, RemoteClient, RemoteConnectionError, RemoteError, RemoteHTTPError,
                            RemoteProtocolError, RemoteTimeout, error_detail, normalize_base_url, wire_messages)
-from engine.remote_stream import sse_data
+from engine.remote.stream import sse_data
 from engine.tools import MalformedToolCall, ToolCall, messages_with_tool_round
 
 from server_fixtures import Reply, ScriptedServer, chunk, sse

@@ -1,4 +1,4 @@
-"""Reading one streamed chat reply for engine.remote: server-sent events -> RemoteEvents.
+"""Reading one streamed chat reply: server-sent events -> RemoteEvents.
 
 An event stream is lines; `data:` lines (joined by newlines) make an event's data, a blank line ends
 the event, lines starting with ':' are comments (keep-alives). Each data is a chat.completion.chunk
@@ -16,9 +16,9 @@ from typing import Callable, Iterator
 
 import httpx
 
-from .remote import (STOP_REASONS, RemoteEvent, RemoteConnectionError, RemoteError, RemoteHTTPError,
-                     RemoteProtocolError, RemoteStats, _cancelled, _json_or_raise, _mapped_errors, _plain,
-                     error_detail, tool_calls_from_wire)
+from .errors import (RemoteConnectionError, RemoteError, RemoteHTTPError, RemoteProtocolError, error_detail,
+                     json_or_raise, mapped_errors, plain_text)
+from .events import STOP_REASONS, RemoteEvent, RemoteStats, cancelled_event, tool_calls_from_wire
 
 
 def sse_data(lines: Iterator[str]) -> Iterator[str]:
@@ -102,17 +102,17 @@ def read_reply(r: httpx.Response, url: str, timeout: float, t0: float, tools,
     ctype = r.headers.get("content-type", "").split(";")[0].strip().lower()
     reply = _Reply(t0)
     if ctype == "application/json":
-        with _mapped_errors(url, timeout):
+        with mapped_errors(url, timeout):
             data = r.read()
-        yield from _whole_reply(_json_or_raise(url, data, ctype), url, reply, tools)
+        yield from _whole_reply(json_or_raise(url, data, ctype), url, reply, tools)
         return
     if ctype != "text/event-stream":
-        with _mapped_errors(url, timeout):
+        with mapped_errors(url, timeout):
             head = r.read()[:2000].decode("utf-8", "replace")
         raise RemoteProtocolError(f"{url} answered {ctype or 'no content type'}, not an event stream: "
-                                  f"{_plain(head)!r}; is this an OpenAI-compatible server?", url)
+                                  f"{plain_text(head)!r}; is this an OpenAI-compatible server?", url)
     try:
-        with _mapped_errors(url, timeout):
+        with mapped_errors(url, timeout):
             for data in sse_data(r.iter_lines()):
                 if data.strip() == "[DONE]":
                     reply.done = True
@@ -126,7 +126,7 @@ def read_reply(r: httpx.Response, url: str, timeout: float, t0: float, tools,
         if not stopped():
             raise
     if stopped() and not reply.done:
-        yield _cancelled(reply.stats())
+        yield cancelled_event(reply.stats())
         return
     if not reply.done and reply.finish_reason is None:
         raise RemoteConnectionError(f"{url}: the reply stopped in the middle (the stream ended with no "
