@@ -16,9 +16,13 @@ MalformedToolCall objects, so `messages_with_tool_round` continues the chat as f
 template shapes engine.tools uses (a call's arguments as a dict); they are sent in the wire shapes.
 
 Everything that goes wrong is a `RemoteError` (an EngineError) with a sentence for the user naming
-the server: `RemoteConnectionError` (cannot connect, the connection dropped mid-reply),
-`RemoteTimeout`, `RemoteHTTPError` (4xx/5xx with the server's own message; `RemoteAuthError` for
-401/403), `RemoteProtocolError` (not JSON, not an event stream, a stream that ends early).
+the server: `RemoteConnectionError` (cannot connect; the connection dropped, or the stream ended,
+before the reply was complete), `RemoteTimeout`, `RemoteHTTPError` (4xx/5xx or an error event, with
+the server's own message; `RemoteAuthError` for 401/403), `RemoteProtocolError` (not JSON, not an
+event stream, not the OpenAI shapes).
+
+Modules: client (RemoteClient, ChatStream: httpx, one connection per reply), stream (server-sent
+events -> RemoteEvents), events (RemoteEvent, RemoteStats, tool calls), errors.
 """
 
 from .client import ChatStream, RemoteClient, normalize_base_url, sampling_fields, wire_messages
