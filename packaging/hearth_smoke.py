@@ -9,10 +9,11 @@ model's public role names: content, role, streaming, error), prints it, closes t
 
 Events go to stdout, one line each: `HEARTH_SMOKE <event> <json>`, every one with `t` (time.time()):
     window        the main window is shown, exposed and the event loop runs
-    model_ready   the window's modelReady signal (the model finished loading)
+    model_ready   the window's modelReady signal: the model finished loading {"load_s", "adapter", "path"}
     sent          the message was typed and Send clicked
     first_token   the reply's first text appeared in the message view
     reply         the reply ended: {"text", "error"}
+    where         then, where the code ran from: {"app" (app/'s folder), "engine_sources" (hash)}
     timeout       HEARTH_SMOKE_TIMEOUT seconds (default 180) passed first: exit status 3
 Exit status: 0 after a reply without error, 1 after an error, 3 on timeout.
 
@@ -32,6 +33,18 @@ _driver = None
 def emit(event: str, **kw) -> None:
     kw.setdefault("t", time.time())
     print("HEARTH_SMOKE", event, json.dumps(kw), flush=True)
+
+
+def _where() -> dict:
+    """Where the running app's code comes from: app/'s folder and the hash of engine/'s sources as
+    engine.build_info sees them (in a bundle: the .py files collected beside the archive)."""
+    out = {"app": os.path.dirname(sys.modules["app"].__file__)}
+    try:
+        from engine.build_info import hash_sources
+        out["engine_sources"] = hash_sources()
+    except Exception as e:  # noqa: BLE001  (information only)
+        out["engine_sources"] = f"error: {e!r}"
+    return out
 
 
 class _Driver:
@@ -74,7 +87,9 @@ class _Driver:
                 return
             emit("window")
             from PySide6.QtWidgets import QAbstractButton, QPlainTextEdit, QWidget
-            self.win.modelReady.connect(lambda info: emit("model_ready", load_s=info.get("load_s")))
+            self.win.modelReady.connect(lambda info: emit("model_ready", load_s=info.get("load_s"),
+                                                                 adapter=info.get("adapter"),
+                                                                 path=info.get("path")))
             self.model = self.win.findChild(QWidget, "messageView").model()
             self.roles = {bytes(v).decode(): k for k, v in self.model.roleNames().items()}
             self.win.findChild(QPlainTextEdit, "messageInput").setPlainText(self.message)
@@ -89,6 +104,7 @@ class _Driver:
             if self._last("role") == "assistant" and not self._last("streaming"):
                 err = self._last("error") or ""
                 emit("reply", text=self._last("content"), error=err)
+                emit("where", **_where())  # after the timings: hashing the sources takes a while
                 self._finish(1 if err else 0)
 
     def _finish(self, status: int) -> None:
