@@ -15,6 +15,10 @@ from ..config import ModelConfig, RopeScaling
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """x [..., d] float32 -> x / sqrt(mean(x^2) + eps) * w."""
+    if x.ndim == 2 and x.shape[0] == 1:
+        # Decode: one row; three numpy calls instead of seven (this runs ~60 times a token).
+        ss = float(np.dot(x[0], x[0]))
+        return x * (w * np.float32(1.0 / math.sqrt(ss / x.shape[1] + eps)))
     ms = np.einsum("...i,...i->...", x, x, dtype=np.float32)[..., None]
     ms *= 1.0 / x.shape[-1]
     ms += eps
@@ -128,6 +132,8 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     n, nh, hd = q.shape
     nkv = k_cache.shape[0]
     rep = nh // nkv
+    if n == 1:
+        return _attend_one(q, k_cache, v_cache, pos, window)
     # Query heads of one KV head next to each other: head h = kv * rep + r uses kv head h // rep.
     qg = q.reshape(n, nkv, rep, hd).transpose(1, 2, 0, 3)           # [nkv, rep, n, hd] view
     out = np.empty((nkv, rep, n, hd), np.float32)
@@ -135,6 +141,22 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
         b1 = min(n, b0 + ATTN_BLOCK)
         out[:, :, b0:b1] = _attend_block(qg[:, :, b0:b1], k_cache, v_cache, pos + b0, window)
     return out.transpose(2, 0, 1, 3).reshape(n, nh * hd)
+
+
+def _attend_one(q, k_cache, v_cache, pos: int, window: int) -> np.ndarray:
+    """Decode: one query [1, nh, hd] at position pos; no mask needed (the window only moves
+    the first key). O(T) with few numpy calls."""
+    _, nh, hd = q.shape
+    nkv = k_cache.shape[0]
+    start = max(0, pos - window + 1) if window > 0 else 0
+    K = k_cache[:, start:pos + 1]                                     # [nkv, T, hd]
+    V = v_cache[:, start:pos + 1]
+    s = np.matmul(q.reshape(nkv, nh // nkv, hd), K.transpose(0, 2, 1))  # [nkv, rep, T]
+    s -= s.max(axis=-1, keepdims=True)
+    np.exp(s, out=s)
+    o = np.matmul(s, V)                                               # [nkv, rep, hd]
+    o /= s.sum(axis=-1, keepdims=True)
+    return o.reshape(1, nh * hd)
 
 
 def _attend_block(qb, k_cache, v_cache, p0: int, window: int) -> np.ndarray:
