@@ -143,18 +143,39 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     return out.transpose(2, 0, 1, 3).reshape(n, nh * hd)
 
 
+# From this many keys on, decode attention runs as matrix-vector products (no packing copy of
+# K and V, which OpenBLAS's matrix-matrix path makes for a 3-row query): ~20% less time at
+# 2,000 keys; below it, fewer calls win.
+GEMV_FROM = 256
+
+
 def _attend_one(q, k_cache, v_cache, pos: int, window: int) -> np.ndarray:
     """Decode: one query [1, nh, hd] at position pos; no mask needed (the window only moves
-    the first key). O(T) with few numpy calls."""
+    the first key). O(T) work, nothing proportional to max_ctx."""
     _, nh, hd = q.shape
     nkv = k_cache.shape[0]
+    rep = nh // nkv
     start = max(0, pos - window + 1) if window > 0 else 0
-    K = k_cache[:, start:pos + 1]                                     # [nkv, T, hd]
+    T = pos + 1 - start
+    K = k_cache[:, start:pos + 1]                                     # [nkv, T, hd] views
     V = v_cache[:, start:pos + 1]
-    s = np.matmul(q.reshape(nkv, nh // nkv, hd), K.transpose(0, 2, 1))  # [nkv, rep, T]
+    qg = q.reshape(nkv, rep, hd)
+    if T < GEMV_FROM:
+        s = np.matmul(qg, K.transpose(0, 2, 1))                       # [nkv, rep, T]
+    else:
+        s = np.empty((nkv, rep, T), np.float32)
+        for h in range(nkv):
+            for r in range(rep):
+                np.dot(K[h], qg[h, r], out=s[h, r])
     s -= s.max(axis=-1, keepdims=True)
     np.exp(s, out=s)
-    o = np.matmul(s, V)                                               # [nkv, rep, hd]
+    if T < GEMV_FROM:
+        o = np.matmul(s, V)                                           # [nkv, rep, hd]
+    else:
+        o = np.empty((nkv, rep, hd), np.float32)
+        for h in range(nkv):
+            for r in range(rep):
+                np.dot(s[h, r], V[h], out=o[h, r])
     o /= s.sum(axis=-1, keepdims=True)
     return o.reshape(1, nh * hd)
 
