@@ -134,6 +134,21 @@ def test_matmul_glu_bias_and_residual(dev, ks, rng):
     assert rel_err(got[:, m:], y0[:, m:] + gate + b) < RTOL
 
 
+@pytest.mark.parametrize("act", ["silu", "gelu"])
+def test_matmul_reads_gated_input(dev, ks, rng, act):
+    """The down projection of prefill: X = [gate | up], multiplied as act(gate) * up."""
+    k, m, n = 96, 72, 50
+    raw = random_rows(rng, "Q5_0", m, k)
+    gu = f32(rng, n, 2 * k)
+    h = silu_mul(gu[:, :k].copy(), gu[:, k:]) if act == "silu" else gelu_tanh_mul(gu[:, :k].copy(), gu[:, k:])
+    y0 = f32(rng, n, m)
+    ybuf = dev.upload(y0)
+    dispatch_once(dev, ops.matmul(ks, ["Q5_0"], act=act, residual=True, xglu=True), [dev.upload(gu), ybuf, dev.upload(raw)],
+                  ops.matmul_groups(m, n), **ops.matmul_params(["Q5_0"], k, m, n, ldy=m, ldx=2 * k))
+    ref = y0 + h.astype(np.float64) @ dequant_reference(raw, "Q5_0", k).T
+    assert rel_err(read_f32(dev, ybuf, n * m).reshape(n, m), ref) < RTOL
+
+
 def _rope_table(rope: Rope, max_ctx: int) -> np.ndarray:
     c, s = rope.cos_sin(0, max_ctx)
     return np.stack([c[:, 0, :], s[:, 0, :]], axis=-1).astype(np.float32)   # [max_ctx, n_rot/2, 2]
@@ -171,6 +186,38 @@ def test_rope_store_writes_q_and_cache(dev, ks, rng, neox, qk_norm, hd):
     assert np.array_equal(kg[:, untouched], kc0[:, untouched]) and np.array_equal(vg[:, untouched], vc0[:, untouched])
 
 
+@pytest.mark.parametrize("neox,hd", [(False, 64), (True, 32)])
+def test_matvec_qkv_with_rope_and_cache_store(dev, ks, rng, neox, hd):
+    """Decode's first dispatch: RMSNorm, Q|K|V (with biases), RoPE at the position, K and V into the cache."""
+    nh, nkv, d, max_ctx, pos = 4, 2, 128, 16, 11
+    rows, types = [nh * hd, nkv * hd, nkv * hd], ["Q4_1", "Q8_0", "Q4_0"]
+    raws = [random_rows(rng, t, r, d) for t, r in zip(types, rows)]
+    w = np.concatenate([dequant_reference(r, t, d) for r, t in zip(raws, types)]).astype(np.float32)
+    x, g, b = f32(rng, d), f32(rng, d), f32(rng, sum(rows))
+    qkv = rms_norm(x[None], g, 1e-5) @ w.T + b
+    rope = Rope(hd, 10000.0, neox, RopeScaling())
+    q = qkv[:, :nh * hd].reshape(1, nh, hd).copy()
+    k = qkv[:, nh * hd:(nh + nkv) * hd].reshape(1, nkv, hd).copy()
+    v = qkv[:, (nh + nkv) * hd:].reshape(1, nkv, hd)
+    cs = rope.cos_sin(pos, 1)
+    rope.apply(q, cs)
+    rope.apply(k, cs)
+    qo = poisoned(dev, nh * hd)
+    kc0, vc0 = f32(rng, nkv, max_ctx, hd), f32(rng, nkv, max_ctx, hd)
+    kc, vc = dev.upload(kc0), dev.upload(vc0)
+    bufs = ([dev.upload(x), qo] + [dev.upload(r) for r in raws] + [dev.upload(g), dev.upload(b), kc, vc,
+            dev.upload(_rope_table(rope, max_ctx)), dev.upload(np.array([pos, 1], np.uint32))])
+    kern = ops.matvec(ks, types, norm=True, bias=True, rope="neox" if neox else "normal")
+    dispatch_once(dev, kern, bufs, ops.matvec_groups(sum(rows)),
+                  **dict(ops.matvec_params(types, d, rows, eps=1e-5), a0=hd, a1=max_ctx))
+    assert rel_err(read_f32(dev, qo, nh * hd), q.reshape(-1)) < RTOL
+    kg = read_f32(dev, kc, kc0.size).reshape(kc0.shape)
+    vg = read_f32(dev, vc, vc0.size).reshape(vc0.shape)
+    assert rel_err(kg[:, pos], k[0]) < RTOL and rel_err(vg[:, pos], v[0]) < RTOL
+    others = np.arange(max_ctx) != pos
+    assert np.array_equal(kg[:, others], kc0[:, others]) and np.array_equal(vg[:, others], vc0[:, others])
+
+
 def _kv(rng, nkv, max_ctx, hd):
     return f32(rng, nkv, max_ctx, hd), f32(rng, nkv, max_ctx, hd)
 
@@ -191,19 +238,32 @@ def test_attention_decode_split_k(dev, ks, rng, kv_len, window, hd):
     dispatch_once(dev, ops.attn_split(ks, hd), [dev.upload(q), kc, vc, part, step], (ops.attn_splits(kv_len), nh, 1), **p)
     dispatch_once(dev, ops.attn_combine(ks, hd), [part, out, step], (nh, 1, 1), **p)
     assert rel_err(read_f32(dev, out, nh * hd), ref) < RTOL
+    # the same partials merged inside the output projection (o-proj + residual, one dispatch)
+    d = 96
+    raw = random_rows(rng, "Q8_0", d, nh * hd)
+    y0 = f32(rng, d)
+    ybuf = dev.upload(y0)
+    kern = ops.matvec(ks, ["Q8_0"], residual=True, attn_x=nh * hd)
+    dispatch_once(dev, kern, [part, ybuf, dev.upload(raw), step], ops.matvec_groups(d),
+                  **dict(ops.matvec_params(["Q8_0"], nh * hd, [d]), a0=hd, a1=splits))
+    assert rel_err(read_f32(dev, ybuf, d), y0 + dequant_reference(raw, "Q8_0", nh * hd) @ ref) < RTOL
 
 
-@pytest.mark.parametrize("pos,n,window,hd", [(0, 70, 0, 64), (33, 100, 0, 64), (10, 90, 24, 64), (5, 20, 0, 256)])
-def test_attention_prefill_causal_tiles(dev, ks, rng, pos, n, window, hd):
-    nh, nkv, max_ctx = 4, 2, 160
+@pytest.mark.parametrize("pos,n,window,hd,splits", [(0, 70, 0, 64, 1), (33, 100, 0, 64, 3), (10, 90, 24, 64, 2),
+                                                   (5, 20, 0, 256, 1), (200, 64, 0, 64, 8)])
+def test_attention_prefill_causal_tiles(dev, ks, rng, pos, n, window, hd, splits):
+    nh, nkv, max_ctx = 4, 2, 288
     scale = 1.0 / np.sqrt(hd)
     k_c, v_c = _kv(rng, nkv, max_ctx, hd)
     q = f32(rng, n, nh, hd)
     ref = attention(q * np.float32(scale), k_c, v_c, pos, window)
+    part = poisoned(dev, n * nh * splits * (hd + 2))
     out = poisoned(dev, n * nh * hd)
-    dispatch_once(dev, ops.attn_prefill(ks, hd), [dev.upload(q), dev.upload(k_c), dev.upload(v_c), out,
+    p = dict(n_head=nh, n_kv=nkv, max_ctx=max_ctx, scale=scale, window=window, n_splits=splits)
+    dispatch_once(dev, ops.attn_prefill(ks, hd), [dev.upload(q), dev.upload(k_c), dev.upload(v_c), part,
                                                   dev.upload(np.array([pos, n], np.uint32))],
-                  ops.attn_prefill_groups(n, nh), n_head=nh, n_kv=nkv, max_ctx=max_ctx, scale=scale, window=window)
+                  ops.attn_prefill_groups(n, nh, splits), **p)
+    dispatch_once(dev, ops.attn_prefill_combine(ks, hd), [part, out], ops.rows_groups(n * nh), **p)
     assert rel_err(read_f32(dev, out, n * nh * hd).reshape(n, -1), ref) < RTOL
 
 

@@ -6,8 +6,10 @@ persistent staging buffer (logits, or 4 bytes with `forward_argmax`). Decode (n 
 kernels with RMSNorm, SwiGLU/GeGLU and residual adds fused in; longer inputs use the tiled matmul plan
 in chunks of `chunk` tokens.
 
-Dispatches per decoded token (no post-norms): 1 embedding + 7 per layer (norm+QKV, RoPE+KV store,
-attention split, attention combine, O-proj+residual, norm+gate/up+GLU, down+residual) + head + argmax.
+Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
+attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
++ head (final norm fused) + argmax. qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
+the whole head), gemma3 two post-norm dispatches per layer.
 """
 
 from __future__ import annotations
@@ -79,12 +81,13 @@ class GpuBackend(Backend):
         self.qkv = buf(chunk * qkv_dim * 4, "qkv")       # [chunk, (nh + 2 nkv) hd]
         self.q = buf(chunk * nh * hd * 4, "q")           # [chunk, nh, hd] rotated
         self.att = buf(chunk * nh * hd * 4, "att")       # [chunk, nh * hd]
-        self.ff = buf(chunk * nff * 4, "ff")             # [chunk, n_ff]
+        self.ff = buf(chunk * 2 * nff * 4, "ff")         # decode: [n_ff] act(gate)*up; prefill: [chunk, 2 n_ff] gate | up
         self.logits = buf(nv * 4, "logits")              # [n_vocab]
         self.step = buf((STEP_HEADER + chunk) * 4, "step")
         self.amax = buf(16, "argmax")
         self.max_splits = ops.attn_splits(n_ctx)
-        self.part = buf(nh * self.max_splits * (hd + 2) * 4, "attn-partials")
+        self.part = buf(nh * self.max_splits * (hd + 2) * 4, "attn-partials")              # decode
+        self.ppart = buf(chunk * nh * ops.ATTN_MAX_SPLITS * (hd + 2) * 4, "attn-partials-prefill")
         self.logits_all = None
 
         freq = W.g.tensors.get("rope_freqs.weight")
@@ -175,32 +178,47 @@ class GpuBackend(Backend):
         types = [L["wq"].qtype, L["wk"].qtype, L["wv"].qtype]
         rows = [nh * hd, nkv * hd, nkv * hd]
         bias = L["bqkv"] is not None
-        P.add(ops.matvec(ks, types, norm=True, bias=bias),
-              [self.x, self.qkv, L["wq"].buffer, L["wk"].buffer, L["wv"].buffer, L["attn_norm"]] + ([L["bqkv"]] if bias else []),
-              ops.matvec_groups(sum(rows)), f"{i}.qkv", **ops.matvec_params(types, d, rows, eps=c.rms_eps))
-        k, bufs, rp = self._rope_args(i, L, cs)
-        P.add(k, bufs, ops.rope_groups(1, nh, nkv), f"{i}.rope", **rp)
+        wbufs = [L["wq"].buffer, L["wk"].buffer, L["wv"].buffer, L["attn_norm"]] + ([L["bqkv"]] if bias else [])
+        prm = ops.matvec_params(types, d, rows, eps=c.rms_eps)
+        if L["q_norm"] is None and c.n_rot == hd and ((nh + nkv) * hd) % ops.MATVEC_ROWS == 0:
+            # RoPE and the K/V store fused into the Q|K|V product (qk-norm models need the whole head first)
+            P.add(ops.matvec(ks, types, norm=True, bias=bias, rope="neox" if c.rope_neox else "normal"),
+                  [self.x, self.q] + wbufs + [self.kv.k[i], self.kv.v[i], cs, self.step],
+                  ops.matvec_groups(sum(rows)), f"{i}.qkv", **dict(prm, a0=hd, a1=self.kv.max_ctx))
+        else:
+            P.add(ops.matvec(ks, types, norm=True, bias=bias), [self.x, self.qkv] + wbufs,
+                  ops.matvec_groups(sum(rows)), f"{i}.qkv", **prm)
+            k, bufs, rp = self._rope_args(i, L, cs)
+            P.add(k, bufs, ops.rope_groups(1, nh, nkv), f"{i}.rope", **rp)
         ap = dict(self._attn_params(window), max_splits=self.max_splits)
         P.add(ops.attn_split(ks, hd), [self.q, self.kv.k[i], self.kv.v[i], self.part, self.step],
               lambda n, kv: (ops.attn_splits(kv), nh, 1), f"{i}.attn", **ap)
-        P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step], (nh, 1, 1), f"{i}.combine", **ap)
-        self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o")
+        if nh * hd <= ops.ATTN_X_MAX and nh <= 256:   # the merge of the splits happens inside the o-proj
+            self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True)
+        else:
+            P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step], (nh, 1, 1), f"{i}.combine", **ap)
+            self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o")
         gt = [L["gate"].qtype, L["up"].qtype]
         P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True),
               [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff), f"{i}.ffn",
               **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
         self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down")
 
-    def _decode_proj(self, P, w, src, k, bias, post_norm, label) -> None:
-        """x += W src (+ bias), or with a post-norm (gemma3): x += norm(W src)."""
+    def _decode_proj(self, P, w, src, k, bias, post_norm, label, attn_x=False) -> None:
+        """x += W src (+ bias), or with a post-norm (gemma3): x += norm(W src). attn_x: src is the
+        attention partials, merged inside the product."""
         c, d = self.cfg, self.cfg.n_embd
         prm = ops.matvec_params([w.qtype], k, [d])
         extra = [bias] if bias is not None else []
+        if attn_x:
+            extra.append(self.step)
+            prm.update(a0=c.head_dim, a1=self.max_splits)
+        ax = k if attn_x else 0
         if post_norm is None:
-            P.add(ops.matvec(self.ks, [w.qtype], residual=True, bias=bias is not None), [src, self.x, w.buffer] + extra,
-                  ops.matvec_groups(d), label, **prm)
+            P.add(ops.matvec(self.ks, [w.qtype], residual=True, bias=bias is not None, attn_x=ax),
+                  [src, self.x, w.buffer] + extra, ops.matvec_groups(d), label, **prm)
         else:
-            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None), [src, self.tmp, w.buffer] + extra,
+            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax), [src, self.tmp, w.buffer] + extra,
                   ops.matvec_groups(d), label, **prm)
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], (1, 1, 1), label + ".post",
                   d=d, n=1, eps=c.rms_eps)
@@ -220,26 +238,32 @@ class GpuBackend(Backend):
             y_off += w.rows
         k, bufs, rp = self._rope_args(i, L, cs)
         P.add(k, bufs, lambda n, kv: ops.rope_groups(n, nh, nkv), f"{i}.rope", **rp)
-        P.add(ops.attn_prefill(ks, hd), [self.q, self.kv.k[i], self.kv.v[i], self.att, self.step],
-              lambda n, kv: ops.attn_prefill_groups(n, nh), f"{i}.attn", **self._attn_params(window))
+        ap = dict(self._attn_params(window), n_splits=lambda n, kv: ops.attn_prefill_splits(kv))
+        P.add(ops.attn_prefill(ks, hd), [self.q, self.kv.k[i], self.kv.v[i], self.ppart, self.step],
+              lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv)), f"{i}.attn", **ap)
+        P.add(ops.attn_prefill_combine(ks, hd), [self.ppart, self.att], lambda n, kv: ops.rows_groups(n * nh),
+              f"{i}.combine", **ap)
         self._prefill_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o")
         P.add(ops.rmsnorm(ks), [self.x, self.xn, L["ffn_norm"]], rows_g, f"{i}.ffn_norm", d=d, n=self.chunk, eps=c.rms_eps)
-        gt = [L["gate"].qtype, L["up"].qtype]
-        P.add(ops.matmul(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu"),
-              [self.xn, self.ff, L["gate"].buffer, L["up"].buffer], lambda n, kv: ops.matmul_groups(nff, n), f"{i}.ffn",
-              **dict(ops.matmul_params(gt, d, nff, 0, ldy=nff), n=ntok))
-        self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down")
+        # gate and up as two plain products into ff = [gate | up]; the down product applies the GLU as it
+        # reads them (one fused GLU product was 3x slower on the H200: two accumulators, more shared memory)
+        for w, off, name in ((L["gate"], 0, "gate"), (L["up"], nff, "up")):
+            P.add(ops.matmul(ks, [w.qtype]), [self.xn, self.ff, w.buffer], lambda n, kv: ops.matmul_groups(nff, n),
+                  f"{i}.{name}", **dict(ops.matmul_params([w.qtype], d, nff, 0, ldy=2 * nff, y_off=off), n=ntok))
+        self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", xglu=True)
 
-    def _prefill_proj(self, P, w, src, k, bias, post_norm, label) -> None:
+    def _prefill_proj(self, P, w, src, k, bias, post_norm, label, xglu=False) -> None:
         c, d = self.cfg, self.cfg.n_embd
-        prm = dict(ops.matmul_params([w.qtype], k, d, 0, ldy=d), n=lambda n, kv: n)
+        prm = dict(ops.matmul_params([w.qtype], k, d, 0, ldy=d, ldx=2 * k if xglu else k), n=lambda n, kv: n)
         extra = [bias] if bias is not None else []
         groups = lambda n, kv: ops.matmul_groups(d, n)  # noqa: E731
+        act = "gelu" if c.activation == "gelu_tanh" else "silu"
         if post_norm is None:
-            P.add(ops.matmul(self.ks, [w.qtype], residual=True, bias=bias is not None), [src, self.x, w.buffer] + extra,
-                  groups, label, **prm)
+            P.add(ops.matmul(self.ks, [w.qtype], act=act, residual=True, bias=bias is not None, xglu=xglu),
+                  [src, self.x, w.buffer] + extra, groups, label, **prm)
         else:
-            P.add(ops.matmul(self.ks, [w.qtype], bias=bias is not None), [src, self.tmp, w.buffer] + extra, groups, label, **prm)
+            P.add(ops.matmul(self.ks, [w.qtype], act=act, bias=bias is not None, xglu=xglu),
+                  [src, self.tmp, w.buffer] + extra, groups, label, **prm)
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], lambda n, kv: ops.rows_groups(n),
                   label + ".post", d=d, n=self.chunk, eps=c.rms_eps)
 

@@ -13,8 +13,10 @@ from .kernels import grid
 GPU_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
 MATVEC_ROWS = 8
+ATTN_CHUNK = 64       # keys per workgroup of decode attention's split pass
 MATVEC_FIELDS = (("K", "u"), ("M", "u"), ("m0", "u"), ("m1", "u"), ("rb0", "u"), ("rb1", "u"), ("rb2", "u"),
-                 ("x_off", "u"), ("y_off", "u"), ("eps", "f"))
+                 ("x_off", "u"), ("y_off", "u"), ("eps", "f"), ("a0", "u"), ("a1", "u"))
+ATTN_X_MAX = 4096     # the largest attention output (heads x head dim) merged in workgroup memory
 
 
 def row_bytes(qtype: str, k: int) -> int:
@@ -22,11 +24,16 @@ def row_bytes(qtype: str, k: int) -> int:
     return k // t.block_size * t.type_size
 
 
-def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False):
-    """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b]."""
-    access = ["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
+def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope=""):
+    """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
+    attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
+    params a0 = head dim, a1 = max splits), merged before the product.
+    rope = "normal" | "neox": Q|K|V with RoPE and the KV store fused (a0 = head dim, a1 = max_ctx)."""
+    access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
+              + (["r"] if attn_x else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
-                  NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=MATVEC_ROWS)
+                  NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=MATVEC_ROWS,
+                  ATTN_X=int(attn_x), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope)
 
 
 def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):
@@ -42,19 +49,21 @@ def matvec_groups(m: int):
     return gx, gy, 1
 
 
-MATMUL_FIELDS = (("K", "u"), ("M", "u"), ("n", "u"), ("rb0", "u"), ("rb1", "u"), ("ldy", "u"), ("y_off", "u"))
+MATMUL_FIELDS = (("K", "u"), ("M", "u"), ("n", "u"), ("rb0", "u"), ("rb1", "u"), ("ldy", "u"), ("y_off", "u"),
+                 ("ldx", "u"))
 
 
-def matmul(ks, qtypes, mode="plain", act="silu", bias=False, residual=False):
-    """Y[n, ldy] (+)= X[n, K] W^T for prefill. Bindings: x, y, w0[, w1][, b]."""
+def matmul(ks, qtypes, mode="plain", act="silu", bias=False, residual=False, xglu=False):
+    """Y[n, ldy] (+)= X[n, K] W^T for prefill. Bindings: x, y, w0[, w1][, b].
+    xglu: X is [gate | up] and act(gate) * up is what multiplies W."""
     access = ["r", "rw"] + ["r"] * len(qtypes) + (["r"] if bias else [])
     return ks.get("matmul.wgsl", access, MATMUL_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
-                  BIAS=bool(bias), RESIDUAL=bool(residual))
+                  BIAS=bool(bias), RESIDUAL=bool(residual), XGLU=bool(xglu))
 
 
-def matmul_params(qtypes, k, m, n, ldy, y_off=0):
+def matmul_params(qtypes, k, m, n, ldy, y_off=0, ldx=None):
     rb = [row_bytes(t, k) for t in qtypes] + [0]
-    return dict(K=k, M=m, n=n, rb0=rb[0], rb1=rb[1], ldy=ldy, y_off=y_off)
+    return dict(K=k, M=m, n=n, rb0=rb[0], rb1=rb[1], ldy=ldy, y_off=y_off, ldx=k if ldx is None else ldx)
 
 
 def matmul_groups(m: int, n: int):
@@ -75,7 +84,6 @@ def rope_groups(n_tokens: int, n_head: int, n_kv: int):
     return gx, gy, 1
 
 
-ATTN_CHUNK = 64
 ATTN_DECODE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("max_splits", "u"), ("scale", "f"),
                       ("window", "u"))
 
@@ -96,19 +104,32 @@ def attn_splits(kv_len: int) -> int:
     return -(-kv_len // ATTN_CHUNK)
 
 
-ATTN_PREFILL_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("scale", "f"), ("window", "u"))
+ATTN_PREFILL_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("scale", "f"), ("window", "u"),
+                       ("n_splits", "u"))
 ATTN_BQ = 64
+ATTN_MAX_SPLITS = 8
 
 
 def attn_prefill(ks, head_dim: int):
-    """Bindings: q, k_cache, v_cache, out, step."""
+    """Bindings: q, k_cache, v_cache, partials, step. Then attn_prefill_combine."""
     kt = max(4, min(32, 2048 // head_dim))
     return ks.get("attn_prefill.wgsl", ["r", "r", "r", "rw", "r"], ATTN_PREFILL_FIELDS, HD=head_dim,
-                  BQ=ATTN_BQ, KT=kt)
+                  BQ=ATTN_BQ, KT=kt, PASS="split")
 
 
-def attn_prefill_groups(n: int, n_head: int):
-    return -(-n // ATTN_BQ), n_head, 1
+def attn_prefill_combine(ks, head_dim: int):
+    """Bindings: partials, out [n, n_head * head_dim]."""
+    return ks.get("attn_prefill.wgsl", ["r", "rw"], ATTN_PREFILL_FIELDS, HD=head_dim, BQ=ATTN_BQ, KT=4,
+                  PASS="combine")
+
+
+def attn_prefill_splits(kv_len: int) -> int:
+    """Key splits per query tile: enough workgroups to fill a large GPU once the context is long."""
+    return max(1, min(ATTN_MAX_SPLITS, kv_len // 256))
+
+
+def attn_prefill_groups(n: int, n_head: int, n_splits: int = 1):
+    return -(-n // ATTN_BQ), n_head, n_splits
 
 
 EMBED_FIELDS = (("d", "u"), ("row_bytes", "u"), ("scale", "f"), ("n", "u"), ("id_off", "u"))

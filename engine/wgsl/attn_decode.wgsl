@@ -12,15 +12,21 @@ struct Params {
 }
 @group(0) @binding(0) var<uniform> P: Params;
 {% if PASS == "split" %}
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> kc: array<f32>;
-@group(0) @binding(3) var<storage, read> vc: array<f32>;
+// K and V are read as vec4 rows (16-byte loads). Scores: thread t takes key t of the chunk.
+// Values: thread t takes the vec4 column t % (HD/4) over the keys t / (HD/4), + G, ... (G = CHUNK / (HD/4)
+// key groups), then the G groups are summed: short dependent chains instead of one of CHUNK loads.
+const HD4: u32 = HD / 4u;
+const G: u32 = CHUNK / HD4;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> kc: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> vc: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 @group(0) @binding(5) var<storage, read> step: array<u32>;
 
-var<workgroup> qs: array<f32, HD>;
+var<workgroup> qs: array<vec4<f32>, HD4>;
 var<workgroup> p: array<f32, CHUNK>;
 var<workgroup> red: array<f32, CHUNK>;
+var<workgroup> acc4: array<vec4<f32>, CHUNK>;
 
 @compute @workgroup_size(CHUNK)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -31,18 +37,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let kv_len = pos + 1u;
     var lo = 0u;
     if (P.window > 0u && pos + 1u > P.window) { lo = pos + 1u - P.window; }
-    for (var d = t; d < HD; d += CHUNK) { qs[d] = q[h * HD + d]; }
+    if (t < HD4) { qs[t] = q[h * HD4 + t]; }
     workgroupBarrier();
     let j = s * CHUNK + t;
     var sc = -3.0e38;
     let valid = j < kv_len && j >= lo;
     if (valid) {
-        let kb = (kvh * P.max_ctx + j) * HD;
+        let kb = (kvh * P.max_ctx + j) * HD4;
         var acc = 0.0;
-        for (var d = 0u; d < HD; d += 4u) {
-            acc += dot(vec4<f32>(qs[d], qs[d + 1u], qs[d + 2u], qs[d + 3u]),
-                       vec4<f32>(kc[kb + d], kc[kb + d + 1u], kc[kb + d + 2u], kc[kb + d + 3u]));
-        }
+        for (var d = 0u; d < HD4; d++) { acc += dot(qs[d], kc[kb + d]); }
         sc = acc * P.scale;
     }
     red[t] = sc;
@@ -62,15 +65,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (t < r) { red[t] += red[t + r]; }
         workgroupBarrier();
     }
-    let base = (h * P.max_splits + s) * PW;
     let j0 = s * CHUNK;
     let nj = min(CHUNK, kv_len - min(j0, kv_len));
-    for (var d = t; d < HD; d += CHUNK) {
-        var o = 0.0;
-        for (var i = 0u; i < nj; i++) {
-            o += p[i] * vc[(kvh * P.max_ctx + j0 + i) * HD + d];
-        }
-        part[base + d] = o;
+    let col = t % HD4;
+    let grp = t / HD4;
+    var o = vec4<f32>(0.0);
+    let vb = (kvh * P.max_ctx + j0) * HD4 + col;
+    for (var i = grp; i < nj; i += G) { o += p[i] * vc[vb + i * HD4]; }
+    acc4[t] = o;
+    workgroupBarrier();
+    let base = (h * P.max_splits + s) * PW;
+    if (grp == 0u) {
+        for (var g = 1u; g < G; g++) { o += acc4[g * HD4 + col]; }
+        part[base + 4u * col] = o.x; part[base + 4u * col + 1u] = o.y;
+        part[base + 4u * col + 2u] = o.z; part[base + 4u * col + 3u] = o.w;
     }
     if (t == 0u) {
         part[base + HD] = m;

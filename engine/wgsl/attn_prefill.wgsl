@@ -3,19 +3,49 @@
 // through workgroup memory KT keys at a time and each thread keeps an online softmax (running max,
 // running sum, o[HD] in registers). Keys past a query's position, or (sliding window) at or before
 // position - window, are masked.
+// The keys a tile sees are split in n_splits contiguous ranges (workgroup z), so that a chunk's
+// attention fills the GPU; each writes (o unnormalized, m, l) to part[(i * n_head + h) * n_splits + s]
+// and the `combine` pass merges them: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
 // q: [n, n_head, HD] rotated, not scaled; kc, vc: [n_kv, max_ctx, HD]; out: [n, n_head * HD].
 const HD: u32 = {{HD}}u;
 const BQ: u32 = {{BQ}}u;
 const KT: u32 = {{KT}}u;
+const PW: u32 = HD + 2u;
 struct Params {
     n_head: u32, n_kv: u32, max_ctx: u32, scale: f32,
-    window: u32, _a: u32, _b: u32, _c: u32,
+    window: u32, n_splits: u32, _b: u32, _c: u32,
 }
 @group(0) @binding(0) var<uniform> P: Params;
+{% if PASS == "combine" %}
+@group(0) @binding(1) var<storage, read> part: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    let r = wid.x + wid.y * nwg.x;           // query * n_head + head
+    let S = P.n_splits;
+    var mx = -3.0e38;
+    for (var s = 0u; s < S; s++) { mx = max(mx, part[(r * S + s) * PW + HD]); }
+    var l = 0.0;
+    for (var s = 0u; s < S; s++) {
+        let b = (r * S + s) * PW;
+        l += exp(part[b + HD] - mx) * part[b + HD + 1u];
+    }
+    for (var d = t; d < HD; d += 64u) {
+        var o = 0.0;
+        for (var s = 0u; s < S; s++) {
+            let b = (r * S + s) * PW;
+            o += exp(part[b + HD] - mx) * part[b + d];
+        }
+        out[r * HD + d] = o / l;
+    }
+}
+{% else %}
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> kc: array<f32>;
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<storage, read_write> part: array<f32>;
 @group(0) @binding(5) var<storage, read> step: array<u32>;   // [pos, n]
 
 var<workgroup> ks: array<vec4<f32>, KT * HD / 4u>;
@@ -47,12 +77,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (P.window > 0u && pos + wid.x * BQ + 1u > P.window) { first = pos + wid.x * BQ + 1u - P.window; }
     var lo = 0u;
     if (P.window > 0u && qp + 1u > P.window) { lo = qp + 1u - P.window; }
-    for (var k0 = first; k0 <= last_q; k0 += KT) {
+    // this split's share of the keys, in whole tiles
+    let span = last_q + 1u - first;
+    let per = ((span + P.n_splits - 1u) / P.n_splits + KT - 1u) / KT * KT;
+    let k_begin = first + wid.z * per;
+    let k_end = min(k_begin + per, last_q + 1u);
+    for (var k0 = k_begin; k0 < k_end; k0 += KT) {
         workgroupBarrier();
         for (var e = t; e < KT * HD / 4u; e += BQ) {
             let kj = k0 + e / (HD / 4u);
             let b = (kvh * P.max_ctx + kj) * HD + (e % (HD / 4u)) * 4u;
-            if (kj <= last_q) {
+            if (kj < k_end) {
                 ks[e] = vec4<f32>(kc[b], kc[b + 1u], kc[b + 2u], kc[b + 3u]);
                 vs[e] = vec4<f32>(vc[b], vc[b + 1u], vc[b + 2u], vc[b + 3u]);
             }
@@ -64,7 +99,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var j = 0u; j < KT; j++) {
                 let kj = k0 + j;
                 var s = -3.0e38;
-                if (kj <= qp && kj >= lo) {
+                if (kj <= qp && kj >= lo && kj < k_end) {
                     var acc = 0.0;
                     for (var d = 0u; d < HD / 4u; d++) { acc += dot(qv[d], ks[j * (HD / 4u) + d]); }
                     s = acc;
@@ -88,11 +123,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     if (live) {
-        let ob = (i * P.n_head + h) * HD;
-        let inv = 1.0 / l;
+        let ob = ((i * P.n_head + h) * P.n_splits + wid.z) * PW;
         for (var d = 0u; d < HD / 4u; d++) {
-            let r = o[d] * inv;
-            out[ob + 4u * d] = r.x; out[ob + 4u * d + 1u] = r.y; out[ob + 4u * d + 2u] = r.z; out[ob + 4u * d + 3u] = r.w;
+            let r = o[d];
+            part[ob + 4u * d] = r.x; part[ob + 4u * d + 1u] = r.y; part[ob + 4u * d + 2u] = r.z; part[ob + 4u * d + 3u] = r.w;
         }
+        part[ob + HD] = m;
+        part[ob + HD + 1u] = l;
     }
 }
+{% endif %}

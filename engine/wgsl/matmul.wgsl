@@ -3,12 +3,13 @@
 // Tile: 64 rows x 64 tokens per workgroup of 256 threads, 32 weights of K per step; each thread
 // owns a 4 x 4 block of outputs. W's tile is dequantized into workgroup memory once per step
 // (one 8-weight chunk per thread). MODE "glu": W0 = gate, W1 = up, Y = act(gate) * up.
-// X: [n, K] (row stride K); Y: [n, ldy].
+// X: [n, ldx]; Y: [n, ldy].  XGLU: X holds [gate | up] (ldx = 2K) and the product reads
+// act(gate) * up as it loads X (prefill's down projection: the gated FFN costs no extra pass).
 {% from "quant.wgsl" import quant_fns %}
 {% include "quant.wgsl" %}
 struct Params {
     K: u32, M: u32, n: u32, rb0: u32,
-    rb1: u32, ldy: u32, y_off: u32, _a: u32,
+    rb1: u32, ldy: u32, y_off: u32, ldx: u32,
 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -62,9 +63,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% endif %}
         var xa = vec4<f32>(0.0); var xb = vec4<f32>(0.0);
         if (xt < P.n) {
-            let o = xt * P.K + c * 8u;
+            let o = xt * P.ldx + c * 8u;
             xa = vec4<f32>(x[o], x[o + 1u], x[o + 2u], x[o + 3u]);
             xb = vec4<f32>(x[o + 4u], x[o + 5u], x[o + 6u], x[o + 7u]);
+{% if XGLU %}
+            let ou = o + P.K;
+            let ua = vec4<f32>(x[ou], x[ou + 1u], x[ou + 2u], x[ou + 3u]);
+            let ub = vec4<f32>(x[ou + 4u], x[ou + 5u], x[ou + 6u], x[ou + 7u]);
+{% if ACT == "silu" %}
+            xa = xa / (1.0 + exp(-xa)) * ua;
+            xb = xb / (1.0 + exp(-xb)) * ub;
+{% else %}
+            xa = 0.5 * xa * (1.0 + tanh(clamp(0.7978845608028654 * (xa + 0.044715 * xa * xa * xa), vec4<f32>(-15.0), vec4<f32>(15.0)))) * ua;
+            xb = 0.5 * xb * (1.0 + tanh(clamp(0.7978845608028654 * (xb + 0.044715 * xb * xb * xb), vec4<f32>(-15.0), vec4<f32>(15.0)))) * ub;
+{% endif %}
+{% endif %}
         }
         workgroupBarrier();
         // scatter: element (k, r) of a [32][64] tile lives in vec4 k * 16 + r / 4, lane r % 4
