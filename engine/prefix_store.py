@@ -92,6 +92,10 @@ class PrefixStore:
         else (no image, or one refused for any reason) prefill it and write a fresh image over the
         refused one. Failures to write (a full disk) are reported in the result, not raised: the
         engine holds the prefix either way. Restoring replaces whatever was resident."""
+        with engine._lock:  # noqa: SLF001  (one caller at a time, as every Engine method)
+            return self._ensure(engine, text, label)
+
+    def _ensure(self, engine, text, label: str | None) -> EnsureResult:
         t0 = time.perf_counter()
         ids = pi.prefix_ids(engine, text)
         key = pi.prefix_key(engine, ids)
@@ -117,7 +121,7 @@ class PrefixStore:
         engine.prefill(ids)
         res.compute_seconds = time.perf_counter() - t
         if refused is not None:
-            res.action, res.reason, res.message = "recomputed", refused.reason, str(refused)
+            res.action, res.reason, res.message = "recomputed", refused.reason, f"{path.name}: {refused}"
         self._save_quietly(engine, ids, key, label, res)
         res.seconds = time.perf_counter() - t0
         return res
@@ -259,10 +263,10 @@ class PrefixStore:
             removed.append(e)
         return removed
 
-    def remove_missing_models(self) -> list[ImageEntry]:
-        """Remove images whose model file is gone or changed size; returns them. Images without
-        metadata are left to the size cap."""
-        removed = []
+    def missing_models(self) -> list[ImageEntry]:
+        """Images whose model file is gone or changed size (they can never be restored again).
+        Images without metadata are not listed: the size cap takes care of them."""
+        out = []
         for e in self.entries():
             if not e.model_path:
                 continue
@@ -273,8 +277,14 @@ class PrefixStore:
             except OSError:
                 present = False
             if not present:
-                self.remove(e.key)
-                removed.append(e)
+                out.append(e)
+        return out
+
+    def remove_missing_models(self) -> list[ImageEntry]:
+        """Remove the images of `missing_models()`; returns them."""
+        removed = self.missing_models()
+        for e in removed:
+            self.remove(e.key)
         return removed
 
     def _sweep(self) -> None:

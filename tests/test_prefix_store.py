@@ -217,6 +217,7 @@ def test_images_of_models_no_longer_present_are_removed(eng, lib, tmp_path):
     meta = json.loads(meta_path.read_text())
     meta["model_path"] = str(tmp_path / "deleted.gguf")
     meta_path.write_text(json.dumps(meta))
+    assert [e.path for e in store.missing_models()] == [gone] and gone.exists()
     removed = store.remove_missing_models()
     assert [e.path for e in removed] == [gone]
     assert [e.path for e in store.entries()] == [keep] and not gone.exists() and not meta_path.exists()
