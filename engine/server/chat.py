@@ -91,7 +91,8 @@ class ChatService:
                  "prompt_tokens": out.prompt_tokens, "generated_tokens": out.stats.generated_tokens,
                  "reused_tokens": out.stats.reused_tokens, "client_left": job.cancel.is_set(),
                  "tool_calls": len(out.tool_calls), "prefix": out.prefix, "queued_s": round(out.queued_s, 4),
-                 "total_s": round(out.total_s, 4), "decode_tps": round(out.stats.decode_tps, 2)}
+                 "total_s": round(out.total_s, 4), "engine_s": round(out.stats.ttft_s + out.stats.decode_s, 4),
+                 "decode_tps": round(out.stats.decode_tps, 2)}
         with self._lock:
             self.history.append(entry)
             self.counts["generations"] += 1
