@@ -270,7 +270,7 @@ class RunningCrc:
         self._value = zlib.crc32(buf, self._value)
 
     def update(self, buf) -> Future | None:
-        if len(buf) < _ASYNC_CRC_MIN and self._last is None:
+        if memoryview(buf).nbytes < _ASYNC_CRC_MIN and self._last is None:
             self._step(buf)
             return None
         self._last = _crc_executor().submit(self._step, buf)
