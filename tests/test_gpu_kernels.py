@@ -135,18 +135,22 @@ def test_matmul_glu_bias_and_residual(dev, ks, rng):
 
 
 @pytest.mark.parametrize("act", ["silu", "gelu"])
-def test_matmul_reads_gated_input(dev, ks, rng, act):
-    """The down projection of prefill: X = [gate | up], multiplied as act(gate) * up."""
+def test_matmul_up_applies_the_gate_in_place(dev, ks, rng, act):
+    """Prefill's gated FFN: gate = X Wg^T is in Y; the up product leaves act(gate) * up there."""
     k, m, n = 96, 72, 50
-    raw = random_rows(rng, "Q5_0", m, k)
-    gu = f32(rng, n, 2 * k)
-    h = silu_mul(gu[:, :k].copy(), gu[:, k:]) if act == "silu" else gelu_tanh_mul(gu[:, :k].copy(), gu[:, k:])
-    y0 = f32(rng, n, m)
-    ybuf = dev.upload(y0)
-    dispatch_once(dev, ops.matmul(ks, ["Q5_0"], act=act, residual=True, xglu=True), [dev.upload(gu), ybuf, dev.upload(raw)],
-                  ops.matmul_groups(m, n), **ops.matmul_params(["Q5_0"], k, m, n, ldy=m, ldx=2 * k))
-    ref = y0 + h.astype(np.float64) @ dequant_reference(raw, "Q5_0", k).T
-    assert rel_err(read_f32(dev, ybuf, n * m).reshape(n, m), ref) < RTOL
+    rg, ru = random_rows(rng, "Q5_0", m, k), random_rows(rng, "Q4_K" if k % 256 == 0 else "Q8_0", m, k)
+    tu = "Q4_K" if k % 256 == 0 else "Q8_0"
+    x = f32(rng, n, k)
+    y = poisoned(dev, n * m)
+    xb = dev.upload(x)
+    dispatch_once(dev, ops.matmul(ks, ["Q5_0"]), [xb, y, dev.upload(rg)], ops.matmul_groups(m, n),
+                  **ops.matmul_params(["Q5_0"], k, m, n, ldy=m))
+    dispatch_once(dev, ops.matmul(ks, [tu], act=act, epi_glu=True), [xb, y, dev.upload(ru)], ops.matmul_groups(m, n),
+                  **ops.matmul_params([tu], k, m, n, ldy=m))
+    gate = x @ dequant_reference(rg, "Q5_0", k).T.astype(np.float32)
+    up = x @ dequant_reference(ru, tu, k).T.astype(np.float32)
+    ref = silu_mul(gate, up) if act == "silu" else gelu_tanh_mul(gate, up)
+    assert rel_err(read_f32(dev, y, n * m).reshape(n, m), ref) < RTOL
 
 
 def _rope_table(rope: Rope, max_ctx: int) -> np.ndarray:

@@ -53,12 +53,12 @@ MATMUL_FIELDS = (("K", "u"), ("M", "u"), ("n", "u"), ("rb0", "u"), ("rb1", "u"),
                  ("ldx", "u"))
 
 
-def matmul(ks, qtypes, mode="plain", act="silu", bias=False, residual=False, xglu=False):
+def matmul(ks, qtypes, mode="plain", act="silu", bias=False, residual=False, epi_glu=False):
     """Y[n, ldy] (+)= X[n, K] W^T for prefill. Bindings: x, y, w0[, w1][, b].
-    xglu: X is [gate | up] and act(gate) * up is what multiplies W."""
+    epi_glu: Y holds the gate product already; it becomes act(gate) * (X W^T)."""
     access = ["r", "rw"] + ["r"] * len(qtypes) + (["r"] if bias else [])
     return ks.get("matmul.wgsl", access, MATMUL_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
-                  BIAS=bool(bias), RESIDUAL=bool(residual), XGLU=bool(xglu))
+                  BIAS=bool(bias), RESIDUAL=bool(residual), EPI_GLU=bool(epi_glu))
 
 
 def matmul_params(qtypes, k, m, n, ldy, y_off=0, ldx=None):
@@ -158,4 +158,5 @@ ARGMAX_FIELDS = (("n", "u"), ("x_off", "u"))
 
 def argmax(ks):
     """Bindings: x, out (u32)."""
-    return ks.get("argmax.wgsl", ["r", "rw"], ARGMAX_FIELDS)
+    wg = 1024 if ks.dev.limits["max-compute-invocations-per-workgroup"] >= 1024 else 256
+    return ks.get("argmax.wgsl", ["r", "rw"], ARGMAX_FIELDS, WG=wg)

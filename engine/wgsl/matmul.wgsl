@@ -3,8 +3,9 @@
 // Tile: 64 rows x 64 tokens per workgroup of 256 threads, 32 weights of K per step; each thread
 // owns a 4 x 4 block of outputs. W's tile is dequantized into workgroup memory once per step
 // (one 8-weight chunk per thread). MODE "glu": W0 = gate, W1 = up, Y = act(gate) * up.
-// X: [n, ldx]; Y: [n, ldy].  XGLU: X holds [gate | up] (ldx = 2K) and the product reads
-// act(gate) * up as it loads X (prefill's down projection: the gated FFN costs no extra pass).
+// X: [n, ldx]; Y: [n, ldy].  EPI_GLU: Y already holds gate = X Wg^T (the previous dispatch) and this
+// product is up: Y = act(gate) * up, in place (the gated FFN of prefill without a third pass; a single
+// two-accumulator product, MODE "glu", ran 3x slower on the H200).
 {% from "quant.wgsl" import quant_fns %}
 {% include "quant.wgsl" %}
 struct Params {
@@ -66,18 +67,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let o = xt * P.ldx + c * 8u;
             xa = vec4<f32>(x[o], x[o + 1u], x[o + 2u], x[o + 3u]);
             xb = vec4<f32>(x[o + 4u], x[o + 5u], x[o + 6u], x[o + 7u]);
-{% if XGLU %}
-            let ou = o + P.K;
-            let ua = vec4<f32>(x[ou], x[ou + 1u], x[ou + 2u], x[ou + 3u]);
-            let ub = vec4<f32>(x[ou + 4u], x[ou + 5u], x[ou + 6u], x[ou + 7u]);
-{% if ACT == "silu" %}
-            xa = xa / (1.0 + exp(-xa)) * ua;
-            xb = xb / (1.0 + exp(-xb)) * ub;
-{% else %}
-            xa = 0.5 * xa * (1.0 + tanh(clamp(0.7978845608028654 * (xa + 0.044715 * xa * xa * xa), vec4<f32>(-15.0), vec4<f32>(15.0)))) * ua;
-            xb = 0.5 * xb * (1.0 + tanh(clamp(0.7978845608028654 * (xb + 0.044715 * xb * xb * xb), vec4<f32>(-15.0), vec4<f32>(15.0)))) * ub;
-{% endif %}
-{% endif %}
         }
         workgroupBarrier();
         // scatter: element (k, r) of a [32][64] tile lives in vec4 k * 16 + r / 4, lane r % 4
@@ -128,6 +117,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% endif %}
 {% endif %}
             let o = tok * P.ldy + P.y_off + r;
+{% if EPI_GLU %}
+            let gt = y[o];
+{% if ACT == "silu" %}
+            v = gt / (1.0 + exp(-gt)) * v;
+{% else %}
+            v = 0.5 * gt * (1.0 + tanh(clamp(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt), -15.0, 15.0))) * v;
+{% endif %}
+{% endif %}
 {% if RESIDUAL %}
             y[o] += v;
 {% else %}
