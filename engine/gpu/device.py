@@ -159,7 +159,8 @@ class Device:
         self.submit(enc)
         try:
             st.map_sync(self.wgpu.MapMode.READ, 0, total)
-            out = np.frombuffer(st.read_mapped(0, total), np.uint8)
+            # one copy out of the mapped range (read_mapped(copy=True) would make the same one)
+            out = np.frombuffer(st.read_mapped(0, total, copy=False), np.uint8).copy()
             st.unmap()
         except Exception as e:
             raise EngineError(f"reading back from the GPU failed (device lost?): {e}") from e

@@ -60,7 +60,8 @@ class GpuKVCache:
                 [(self.v[layer], h * row, size) for h in range(self.n_kv_heads)])
 
     def read_prefix(self, layer: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Layer `layer`'s K and V for positions [0, n): float32 [n_kv_heads, n, head_dim] copies."""
+        """Layer `layer`'s K and V for positions [0, n): float32 [n_kv_heads, n, head_dim] arrays
+        (host copies; later forward passes do not change them)."""
         if not 0 <= n <= self.max_ctx or not 0 <= layer < self.n_layers:
             raise EngineError(f"read_prefix: layer {layer}, {n} positions asked of a cache of "
                               f"{self.n_layers} layers x {self.max_ctx}")
@@ -72,8 +73,9 @@ class GpuKVCache:
             self._snapshot = (n, self.dev.read(copies).view(np.float32))
         per = self.n_kv_heads * n * self.head_dim
         data = self._snapshot[1]
-        k = data[2 * layer * per:(2 * layer + 1) * per].reshape(shape).copy()
-        v = data[(2 * layer + 1) * per:(2 * layer + 2) * per].reshape(shape).copy()
+        # views of the snapshot (which nothing writes again): the copy from the GPU is the only one
+        k = data[2 * layer * per:(2 * layer + 1) * per].reshape(shape)
+        v = data[(2 * layer + 1) * per:(2 * layer + 2) * per].reshape(shape)
         if layer == self.n_layers - 1:
             self._snapshot = None        # the image is written: free the host copy
         return k, v
