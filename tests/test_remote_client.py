@@ -326,3 +326,15 @@ def test_stop_before_the_server_answers_at_all(scripted, how):
     reader.join(5)
     assert not reader.is_alive() and time.perf_counter() - t < 2
     assert [e.stop_reason for e in got] == ["cancelled"]
+
+
+def test_reasoning_sent_apart_comes_back_inline_in_think_tags(scripted):
+    body = sse(chunk({"role": "assistant", "reasoning_content": "Let me "}), chunk({"reasoning_content": "think."}),
+               chunk({"content": "Hi"}), chunk({}, "stop"), "[DONE]")
+    events = list(client(scripted, "think", Reply(body)).chat(USER, "m"))
+    assert "".join(e.text for e in events) == "<think>\nLet me think.\n</think>\n\nHi"
+    assert [e.reasoning for e in events[:3]] == ["Let me ", "think.", ""]
+    # Ollama's field name, a reply that ends while still thinking: the block is closed at the end
+    body = sse(chunk({"reasoning": "Hmm"}), chunk({}, "length"), "[DONE]")
+    text, final = collect(client(scripted, "think2", Reply(body)).chat(USER, "m"))
+    assert text == "<think>\nHmm\n</think>\n\n" and final.stop_reason == "length"

@@ -35,6 +35,7 @@ class RemoteStats(GenerationStats):
 @dataclass
 class RemoteEvent(GenerationEvent):
     tool_calls: list = field(default_factory=list)   # final only: ToolCall | MalformedToolCall
+    reasoning: str = ""          # the part of `text` that is the model's thinking, without the tags
 
 
 def cancelled_event(stats: RemoteStats) -> RemoteEvent:

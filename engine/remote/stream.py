@@ -5,7 +5,8 @@ the event, lines starting with ':' are comments (keep-alives). Each data is a ch
 JSON object, or `[DONE]`. Tool calls arrive in pieces keyed by `index` (the id and name first, the
 arguments as string fragments) and are assembled here. A reply is complete when a finish_reason or
 [DONE] arrived; a stream that just ends before either is an error, never a silently short reply.
-A server that ignores stream=true and answers one JSON completion is read as well.
+A server that ignores stream=true and answers one JSON completion is read as well. A reasoning
+model's thinking, which servers send apart from the content, comes back inline in <think> tags.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ import httpx
 from .errors import (RemoteConnectionError, RemoteError, RemoteHTTPError, RemoteProtocolError, error_detail,
                      json_or_raise, mapped_errors, plain_text)
 from .events import STOP_REASONS, RemoteEvent, RemoteStats, cancelled_event, tool_calls_from_wire
+
+
+# Where servers put a reasoning model's thinking: vLLM and llama.cpp "reasoning_content", Ollama "reasoning".
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+THINK_OPEN, THINK_CLOSE = "<think>\n", "\n</think>\n\n"
 
 
 def sse_data(lines: Iterator[str]) -> Iterator[str]:
@@ -53,6 +59,7 @@ class _Reply:
         self.timings: dict | None = None
         self.model = ""
         self.done = False
+        self.thinking = False        # inside reasoning text (<think> sent, </think> not yet)
 
     def tick(self) -> None:
         self.t_last = time.perf_counter()
@@ -163,19 +170,35 @@ def _chunk(data: str, url: str, reply: _Reply) -> RemoteEvent | None:
             reply.tick()
     if ch.get("finish_reason"):
         reply.finish_reason = str(ch["finish_reason"])
-    if text:
+    thought = next((delta[k] for k in REASONING_FIELDS if isinstance(delta.get(k), str) and delta[k]), "")
+    if thought or text:
         reply.tick()
         reply.deltas += 1
-        return RemoteEvent(text)
+        return RemoteEvent(_think_tags(reply, thought) + text, reasoning=thought)
     return None
 
 
+def _think_tags(reply: _Reply, thought: str) -> str:
+    """Reasoning servers send the thinking apart from the content; the local engine shows a model's
+    <think> block inline, so it is put back inline here (with `reasoning` for styling it)."""
+    if thought and not reply.thinking:
+        reply.thinking = True
+        return THINK_OPEN + thought
+    if thought:
+        return thought
+    if reply.thinking:
+        reply.thinking = False
+        return THINK_CLOSE
+    return ""
+
+
 def _final(reply: _Reply, tools) -> RemoteEvent:
+    tail = _think_tags(reply, "") if reply.thinking else ""
     calls = [dict(c, id=c["id"] or f"call_{i + 1}") for i, c in sorted(reply.calls.items())]
     reason = STOP_REASONS.get(reply.finish_reason or "stop", reply.finish_reason)
     if calls:
         reason = "tool_calls"
-    return RemoteEvent("", None, final=True, stop_reason=reason, stats=reply.stats(),
+    return RemoteEvent(tail, None, final=True, stop_reason=reason, stats=reply.stats(),
                        tool_calls=tool_calls_from_wire(calls, tools))
 
 
@@ -194,8 +217,9 @@ def _whole_reply(doc, url: str, reply: _Reply, tools) -> Iterator[RemoteEvent]:
     for j, c in enumerate(msg.get("tool_calls") or []):
         reply.add_call_delta(c, j)
     text = msg.get("content") or ""
+    thought = next((msg[k] for k in REASONING_FIELDS if isinstance(msg.get(k), str) and msg[k]), "")
     reply.tick()
-    if text:
+    if text or thought:
         reply.deltas = 1
-        yield RemoteEvent(text)
+        yield RemoteEvent((THINK_OPEN + thought + THINK_CLOSE if thought else "") + text, reasoning=thought)
     yield _final(reply, tools)
