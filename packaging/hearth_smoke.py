@@ -17,7 +17,8 @@ Events go to stdout, one line each: `HEARTH_SMOKE <event> <json>`, every one wit
     timeout       HEARTH_SMOKE_TIMEOUT seconds (default 180) passed first: exit status 3
 Exit status: 0 after a reply without error, 1 after an error, 3 on timeout.
 
-HEARTH_SMOKE_MESSAGE sets the message (default: "Say hello.").
+HEARTH_SMOKE_MESSAGE sets the message (default: "Say hello."). HEARTH_SMOKE_STOP=1 clicks `stopButton`
+at the first token (benchmarks: the reply ends there, as if the user pressed Stop).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class _Driver:
 
         self.qapp = qapp
         self.message = os.environ.get("HEARTH_SMOKE_MESSAGE", "Say hello.")
+        self.stop_early = os.environ.get("HEARTH_SMOKE_STOP") == "1"
         self.deadline = time.time() + float(os.environ.get("HEARTH_SMOKE_TIMEOUT", "180"))
         self.state = "window"
         self.win = self.model = None
@@ -100,6 +102,9 @@ class _Driver:
             if self._last("role") == "assistant" and (self._last("content") or self._last("error")):
                 emit("first_token")
                 self.state = "reply"
+                if self.stop_early:
+                    from PySide6.QtWidgets import QAbstractButton
+                    self.win.findChild(QAbstractButton, "stopButton").click()
         if self.state == "reply":
             if self._last("role") == "assistant" and not self._last("streaming"):
                 err = self._last("error") or ""

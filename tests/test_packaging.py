@@ -138,9 +138,10 @@ def test_install_desktop_puts_entry_icons_and_metainfo_under_xdg_data_home(tmp_p
 
 
 # -- end to end: start, send one message, get a reply, quit ---------------------------------------------------
-def run_smoke(cmd: list[str], tmp_path: Path, env: dict[str, str], cwd: Path) -> tuple[int, dict, str]:
+def run_smoke(cmd: list[str], tmp_path: Path, env: dict[str, str], cwd: Path,
+              platform: str = "offscreen") -> tuple[int, dict, str]:
     """Run Hearth with the smoke driver; (exit status, {event: payload}, output)."""
-    env = {**env, "HEARTH_SMOKE_TEST": "1", "QT_QPA_PLATFORM": "offscreen",
+    env = {**env, "HEARTH_SMOKE_TEST": "1", "QT_QPA_PLATFORM": platform,
            "HEARTH_SMOKE_MESSAGE": "Say hello.", "HEARTH_SMOKE_TIMEOUT": str(SMOKE_TIMEOUT - 30),
            "HEARTH_DATA_DIR": str(tmp_path / "data"), "HEARTH_CACHE_DIR": str(tmp_path / "cache")}
     p = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=SMOKE_TIMEOUT)
@@ -204,6 +205,7 @@ def bundle():
     r = subprocess.run([str(ROOT / "packaging" / "build"), "--reuse"], env=env, cwd=ROOT,
                        capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    print(r.stdout.strip().splitlines()[-1])  # "build: ... in N s" or "up to date" (pytest -s shows it)
     exe = BUNDLE / "hearth"
     assert exe.is_file() and os.access(exe, os.X_OK)
     return exe
@@ -226,12 +228,37 @@ def test_bundle_holds_the_model_and_native_libraries(bundle):
 
 @pytest.mark.slow
 def test_bundle_starts_offscreen_replies_and_quits(bundle, tmp_path):
-    from engine.build_info import hash_sources  # noqa: PLC0415
+    from engine.build_info import hash_sources, source_files  # noqa: PLC0415
     rc, ev, out = run_smoke(_no_network_prefix() + [str(bundle)], tmp_path, _bundle_env(tmp_path), cwd=tmp_path)
     assert_replied_and_quit(rc, ev, out)
     internal = BUNDLE / "_internal"
     assert Path(ev["where"]["app"]) == internal / "app", ev["where"]
-    # engine.build_info hashes the engine's sources (prefix-image keys): the bundle sees the same ones.
-    assert ev["where"]["engine_sources"] == hash_sources()
+    # engine.build_info hashes the engine's sources into prefix-image keys: the bundle carries every
+    # one of them as a file and hashes those (not only the shaders). Contents are compared with the
+    # bundle's own copies, as the checkout may have moved on since the build.
+    names = sorted(p.relative_to(ROOT / "engine").as_posix() for p in source_files(ROOT / "engine"))
+    assert sorted(p.relative_to(internal / "engine").as_posix() for p in source_files(internal / "engine")) == names
+    assert ev["where"]["engine_sources"] == hash_sources(internal / "engine")
     assert "model_ready" in ev and Path(ev["model_ready"]["path"]).parent == internal / "models", ev.get("model_ready")
     assert (tmp_path / "data" / "chats.sqlite3").is_file()  # the chat was kept where HEARTH_DATA_DIR says
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("xvfb-run"), reason="Xvfb not installed")
+def test_bundle_replies_on_an_x11_display(bundle, tmp_path):
+    """The same through Qt's xcb platform plugin on a virtual X server: the plugin and its X libraries
+    load from the bundle (the system provides libxcb-* as for any Qt app; ./dev installs them)."""
+    rc, ev, out = run_smoke(["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", str(bundle)], tmp_path,
+                            _bundle_env(tmp_path), cwd=tmp_path, platform="xcb")
+    assert_replied_and_quit(rc, ev, out)
+
+
+@pytest.mark.slow
+def test_bundle_install_desktop_points_the_menu_entry_at_the_bundle(bundle, tmp_path):
+    data = tmp_path / "share"
+    r = subprocess.run([str(BUNDLE / "install-desktop")], env={**os.environ, "XDG_DATA_HOME": str(data)},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert _desktop_entry(data / "applications" / "hearth.desktop")["Exec"] == f'"{bundle}"'
+    assert (data / "icons" / "hicolor" / "256x256" / "apps" / "hearth.png").is_file()
+    assert (data / "metainfo" / METAINFO.name).is_file()
