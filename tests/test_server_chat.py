@@ -5,6 +5,7 @@ images, the history. SmolLM2's template has no tool support ("generic" format)."
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -200,3 +201,30 @@ def test_a_reply_begun_by_the_client_is_parsed_but_not_echoed():
     items = reply.feed("}\n</tool_call>") + reply.finish()
     assert items == [("tool_call", reply.tool_calls[0])] and reply.content == ""
     assert json.loads(reply.tool_calls[0]["function"]["arguments"]) == {"expression": "23*47"}
+
+
+def test_the_service_can_use_an_apps_own_engine_thread(engine):
+    from engine.server.worker import Job
+
+    class AppThread:
+        """Stands for the app's engine worker: runs each job on one thread it owns."""
+        queued = 0
+
+        def __init__(self):
+            self.names = []
+
+        def submit(self, fn):
+            job = Job(fn)
+            t = threading.Thread(target=lambda: (self.names.append(threading.current_thread().name),
+                                                 job.run(engine)), name="app-engine")
+            t.start()
+            return job
+
+        def close(self):
+            pass
+
+    app = AppThread()
+    service = ChatService(engine, worker=app)
+    _, out = run(service, request([{"role": "user", "content": "Say hi"}], max_tokens=1))
+    assert out.stats.generated_tokens == 1 and app.names == ["app-engine"]
+    service.close()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from engine.server.worker import EngineWorker, JobFailed
+from engine.server.worker import EngineWorker, Job, JobFailed
 
 
 @pytest.fixture
@@ -108,3 +108,16 @@ def test_gone_is_asked_even_while_items_keep_coming(worker):
     t = time.perf_counter()
     got = list(job.items(gone=lambda: time.perf_counter() - t > 0.3, poll_s=0.05))
     assert job.cancel.is_set() and 0 < len(got) < 500
+
+
+def test_any_thread_that_owns_the_engine_can_run_jobs():
+    """What an app with its own engine thread does instead of EngineWorker."""
+    job = Job(lambda engine, j: j.put(("ran on", threading.current_thread().name, engine)))
+    t = threading.Thread(target=job.run, args=("app engine",), name="app-worker")
+    t.start()
+    assert list(job.items()) == [("ran on", "app-worker", "app engine")] and job.done.is_set()
+    t.join()
+    failing = Job(lambda engine, j: {}["missing"])
+    failing.run(None)
+    with pytest.raises(JobFailed):
+        list(failing.items())

@@ -47,12 +47,16 @@ class ChatOutcome:
 
 
 class ChatService:
-    def __init__(self, engine, model_id: str | None = None, presets: PresetPrefixes | None = None):
+    def __init__(self, engine, model_id: str | None = None, presets: PresetPrefixes | None = None, worker=None):
+        """`worker`: what runs the jobs, serially, on the thread that owns `engine` (default: a new
+        EngineWorker). An app that already has an engine thread passes its own: any object with
+        `submit(fn) -> Job` (make `Job(fn)`, call `job.run(engine)` on that thread), `queued` and
+        `close()`."""
         self.engine = engine
         self.model_id = model_id or default_model_id(engine)
         self.created = int(time.time())
         self.presets = presets
-        self.worker = EngineWorker(engine)
+        self.worker = worker if worker is not None else EngineWorker(engine)
         self.history: collections.deque[dict] = collections.deque(maxlen=HISTORY)
         self.counts = collections.Counter()
         self._lock = threading.Lock()

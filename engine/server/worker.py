@@ -39,6 +39,20 @@ class Job:
         """Called by the job's function on the worker thread."""
         self._out.put(item)
 
+    def run(self, engine) -> None:
+        """Run the job on the calling thread (the one that owns `engine`), unless it was cancelled
+        while queued; whatever it raises goes to its requester. Any serial executor may call this:
+        EngineWorker does, and so can an app's own engine thread."""
+        self.started.set()
+        try:
+            if not self.cancel.is_set():
+                self.fn(engine, self)
+        except BaseException as e:  # noqa: BLE001  reported to the requester; the executor goes on
+            self.put(JobFailed(e))
+        finally:
+            self.put(_END)
+            self.done.set()
+
     def items(self, gone: Callable[[], bool] | None = None, poll_s: float = 0.2) -> Iterator:
         """What the job puts, in order, until it ends. At least every `poll_s`, also while items keep
         coming, `gone()` is asked whether the requester left; if so the job is cancelled and
@@ -93,16 +107,10 @@ class EngineWorker:
             if job is None:
                 return
             self._current = job
-            job.started.set()
             try:
-                if not job.cancel.is_set():
-                    job.fn(self.engine, job)
-            except BaseException as e:  # noqa: BLE001  reported to the requester; the worker goes on
-                job.put(JobFailed(e))
+                job.run(self.engine)
             finally:
                 self._current = None
-                job.put(_END)
-                job.done.set()
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Cancel queued jobs, let the running one end (it is cancelled too), stop the thread."""
