@@ -413,7 +413,8 @@ def read_image(f, want: ImageHeader, ids, kv, resident: int) -> np.ndarray | Non
     Everything that can be checked before touching the cache is: header, key, sizes against the model
     and against the file's length (when it can be known), the token ids. Then each tensor is read once
     and written once into the cache; if the checksum (or anything else) fails after that, the layers
-    written so far get their positions [0, min(resident, n)) back, so `kv` holds what it held."""
+    written so far get their positions [0, min(resident, n)) back, so `kv` holds what it held.
+    `kv.write_prefix` must copy k and v before it returns: the scratch buffers are reused."""
     header, raw = read_header(f)
     header.check_against(want)
     n = header.n_tokens

@@ -212,6 +212,15 @@ def test_reader_writes_each_layer_once_and_allocates_nothing_proportional_to_n_c
     assert same_kv(snapshot(dst, n), snapshot(src, n))
 
 
+def test_running_crc_equals_zlib_over_the_whole_stream():
+    rng = np.random.default_rng(3)
+    parts = [rng.bytes(n) for n in (128, 20, 300_000, 7, 1_000_000, 44, 300_000, 4)]
+    crc = pi.RunningCrc()
+    for p in parts:  # small parts inline, large ones on the worker thread, all in order
+        crc.update(np.frombuffer(p, np.uint8))
+    assert crc.value == zlib.crc32(b"".join(parts))
+
+
 # -------------------------------------------------------------------------------------- refusals
 
 def test_key_and_shape_mismatches_are_refused_before_the_cache_is_touched():
