@@ -97,6 +97,11 @@ def main(argv=None):
         for k, v in by.most_common():
             print(f"  {k:10s} {v * 1e3:8.3f}  ({cnt[k]})")
         print(f"  total      {sum(by.values()) * 1e3:8.3f}")
+    # the step buffer must say what a real 2048-token chunk says (rope and attention read it)
+    hdr = np.zeros(4 + 2048, np.uint32)
+    hdr[1] = 2048
+    hdr[4:] = np.arange(2048) + 100
+    be.dev.queue.write_buffer(be.step, 0, hdr)
     by, cnt, rt = per_op(be, be.prefill_plan, 2048, 2048, 3)
     print("\nprefill chunk of 2048 at pos 0: GPU ms by kernel (count):")
     for k, v in by.most_common():

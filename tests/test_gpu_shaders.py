@@ -59,8 +59,8 @@ def test_sources_come_from_the_package():
 
 
 @pytest.mark.parametrize("name,tpl", [
-    ("matmul.wgsl", dict(QTYPES=("Q4_K", "Q6_K"), MODE="glu", ACT="gelu", BIAS=True, RESIDUAL=False, EPI_GLU=False)),
-    ("matmul.wgsl", dict(QTYPES=("Q4_0",), MODE="plain", ACT="gelu", BIAS=False, RESIDUAL=True, EPI_GLU=True)),
+    ("matmul.wgsl", dict(QTYPES=("Q4_K",), ACT="gelu", BIAS=True, RESIDUAL=False, EPI_GLU=False)),
+    ("matmul.wgsl", dict(QTYPES=("Q4_0",), ACT="gelu", BIAS=False, RESIDUAL=True, EPI_GLU=True)),
     ("attn_decode.wgsl", dict(HD=64, CHUNK=64, PASS="split")),
     ("attn_decode.wgsl", dict(HD=256, CHUNK=64, PASS="combine")),
     ("attn_prefill.wgsl", dict(HD=128, BQ=64, KT=16, PASS="split")),

@@ -53,11 +53,11 @@ MATMUL_FIELDS = (("K", "u"), ("M", "u"), ("n", "u"), ("rb0", "u"), ("rb1", "u"),
                  ("ldx", "u"))
 
 
-def matmul(ks, qtypes, mode="plain", act="silu", bias=False, residual=False, epi_glu=False):
-    """Y[n, ldy] (+)= X[n, K] W^T for prefill. Bindings: x, y, w0[, w1][, b].
+def matmul(ks, qtypes, act="silu", bias=False, residual=False, epi_glu=False):
+    """Y[n, ldy] (+)= X[n, K] W^T for prefill. Bindings: x, y, w0[, b].
     epi_glu: Y holds the gate product already; it becomes act(gate) * (X W^T)."""
-    access = ["r", "rw"] + ["r"] * len(qtypes) + (["r"] if bias else [])
-    return ks.get("matmul.wgsl", access, MATMUL_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
+    access = ["r", "rw", "r"] + (["r"] if bias else [])
+    return ks.get("matmul.wgsl", access, MATMUL_FIELDS, QTYPES=tuple(qtypes), ACT=act,
                   BIAS=bool(bias), RESIDUAL=bool(residual), EPI_GLU=bool(epi_glu))
 
 
