@@ -382,7 +382,9 @@ class MainWindow(QMainWindow):
     def _fill_models(self, current: str) -> None:
         mp = self.modelPicker
         mp.clear()
-        mp.addItem("SmolLM2-135M-Instruct (default)", "")
+        mp.addItem("SmolLM2-135M (default)", "")
+        mp.setItemData(0, "The default model: SmolLM2-135M-Instruct Q4_1, installed with Hearth",
+                       Qt.ItemDataRole.ToolTipRole)
         for r in self.settings.get("model/recent"):
             if r.get("path") and os.path.exists(r["path"]):
                 mp.addItem(os.path.basename(r["path"]), r["path"])
@@ -430,12 +432,19 @@ class MainWindow(QMainWindow):
                               "quant": info.get("quant"), "size": info.get("size_bytes")})
             self.settings.set("model/recent", recent[:8])
         self._fill_models(path)
+        runs_on = "GPU" if info.get("backend") == "gpu" else "CPU"
         self.modelInfo.setText(f"{info.get('arch', '?')} · {human_params(info.get('params', 0))} · "
-                               f"{info.get('quant', '?')} · {human_bytes(info.get('size_bytes', 0))}  —  "
-                               f"{info.get('adapter', '')}")
-        self.modelInfo.setToolTip(f"{info.get('path')}\nloaded in {info.get('load_s', 0):.2f} s, "
-                                  f"context {info.get('n_ctx')} tokens")
+                               f"{info.get('quant', '?')} · {human_bytes(info.get('size_bytes', 0))} · {runs_on}")
+        self.modelInfo.setToolTip(f"{info.get('path')}\nruns on {info.get('adapter', '')}\n"
+                                  f"loaded in {info.get('load_s', 0):.2f} s, context {info.get('n_ctx')} tokens")
         self.backendPicker.setToolTip(f"Running on: {info.get('adapter', '')}")
+        # The picker names what runs: "Auto (CPU)", "GPU · <adapter>".
+        device = info.get("adapter", "").removeprefix("GPU: ").split(" [")[0]
+        for i, (label, data) in enumerate((("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu"))):
+            text = label
+            if data == info.get("backend_setting"):
+                text = f"Auto ({runs_on})" if data == "auto" else f"GPU · {device}" if data == "gpu" else label
+            self.backendPicker.setItemText(i, text)
         self._update_empty_hint()
         self.modelReady.emit(info)
         self.warm_preset()

@@ -72,12 +72,15 @@ def main(argv=None) -> int:
     spin(lambda: not w.client.busy)
 
     # The probe: lateness of each 5 ms tick, recorded only while `recording`.
-    state = {"last": None, "recording": False, "late": []}
+    state = {"last": None, "recording": False, "late": [], "where": [], "deltas": 0, "t0": 0.0}
+    w.client.worker.delta.connect(lambda rid, t: state.__setitem__("deltas", state["deltas"] + 1))
 
     def tick():
         now = time.perf_counter()
         if state["recording"] and state["last"] is not None:
-            state["late"].append(max(0.0, now - state["last"] - TICK_MS / 1000))
+            late = max(0.0, now - state["last"] - TICK_MS / 1000)
+            state["late"].append(late)
+            state["where"].append((late, now - state["t0"], state["deltas"]))
         state["last"] = now
 
     probe = QTimer(timerType=Qt.TimerType.PreciseTimer, interval=TICK_MS)
@@ -86,6 +89,7 @@ def main(argv=None) -> int:
 
     def measure(seconds=None, until=None):
         state["late"], state["last"], state["recording"] = [], None, True
+        state["t0"], state["deltas"], state["where"] = time.perf_counter(), 0, []
         end = time.monotonic() + (seconds or 1e9)
         spin(lambda: time.monotonic() > end or (until is not None and until()))
         state["recording"] = False
@@ -103,6 +107,9 @@ def main(argv=None) -> int:
         w.messageInput.setPlainText(prompts[replies % len(prompts)])
         w.send()
         lates += measure(until=lambda: done)
+        worst_ticks = sorted(state["where"], reverse=True)[:3]
+        print("worst ticks of this reply (ms late, s into the reply, tokens streamed so far): "
+              + ", ".join(f"{a * 1000:.0f} ms @ {b:.2f} s / {c}" for a, b, c in worst_ticks))
         w.conversation.replyFinished.disconnect(conn)
         st = done[0]
         generated += st.get("generated_tokens", 0)
