@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -60,8 +61,12 @@ class Engine:
         n_ctx = int(n_ctx)
         if n_ctx <= 0:
             raise EngineError(f"n_ctx must be positive, not {n_ctx}")
-        tok = Tokenizer.from_gguf(g)
-        be, info = _make_backend(backend, cfg, g, n_ctx)
+        # The tokenizer is built (mostly Python, holding the GIL) on a second thread while the
+        # weights are dequantized (numpy, GIL released): load time is the longer of the two.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-load") as pool:
+            tok_future = pool.submit(Tokenizer.from_gguf, g)
+            be, info = _make_backend(backend, cfg, g, n_ctx)
+            tok = tok_future.result()
         return cls(g, cfg, be, tok, info)
 
     def close(self) -> None:
