@@ -60,14 +60,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let i = wid.x * BQ + t;                   // this thread's query
     let live = i < n;
     let qp = pos + i;                          // its position
-    var qv: array<vec4<f32>, HD / 4u>;
-    var o: array<vec4<f32>, HD / 4u>;
+    // q and o live in registers: one variable per vec4 (unrolled by the template), since a private
+    // array indexed in a loop is placed in (slow) local memory by GPU compilers.
+{% for d in range(HD // 4) %}
+    var q{{d}} = vec4<f32>(0.0);
+    var o{{d}} = vec4<f32>(0.0);
+{% endfor %}
     if (live) {
         let qb = (i * P.n_head + h) * HD;
-        for (var d = 0u; d < HD / 4u; d++) {
-            qv[d] = vec4<f32>(q[qb + 4u * d], q[qb + 4u * d + 1u], q[qb + 4u * d + 2u], q[qb + 4u * d + 3u]) * P.scale;
-            o[d] = vec4<f32>(0.0);
-        }
+{% for d in range(HD // 4) %}
+        q{{d}} = vec4<f32>(q[qb + {{4 * d}}u], q[qb + {{4 * d + 1}}u], q[qb + {{4 * d + 2}}u], q[qb + {{4 * d + 3}}u]) * P.scale;
+{% endfor %}
     }
     var m = -3.0e38;
     var l = 0.0;
@@ -94,40 +97,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
         if (live) {
-            var sc: array<f32, KT>;
-            var tm = m;
-            for (var j = 0u; j < KT; j++) {
-                let kj = k0 + j;
-                var s = -3.0e38;
-                if (kj <= qp && kj >= lo && kj < k_end) {
-                    var acc = 0.0;
-                    for (var d = 0u; d < HD / 4u; d++) { acc += dot(qv[d], ks[j * (HD / 4u) + d]); }
-                    s = acc;
-                    tm = max(tm, s);
+            // online softmax one key at a time; o is rescaled only when the running max grows
+            let jn = min(KT, min(k_end, qp + 1u) - min(k0, min(k_end, qp + 1u)));
+            for (var j = 0u; j < jn; j++) {
+                if (k0 + j < lo) { continue; }
+                let kb = j * (HD / 4u);
+                var s = 0.0;
+{% for d in range(HD // 4) %}
+                s += dot(q{{d}}, ks[kb + {{d}}u]);
+{% endfor %}
+                if (s > m) {
+                    let corr = exp(m - s);
+                    l *= corr;
+{% for d in range(HD // 4) %}
+                    o{{d}} *= corr;
+{% endfor %}
+                    m = s;
                 }
-                sc[j] = s;
-            }
-            if (tm > -1.0e38) {
-                let corr = exp(m - tm);
-                l *= corr;
-                for (var d = 0u; d < HD / 4u; d++) { o[d] *= corr; }
-                m = tm;
-                for (var j = 0u; j < KT; j++) {
-                    if (sc[j] > -1.0e38) {
-                        let pj = exp(sc[j] - m);
-                        l += pj;
-                        for (var d = 0u; d < HD / 4u; d++) { o[d] += pj * vs[j * (HD / 4u) + d]; }
-                    }
-                }
+                let pj = exp(s - m);
+                l += pj;
+{% for d in range(HD // 4) %}
+                o{{d}} += pj * vs[kb + {{d}}u];
+{% endfor %}
             }
         }
     }
     if (live) {
         let ob = ((i * P.n_head + h) * P.n_splits + wid.z) * PW;
-        for (var d = 0u; d < HD / 4u; d++) {
-            let r = o[d];
-            part[ob + 4u * d] = r.x; part[ob + 4u * d + 1u] = r.y; part[ob + 4u * d + 2u] = r.z; part[ob + 4u * d + 3u] = r.w;
-        }
+{% for d in range(HD // 4) %}
+        part[ob + {{4 * d}}u] = o{{d}}.x; part[ob + {{4 * d + 1}}u] = o{{d}}.y;
+        part[ob + {{4 * d + 2}}u] = o{{d}}.z; part[ob + {{4 * d + 3}}u] = o{{d}}.w;
+{% endfor %}
         part[ob + HD] = m;
         part[ob + HD + 1u] = l;
     }
