@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -42,4 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     app.setDesktopFileName("hearth")
     win = create_window()
     win.show()
+    # Ctrl+C in the terminal or a SIGTERM closes the window the normal way (settings saved, the
+    # engine thread stopped, a reply in progress kept). Python runs signal handlers only between
+    # bytecodes, so a timer wakes the interpreter now and then.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: win.close())
+    wake = QTimer(interval=250)
+    wake.timeout.connect(lambda: None)
+    wake.start()
     return app.exec()

@@ -139,6 +139,7 @@ class MainWindow(QMainWindow):
         self.modelPicker = QComboBox(objectName="modelPicker", minimumContentsLength=16)
         self.modelPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.backendPicker = QComboBox(objectName="backendPicker")
+        self.backendPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         for label, data in (("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu")):
             self.backendPicker.addItem(label, data)
         self.modelInfo = QLabel("", objectName="modelInfo")
@@ -434,8 +435,9 @@ class MainWindow(QMainWindow):
         self._fill_models(path)
         runs_on = "GPU" if info.get("backend") == "gpu" else "CPU"
         self.modelInfo.setText(f"{info.get('arch', '?')} · {human_params(info.get('params', 0))} · "
-                               f"{info.get('quant', '?')} · {human_bytes(info.get('size_bytes', 0))} · {runs_on}")
-        self.modelInfo.setToolTip(f"{info.get('path')}\nruns on {info.get('adapter', '')}\n"
+                               f"{info.get('quant', '?')} · {runs_on}")
+        self.modelInfo.setToolTip(f"{info.get('path')} ({human_bytes(info.get('size_bytes', 0))})\n"
+                                  f"runs on {info.get('adapter', '')}\n"
                                   f"loaded in {info.get('load_s', 0):.2f} s, context {info.get('n_ctx')} tokens")
         self.backendPicker.setToolTip(f"Running on: {info.get('adapter', '')}")
         # The picker names what runs: "Auto (CPU)", "GPU · <adapter>".

@@ -120,3 +120,22 @@ def test_many_qt_calls_do_not_exhaust_none_true_false(qtbot):
         label.setText("x")
     assert len(got) == 60_000
     assert min(sys.getrefcount(None), sys.getrefcount(True), sys.getrefcount(False)) > 1000
+
+
+def test_theme_follows_the_system_unless_forced(qapp):
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QPalette
+
+    from app import theme
+    hints = qapp.styleHints()
+    old = hints.colorScheme()
+    try:
+        hints.setColorScheme(Qt.ColorScheme.Dark)   # the offscreen platform may not take a request
+        assert theme.apply(qapp, "system") is (hints.colorScheme() == Qt.ColorScheme.Dark)
+        assert theme.apply(qapp, "dark") is True
+        assert qapp.palette().color(QPalette.ColorRole.Window).lightness() < 80
+        assert theme.apply(qapp, "light") is False
+        assert qapp.palette().color(QPalette.ColorRole.Window).lightness() > 200
+    finally:
+        hints.setColorScheme(old)
+        theme.apply(qapp, "light")

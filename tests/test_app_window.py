@@ -337,6 +337,7 @@ def test_model_picker_and_backend_picker_show_what_runs(window):
     assert w.modelPicker.objectName() == "modelPicker" and w.modelPicker.count() >= 2
     info = w.modelInfo.text()
     assert "llama" in info and "Q4_1" in info and "135M" in info and "CPU" in info
+    assert "MB" in w.modelInfo.toolTip() and "numpy" in w.modelInfo.toolTip()
     assert [w.backendPicker.itemData(i) for i in range(3)] == ["auto", "gpu", "cpu"]
     for name in ("chatList", "messageView", "messageInput", "sendButton", "stopButton", "presetPicker",
                  "modelPicker", "backendPicker", "statusContext"):
