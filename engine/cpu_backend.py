@@ -1,9 +1,14 @@
 """CpuBackend: the numpy forward pass, prefilled in chunks.
 
 Long inputs go through the model `chunk` tokens at a time: each chunk is one set of BLAS
-matrix products per layer, and its attention scores are [heads, chunk, T] rather than
+matrix products per layer, and its attention scores are [heads, block, T] rather than
 [heads, n, n], so memory stays bounded whatever the prompt length. numpy releases the GIL
-inside BLAS, so a GUI thread stays responsive while this runs in a worker.
+inside BLAS and its element-wise loops, so a GUI thread stays responsive while this runs in a
+worker.
+
+Threads: decode (one token) runs on the calling thread with OpenBLAS on all cores; a chunk of
+32 rows or more is split into row ranges over our own threads, each with one BLAS thread
+(ThreadedRows); on an oversubscribed machine everything runs on one thread (BlasThreads).
 """
 
 from __future__ import annotations
