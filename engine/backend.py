@@ -1,5 +1,12 @@
 """The interface both backends implement (see DESIGN.md). A backend only computes: the Engine
-owns the token list, prefix reuse, sampling, stops and context checks."""
+owns the token list, prefix reuse, sampling, stops and context checks.
+
+Construction (what `Engine.load` calls): `Backend(cfg: ModelConfig, gguf: GGUFFile, n_ctx: int)`.
+For backend="auto", `engine.gpu.probe()` returns a dict with `real_gpu` (True for a non-CPU
+adapter) or None; the Engine takes the GPU only when `real_gpu` is true.
+`kv.n_tokens` counts the valid positions; `forward` must raise ContextFullError (via
+`kv.check_fits`) before writing anything when [pos, pos + n) does not fit.
+"""
 
 from __future__ import annotations
 
