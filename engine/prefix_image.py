@@ -444,6 +444,12 @@ def _commit_tensors(f, header: ImageHeader, kv, resident: int, crc: RunningCrc) 
     pairs = [(np.empty(shape, F32), np.empty(shape, F32)) for _ in range(2 if header.n_layers > 1 else 1)]
     pending: list[Future | None] = [None] * (2 * len(pairs))
     offset = HEADER_SIZE + 4 * n
+    # Copies of the resident positions this restore overwrites, all taken before the first write: a
+    # GPU cache serves read_prefix from one snapshot download that any write invalidates.
+    for layer in range(header.n_layers if keep else 0):
+        k0, v0 = kv.read_prefix(layer, keep)
+        backups.append((layer, np.array(k0, F32), np.array(v0, F32)))
+    written = 0
     try:
         for layer in range(header.n_layers):
             slot = layer % len(pairs)
@@ -454,9 +460,7 @@ def _commit_tensors(f, header: ImageHeader, kv, resident: int, crc: RunningCrc) 
                 _read_into(f, pairs[slot][j], f"layer {layer} {what}", offset)
                 offset += header.tensor_bytes
                 pending[2 * slot + j] = crc.update(pairs[slot][j])
-            if keep:
-                k0, v0 = kv.read_prefix(layer, keep)
-                backups.append((layer, np.array(k0, F32), np.array(v0, F32)))
+            written = layer + 1  # counted first: a write that fails half-way is put back too
             kv.write_prefix(layer, n, pairs[slot][0], pairs[slot][1])
         logits = None
         if header.has_logits:
@@ -475,7 +479,7 @@ def _commit_tensors(f, header: ImageHeader, kv, resident: int, crc: RunningCrc) 
             if fut is not None:
                 fut.exception()  # wait; its own failure, if any, is not the one to report
         try:
-            for layer, k0, v0 in backups:
+            for layer, k0, v0 in backups[:written]:
                 kv.write_prefix(layer, keep, k0, v0)
         except BaseException:  # noqa: BLE001  (a device lost mid-rollback: say the cache is not intact)
             e.kv_restored = False  # type: ignore[attr-defined]  (the engine glue resets the engine)
