@@ -64,9 +64,13 @@ class BlasThreads:
             # Our own threads count in the load average (about `cores` while we run), so only
             # a load above cores + 1 means another process wants at least a whole core.
             busy = os.getloadavg()[0] > self.cores + 1.0
-        except OSError:
+        except (OSError, AttributeError):  # no load average (Windows)
             busy = False
         return 1 if busy else self.cores
+
+    @property
+    def can_set(self) -> bool:
+        return self._set is not None
 
     def set(self, n: int) -> None:
         """Use n BLAS threads for products called from this thread."""
@@ -158,7 +162,8 @@ class CpuBackend(Backend):
     def _runner(self, n_rows: int) -> RowRunner:
         """Decode and short inputs: this thread, with BLAS on all free cores; longer chunks:
         row ranges on our own threads (ThreadedRows)."""
-        if self.threads > 1 and n_rows >= MIN_PARALLEL_ROWS:
+        # Row threads only where each can be held to one BLAS thread (numpy's bundled OpenBLAS).
+        if self.threads > 1 and n_rows >= MIN_PARALLEL_ROWS and _BLAS.can_set:
             if self._rows is None or self._rows.n_threads != self.threads:
                 self._rows = ThreadedRows(self.threads)
             _BLAS.set(1)
