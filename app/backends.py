@@ -221,11 +221,11 @@ class LocalBackend(ChatBackend):
                 eng.reset()
                 common = 0
             for end in range(common + PREFILL_CHUNK, len(ids), PREFILL_CHUNK):
-                progress("Computing the preset prefix", end - common, len(ids) - common)
+                progress("Computing the preset prefix", end, len(ids))
                 if cancel is not None and cancel():
                     return None   # quitting: the next use starts again
                 eng.prefill(ids[:end])
-            progress("Computing the preset prefix", len(ids) - common, len(ids) - common)
+            progress("Computing the preset prefix", len(ids), len(ids))
             eng.prefill(ids)
         else:
             progress("Restoring the preset prefix", 0, 0)

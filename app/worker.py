@@ -25,7 +25,7 @@ import os
 import threading
 import traceback
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from .backends import ChatBackend
 
@@ -126,6 +126,15 @@ class EngineWorker(QObject):
         self.contextChanged.emit(self.backend.context())
         self.idle.emit()
 
+    @Slot()
+    def close_backend(self) -> None:
+        """Connected directly to QThread.finished, which the worker thread emits as it ends: the
+        engine is closed on the thread that used it, never on the GUI thread."""
+        try:
+            self.backend.close()
+        except Exception:  # noqa: BLE001
+            log.warning("backend close failed: %s", traceback.format_exc())
+
     @Slot(str)
     def cache(self, op: str) -> None:
         try:
@@ -182,6 +191,7 @@ class EngineClient(QObject):
         self._cacheRequested.connect(self.worker.cache)
         self.worker.idle.connect(self._on_idle)
         self.thread.started.connect(self.worker.lower_priority)
+        self.thread.finished.connect(self.worker.close_backend, Qt.ConnectionType.DirectConnection)
         self.thread.start()
 
     @property
@@ -231,10 +241,4 @@ class EngineClient(QObject):
         self._shutdown.set()
         self._cancel.set()
         self.thread.quit()
-        ok = self.thread.wait(timeout_ms)
-        if ok:
-            try:
-                self.worker.backend.close()
-            except Exception:  # noqa: BLE001
-                log.warning("backend close failed: %s", traceback.format_exc())
-        return ok
+        return self.thread.wait(timeout_ms)

@@ -240,8 +240,11 @@ def test_preset_prefix_is_computed_then_restored_then_recomputed_after_corruptio
     w._fill_presets()
     images = lambda: sorted(dirs[1].rglob("*"))  # noqa: E731
     before = {x for x in images() if x.is_file()}
+    progress = []
+    w.client.worker.progress.connect(lambda what, done, total: progress.append((what, done, total)))
     r1 = _wait_prefix(qtbot, w, p.id)
     assert r1["action"] == "computed" and r1["preset"] == p.id
+    assert ("Computing the preset prefix", r1["tokens"], r1["tokens"]) in progress  # tokens done / total
     new = [x for x in images() if x.is_file() and x not in before]
     assert new, "the first use saves an image in the cache directory"
     _wait_prefix(qtbot, w, "test-greedy")          # another prefix becomes resident
