@@ -188,3 +188,42 @@ def test_tiny_model_matches_numpy(reference_dir, arch):
         assert lg.argmax() == lc.argmax() or top2_gap(lc) < 1e-3
     finally:
         gpu.close()
+
+
+def test_engine_on_the_gpu_restores_a_prefix_image(default_model_path):
+    """The app-facing API on backend="gpu": a prefix image written by one GPU engine restores into a
+    fresh one (KV bit-identical, the reply equal, only the rest computed); the CPU engine refuses it."""
+    import io
+
+    from engine import Engine, PrefixImageError, Sampling
+
+    text = "The capital of France is"
+    a = Engine.load(default_model_path, backend="gpu", n_ctx=48)
+    b = Engine.load(default_model_path, backend="gpu", n_ctx=48)
+    try:
+        assert a.backend.name == "gpu" and a.backend_info
+        img = io.BytesIO()
+        a.save_prefix(text, img)
+        n = len(a.tokens)
+        img.seek(0)
+        assert b.restore_prefix(text, img) == n and b.tokens == a.tokens
+        for layer in (0, a.kv.n_layers - 1):
+            ka, va = a.kv.read_prefix(layer, n)
+            kb, vb = b.kv.read_prefix(layer, n)
+            assert np.array_equal(ka, kb) and np.array_equal(va, vb)
+
+        def reply(eng):
+            events = list(eng.generate(text + " Paris", max_tokens=2, sampling=Sampling.greedy()))
+            return "".join(e.text for e in events), events[-1].stats
+
+        ra, _ = reply(a)
+        rb, stats = reply(b)
+        assert ra == rb
+        assert stats.reused_tokens == n and stats.computed_tokens == len(b.tokenize(text + " Paris")) - n
+        cpu = Engine.load(default_model_path, backend="cpu", n_ctx=48)
+        img.seek(0)
+        with pytest.raises(PrefixImageError):
+            cpu.restore_prefix(text, img)
+    finally:
+        a.close()
+        b.close()

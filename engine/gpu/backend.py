@@ -63,8 +63,9 @@ class GpuBackend(Backend):
             raise
         self.load_seconds = time.perf_counter() - t0
         self.last_dispatches = 0
-        # measured on the H200: 1 piece 3.4 ms a token, 3 pieces 2.4 ms, 5 pieces 2.3 ms
-        self.submit_pieces = int(os.environ.get("HEARTH_GPU_PIECES", "1" if self.dev.info["is_cpu"] else "4"))
+        # measured on the H200 (three runs, ms a token): 1 piece 2.9-3.4, 2 pieces 2.4-3.0,
+        # 3 pieces 2.2-2.7, 5 pieces 2.3-2.8
+        self.submit_pieces = int(os.environ.get("HEARTH_GPU_PIECES", "1" if self.dev.info["is_cpu"] else "3"))
 
     # ------------------------------------------------------------------ building
     def _build(self, g, n_ctx: int, chunk: int) -> None:
