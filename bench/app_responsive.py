@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     from app.main import create_window
     from app.preset_store import Preset, check_sampling
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841  (kept alive)
 
     def spin(pred, timeout=600.0):
         end = time.monotonic() + timeout
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|")
     print(row("idle", idle))
     print(row(f"generating {generated} tokens", lates))
-    print(f"\nGUI work per streamed update (model + view, before painting), ms:\n")
+    print("\nGUI work per streamed update (model + view, before painting), ms:\n")
     print("| updates | p50 | p99 | worst |")
     print("|---|---|---|---|")
     print(row("", update_s).replace("|  | ", "| ", 1))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from app.chat_store import ChatStore, Message
-from app.message_view import MessageView, format_stats, split_markdown
+from app.markdown_text import format_stats, split_markdown
+from app.message_view import MessageView
 from app.models import ChatFilterModel, ChatListModel, IdRole, MessageModel, PresetListModel, StreamingRole
 from app.preset_store import PresetStore
 
@@ -90,7 +91,8 @@ def test_message_view_follows_the_model(qtbot):
     m.append_text(row, "Sure:\n```python\nprint('x')")
     b = v.bubbles()
     assert len(b) == 2 and b[1].text().startswith("Sure")
-    code = b[1].findChild(type(b[1]).__mro__[0].__base__, "codeBlock")  # a QFrame named codeBlock
+    from app.bubbles import CodeBlock
+    code = b[1].findChild(CodeBlock, "codeBlock")
     assert code is not None and code.code() == "print('x')"
     code.copy.click()
     from PySide6.QtGui import QGuiApplication

@@ -42,7 +42,7 @@ def test_truncate_from_removes_the_message_and_all_after(tmp_path):
 
 def test_delete_is_undoable_until_reopen(tmp_path):
     s = ChatStore(tmp_path / "c.db")
-    a, b = s.create_chat("a"), s.create_chat("b")
+    a, _ = s.create_chat("a"), s.create_chat("b")
     s.delete_chat(a.id)
     assert [c.title for c in s.chats()] == ["b"]
     s.undelete_chat(a.id)

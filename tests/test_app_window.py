@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QCoreApplication, QEventLoop, Qt, QTimer
+from PySide6.QtCore import QCoreApplication, QEventLoop, Qt
 
 from app.chat_store import ChatStore
 from app.main import create_window
@@ -194,7 +194,7 @@ def test_markdown_code_block_has_a_copy_button(qtbot, window):
     send(qtbot, w, "Write a Python hello world program in a code block.")
     set_max_tokens(w, GREEDY["max_tokens"])
     bubble = w.messageView.bubbles()[1]
-    from app.message_view import CodeBlock
+    from app.bubbles import CodeBlock
     blocks = bubble.findChildren(CodeBlock)
     assert blocks, f"expected a code block in {bubble.text()!r}"
     qtbot.mouseClick(blocks[0].copy, Qt.MouseButton.LeftButton)

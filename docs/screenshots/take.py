@@ -29,7 +29,7 @@ def main() -> int:
 
     from app.main import create_window
 
-    app = QApplication(sys.argv[:1])
+    app = QApplication(sys.argv[:1])  # noqa: F841  (kept alive)
 
     def spin(pred=lambda: False, seconds=600.0):
         end = time.monotonic() + seconds
