@@ -10,17 +10,18 @@ import os
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QLineEdit,
-                               QListView, QMainWindow, QMenu, QPlainTextEdit, QProgressBar, QPushButton,
-                               QSizePolicy, QSplitter, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow,
+                               QProgressBar, QPushButton, QSizePolicy, QSplitter, QToolButton,
+                               QVBoxLayout, QWidget)
 
 from . import theme
 from .backends import human_bytes, human_params
 from .cache_panel import CachePanel
+from .chat_sidebar import ChatSidebar
 from .chat_store import ChatStore
 from .conversation import Conversation
+from .message_input import MessageInput
 from .message_view import MessageView
-from .models import ChatFilterModel, ChatListModel, IdRole
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
 from .sampling_panel import SamplingPanel
@@ -28,37 +29,6 @@ from .settings import Settings
 from .worker import EngineClient
 
 OPEN_GGUF = "__open__"
-
-
-class MessageInput(QPlainTextEdit):
-    """Enter sends, Shift+Enter is a new line, Ctrl+Enter sends too.
-
-    Signals:
-        sendRequested()
-    """
-
-    sendRequested = Signal()
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.setObjectName("messageInput")
-        self.setPlaceholderText("Message Hearth…  (Enter to send, Shift+Enter for a new line)")
-        self.setTabChangesFocus(True)
-        self.document().contentsChanged.connect(self._fit)
-        self._fit()
-
-    def keyPressEvent(self, e):
-        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
-            if e.modifiers() & Qt.KeyboardModifier.ShiftModifier:
-                self.insertPlainText("\n")
-            else:
-                self.sendRequested.emit()
-            return
-        super().keyPressEvent(e)
-
-    def _fit(self) -> None:
-        lines = max(1, min(8, int(self.document().size().height())))
-        self.setFixedHeight(lines * self.fontMetrics().lineSpacing() + 14)
 
 
 class MainWindow(QMainWindow):
@@ -86,7 +56,6 @@ class MainWindow(QMainWindow):
         self._loading_path: str | None = None
         self._loading_backend = "auto"
         self._edit_row: int | None = None
-        self._undo: tuple | None = None
         self._closed = False
 
         self._build()
@@ -97,38 +66,12 @@ class MainWindow(QMainWindow):
 
     # -- construction ---------------------------------------------------------------------------------
     def _build(self) -> None:
-        # Sidebar: search, new chat, chat list, undo bar.
-        side = QWidget(objectName="sidebar")
-        side.setMinimumWidth(220)
-        sl = QVBoxLayout(side)
-        sl.setContentsMargins(10, 10, 10, 6)
-        sl.setSpacing(8)
-        self.newChatButton = QPushButton("＋  New chat", objectName="newChatButton")
-        self.newChatButton.setToolTip("New chat (Ctrl+N)")
-        self.chatSearch = QLineEdit(objectName="chatSearch", placeholderText="Search chats  (Ctrl+K)")
-        self.chatSearch.setClearButtonEnabled(True)
-        self.chatModel = ChatListModel(self.chats, self)
-        self.chatFilter = ChatFilterModel(self.chats, self)
-        self.chatFilter.setSourceModel(self.chatModel)
-        self.chatList = QListView(objectName="chatList")
-        self.chatList.setModel(self.chatFilter)
-        self.chatList.setEditTriggers(QListView.EditTrigger.EditKeyPressed | QListView.EditTrigger.DoubleClicked)
-        self.chatList.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.chatList.setUniformItemSizes(True)
-        self.chatList.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.chatList.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.undoBar = QFrame(objectName="undoBar")
-        ul = QHBoxLayout(self.undoBar)
-        ul.setContentsMargins(8, 4, 4, 4)
-        self.undoLabel = QLabel("", wordWrap=True)
-        self.undoButton = QToolButton(text="Undo", objectName="undoDelete")
-        ul.addWidget(self.undoLabel, 1)
-        ul.addWidget(self.undoButton)
-        self.undoBar.hide()
-        sl.addWidget(self.newChatButton)
-        sl.addWidget(self.chatSearch)
-        sl.addWidget(self.chatList, 1)
-        sl.addWidget(self.undoBar)
+        # Sidebar: new chat, search, chat list, undo bar. Its widgets are also attributes here, for
+        # tests and scripts.
+        side = self.sidebar = ChatSidebar(self.chats)
+        for name in ("newChatButton", "chatSearch", "chatModel", "chatFilter", "chatList", "undoBar",
+                     "undoLabel", "undoButton"):
+            setattr(self, name, getattr(side, name))
 
         # Top bar: preset, model, backend, model info, sampling toggle.
         top = QWidget(objectName="topBar")
@@ -247,7 +190,7 @@ class MainWindow(QMainWindow):
         c = mb.addMenu("&Chat")
         self.regenerateAction = c.addAction("Regenerate last reply", self.regenerate)
         self.regenerateAction.setShortcut(QKeySequence("Ctrl+R"))
-        c.addAction("Rename chat", self._rename_current, QKeySequence("F2"))
+        c.addAction("Rename chat", lambda: self.sidebar.rename_current(), QKeySequence("F2"))
         c.addAction("Delete chat", self._delete_current)
         p = mb.addMenu("&Presets")
         p.addAction("Manage presets…", self.open_preset_manager)
@@ -282,11 +225,9 @@ class MainWindow(QMainWindow):
         self.sendButton.clicked.connect(self.send)
         self.stopButton.clicked.connect(self.stop)
         self.messageInput.sendRequested.connect(self.send)
-        self.newChatButton.clicked.connect(self.new_chat)
-        self.chatSearch.textChanged.connect(self.chatFilter.set_search)
-        self.chatList.selectionModel().currentChanged.connect(self._on_chat_selected)
-        self.chatList.customContextMenuRequested.connect(self._chat_menu)
-        self.undoButton.clicked.connect(self.undo_delete)
+        self.sidebar.newChatRequested.connect(self.new_chat)
+        self.sidebar.chatSelected.connect(self._on_chat_selected)
+        self.sidebar.deleteRequested.connect(self.delete_chat)
         self.messageView.editRequested.connect(self.edit_message)
         self.messageView.regenerateRequested.connect(self.regenerate)
         self.presetPicker.activated.connect(self._on_preset_picked)
@@ -297,9 +238,7 @@ class MainWindow(QMainWindow):
         QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
         QShortcut(QKeySequence("Ctrl+Enter"), self, self.send)
         QShortcut(QKeySequence("Escape"), self, self._on_escape)
-        QShortcut(QKeySequence("Ctrl+K"), self, self._focus_search)
-        QShortcut(QKeySequence.StandardKey.Delete, self.chatList, self._delete_current,
-                  context=Qt.ShortcutContext.WidgetShortcut)
+        QShortcut(QKeySequence("Ctrl+K"), self, self.sidebar.focus_search)
         QApplication.styleHints().colorSchemeChanged.connect(lambda _: self._apply_theme())
 
     def _restore(self) -> None:
@@ -317,13 +256,9 @@ class MainWindow(QMainWindow):
         self._fill_presets()
         self._fill_models(s.get("model/path"))
         last = s.get("chat/last")
-        row = self.chatModel.row_of(last) if last else -1
-        if row < 0 and self.chatModel.rowCount():
-            row = 0
-        if row >= 0:
-            self._select_chat_row(row)
-        else:
-            self._show_chat(None)
+        chat_id = last if last and self.sidebar.has(last) else self.sidebar.first_id()
+        if chat_id is None or not self.sidebar.select(chat_id):
+            self._show_chat(chat_id)
         self.load_model(s.get("model/path"))
 
     # -- theme ----------------------------------------------------------------------------------------
@@ -549,28 +484,14 @@ class MainWindow(QMainWindow):
         self.messageInput.setFocus()
 
     def _on_chat_created(self, chat) -> None:
-        self.chatModel.insert_chat(chat, 0)
-        self._select_chat_row(0)
+        self.sidebar.add(chat)
 
     def _on_chat_changed(self, chat_id: int) -> None:
-        chat = self.chats.chat(chat_id)
-        row = self.chatModel.row_of(chat_id)
-        if chat and row >= 0:
-            self.chatModel.refresh_chat(chat)
-            self.chatModel.move_to_top(chat_id)
+        self.sidebar.refresh(chat_id)
 
-    def _select_chat_row(self, row: int) -> None:
-        idx = self.chatFilter.mapFromSource(self.chatModel.index(row))
-        if idx.isValid():
-            self.chatList.setCurrentIndex(idx)
-        else:
-            self._show_chat(self.chatModel.chat(row).id)
-
-    def _on_chat_selected(self, cur, _prev) -> None:
-        if cur.isValid():
-            cid = cur.data(IdRole)
-            if cid != self.conversation.chat_id:
-                self._show_chat(cid)
+    def _on_chat_selected(self, chat_id: int) -> None:
+        if chat_id != self.conversation.chat_id:
+            self._show_chat(chat_id)
 
     def _show_chat(self, chat_id: int | None) -> None:
         self.cancel_edit()
@@ -590,54 +511,22 @@ class MainWindow(QMainWindow):
         self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Ask anything. {model} runs entirely on "
                                         "this computer; nothing leaves it.")
 
-    def _chat_menu(self, pos) -> None:
-        idx = self.chatList.indexAt(pos)
-        if not idx.isValid():
-            return
-        m = QMenu(self)
-        m.addAction("Rename", lambda: self.chatList.edit(idx))
-        m.addAction("Delete", lambda: self.delete_chat(idx.data(IdRole)))
-        m.exec(self.chatList.viewport().mapToGlobal(pos))
-
-    def _rename_current(self) -> None:
-        idx = self.chatList.currentIndex()
-        if idx.isValid():
-            self.chatList.edit(idx)
-
     def _delete_current(self) -> None:
         if self.conversation.chat_id is not None:
             self.delete_chat(self.conversation.chat_id)
 
     def delete_chat(self, chat_id: int) -> None:
+        """Delete a chat (Undo in the sidebar brings it back). A chat still replying is stopped first."""
         if self.conversation.generating and self.conversation._gen["chat"] == chat_id:
             self.conversation.stop()
             return
-        self.chats.delete_chat(chat_id)
-        removed = self.chatModel.remove_chat(chat_id)
-        if removed is None:
-            return
-        self._undo = (chat_id, removed[0], removed[1])
-        self.undoLabel.setText(f"Deleted “{removed[1].title}”.")
-        self.undoBar.show()
-        if self.conversation.chat_id == chat_id:
-            if self.chatModel.rowCount():
-                self._select_chat_row(min(removed[0], self.chatModel.rowCount() - 1))
-            else:
-                self._show_chat(None)
+        was_open = self.conversation.chat_id == chat_id
+        nxt = self.sidebar.remove(chat_id)
+        if was_open and (nxt is None or not self.sidebar.select(nxt)):
+            self._show_chat(nxt)
 
     def undo_delete(self) -> None:
-        if self._undo is None:
-            return
-        chat_id, row, chat = self._undo
-        self._undo = None
-        self.chats.undelete_chat(chat_id)
-        self.chatModel.insert_chat(chat, min(row, self.chatModel.rowCount()))
-        self._select_chat_row(self.chatModel.row_of(chat_id))
-        self.undoBar.hide()
-
-    def _focus_search(self) -> None:
-        self.chatSearch.setFocus()
-        self.chatSearch.selectAll()
+        self.sidebar.undo()
 
     # -- sending --------------------------------------------------------------------------------------
     def send(self) -> bool:
@@ -651,7 +540,7 @@ class MainWindow(QMainWindow):
             self.cancel_edit()
             self.messageView.scroll_to_bottom()
             if not had_chat:
-                self._select_chat_row(self.chatModel.row_of(self.conversation.chat_id))
+                self.sidebar.select(self.conversation.chat_id)
         return ok
 
     def stop(self) -> None:
