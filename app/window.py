@@ -430,7 +430,16 @@ class MainWindow(QMainWindow):
             self.chats.set_chat_preset(self.conversation.chat_id, pid)
         self._show_sampling()
         self._update_empty_hint()
-        self.warm_preset()
+        self.use_preset_model_or_warm()
+
+    def use_preset_model_or_warm(self) -> None:
+        """A preset with a preferred model that exists loads it (and is warmed once it is loaded);
+        otherwise the current model makes the preset's prefix resident."""
+        want = self.current_preset().model
+        if want and os.path.isfile(want) and want != self.model_info.get("path_setting"):
+            self.load_model(want)
+        else:
+            self.warm_preset()
 
     def warm_preset(self) -> None:
         """Ask the worker to make the current preset's prefix resident (restore or compute)."""

@@ -335,6 +335,29 @@ def test_unsupported_model_gives_a_message_and_keeps_the_previous(qtbot, window,
     assert w.conversation.model.message(1).content.strip()
 
 
+def test_gguf_from_disk_is_remembered_and_a_preset_can_prefer_it(qtbot, window, tmp_path, default_model_path):
+    w = window
+    other = tmp_path / "my-finetune.Q4_1.gguf"
+    other.symlink_to(default_model_path)
+    p = w.presets.add(Preset("prefers-other", "Prefers my model", SYSTEM, [], dict(GREEDY), str(other)))
+    w._fill_presets()
+    with qtbot.waitSignal(w.modelReady, timeout=TIMEOUT) as blocker:
+        w.select_preset(p.id)          # the preset's preferred model is loaded
+    assert blocker.args[0]["path_setting"] == str(other) and blocker.args[0]["name"] == "my-finetune"
+    wait_until(lambda: not w.client.busy)
+    assert w.modelPicker.currentData() == str(other)
+    assert w.modelPicker.findData(str(other)) > 0          # remembered in the picker
+    assert w.settings.get("model/recent")[0]["path"] == str(other)
+    w.select_preset("test-greedy")
+    with qtbot.waitSignal(w.modelReady, timeout=TIMEOUT):
+        w.modelPicker.setCurrentIndex(0)
+        w._on_model_picked(0)          # back to the default model
+    wait_until(lambda: not w.client.busy)
+    assert w.model_info["path_setting"] == "" and w.settings.get("model/path") == ""
+    w.presets.remove(p.id)
+    w._fill_presets()
+
+
 def test_model_picker_and_backend_picker_show_what_runs(window):
     w = window
     assert w.modelPicker.objectName() == "modelPicker" and w.modelPicker.count() >= 2
