@@ -227,3 +227,25 @@ def test_engine_on_the_gpu_restores_a_prefix_image(default_model_path):
     finally:
         a.close()
         b.close()
+
+
+def test_gemma3_270m_matches_numpy():
+    """A real Q4_K_M model (Q4_K, Q5_0, Q6_K, Q8_0 kernels; head dim 256; sliding window; GeGLU; a
+    262,144-token embedding larger than lavapipe binds in one buffer, so uploaded in two row parts)."""
+    from engine.paths import gemma3_model_path
+
+    path = gemma3_model_path()
+    if path is None:
+        pytest.skip("the Gemma 3 270M test model is not installed (./dev test installs it)")
+    g = GGUFFile.open(path)
+    cfg = ModelConfig.from_gguf(g)
+    cpu = CpuBackend(cfg, g, 32)
+    gpu = GpuBackend(cfg, g, 32, adapter=adapter())
+    try:
+        ids = np.array([2, 651, 6037, 529, 7001], np.int32)       # <bos> and four ordinary tokens
+        lc, lg = cpu.forward(ids, 0), gpu.forward(ids, 0)
+        assert centered(lg, lc).mean() <= MEAN_TOL and centered(lg, lc).max() <= MAX_TOL
+        tok = int(lc.argmax())
+        assert gpu.forward_argmax(np.array([tok], np.int32), 5) == int(cpu.forward(np.array([tok], np.int32), 5).argmax())
+    finally:
+        gpu.close()

@@ -272,9 +272,22 @@ def test_embedding_lookup(dev, ks, rng, qtype):
     table = dequant_reference(raw, qtype, d)
     ids = rng.integers(0, vocab, n).astype(np.uint32)
     x = poisoned(dev, n * d)
-    dispatch_once(dev, ops.embed(ks, qtype), [dev.upload(ids), dev.upload(raw), x], ops.rows_groups(n),
+    dispatch_once(dev, ops.embed(ks, qtype), [dev.upload(ids), x, dev.upload(raw)], ops.rows_groups(n),
                   d=d, row_bytes=ops.row_bytes(qtype, d), scale=16.0, n=n)
     assert rel_err(read_f32(dev, x, n * d).reshape(n, d), table[ids] * 16.0) < RTOL
+
+
+def test_embedding_lookup_from_a_table_in_parts(dev, ks, rng):
+    """A vocabulary larger than one binding is uploaded as row ranges; ids on both sides of each cut."""
+    vocab, d, cuts = 300, 64, [0, 100, 220]
+    raw = random_rows(rng, "Q8_0", vocab, d)
+    table = dequant_reference(raw, "Q8_0", d)
+    ids = np.array([0, 99, 100, 101, 219, 220, 299, int(rng.integers(0, vocab))], np.uint32)
+    x = poisoned(dev, len(ids) * d)
+    parts = [dev.upload(raw[a:b]) for a, b in zip(cuts, cuts[1:] + [vocab])]
+    dispatch_once(dev, ops.embed(ks, "Q8_0", 3), [dev.upload(ids), x] + parts, ops.rows_groups(len(ids)),
+                  d=d, row_bytes=ops.row_bytes("Q8_0", d), scale=1.0, n=len(ids), s1=100, s2=220)
+    assert rel_err(read_f32(dev, x, len(ids) * d).reshape(-1, d), table[ids]) < RTOL
 
 
 @pytest.mark.parametrize("add", [False, True])

@@ -99,31 +99,32 @@ class GpuBackend(Backend):
         cs_swa = (W.floats(rope_table(Rope(c.n_rot, c.rope_base_swa, c.rope_neox), n_ctx), "rope-swa")
                   if c.sliding_window else None)
 
-        self.emb = W.matrix("token_embd.weight", nv, d)
-        self.out = self.emb if c.tied_output else W.matrix("output.weight", nv, d)
+        self.emb = W.matrix("token_embd.weight", nv, d, split=True)
+        self.out = self.emb if c.tied_output else W.matrix("output.weight", nv, d, split=True)
         self.out_norm = W.vector("output_norm.weight", d)
         self.layers = [self._layer_weights(W, i) for i in range(c.n_layer)]
 
         dec = self.decode_plan = Plan(dev, "decode")
         pre = self.prefill_plan = Plan(dev, "prefill")
         emb_p = dict(d=d, row_bytes=ops.row_bytes(self.emb.qtype, d), scale=c.embed_scale, n=chunk,
-                     id_off=STEP_HEADER)
-        dec.add(ops.embed(ks, self.emb.qtype), [self.step, self.emb.buffer, self.x], (1, 1, 1), "embed", **emb_p)
-        pre.add(ops.embed(ks, self.emb.qtype), [self.step, self.emb.buffer, self.x],
-                lambda n, kv: ops.rows_groups(n), "embed", **emb_p)
+                     id_off=STEP_HEADER, **{f"s{j}": r0 for j, (_, r0, _) in enumerate(self.emb.parts) if j})
+        emb_k = ops.embed(ks, self.emb.qtype, len(self.emb.parts))
+        emb_b = [self.step, self.x] + [b for b, _, _ in self.emb.parts]
+        dec.add(emb_k, emb_b, (1, 1, 1), "embed", **emb_p)
+        pre.add(emb_k, emb_b, lambda n, kv: ops.rows_groups(n), "embed", **emb_p)
         for i, L in enumerate(self.layers):
             swa = c.is_swa(i)
             self._decode_layer(dec, i, L, cs_swa if swa else cs, c.sliding_window if swa else 0)
             self._prefill_layer(pre, i, L, cs_swa if swa else cs, c.sliding_window if swa else 0)
         head_t = [self.out.qtype]
         self.decode_body = len(dec.ops)
-        dec.add(ops.matvec(ks, head_t, norm=True), [self.x, self.logits, self.out.buffer, self.out_norm],
-                ops.matvec_groups(nv), "head", **ops.matvec_params(head_t, d, [nv], eps=c.rms_eps))
         self.prefill_body = len(pre.ops)
-        hp = ops.matvec_params(head_t, d, [nv], eps=c.rms_eps)
-        hp["x_off"] = lambda n, kv: (n - 1) * d
-        pre.add(ops.matvec(ks, head_t, norm=True), [self.x, self.logits, self.out.buffer, self.out_norm],
-                ops.matvec_groups(nv), "head", **hp)
+        for buf_, r0, rows in self.out.parts:        # one matvec per part of the output matrix
+            hp = dict(ops.matvec_params(head_t, d, [rows], eps=c.rms_eps), y_off=r0)
+            dec.add(ops.matvec(ks, head_t, norm=True), [self.x, self.logits, buf_, self.out_norm],
+                    ops.matvec_groups(rows), "head", **hp)
+            pre.add(ops.matvec(ks, head_t, norm=True), [self.x, self.logits, buf_, self.out_norm],
+                    ops.matvec_groups(rows), "head", **dict(hp, x_off=lambda n, kv: (n - 1) * d))
         for p in (dec, pre):
             p.add(ops.argmax(ks), [self.logits, self.amax], (1, 1, 1), "argmax", n=nv)
             p.finalize()
@@ -279,9 +280,10 @@ class GpuBackend(Backend):
             P = Plan(self.dev, "all-logits")
             P.add(ops.rmsnorm(self.ks), [self.x, self.xn, self.out_norm], lambda n, kv: ops.rows_groups(n), "norm",
                   d=d, n=self.chunk, eps=c.rms_eps)
-            P.add(ops.matmul(self.ks, [self.out.qtype]), [self.xn, self.logits_all, self.out.buffer],
-                  lambda n, kv: ops.matmul_groups(nv, n), "head",
-                  **dict(ops.matmul_params([self.out.qtype], d, nv, 0, ldy=nv), n=lambda n, kv: n))
+            for buf_, r0, rows in self.out.parts:
+                P.add(ops.matmul(self.ks, [self.out.qtype]), [self.xn, self.logits_all, buf_],
+                      lambda n, kv, rows=rows: ops.matmul_groups(rows, n), "head",
+                      **dict(ops.matmul_params([self.out.qtype], d, rows, 0, ldy=nv, y_off=r0), n=lambda n, kv: n))
             P.finalize()
             self.all_plan = P
         return self.all_plan

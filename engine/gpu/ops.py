@@ -132,12 +132,15 @@ def attn_prefill_groups(n: int, n_head: int, n_splits: int = 1):
     return -(-n // ATTN_BQ), n_head, n_splits
 
 
-EMBED_FIELDS = (("d", "u"), ("row_bytes", "u"), ("scale", "f"), ("n", "u"), ("id_off", "u"))
+EMBED_FIELDS = (("d", "u"), ("row_bytes", "u"), ("scale", "f"), ("n", "u"), ("id_off", "u"),
+                ("s1", "u"), ("s2", "u"), ("s3", "u"))
 
 
-def embed(ks, qtype: str):
-    """Bindings: ids (u32), table, x."""
-    return ks.get("embed.wgsl", ["r", "r", "rw"], EMBED_FIELDS, QTYPE=qtype)
+def embed(ks, qtype: str, parts: int = 1):
+    """Bindings: ids (u32), x, table part 0[, part 1 ...] (params s1.. = first row of each later part)."""
+    if not 1 <= parts <= 4:
+        raise ValueError(f"an embedding table in {parts} parts (at most 4)")
+    return ks.get("embed.wgsl", ["r", "rw"] + ["r"] * parts, EMBED_FIELDS, QTYPE=qtype, PARTS=parts)
 
 
 RMSNORM_FIELDS = (("d", "u"), ("n", "u"), ("eps", "f"))

@@ -19,10 +19,13 @@ log = logging.getLogger(__name__)
 
 
 class GpuMatrix:
-    """A weight matrix [rows, k] on the GPU: `buffer` (GGUF bytes), `qtype`, `rows`, `k`."""
+    """A weight matrix [rows, k] on the GPU: `buffer` (GGUF bytes), `qtype`, `rows`, `k`.
+    `parts`: [(buffer, first_row, rows)] — one part, unless the matrix is larger than the GPU binds in
+    one buffer (a 262k-token vocabulary), when it is split by rows."""
 
-    def __init__(self, buffer, qtype: str, rows: int, k: int):
+    def __init__(self, buffer, qtype: str, rows: int, k: int, parts=None):
         self.buffer, self.qtype, self.rows, self.k = buffer, qtype, rows, k
+        self.parts = parts or [(buffer, 0, rows)]
 
 
 class GpuWeights:
@@ -40,7 +43,9 @@ class GpuWeights:
         self.nbytes += b.size
         return b
 
-    def matrix(self, name: str, rows: int, k: int) -> GpuMatrix:
+    def matrix(self, name: str, rows: int, k: int, split: bool = False) -> GpuMatrix:
+        """`split`: a matrix over the binding limit is uploaded in row parts (callers that loop over
+        `.parts`: the embedding and the output head); otherwise that is an error."""
         t = self.g.tensors.get(name)
         if t is None:
             raise UnsupportedModelError(f"{self.g.path.name}: tensor {name} is missing")
@@ -57,11 +62,18 @@ class GpuWeights:
                      self.g.path.name, name, t.type.name)
             self.fallbacks.append(f"{name} ({t.type.name} -> F16)")
             data, qtype = dequantize(t.data, t.type, t.shape, name).astype(np.float16), "F16"
-        nbytes = np.asarray(data).nbytes
-        if nbytes + 4 > self.max_binding:
-            raise EngineError(f"{self.g.path.name}: tensor {name} ({nbytes >> 20} MiB) is larger than the GPU "
-                              f"{self.dev.info['device']} can bind ({self.max_binding >> 20} MiB)")
-        return GpuMatrix(self._upload(data, name), qtype, rows, k)
+        raw = np.asarray(data).view(np.uint8).reshape(rows, -1)
+        rb = raw.shape[1]
+        if raw.nbytes + 4 <= self.max_binding:
+            return GpuMatrix(self._upload(raw, name), qtype, rows, k)
+        per = (self.max_binding - 4) // rb
+        if not split or -(-rows // per) > 4:
+            raise EngineError(f"{self.g.path.name}: tensor {name} ({raw.nbytes >> 20} MiB) is larger than the GPU "
+                              f"{self.dev.info['device']} can bind in one buffer ({self.max_binding >> 20} MiB)")
+        parts = [(self._upload(raw[r:r + per], f"{name}[{r}:]"), r, min(per, rows - r)) for r in range(0, rows, per)]
+        log.info("%s: tensor %s split in %d parts of at most %d rows (GPU binding limit)", self.g.path.name, name,
+                 len(parts), per)
+        return GpuMatrix(parts[0][0], qtype, rows, k, parts)
 
     def vector(self, name: str, n: int | None = None, optional: bool = False):
         t = self.g.tensors.get(name)
