@@ -77,6 +77,7 @@ def main() -> int:
     w.new_chat()
     ask("Write a Python function that checks whether a word is a palindrome, and explain it briefly.",
         "coder", 200)
+    ask("How would I make it ignore upper and lower case?", "coder", 120)
     w.messageInput.setPlainText("")
     shot("main-light")
     w.set_theme("dark")
