@@ -70,6 +70,9 @@ class ChatBackend:
     def clear_cache(self) -> None:
         pass
 
+    def set_cache_cap(self, cap_bytes: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -296,6 +299,13 @@ class LocalBackend(ChatBackend):
 
     def clear_cache(self):
         self._prefix_store().clear()
+
+    def set_cache_cap(self, cap_bytes: int) -> None:
+        """A new cap; the least recently used images go at once if the total is over it."""
+        self._cap = int(cap_bytes)
+        store = self._prefix_store()
+        store.cap_bytes = self._cap
+        store.evict()
 
     def close(self):
         if self.engine is not None and hasattr(self.engine, "close"):

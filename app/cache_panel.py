@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QHBoxLayout, QHeaderView, QLabel,
-                               QProgressBar, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout)
+from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QDoubleSpinBox, QHBoxLayout,
+                               QHeaderView, QLabel, QProgressBar, QPushButton, QTableWidget, QTableWidgetItem,
+                               QVBoxLayout)
 
 from .backends import human_bytes
 
@@ -31,12 +32,13 @@ def _ago(t: float) -> str:
 
 
 class CachePanel(QDialog):
-    def __init__(self, client, parent=None):
+    def __init__(self, client, settings=None, parent=None):
         super().__init__(parent)
         self.setObjectName("cachePanel")
         self.setWindowTitle("Prefix cache")
         self.resize(760, 420)
         self.client = client
+        self.settings = settings
         lay = QVBoxLayout(self)
         intro = QLabel("Presets start instantly because their prompt prefix (system prompt and tools) is "
                        "saved here after its first use and restored instead of recomputed. Images are "
@@ -59,8 +61,14 @@ class CachePanel(QDialog):
         self.totalBar.setMaximumHeight(8)
         self.clearButton = QPushButton("Clear cache", objectName="cacheClear")
         self.clearButton.clicked.connect(self.clear)
+        self.capBox = QDoubleSpinBox(objectName="cacheCap", decimals=1, minimum=0.1, maximum=1024.0,
+                                     singleStep=0.5, suffix=" GiB", keyboardTracking=False)
+        self.capBox.setToolTip("The most disk space prefix images may take; the oldest go first")
+        self.capBox.valueChanged.connect(self._on_cap)
         row.addWidget(self.totalLabel)
         row.addWidget(self.totalBar, 1)
+        row.addWidget(QLabel("Cap"))
+        row.addWidget(self.capBox)
         row.addWidget(self.clearButton)
         lay.addLayout(row)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
@@ -68,12 +76,24 @@ class CachePanel(QDialog):
         lay.addWidget(buttons)
         self.listing: dict = {"images": [], "total": 0, "cap": 0}
         client.worker.cacheListed.connect(self.show_listing)
+        if settings is not None:
+            self.capBox.blockSignals(True)
+            self.capBox.setValue(settings.get("cache/cap_gib"))
+            self.capBox.blockSignals(False)
 
     def refresh(self) -> None:
         self.client.list_cache()
 
     def clear(self) -> None:
         self.client.clear_cache()
+
+    def set_cap_gib(self, gib: float) -> None:
+        self.capBox.setValue(gib)
+
+    def _on_cap(self, gib: float) -> None:
+        if self.settings is not None:
+            self.settings.set("cache/cap_gib", float(gib))
+        self.client.set_cache_cap(int(gib * (1 << 30)))
 
     def show_listing(self, listing: dict) -> None:
         self.listing = listing

@@ -477,7 +477,7 @@ class MainWindow(QMainWindow):
             self.warm_preset()   # an edited preset has a new key: its image is computed on demand
 
     def open_cache_panel(self) -> CachePanel:
-        dlg = CachePanel(self.client, self)
+        dlg = CachePanel(self.client, self.settings, self)
         self.cachePanel = dlg
         dlg.refresh()
         dlg.show()

@@ -140,6 +140,8 @@ class EngineWorker(QObject):
         try:
             if op == "clear":
                 self.backend.clear_cache()
+            elif op.startswith("cap:"):
+                self.backend.set_cache_cap(int(op[4:]))
             self.cacheListed.emit(self.backend.cache_images())
         except Exception as e:  # noqa: BLE001
             log.warning("cache listing failed: %s", traceback.format_exc())
@@ -235,6 +237,10 @@ class EngineClient(QObject):
 
     def clear_cache(self) -> None:
         self._cacheRequested.emit("clear")
+
+    def set_cache_cap(self, cap_bytes: int) -> None:
+        """Change the prefix cache's size cap (evicting at once); the listing comes back after."""
+        self._cacheRequested.emit(f"cap:{int(cap_bytes)}")
 
     def shutdown(self, timeout_ms: int = 20000) -> bool:
         """Stop generation, end the thread's event loop and wait for it. True if it ended in time."""

@@ -379,6 +379,15 @@ def test_cache_panel_lists_images_and_clears_them(qtbot, window):
     assert "Test greedy" in presets
     assert panel.table.item(0, 1).text() == "SmolLM2-135M-Instruct"
     assert "of 2.0 GB" in panel.totalLabel.text()
+    n = panel.table.rowCount()
+    smallest = min(panel.listing["images"], key=lambda i: i["size"])["size"]
+    panel.set_cap_gib(0.1)            # far above these images: nothing goes, the cap is shown
+    wait_until(lambda: "of 102.4 MB" in panel.totalLabel.text(), 30)
+    assert panel.table.rowCount() == n and w.settings.get("cache/cap_gib") == 0.1
+    w.client.set_cache_cap(smallest)  # the least recently used images go at once
+    wait_until(lambda: panel.table.rowCount() < n, 30)
+    assert panel.listing["total"] <= smallest
+    panel.set_cap_gib(2.0)
     qtbot.mouseClick(panel.clearButton, Qt.MouseButton.LeftButton)
     wait_until(lambda: panel.table.rowCount() == 0, 30)
     assert "0 image(s)" in panel.totalLabel.text()
