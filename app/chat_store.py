@@ -80,6 +80,24 @@ class ChatStore:
         self._migrate()
         self._tx("DELETE FROM chats WHERE deleted = 1")
 
+    @classmethod
+    def open_or_move_aside(cls, path: str | Path) -> tuple["ChatStore", str]:
+        """Open the store; a file that is not a readable SQLite database is moved aside (never
+        deleted) and a fresh one started. Returns (store, a notice for the user or "")."""
+        path = Path(path)
+        try:
+            store = cls(path)
+            store._db.execute("PRAGMA quick_check").fetchone()
+            return store, ""
+        except sqlite3.DatabaseError as e:
+            aside = path.with_name(f"{path.stem}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+            for suffix in ("", "-wal", "-shm"):
+                src = Path(str(path) + suffix)
+                if src.exists():
+                    src.replace(Path(str(aside) + suffix))
+            return cls(path), (f"Your chats database could not be read ({e}). It was moved to {aside} "
+                               "and a new, empty one was started.")
+
     # -- schema ---------------------------------------------------------------------------------------
     @property
     def version(self) -> int:

@@ -32,9 +32,12 @@ def create_window(backend=None) -> MainWindow:
     if backend is None:
         cap = int(settings.get("cache/cap_gib") * (1 << 30))
         backend = LocalBackend(cache_dir() / "prefixes", cap)
-    chats = ChatStore(data_dir() / "chats.sqlite3")
+    chats, notice = ChatStore.open_or_move_aside(data_dir() / "chats.sqlite3")
     presets = PresetStore(data_dir() / "presets.json")
-    return MainWindow(settings, chats, presets, backend)
+    win = MainWindow(settings, chats, presets, backend)
+    if notice:
+        win.show_banner(" ".join(filter(None, [notice, presets.notice])), "notice")
+    return win
 
 
 def main(argv: list[str] | None = None) -> int:

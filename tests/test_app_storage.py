@@ -84,6 +84,17 @@ def test_refuses_a_newer_database(tmp_path):
         ChatStore(tmp_path / "c.db")
 
 
+def test_an_unreadable_database_is_moved_aside_with_a_notice(tmp_path):
+    (tmp_path / "c.db").write_bytes(b"this is not sqlite" * 100)
+    s, notice = ChatStore.open_or_move_aside(tmp_path / "c.db")
+    aside = list(tmp_path.glob("c.corrupt-*.db"))
+    assert len(aside) == 1 and aside[0].read_bytes().startswith(b"this is not sqlite")
+    assert str(aside[0]) in notice
+    assert s.chats() == [] and s.create_chat("fresh").id
+    s2, notice2 = ChatStore.open_or_move_aside(tmp_path / "c.db")
+    assert notice2 == "" and [c.title for c in s2.chats()] == ["fresh"]
+
+
 def test_a_failed_write_rolls_back(tmp_path):
     s = ChatStore(tmp_path / "c.db")
     c = s.create_chat()
