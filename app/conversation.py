@@ -126,8 +126,9 @@ class Conversation(QObject):
 
     def _start(self) -> None:
         p = self.preset()
+        history = self.history()          # before the reply's own (empty) row is added
         row = self.model.append(Message("assistant", ""), streaming=True)
-        rid = self.client.generate(self.history(), p.tools, dict(p.sampling), system=p.system_prompt,
+        rid = self.client.generate(history, p.tools, dict(p.sampling), system=p.system_prompt,
                                    preset_id=p.id, label=p.name)
         self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": ""}
         self.generatingChanged.emit(True)

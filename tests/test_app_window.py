@@ -173,9 +173,14 @@ def test_regenerate_replaces_the_last_reply(qtbot, window):
 def test_edit_a_user_message_and_resend(qtbot, window):
     w = window
     w.new_chat()
-    send(qtbot, w, "Say hello.")
-    send(qtbot, w, "Say goodbye.")
+    s1 = send(qtbot, w, "Say hello.")
+    s2 = send(qtbot, w, "Say goodbye.")
     assert w.conversation.model.rowCount() == 4
+    # Continuing the chat reuses what is resident: the first prompt and reply (less the end token,
+    # never fed); only the new user turn is computed.
+    first_turn = s1["reused_tokens"] + s1["computed_tokens"] + s1["generated_tokens"]
+    assert s2["reused_tokens"] >= first_turn - 2, (s1, s2)
+    assert s2["computed_tokens"] < 20, s2
     qtbot.mouseClick(w.messageView.bubbles()[0].editButton, Qt.MouseButton.LeftButton)
     assert w.messageInput.toPlainText() == "Say hello." and w.editHint.isVisible()
     w.messageInput.selectAll()
