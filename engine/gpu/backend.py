@@ -58,9 +58,13 @@ class GpuBackend(Backend):
             if chunk is None:
                 chunk = CPU_CHUNK if self.dev.info["is_cpu"] else GPU_CHUNK
             self._build(gguf, n_ctx, min(chunk, n_ctx))
-        except Exception:
+        except EngineError:
             self.close()
             raise
+        except Exception as e:  # a wgpu validation or out-of-memory error: say what failed, stay reloadable
+            where = self.dev.info["device"] if self.dev is not None else "the GPU"
+            self.close()
+            raise EngineError(f"{gguf.path.name}: the GPU backend could not be set up on {where}: {e}") from e
         self.load_seconds = time.perf_counter() - t0
         self.last_dispatches = 0
         # measured on the H200 (three runs, ms a token): 1 piece 2.9-3.4, 2 pieces 2.4-3.0,
@@ -73,6 +77,9 @@ class GpuBackend(Backend):
         ks = self.ks = Kernels(dev)
         W = self.weights = GpuWeights(dev, g)
         d, hd, nh, nkv, nff, nv = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff, c.n_vocab
+        # every per-token activation buffer must fit one storage binding: shrink the chunk if not
+        widest = max(nff, (nh + 2 * nkv) * hd, nh * ops.ATTN_MAX_SPLITS * (hd + 2)) * 4
+        chunk = max(1, min(chunk, int(dev.limits["max-storage-buffer-binding-size"]) // widest))
         self.chunk = chunk
         self.kv = GpuKVCache(dev, c.n_layer, nkv, hd, n_ctx)
         qkv_dim = (nh + 2 * nkv) * hd
