@@ -21,7 +21,6 @@ Worker signals (all delivered queued to the GUI thread):
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import traceback
 
@@ -48,17 +47,6 @@ class EngineWorker(QObject):
         super().__init__()
         self.backend = backend
         self._shutdown = shutdown
-
-    @Slot()
-    def lower_priority(self) -> None:
-        """Runs first on the worker thread: a higher nice value for it (and the engine's pool threads
-        it starts, which inherit it), so that on a busy machine the GUI thread gets a core first."""
-        nice = int(os.environ.get("HEARTH_WORKER_NICE", "0"))
-        if nice and hasattr(os, "setpriority"):
-            try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-            except OSError:
-                pass
 
     def _progress(self, what: str, done: int, total: int) -> None:
         self.progress.emit(what, done, total)
@@ -192,7 +180,6 @@ class EngineClient(QObject):
         self._generateRequested.connect(self.worker.generate)
         self._cacheRequested.connect(self.worker.cache)
         self.worker.idle.connect(self._on_idle)
-        self.thread.started.connect(self.worker.lower_priority)
         self.thread.finished.connect(self.worker.close_backend, Qt.ConnectionType.DirectConnection)
         self.thread.start()
 
