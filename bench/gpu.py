@@ -135,6 +135,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run on a software adapter)")
     ap.add_argument("--no-numpy", action="store_true")
     a = ap.parse_args(argv)
+    from engine.gpu import probe  # noqa: PLC0415
+    p = probe()
+    if p is None or (not p["real_gpu"] and not a.quick and not os.environ.get("HEARTH_GPU_ADAPTER")):
+        # lavapipe runs the model at seconds a token: the full benchmark would take hours there
+        print(f"bench.gpu: no real GPU adapter ({p['device'] if p else 'none'}); skipped. "
+              "HEARTH_GPU_ADAPTER=<name> forces one; --quick is a smoke run.")
+        return 0
     from engine.config import ModelConfig  # noqa: PLC0415
     from engine.gguf import GGUFFile  # noqa: PLC0415
     from engine.paths import default_model_path  # noqa: PLC0415
