@@ -124,7 +124,9 @@ def test_malicious_and_wrong_input_fails_cleanly_and_fast(expr, error_part):
     start = time.perf_counter()
     with pytest.raises(CalculatorError) as info:
         calculate(expr)
-    assert time.perf_counter() - start < 0.1, "every input is bounded: no slow path"
+    # A guard against a hang or an exponential path, not a speed goal: bounded inputs fail in
+    # microseconds, and 2 s leaves room for a CI machine whose 2 cores are shared.
+    assert time.perf_counter() - start < 2.0, "every input is bounded: no slow path"
     assert error_part in str(info.value)
 
 
@@ -171,4 +173,4 @@ def test_random_token_soup_only_ever_gives_a_number_or_a_calculator_error(tokens
     else:
         assert isinstance(result, (int, float)) and not isinstance(result, bool)
         assert math.isfinite(result)
-    assert time.perf_counter() - start < 0.2
+    assert time.perf_counter() - start < 2.0  # a hang guard (see above), not a speed goal
