@@ -249,3 +249,25 @@ def test_gemma3_270m_matches_numpy():
         assert gpu.forward_argmax(np.array([tok], np.int32), 5) == int(cpu.forward(np.array([tok], np.int32), 5).argmax())
     finally:
         gpu.close()
+
+
+def test_prefill_in_several_chunks_with_all_logits(reference_dir):
+    """A prompt longer than the prefill chunk: each chunk attends to the ones before (positions,
+    parameters rewritten per call), and all_logits comes back for every position."""
+    d = reference_dir / "tiny" / "qwen2"
+    m = json.loads((d / "manifest.json").read_text())
+    ids = np.asarray(next(p for p in m["prompts"] if p["name"] == "english")["ids"], np.int32)
+    g = GGUFFile.open(d / m["file"])
+    cfg = ModelConfig.from_gguf(g)
+    cpu = CpuBackend(cfg, g, 64)
+    gpu = GpuBackend(cfg, g, 64, adapter=adapter(), chunk=16)
+    try:
+        assert len(ids) > 2 * gpu.chunk
+        lc = cpu.forward(ids, 0, all_logits=True)
+        lg = gpu.forward(ids, 0, all_logits=True)
+        assert lg.shape == lc.shape == (len(ids), cfg.n_vocab)
+        err = centered(lg, lc)
+        assert err.mean(axis=-1).max() <= MEAN_TOL and err.max() <= MAX_TOL
+        assert gpu.kv.n_tokens == len(ids)
+    finally:
+        gpu.close()
