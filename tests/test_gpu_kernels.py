@@ -241,7 +241,7 @@ def test_attention_decode_split_k(dev, ks, rng, kv_len, window, hd):
     raw = random_rows(rng, "Q8_0", d, nh * hd)
     y0 = f32(rng, d)
     ybuf = dev.upload(y0)
-    kern = ops.matvec(ks, ["Q8_0"], residual=True, attn_x=nh * hd)
+    kern = ops.matvec(ks, ["Q8_0"], residual=True, attn_x=nh * hd, attn_ws=nh * splits)
     dispatch_once(dev, kern, [part, ybuf, dev.upload(raw), step], ops.matvec_groups(d),
                   **dict(ops.matvec_params(["Q8_0"], nh * hd, [d]), a0=hd, a1=splits))
     assert rel_err(read_f32(dev, ybuf, d), y0 + dequant_reference(raw, "Q8_0", nh * hd) @ ref) < RTOL

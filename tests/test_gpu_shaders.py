@@ -19,14 +19,14 @@ def _balanced(code: str) -> bool:
 @pytest.mark.parametrize("qtype", ops.GPU_TYPES)
 def test_matvec_renders_for_every_type(qtype):
     code = render("matvec.wgsl", QTYPES=(qtype,), MODE="concat", ACT="silu", NORM=True, BIAS=False, SUBGROUPS=True,
-                  RESIDUAL=False, ROWS=8, ATTN_X=0, ATTN_CHUNK=64, ROPE="")
+                  RESIDUAL=False, ROWS=8, ATTN_X=0, ATTN_WS=1, ATTN_CHUNK=64, ROPE="")
     assert "fn w0_deq8" in code and "@compute" in code and _balanced(code)
     assert "{{" not in code and "{%" not in code
 
 
 def test_three_matrices_get_three_dequantizers_and_bindings():
     code = render("matvec.wgsl", QTYPES=("Q4_1", "Q8_0", "Q6_K"), MODE="concat", ACT="silu", NORM=True, SUBGROUPS=False,
-                  BIAS=True, RESIDUAL=False, ROWS=8, ATTN_X=0, ATTN_CHUNK=64, ROPE="")
+                  BIAS=True, RESIDUAL=False, ROWS=8, ATTN_X=0, ATTN_WS=1, ATTN_CHUNK=64, ROPE="")
     for i in range(3):
         assert f"fn w{i}_deq8" in code
     bindings = [int(b) for b in re.findall(r"@binding\((\d+)\)", code)]
@@ -37,7 +37,7 @@ def test_three_matrices_get_three_dequantizers_and_bindings():
 def test_unknown_type_is_a_clear_error():
     with pytest.raises(ShaderTemplateError, match="IQ2_XS"):
         render("matvec.wgsl", QTYPES=("IQ2_XS",), MODE="concat", ACT="silu", NORM=False, BIAS=False, SUBGROUPS=True,
-               RESIDUAL=False, ROWS=8, ATTN_X=0, ATTN_CHUNK=64, ROPE="")
+               RESIDUAL=False, ROWS=8, ATTN_X=0, ATTN_WS=1, ATTN_CHUNK=64, ROPE="")
 
 
 def test_missing_variable_is_an_error_not_an_empty_string():

@@ -203,7 +203,8 @@ class GpuBackend(Backend):
         ap = dict(self._attn_params(window), max_splits=self.max_splits)
         P.add(ops.attn_split(ks, hd), [self.q, self.kv.k[i], self.kv.v[i], self.part, self.step],
               lambda n, kv: (ops.attn_splits(kv), nh, 1), f"{i}.attn", **ap)
-        if nh * hd <= ops.ATTN_X_MAX and nh <= 256:   # the merge of the splits happens inside the o-proj
+        if nh * hd <= ops.ATTN_X_MAX and nh * self.max_splits <= ops.ATTN_WS_MAX and nh <= 256:
+            # the merge of the splits happens inside the o-proj
             self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True)
         else:
             P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step], (nh, 1, 1), f"{i}.combine", **ap)
@@ -224,12 +225,13 @@ class GpuBackend(Backend):
             extra.append(self.step)
             prm.update(a0=c.head_dim, a1=self.max_splits)
         ax = k if attn_x else 0
+        ws = c.n_head * self.max_splits if attn_x else 1
         if post_norm is None:
-            P.add(ops.matvec(self.ks, [w.qtype], residual=True, bias=bias is not None, attn_x=ax),
+            P.add(ops.matvec(self.ks, [w.qtype], residual=True, bias=bias is not None, attn_x=ax, attn_ws=ws),
                   [src, self.x, w.buffer] + extra, ops.matvec_groups(d), label, **prm)
         else:
-            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax), [src, self.tmp, w.buffer] + extra,
-                  ops.matvec_groups(d), label, **prm)
+            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax, attn_ws=ws),
+                  [src, self.tmp, w.buffer] + extra, ops.matvec_groups(d), label, **prm)
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], (1, 1, 1), label + ".post",
                   d=d, n=1, eps=c.rms_eps)
 

@@ -17,6 +17,7 @@ ATTN_CHUNK = 64       # keys per workgroup of decode attention's split pass
 MATVEC_FIELDS = (("K", "u"), ("M", "u"), ("m0", "u"), ("m1", "u"), ("rb0", "u"), ("rb1", "u"), ("rb2", "u"),
                  ("x_off", "u"), ("y_off", "u"), ("eps", "f"), ("a0", "u"), ("a1", "u"))
 ATTN_X_MAX = 4096     # the largest attention output (heads x head dim) merged in workgroup memory
+ATTN_WS_MAX = 2048    # and the most (head, split) weights kept there beside it
 
 
 def row_bytes(qtype: str, k: int) -> int:
@@ -24,16 +25,17 @@ def row_bytes(qtype: str, k: int) -> int:
     return k // t.block_size * t.type_size
 
 
-def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope=""):
+def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
+           attn_ws=1):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
     attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
-    params a0 = head dim, a1 = max splits), merged before the product.
+    params a0 = head dim, a1 = max splits), merged before the product; attn_ws = heads x max splits.
     rope = "normal" | "neox": Q|K|V with RoPE and the KV store fused (a0 = head dim, a1 = max_ctx)."""
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
               + (["r"] if attn_x else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=MATVEC_ROWS,
-                  ATTN_X=int(attn_x), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope)
+                  ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope)
 
 
 def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):

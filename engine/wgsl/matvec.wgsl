@@ -71,6 +71,7 @@ fn phys_row(r: u32) -> u32 {
 {% if ATTN_X %}
 @group(0) @binding({{nb}}) var<storage, read> step: array<u32>;
 var<workgroup> xs: array<f32, {{ATTN_X}}>;
+var<workgroup> wsp: array<f32, {{ATTN_WS}}>;   // [heads][max splits]: e^(m_s - M) / L of each split
 var<workgroup> mh: array<f32, 256>;
 var<workgroup> lh: array<f32, 256>;
 {% endif %}
@@ -123,15 +124,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             lh[h] = l;
         }
         workgroupBarrier();
+        // each split's weight once (not once per element)
+        for (var e = tid; e < nheads * ns; e += 256u) {
+            let h = e / ns;
+            let sp = e % ns;
+            wsp[h * ms + sp] = exp(x[(h * ms + sp) * pw + hd] - mh[h]) / lh[h];
+        }
+        workgroupBarrier();
         for (var e = tid; e < P.K; e += 256u) {
             let h = e / hd;
             let d = e % hd;
             var o = 0.0;
-            for (var s = 0u; s < ns; s++) {
-                let b0 = (h * ms + s) * pw;
-                o += exp(x[b0 + hd] - mh[h]) * x[b0 + d];
-            }
-            xs[e] = o / lh[h];
+            for (var s = 0u; s < ns; s++) { o += wsp[h * ms + s] * x[(h * ms + s) * pw + d]; }
+            xs[e] = o;
         }
         workgroupBarrier();
     }
