@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .tool_prompt import prefix_system, split_reply_head, template_messages, tool_format_of
+
 Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 = unknown
 PREFILL_CHUNK = 128   # tokens per step when the worker reads a long prompt or prefix itself
 
@@ -30,6 +32,7 @@ class ModelInfo:
     backend: str = ""            # "cpu" / "gpu" / "remote"
     adapter: str = ""            # what runs it, in words
     load_s: float = 0.0
+    tool_format: str = "generic"  # how its template writes tool calls: hermes / llama3 / generic
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -162,6 +165,7 @@ class LocalBackend(ChatBackend):
             old.close()
         self._prefix_tokens.clear()
         info.n_ctx = int(getattr(eng, "n_ctx", n_ctx))
+        info.tool_format = tool_format_of(eng)
         desc = _describe(eng)
         info.backend = desc.get("backend", backend)
         if info.backend == "gpu":
@@ -209,7 +213,7 @@ class LocalBackend(ChatBackend):
         total) before `ensure`, which then finds it resident and writes the image."""
         from engine import prefix_image
         eng = self.engine
-        text = self.prefix_text(system, tools)
+        text = self.prefix_text(prefix_system(system, tools, tool_format_of(eng)), tools)
         if not text:
             return None
         ids = self._prefix_ids(text)
@@ -242,7 +246,9 @@ class LocalBackend(ChatBackend):
     def stream(self, messages, tools, sampling, cancel, progress=None):
         from engine import Sampling
         eng = self.engine
-        prompt = eng.render_chat(messages, tools=tools or None, add_generation_prompt=True)
+        messages, head = split_reply_head(messages)      # a reply begun: the model continues it
+        messages = template_messages(messages, tools, tool_format_of(eng))
+        prompt = eng.render_chat(messages, tools=tools or None, add_generation_prompt=True) + head
         s = dict(sampling)
         max_tokens = int(s.pop("max_tokens", 512))
         seed = s.pop("seed", -1)
@@ -265,6 +271,8 @@ class LocalBackend(ChatBackend):
                 progress("Reading the prompt", end - common, todo)
             pre_computed = len(eng.tokens) - common
             pre_s = time.perf_counter() - t0
+        if head:
+            yield StreamEvent(head)
         for ev in eng.generate(ids, max_tokens=max_tokens, sampling=Sampling(**kw), cancel=cancel):
             if getattr(ev, "final", False):
                 st = ev.stats
