@@ -15,6 +15,7 @@ from engine.paths import cache_dir, data_dir
 from .backends import LocalBackend
 from .chat_store import ChatStore
 from .preset_store import RESOURCES, PresetStore
+from .remote_backend import RemoteBackend, RoutingBackend
 from .settings import Settings
 from .window import MainWindow
 
@@ -31,7 +32,7 @@ def create_window(backend=None) -> MainWindow:
     settings = Settings()
     if backend is None:
         cap = int(settings.get("cache/cap_gib") * (1 << 30))
-        backend = LocalBackend(cache_dir() / "prefixes", cap)
+        backend = RoutingBackend(LocalBackend(cache_dir() / "prefixes", cap), RemoteBackend())
     chats, notice = ChatStore.open_or_move_aside(data_dir() / "chats.sqlite3")
     presets = PresetStore(data_dir() / "presets.json")
     win = MainWindow(settings, chats, presets, backend)

@@ -66,7 +66,7 @@ class RemoteBackend(ChatBackend):
     kind = "remote"
 
     def __init__(self, key_for: Callable[[str], str | None] = lambda url: None):
-        self._key_for = key_for
+        self.key_for = key_for
         self.client = None
         self.url = ""
         self.model = ""
@@ -82,7 +82,7 @@ class RemoteBackend(ChatBackend):
         url, model = parsed
         progress(f"Connecting to {host_of(url)}", 0, 0)
         t0 = time.perf_counter()
-        client = RemoteClient(url, self._key_for(url) or None)
+        client = RemoteClient(url, self.key_for(url) or None)
         try:
             models = client.models()
         except BaseException:

@@ -24,6 +24,7 @@ from .message_input import MessageInput
 from .message_view import MessageView
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
+from .remote_ui import REMOTE_DIALOG, RemoteUI
 from .sampling_panel import SamplingPanel
 from .settings import Settings
 from .worker import EngineClient
@@ -60,6 +61,7 @@ class MainWindow(QMainWindow):
 
         self._build()
         self._wire()
+        self.remote = RemoteUI(self)
         self._restore()
         if presets.notice:
             self.show_banner(presets.notice, "notice")
@@ -325,8 +327,10 @@ class MainWindow(QMainWindow):
             if r.get("path") and os.path.exists(r["path"]):
                 mp.addItem(os.path.basename(r["path"]), r["path"])
                 mp.setItemData(mp.count() - 1, r["path"], Qt.ItemDataRole.ToolTipRole)
+        self.remote.add_picker_items(mp)
         mp.insertSeparator(mp.count())
         mp.addItem("Open GGUF file…", OPEN_GGUF)
+        self.remote.add_dialog_item(mp)
         mp.setCurrentIndex(max(0, mp.findData(current)))
 
     def load_model(self, path: str) -> None:
@@ -348,6 +352,8 @@ class MainWindow(QMainWindow):
         data = self.modelPicker.itemData(index)
         if data == OPEN_GGUF:
             self._open_model_file()
+        elif data == REMOTE_DIALOG:
+            self.remote.open_dialog()
         elif data != self.model_info.get("path_setting"):
             self.load_model(data)
 
@@ -362,7 +368,7 @@ class MainWindow(QMainWindow):
         self.model_info = info
         self.conversation.model_name = info.get("name", "")
         self.settings.set("model/path", path)
-        if path:
+        if path and info.get("backend") != "remote":
             recent = [r for r in self.settings.get("model/recent") if r.get("path") != path]
             recent.insert(0, {"path": path, "name": info.get("name"), "arch": info.get("arch"),
                               "quant": info.get("quant"), "size": info.get("size_bytes")})
@@ -517,8 +523,9 @@ class MainWindow(QMainWindow):
     def _update_empty_hint(self) -> None:
         p = self.current_preset()
         model = self.model_info.get("name") or "the model"
-        self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Ask anything. {model} runs entirely on "
-                                        "this computer; nothing leaves it.")
+        where = ("runs entirely on this computer; nothing leaves it." if self.model_info.get("backend") != "remote"
+                 else f"runs on the {self.model_info.get('adapter')}; your messages are sent there.")
+        self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Ask anything. {model} {where}")
 
     def _delete_current(self) -> None:
         if self.conversation.chat_id is not None:

@@ -1,0 +1,131 @@
+"""The window's remote-server parts (issue 9): the picker's remembered servers and "Remote server…",
+the dialog, what the top bar and status line say for a remote model, and keeping a failed
+message's text in the input box.
+
+`RemoteUI(window)` is made by the MainWindow; it only connects to the window's signals and widgets,
+and the window calls `add_picker_items` and `open_dialog`.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Qt
+
+from .remote_backend import RoutingBackend, host_of, parse_remote_path, remote_path
+from .remote_dialog import RemoteServerDialog
+from .remote_servers import RemoteServers
+
+REMOTE_DIALOG = "__remote__"
+
+
+class RemoteUI(QObject):
+    def __init__(self, window):
+        super().__init__(window)
+        self.w = window
+        self.servers = RemoteServers(window.settings)
+        self.dialog: RemoteServerDialog | None = None
+        backend = window.client.worker.backend
+        self.available = isinstance(backend, RoutingBackend)
+        if self.available:
+            # Set before any remote load is queued; read on the worker thread (KeyStore.get is thread-safe).
+            backend.remote.key_for = self.servers.keys.get
+        self._restored_edit: str | None = None
+        window.modelReady.connect(self._on_model_ready)
+        window.client.worker.contextChanged.connect(self._on_context)
+        cv = window.conversation
+        cv.replyFinished.connect(self._on_reply_finished)
+        cv.replyFailed.connect(self._on_reply_failed)
+
+    @property
+    def remote_active(self) -> bool:
+        return self.w.model_info.get("backend") == "remote"
+
+    # -- model picker ---------------------------------------------------------------------------------
+    def add_picker_items(self, mp) -> None:
+        """Remembered servers' models, then (after the window's own entries) "Remote server…"."""
+        if not self.available:
+            return
+        for s in self.servers.all():
+            for model in s.get("models", []):
+                mp.addItem(f"{model} · {host_of(s['url'])}", remote_path(s["url"], model))
+                mp.setItemData(mp.count() - 1, f"{model} on the server {s['url']}", Qt.ItemDataRole.ToolTipRole)
+
+    def add_dialog_item(self, mp) -> None:
+        if self.available:
+            mp.addItem("Remote server…", REMOTE_DIALOG)
+
+    def open_dialog(self, url: str = "") -> RemoteServerDialog:
+        parsed = parse_remote_path(self.w.model_info.get("path_setting", ""))
+        dlg = RemoteServerDialog(self.servers, self.w, url or (parsed[0] if parsed else ""))
+        dlg.modelChosen.connect(self.use)
+        dlg.finished.connect(lambda _r: self.w._fill_models(self.w.model_info.get("path_setting", "")))
+        self.dialog = dlg
+        dlg.show()
+        return dlg
+
+    def use(self, url: str, api_key: str, model: str) -> None:
+        """Remember the server (and its key) and load its model through the worker."""
+        where = self.servers.remember(url, model, api_key)
+        if where == "settings":
+            self.w.show_banner("No system keyring is available, so the API key for "
+                               f"{host_of(url)} is saved in plain text in Hearth's settings file.", "notice")
+        self.w.load_model(remote_path(url, model))
+
+    # -- what the window shows ------------------------------------------------------------------------
+    def _on_model_ready(self, info: dict) -> None:
+        w = self.w
+        remote = info.get("backend") == "remote"
+        w.backendPicker.setEnabled(not remote)
+        if not remote:
+            return
+        url = info.get("adapter", "").removeprefix("server ")
+        w.modelInfo.setText(f"remote · {host_of(url)}")
+        w.modelInfo.setToolTip(f"{info.get('name')} on the server {url}\n"
+                               f"connected in {info.get('load_s', 0):.2f} s"
+                               + (f", context {info['n_ctx']} tokens" if info.get("n_ctx") else ""))
+        w.backendPicker.setToolTip("The server decides what runs the model")
+        w.statusPrefix.setText(f"Prefix caching is done by the server ({host_of(url)})")
+        w.statusSpeed.setText("")
+
+    def _on_context(self, d: dict) -> None:
+        w = self.w
+        w.statusContext.setVisible(not d.get("remote") or bool(d.get("n_ctx")))
+
+    def _on_reply_finished(self, stats: dict) -> None:
+        if self._restored_edit is not None and self.w.messageInput.toPlainText() == self._restored_edit:
+            self.w.cancel_edit()
+        self._restored_edit = None
+        if not stats.get("remote"):
+            return
+        w = self.w
+        if "prompt_tokens" in stats:
+            w.statusPrefix.setText(f"Prefix cached by server: {stats.get('reused_tokens', 0)} tokens reused "
+                                   f"of {stats['prompt_tokens']}")
+        else:
+            w.statusPrefix.setText(f"Prefix caching is done by the server ({stats['remote']}); it reported "
+                                   "no token usage")
+        if stats.get("tool_calls"):
+            self.show_tool_calls(stats["tool_calls"])
+
+    def show_tool_calls(self, calls: list[dict]) -> None:
+        """The tool-flow hook: a remote reply's calls (OpenAI wire shape, in the reply's stats and the
+        worker's `backend.remote.last_tool_calls` as engine.tools objects). Until the app runs tools
+        (issue 7), they are shown, not run."""
+        said = "; ".join(f"{c['function']['name']}({c['function']['arguments']})"
+                         + (f" [malformed: {c['error']}]" if c.get("error") else "") for c in calls)
+        self.w.show_banner(f"The model asked to call: {said}. Running tools is not available in this build.",
+                           "notice")
+
+    def _on_reply_failed(self, _message: str) -> None:
+        """Nothing typed is lost: the failed turn's message goes back into the input box as an edit
+        of that message, so Enter sends it again in its place (unless something new was typed)."""
+        w = self.w
+        if w.messageInput.toPlainText().strip() or w._edit_row is not None:
+            return
+        msgs = w.conversation.model.messages()
+        row = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "user"), None)
+        if row is None:
+            return
+        w.edit_message(row)
+        w.editHint.setText("The reply failed; your message is back here. Enter sends it again (in its "
+                           "place), Esc leaves it.")
+        self._restored_edit = msgs[row].content
