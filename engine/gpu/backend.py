@@ -1,10 +1,11 @@
 """GpuBackend: the whole forward pass on the GPU (see engine/DESIGN.md, "Backend interface").
 
-Per call: one write of the step buffer (u32 [pos, n, 0, 0, ids...]), one command encoder with one
-compute pass that records every dispatch of a prebuilt Plan, one submit, and one readback through the
-persistent staging buffer (logits, or 4 bytes with `forward_argmax`). Decode (n = 1) uses matrix-vector
-kernels with RMSNorm, SwiGLU/GeGLU and residual adds fused in; longer inputs use the tiled matmul plan
-in chunks of `chunk` tokens.
+Per call: one write of the step buffer (u32 [pos, n, 0, 0, ids...]), the dispatches of a prebuilt Plan
+recorded into compute passes (a decode step in `submit_pieces` command buffers, each submitted as soon as
+it is encoded so the GPU starts while Python encodes the rest; a prefill chunk in one), and one readback
+through the persistent staging buffer (logits, or 4 bytes with `forward_argmax`). Decode (n = 1) uses
+matrix-vector kernels with RMSNorm, SwiGLU/GeGLU, RoPE, the KV store and residual adds fused in; longer
+inputs use the tiled matmul plan in chunks of `chunk` tokens.
 
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
 attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
