@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSiz
                                QVBoxLayout, QWidget)
 
 from .markdown_text import format_stats, split_markdown
+from .tool_block import ToolBlocks
 
 if TYPE_CHECKING:
     from .message_view import MessageView
@@ -189,6 +190,9 @@ class MessageBubble(QFrame):
         outer.addLayout(head)
         self.body = SegmentColumn()
         outer.addWidget(self.body)
+        self.toolBlocks = ToolBlocks()          # the reply's tool calls (issue 7)
+        self.toolBlocks.changed.connect(self._on_tools_changed)
+        outer.addWidget(self.toolBlocks)
         self.typing = QLabel("…", objectName="typingIndicator")
         self.body.insert(0, self.typing)
         self.typing.hide()
@@ -243,9 +247,18 @@ class MessageBubble(QFrame):
             self._segments.append(w)
         return w
 
+    def set_tool_calls(self, calls: list) -> None:
+        self.toolBlocks.set_calls(calls)
+
+    def _on_tools_changed(self) -> None:
+        row = self.parentWidget()
+        if isinstance(row, BubbleRow):
+            self.layout().invalidate()
+            row.refit()
+
     def set_state(self, stats: dict, streaming: bool, error: str) -> None:
         self.stats.setText(format_stats(stats))
-        typing = streaming and not self._content
+        typing = streaming and not self._content and not self.toolBlocks.blocks
         if typing == self.typing.isHidden():
             self.typing.setVisible(typing)
             self.body.changed(self.typing)

@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from .chat_store import Chat, ChatStore, Message
 from .models import MessageModel
 from .preset_store import Preset, PresetStore
+from .tool_flow import ToolFlow, record_of, with_round
 from .worker import EngineClient
 
 FLUSH_MS = 30
@@ -43,6 +44,16 @@ class Conversation(QObject):
         self._gen: dict | None = None        # {"rid", "chat", "text", "row", "pending"}
         self._flush = QTimer(self, singleShot=True, interval=FLUSH_MS)
         self._flush.timeout.connect(self._on_flush)
+        # Tool calls (issue 7): the flow confirms and runs them; `reply_prefixes` are texts the next
+        # replies start with ("continue from this text"; tests use it to script a call).
+        self.tools = ToolFlow(self)
+        self.tools.roundDone.connect(self._on_round_done)
+        self.tools.recordsChanged.connect(self._on_records)
+        self.tool_format = "generic"
+        self.reply_prefixes: list[str] = []
+        self._closing = False
+        self._round_msg: dict | None = None   # {"chat", "row", "msg", "stopped"} while a round runs
+        client.worker.modelLoaded.connect(lambda info: setattr(self, "tool_format", info.get("tool_format", "generic")))
         w = client.worker
         w.delta.connect(self._on_delta)
         w.finished.connect(self._on_finished)
@@ -51,7 +62,7 @@ class Conversation(QObject):
     # -- chats ----------------------------------------------------------------------------------------
     @property
     def generating(self) -> bool:
-        return self._gen is not None
+        return self._gen is not None or self._round_msg is not None
 
     def preset(self) -> Preset:
         chat = self.chats.chat(self.chat_id) if self.chat_id else None
@@ -68,6 +79,9 @@ class Conversation(QObject):
             g["row"] = self.model.append(Message("assistant", g["text"]), streaming=True)
         elif g is not None:
             g["row"] = -1
+        rm = self._round_msg
+        if rm is not None:
+            rm["row"] = self.model.append(rm["msg"]) if rm["chat"] == chat_id else -1
 
     def new_chat(self, preset_id: str) -> Chat:
         chat = self.chats.create_chat("New chat", preset_id)
@@ -99,17 +113,23 @@ class Conversation(QObject):
         """Replace the last reply with a new one."""
         if self.generating or self.chat_id is None:
             return False
-        rows = [i for i, m in enumerate(self.model.messages()) if m.role == "assistant"]
-        if rows:
-            self._truncate(rows[-1])
+        msgs = self.model.messages()
+        last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
+        rows = [i for i, m in enumerate(msgs) if m.role == "assistant" and i > last_user]
+        if rows:   # the whole reply goes, tool rounds included
+            self._truncate(rows[0])
         if not self.model.rowCount() or self.model.message(self.model.rowCount() - 1).role != "user":
             return False
         self._start()
         return True
 
     def stop(self) -> None:
-        if self.generating:
+        if self._gen is not None:
+            self._gen["user_stop"] = True
             self.client.stop()
+        elif self._round_msg is not None:
+            self._round_msg["stopped"] = True
+            self.tools.stop()
 
     def _truncate(self, row: int) -> None:
         m = self.model.message(row)
@@ -120,17 +140,34 @@ class Conversation(QObject):
     def history(self) -> list[dict]:
         p = self.preset()
         msgs = [{"role": "system", "content": p.system_prompt}] if p.system_prompt else []
-        msgs += [{"role": m.role, "content": m.content} for m in self.model.messages()
-                 if m.role in ("user", "assistant")]
+        for m in self.model.messages():
+            if m.role == "assistant" and m.tool_calls:
+                msgs = with_round(msgs, m.content, m.tool_calls)
+            elif m.role in ("user", "assistant"):
+                msgs.append({"role": m.role, "content": m.content})
         return msgs
+
+    def _tool_round_no(self) -> int:
+        """1 + the tool rounds since the last user message."""
+        n = 0
+        for m in reversed(self.model.messages()):
+            if m.role != "assistant" or not m.tool_calls:
+                break
+            n += 1
+        return n + 1
 
     def _start(self) -> None:
         p = self.preset()
         history = self.history()          # before the reply's own (empty) row is added
+        if self.reply_prefixes:
+            history.append({"role": "assistant", "content": self.reply_prefixes.pop(0)})
+        round_no = self._tool_round_no()
         row = self.model.append(Message("assistant", ""), streaming=True)
         rid = self.client.generate(history, p.tools, dict(p.sampling), system=p.system_prompt,
                                    preset_id=p.id, label=p.name)
-        self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": ""}
+        self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": "",
+                     "parse": self.tools.parse_reply(self.tool_format, p.tools), "tools": list(p.tools),
+                     "round": round_no}
         self.generatingChanged.emit(True)
 
     # -- worker signals -------------------------------------------------------------------------------
@@ -138,6 +175,10 @@ class Conversation(QObject):
         g = self._gen
         if g is None or rid != g["rid"]:
             return
+        text = g["parse"].feed(text)
+        if g["parse"].ended and not g.get("tool_stop"):
+            g["tool_stop"] = True   # the call is complete: what follows would be an invented result
+            self.client.stop()
         g["text"] += text
         g["pending"] += text
         if not self._flush.isActive():
@@ -156,8 +197,15 @@ class Conversation(QObject):
 
     def _end(self, stats: dict, error: str = "") -> None:
         g = self._gen
+        rest = g["parse"].finish()
+        g["text"] += rest
+        g["pending"] += rest
         self._flush_now()
         self._flush.stop()
+        calls = g["parse"].calls
+        if calls and not error:
+            self._end_with_calls(g, stats, calls)
+            return
         saved = None
         if g["text"] or not error:
             saved = self.chats.add_message(g["chat"], Message("assistant", g["text"], stats=dict(stats),
@@ -169,6 +217,55 @@ class Conversation(QObject):
                 self.model.set_id(g["row"], saved.id)
         self._gen = None
         self.generatingChanged.emit(False)
+
+    def _end_with_calls(self, g: dict, stats: dict, calls: list) -> None:
+        """The reply called tools: show its calls, then confirm and run them (or, when the user
+        pressed Stop, keep them as not run)."""
+        stats = dict(stats)
+        records = [record_of(c) for c in calls]
+        stopped = bool(g.get("user_stop"))
+        if stopped:
+            for r in records:
+                if r["status"] == "pending":
+                    r.update(status="stopped", is_error=True, result="Error: stopped by the user")
+        else:
+            stats["stop_reason"] = "tool_calls"
+        msg = Message("assistant", g["text"].strip(), stats=stats, tool_calls=records, model=self.model_name)
+        if g["row"] >= 0:
+            m = self.model.message(g["row"])
+            m.content = msg.content
+            self.model.set_tool_calls(g["row"], records)
+            self.model.finish(g["row"], stats)
+        self._gen = None
+        self._round_msg = {"chat": g["chat"], "row": g["row"], "msg": msg, "stopped": stopped}
+        if stopped:
+            self._on_round_done(records)
+        else:
+            self.tools.start_round(g["chat"], calls, g["tools"], g["round"])
+
+    def _on_records(self, records: list) -> None:
+        rm = self._round_msg
+        if rm is not None and rm["row"] >= 0:
+            self.model.set_tool_calls(rm["row"], records)
+
+    def _on_round_done(self, records: list) -> None:
+        """Every call has its result: save the reply with its calls and continue the reply."""
+        rm = self._round_msg
+        if rm is None:
+            return
+        rm["msg"].tool_calls = records
+        saved = self.chats.add_message(rm["chat"], rm["msg"])
+        if rm["row"] >= 0:
+            self.model.set_tool_calls(rm["row"], records)
+            self.model.set_id(rm["row"], saved.id)
+        self.chatChanged.emit(rm["chat"])
+        self._round_msg = None
+        go_on = (not rm["stopped"] and rm["chat"] == self.chat_id and not self._closing
+                 and any(r["status"] not in ("limit", "stopped") for r in records))
+        if go_on:
+            self._start()
+        else:
+            self.generatingChanged.emit(False)
 
     def _on_finished(self, rid: int, stats: dict) -> None:
         if self._gen is None or rid != self._gen["rid"]:
@@ -184,5 +281,9 @@ class Conversation(QObject):
 
     def close(self) -> None:
         """At quit: keep what was streamed of a reply in progress."""
+        self._closing = True
         if self._gen is not None:
+            self._gen["user_stop"] = True
             self._end({"stop_reason": "interrupted"})
+        if self._round_msg is not None:
+            self.stop()

@@ -16,7 +16,7 @@ from PySide6.QtCore import QEvent, QModelIndex, Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from .bubbles import BubbleRow, MessageBubble
-from .models import ErrorRole, RoleRole, StatsRole, StreamingRole
+from .models import ErrorRole, RoleRole, StatsRole, StreamingRole, ToolCallsRole
 
 
 class MessageView(QScrollArea):
@@ -130,6 +130,7 @@ class MessageView(QScrollArea):
         idx = self._model.index(row, 0)
         b = self._bubbles[row]
         b.set_content(idx.data() or "")
+        b.set_tool_calls(idx.data(ToolCallsRole) or [])
         b.set_state(idx.data(StatsRole) or {}, bool(idx.data(StreamingRole)), idx.data(ErrorRole) or "")
         self._rows[row].refit()
 

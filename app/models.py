@@ -13,6 +13,7 @@ StatsRole = Qt.ItemDataRole.UserRole + 3
 StreamingRole = Qt.ItemDataRole.UserRole + 4
 UpdatedRole = Qt.ItemDataRole.UserRole + 5
 ErrorRole = Qt.ItemDataRole.UserRole + 6
+ToolCallsRole = Qt.ItemDataRole.UserRole + 7  # an assistant message's tool calls and their results
 
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -141,11 +142,14 @@ class MessageModel(QAbstractListModel):
             return m.id
         if role == ErrorRole:
             return self._errors.get(index.row(), "")
+        if role == ToolCallsRole:
+            return [dict(c) for c in m.tool_calls]
         return None
 
     def roleNames(self):
         return {Qt.ItemDataRole.DisplayRole: b"content", RoleRole: b"role", StatsRole: b"stats",
-                StreamingRole: b"streaming", IdRole: b"messageId", ErrorRole: b"error"}
+                StreamingRole: b"streaming", IdRole: b"messageId", ErrorRole: b"error",
+                ToolCallsRole: b"toolCalls"}
 
     def message(self, row: int) -> Message:
         return self._rows[row]
@@ -182,6 +186,11 @@ class MessageModel(QAbstractListModel):
             self._streaming = -1
         i = self.index(row)
         self.dataChanged.emit(i, i, [StatsRole, StreamingRole, ErrorRole])
+
+    def set_tool_calls(self, row: int, calls: list) -> None:
+        self._rows[row].tool_calls = [dict(c) for c in calls]
+        i = self.index(row)
+        self.dataChanged.emit(i, i, [ToolCallsRole, Qt.ItemDataRole.DisplayRole])
 
     def set_id(self, row: int, mid: int) -> None:
         self._rows[row].id = mid

@@ -51,6 +51,14 @@ QMainWindow, QDialog {{ background: {window}; }}
 #codeBlock {{ background: {code}; border: 1px solid {border}; border-radius: 8px; }}
 #codeHeader {{ background: {codeHeader}; border-top-left-radius: 8px; border-top-right-radius: 8px; }}
 #codeLang {{ color: {muted}; font-size: 8.5pt; }}
+#toolBlock {{ background: {code}; border: 1px solid {border}; border-left: 3px solid {accent}; border-radius: 6px; }}
+#toolBlock[state="error"] {{ border-left-color: {error}; }}
+#toolBlock[state="pending"], #toolBlock[state="running"] {{ border-left-color: {muted}; }}
+#toolSummary {{ color: {text}; font-family: monospace; font-size: 9.5pt; }}
+#toolIcon {{ color: {muted}; }}
+#toolDetails {{ color: {text}; font-size: 9pt; padding: 2px 4px 4px 26px; }}
+#toolConfirm {{ background: {notice}; border: 1px solid {border}; border-radius: 8px; }}
+#toolConfirmText {{ color: {text}; }}
 #codeText {{ background: {code}; color: {text}; border: none; border-bottom-left-radius: 8px;
              border-bottom-right-radius: 8px; }}
 QToolButton {{ color: {muted}; padding: 2px 6px; border-radius: 5px; }}

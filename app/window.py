@@ -26,6 +26,7 @@ from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
 from .remote_ui import REMOTE_DIALOG, RemoteUI
 from .sampling_panel import SamplingPanel
+from .tool_confirm import ToolConfirmBar
 from .settings import Settings
 from .worker import EngineClient
 
@@ -51,6 +52,7 @@ class MainWindow(QMainWindow):
         self.presets = presets
         self.client = EngineClient(backend, self)
         self.conversation = Conversation(chats, presets, self.client, self)
+        self.conversation.tools.use_settings(settings)
         self.model_info: dict = {}
         self.last_prefix_result: dict | None = None
         self.last_error = ""
@@ -147,6 +149,8 @@ class MainWindow(QMainWindow):
         bottom = QWidget(objectName="messageColumn")
         bo = QVBoxLayout(bottom)
         bo.setContentsMargins(24, 6, 24, 12)
+        self.toolConfirm = ToolConfirmBar(self.conversation.tools)
+        bo.addWidget(self.toolConfirm)
         bo.addWidget(self.editHint)
         bo.addWidget(inputFrame)
         cl.addWidget(bottom)
@@ -208,6 +212,10 @@ class MainWindow(QMainWindow):
         v.addAction("Sampling panel", self.samplingToggle.toggle)
         s = mb.addMenu("&Settings")
         s.addAction("Prefix cache…", self.open_cache_panel)
+        self.allowFetchAction = s.addAction("Allow tools to fetch URLs")
+        self.allowFetchAction.setCheckable(True)
+        self.allowFetchAction.setChecked(self.settings.get("tools/allow_fetch"))
+        self.allowFetchAction.toggled.connect(lambda on: self.settings.set("tools/allow_fetch", on))
 
     def _wire(self) -> None:
         w = self.client.worker
