@@ -26,6 +26,7 @@ from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
 from .remote_ui import REMOTE_DIALOG, RemoteUI
 from .sampling_panel import SamplingPanel
+from .server_toggle import ServeToggle
 from .tool_confirm import ToolConfirmBar
 from .settings import Settings
 from .worker import EngineClient
@@ -212,6 +213,7 @@ class MainWindow(QMainWindow):
         v.addAction("Sampling panel", self.samplingToggle.toggle)
         s = mb.addMenu("&Settings")
         s.addAction("Prefix cache…", self.open_cache_panel)
+        self.serveToggle = ServeToggle(self, s)
         self.allowFetchAction = s.addAction("Allow tools to fetch URLs")
         self.allowFetchAction.setCheckable(True)
         self.allowFetchAction.setChecked(self.settings.get("tools/allow_fetch"))
@@ -617,6 +619,7 @@ class MainWindow(QMainWindow):
             s = self.settings
             s.set("window/geometry", bytes(self.saveGeometry().data()))
             s.set("window/splitter", bytes(self.splitter.saveState().data()))
+            self.serveToggle.stop()
             self.client.shutdown()
             self.conversation.close()
             s.sync()
