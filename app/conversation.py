@@ -237,7 +237,8 @@ class Conversation(QObject):
             self.model.set_tool_calls(g["row"], records)
             self.model.finish(g["row"], stats)
         self._gen = None
-        self._round_msg = {"chat": g["chat"], "row": g["row"], "msg": msg, "stopped": stopped}
+        self._round_msg = {"chat": g["chat"], "row": g["row"], "msg": msg, "stopped": stopped,
+                           "round": g["round"]}
         if stopped:
             self._on_round_done(records)
         else:
@@ -261,7 +262,7 @@ class Conversation(QObject):
         self.chatChanged.emit(rm["chat"])
         self._round_msg = None
         go_on = (not rm["stopped"] and rm["chat"] == self.chat_id and not self._closing
-                 and any(r["status"] not in ("limit", "stopped") for r in records))
+                 and rm["round"] <= self.tools.max_rounds)
         if go_on:
             self._start()
         else:

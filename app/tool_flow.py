@@ -147,7 +147,7 @@ class ToolFlow(QObject):
         self._serial += 1
         self._round = {"chat": chat_id, "records": records, "i": -1, "registry": registry_for(tools),
                        "serial": self._serial, "asking": False}
-        if round_no > self.max_rounds:
+        if round_no > self.max_rounds:     # malformed calls stay shown as such; none is run
             for r in records:
                 if r["status"] == "pending":
                     r.update(status="limit", is_error=True,
