@@ -15,6 +15,7 @@ from .remote_dialog import RemoteServerDialog
 from .remote_servers import RemoteServers
 
 REMOTE_DIALOG = "__remote__"
+LOCAL_ONLY_SAMPLING = ("top_k", "min_p", "repeat_penalty")
 
 
 class RemoteUI(QObject):
@@ -29,6 +30,7 @@ class RemoteUI(QObject):
             # Set before any remote load is queued; read on the worker thread (KeyStore.get is thread-safe).
             backend.remote.key_for = self.servers.keys.get
         self._restored_edit: str | None = None
+        self._tips: dict[str, str] = {}
         window.modelReady.connect(self._on_model_ready)
         window.client.worker.contextChanged.connect(self._on_context)
         cv = window.conversation
@@ -74,7 +76,13 @@ class RemoteUI(QObject):
     def _on_model_ready(self, info: dict) -> None:
         w = self.w
         remote = info.get("backend") == "remote"
-        w.backendPicker.setEnabled(not remote)
+        w.backendPicker.setVisible(not remote)    # Auto/GPU/CPU: the server decides what runs its model
+        for key in LOCAL_ONLY_SAMPLING:          # not in the OpenAI API: strict servers refuse them
+            box = w.samplingPanel.boxes.get(key)
+            if box is not None:
+                box.setEnabled(not remote)
+                tip = self._tips.setdefault(key, box.toolTip())
+                box.setToolTip(f"{tip}\nNot sent to a remote server (not part of the OpenAI API)" if remote else tip)
         if not remote:
             return
         url = info.get("adapter", "").removeprefix("server ")
@@ -82,7 +90,6 @@ class RemoteUI(QObject):
         w.modelInfo.setToolTip(f"{info.get('name')} on the server {url}\n"
                                f"connected in {info.get('load_s', 0):.2f} s"
                                + (f", context {info['n_ctx']} tokens" if info.get("n_ctx") else ""))
-        w.backendPicker.setToolTip("The server decides what runs the model")
         w.statusPrefix.setText(f"Prefix caching is done by the server ({host_of(url)})")
         w.statusSpeed.setText("")
 

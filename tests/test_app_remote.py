@@ -217,7 +217,8 @@ def test_remote_server_dialog_lists_models_and_the_chat_streams_from_it(qtbot, w
     assert info["backend"] == "remote" and info["name"] == served.model
     assert w.model_info["path_setting"] == remote_path(served.url, served.model)
     assert w.modelInfo.text() == f"remote · {served.url.split('//')[1].removesuffix('/v1')}"
-    assert not w.backendPicker.isEnabled()
+    assert not w.backendPicker.isVisible()
+    assert not w.samplingPanel.boxes["top_k"].isEnabled() and w.samplingPanel.boxes["temperature"].isEnabled()
     assert w.modelPicker.currentData() == remote_path(served.url, served.model)   # remembered in the picker
     assert w.settings.get("remote/servers")[0]["url"] == served.url
     assert "your messages are sent there" in w.messageView.empty.text()
@@ -433,8 +434,8 @@ def test_api_key_is_sent_kept_with_a_warning_and_tool_calls_shown(qtbot, window,
 def test_back_to_the_local_model(qtbot, window):
     w = window
     go_local(qtbot, w)
-    assert w.model_info["backend"] in ("cpu", "gpu") and w.backendPicker.isEnabled()
-    assert parse_remote_path(w.model_info["path_setting"]) is None
+    assert w.model_info["backend"] in ("cpu", "gpu") and w.backendPicker.isVisible()
+    assert parse_remote_path(w.model_info["path_setting"]) is None and w.samplingPanel.boxes["top_k"].isEnabled()
     assert all(not str(r.get("path", "")).startswith("remote:") for r in w.settings.get("model/recent"))
     w.new_chat()
     assert isinstance(reply(qtbot, w, "Say hello."), dict)
