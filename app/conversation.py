@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from .chat_store import Chat, ChatStore, Message
 from .models import MessageModel
 from .preset_store import Preset, PresetStore
+from .remote_backend import remote_tool_calls
 from .tool_flow import ToolFlow, record_of, with_round
 from .worker import EngineClient
 
@@ -202,7 +203,7 @@ class Conversation(QObject):
         g["pending"] += rest
         self._flush_now()
         self._flush.stop()
-        calls = g["parse"].calls
+        calls = g["parse"].calls or remote_tool_calls(stats.pop("tool_calls", None), g["tools"])
         if calls and not error:
             self._end_with_calls(g, stats, calls)
             return

@@ -57,6 +57,24 @@ def tool_call_dicts(calls) -> list[dict]:
     return out
 
 
+def remote_tool_calls(wire: list | None, tools) -> list:
+    """The calls `tool_call_dicts` put in a remote reply's stats -> engine.tools ToolCall /
+    MalformedToolCall objects again (checked against the preset's tools), for the app's tool flow."""
+    if not wire:
+        return []
+    from engine.remote import tool_calls_from_wire
+    from engine.tools import MalformedToolCall
+    out = []
+    for c in wire:
+        fn = c.get("function") or {}
+        if c.get("error"):
+            out.append(MalformedToolCall(c.get("id") or "", fn.get("arguments", ""), c["error"], fn.get("name") or None))
+        else:
+            out += tool_calls_from_wire([{"id": c.get("id"), "name": fn.get("name"),
+                                          "arguments": fn.get("arguments", "")}], tools)
+    return out
+
+
 class RemoteBackend(ChatBackend):
     """One model on one OpenAI-compatible server, through engine.remote's RemoteClient.
 
@@ -72,7 +90,6 @@ class RemoteBackend(ChatBackend):
         self.model = ""
         self.info: ModelInfo | None = None
         self._used = 0
-        self.last_tool_calls: list = []      # engine.tools objects of the last reply (the tool-flow hook)
 
     def load(self, path, backend, n_ctx, progress) -> ModelInfo:
         from engine.remote import RemoteClient, RemoteError
@@ -109,7 +126,6 @@ class RemoteBackend(ChatBackend):
     def stream(self, messages, tools, sampling, cancel, progress=None):
         s = dict(sampling)
         max_tokens = int(s.pop("max_tokens", 512) or 512)
-        self.last_tool_calls = []
         reply = self.client.chat(messages, self.model, tools=tools or None, sampling=s, max_tokens=max_tokens,
                                  cancel=cancel)
         try:
@@ -134,8 +150,8 @@ class RemoteBackend(ChatBackend):
                          computed_tokens=int(st.computed_tokens))
             self._used = int(st.prompt_tokens) + int(st.completion_tokens)
         if ev.tool_calls:
-            # Issue 7's tool flow runs the calls; until it exists they are stored and shown (RemoteUI).
-            self.last_tool_calls = list(ev.tool_calls)
+            # JSON-able, to cross the worker's signal; the Conversation gives them to the tool flow
+            # (remote_tool_calls), which confirms and runs them and continues the reply.
             stats["tool_calls"] = tool_call_dicts(ev.tool_calls)
         return stats
 

@@ -110,17 +110,6 @@ class RemoteUI(QObject):
         else:
             w.statusPrefix.setText(f"Prefix caching is done by the server ({stats['remote']}); it reported "
                                    "no token usage")
-        if stats.get("tool_calls"):
-            self.show_tool_calls(stats["tool_calls"])
-
-    def show_tool_calls(self, calls: list[dict]) -> None:
-        """The tool-flow hook: a remote reply's calls (OpenAI wire shape, in the reply's stats and the
-        worker's `backend.remote.last_tool_calls` as engine.tools objects). Until the app runs tools
-        (issue 7), they are shown, not run."""
-        said = "; ".join(f"{c['function']['name']}({c['function']['arguments']})"
-                         + (f" [malformed: {c['error']}]" if c.get("error") else "") for c in calls)
-        self.w.show_banner(f"The model asked to call: {said}. Running tools is not available in this build.",
-                           "notice")
 
     def _on_reply_failed(self, _message: str) -> None:
         """Nothing typed is lost: the failed turn's message goes back into the input box as an edit

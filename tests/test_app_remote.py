@@ -380,7 +380,7 @@ def test_listing_models_never_blocks_the_window(qtbot, window, scripted):
     dlg.reject()
 
 
-def test_api_key_is_sent_kept_with_a_warning_and_tool_calls_shown(qtbot, window, scripted):
+def test_api_key_is_sent_and_kept_with_a_warning_and_a_tool_round_runs(qtbot, window, scripted):
     w = window
     assert not w.remote.servers.keys.secure
     scripted.script["keyed"] = Reply(json.dumps(MODELS), ctype="application/json")
@@ -397,13 +397,13 @@ def test_api_key_is_sent_kept_with_a_warning_and_tool_calls_shown(qtbot, window,
     assert {"url": scripted.url("keyed"), "key": "sk-test-123"} in w.settings.get("remote/keys")
     assert scripted.requests[-1][3].get("Authorization") == "Bearer sk-test-123"
 
-    # A reply with a tool call in OpenAI's format: the preset's tools are sent, the call is shown.
-    tool = {"type": "function", "function": {"name": "calculator", "description": "Evaluate arithmetic",
-                                             "parameters": {"type": "object", "properties": {
-                                                 "expression": {"type": "string"}}, "required": ["expression"]}}}
-    p = w.presets.add(Preset("test-tools", "Test tools", SYSTEM, [tool], dict(GREEDY)))
+    # A tool round in OpenAI's format: the preset's tools are sent, the server's call goes through the
+    # app's tool flow (confirm, run), and the result goes back as a `tool` message.
+    tools = json.loads((ROOT / "resources" / "toolsets" / "everyday.json").read_text())["tools"]
+    p = w.presets.add(Preset("test-tools", "Test tools", SYSTEM, tools, dict(GREEDY)))
     w._fill_presets()
     w.select_preset(p.id)
+    usage = {"prompt_tokens": 50, "completion_tokens": 9, "prompt_tokens_details": {"cached_tokens": 40}}
     scripted.script["keyed"] = Reply(sse(
         chunk({"role": "assistant", "content": ""}),
         chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
@@ -411,24 +411,34 @@ def test_api_key_is_sent_kept_with_a_warning_and_tool_calls_shown(qtbot, window,
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"expression": "6*7"}'}}]}),
         chunk(finish="tool_calls"),
         {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "scripted-model", "choices": [],
-         "usage": {"prompt_tokens": 50, "completion_tokens": 9, "prompt_tokens_details": {"cached_tokens": 40}}},
+         "usage": usage},
         "[DONE]"))
     w.new_chat()
     try:
         stats = reply(qtbot, w, "What is 6 times 7?")
+        assert isinstance(stats, dict), stats
+        body = scripted.requests[-1][2]
+        assert body["tools"] == tools and body["messages"][0] == {"role": "system", "content": SYSTEM}
+        assert body["stream"] is True and body["temperature"] == 0.0 and body["max_tokens"] == GREEDY["max_tokens"]
+        assert stats["stop_reason"] == "tool_calls"
+        assert w.statusPrefix.text() == "Prefix cached by server: 40 tokens reused of 50"
+        wait_until(lambda: w.toolConfirm.isVisible(), 30)
+        assert "calculator" in w.toolConfirm.text.text() and "6*7" in w.toolConfirm.text.text()
+        scripted.script["keyed"] = Reply(sse(chunk({"content": "It is 42."}), chunk(finish="stop"), "[DONE]"))
+        with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
+            qtbot.mouseClick(w.toolConfirm.allowButton, Qt.MouseButton.LeftButton)
+        wait_until(lambda: not w.conversation.generating)
     finally:
         w.select_preset("test-greedy")
-    assert isinstance(stats, dict), stats
-    body = scripted.requests[-1][2]
-    assert body["tools"] == [tool] and body["messages"][0] == {"role": "system", "content": SYSTEM}
-    assert body["stream"] is True and body["temperature"] == 0.0 and body["max_tokens"] == GREEDY["max_tokens"]
-    assert stats["stop_reason"] == "tool_calls"
-    assert stats["tool_calls"] == [{"id": "call_1", "type": "function",
-                                    "function": {"name": "calculator", "arguments": '{"expression": "6*7"}'}}]
-    assert "calculator" in w.bannerLabel.text()
-    assert w.statusPrefix.text() == "Prefix cached by server: 40 tokens reused of 50"
-    stored = w.chats.messages(w.conversation.chat_id)[1]
-    assert stored.stats["tool_calls"] == stats["tool_calls"]
+    sent = scripted.requests[-1][2]["messages"]
+    assert sent[-2] == {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "6*7"}'}}]}
+    assert sent[-1] == {"role": "tool", "content": "42", "tool_call_id": "call_1"}
+    msgs = w.chats.messages(w.conversation.chat_id)
+    assert [m.role for m in msgs] == ["user", "assistant", "assistant"] and msgs[2].content == "It is 42."
+    call = msgs[1].tool_calls[0]
+    assert call["name"] == "calculator" and call["status"] == "allowed" and call["result"] == "42"
+    assert "tool_calls" not in msgs[1].stats
 
 
 def test_back_to_the_local_model(qtbot, window):
