@@ -24,7 +24,7 @@ SYSTEM = "You are a helpful assistant."
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
                          "max_tokens": 6})
 TOOLS = [{"type": "function", "function": {"name": n, "description": n, "parameters": {"type": "object"}}}
-         for n in ("calculator", "current_datetime")] + [
+         for n in ("calculator", "current_datetime", "read_file", "fetch_url")] + [
     {"type": "function", "function": {"name": "lookup_order", "description": "Find an order by number",
                                       "parameters": {"type": "object", "properties": {"number": {"type": "string"}},
                                                      "required": ["number"]}}}]
@@ -236,6 +236,63 @@ def test_a_custom_tool_asks_the_user_for_its_result(qtbot, window):
     wait_done(w)
     assert stored(w)[1].tool_calls[0]["result"] == "shipped on Monday"
     assert "<|im_start|>tool\nshipped on Monday<|im_end|>" in prompt_text(w)
+
+
+def test_read_file_reads_only_the_file_the_user_picked(qtbot, window, tmp_path):
+    w = window
+    picked = tmp_path / "picked.txt"
+    picked.write_text("the picked file says hello")
+    (tmp_path / "secret.txt").write_text("not for the model")
+    ask(qtbot, w, "Read my notes", '<tool_call>[{"name": "read_file", "arguments": {"path": "secret.txt"}}]</tool_call>')
+    wait_confirm(w)
+    assert w.toolConfirm.pickFileButton.isVisible() and not w.toolConfirm.allowButton.isVisible()
+    w.conversation.tools.allow_file(str(picked))    # what "Pick a file…" does with the dialog's answer
+    wait_done(w)
+    call = stored(w)[1].tool_calls[0]
+    assert call["result"] == "the picked file says hello" and not call["is_error"]
+    assert "not for the model" not in prompt_text(w)
+
+
+def test_fetch_url_is_off_until_the_user_turns_it_on(qtbot, window):
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"<html><body><p>served here</p></body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/"
+    call = '<tool_call>[{"name": "fetch_url", "arguments": {"url": "%s"}}]</tool_call>' % url
+    w = window
+    try:
+        assert not w.allowFetchAction.isChecked()
+        ask(qtbot, w, "Fetch it", call)
+        wait_confirm(w)
+        qtbot.mouseClick(w.toolConfirm.allowButton, Qt.MouseButton.LeftButton)
+        wait_done(w)
+        rec = stored(w)[1].tool_calls[0]
+        assert rec["is_error"] and "turned off" in rec["result"]
+        w.allowFetchAction.setChecked(True)            # Settings -> Allow tools to fetch URLs
+        assert w.settings.get("tools/allow_fetch") and w.conversation.tools.allow_fetch
+        ask(qtbot, w, "Fetch it", call)
+        wait_confirm(w)
+        qtbot.mouseClick(w.toolConfirm.allowButton, Qt.MouseButton.LeftButton)
+        wait_done(w)
+        rec = stored(w)[1].tool_calls[0]
+        assert not rec["is_error"] and "served here" in rec["result"]
+    finally:
+        w.allowFetchAction.setChecked(False)
+        srv.shutdown()
 
 
 def test_stop_while_asking_ends_the_reply_and_keeps_the_call(qtbot, window):
