@@ -14,7 +14,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .tool_prompt import prefix_system, split_reply_head, template_messages, tool_format_of
+from .tool_prompt import (
+    prefix_system,
+    split_reply_head,
+    template_messages,
+    tool_format_of,
+)
 
 Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 = unknown
 PREFILL_CHUNK = 128   # tokens per step when the worker reads a long prompt or prefix itself

@@ -28,8 +28,17 @@ import uuid
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.tools import (MalformedToolCall, TextDelta, ToolCall, ToolCallParser, ToolContext, ToolRegistry,
-                          ToolResult, error_result, messages_with_tool_round)
+from engine.tools import (
+    MalformedToolCall,
+    TextDelta,
+    ToolCall,
+    ToolCallParser,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    error_result,
+    messages_with_tool_round,
+)
 
 MAX_ROUNDS = 5
 

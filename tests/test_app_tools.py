@@ -272,7 +272,7 @@ def test_fetch_url_is_off_until_the_user_turns_it_on(qtbot, window):
     srv = http.server.HTTPServer(("127.0.0.1", 0), Page)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{srv.server_address[1]}/"
-    call = '<tool_call>[{"name": "fetch_url", "arguments": {"url": "%s"}}]</tool_call>' % url
+    call = '<tool_call>[{"name": "fetch_url", "arguments": {"url": "' + url + '"}}]</tool_call>'
     w = window
     try:
         assert not w.allowFetchAction.isChecked()
