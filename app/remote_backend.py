@@ -15,7 +15,7 @@ to the local prefix store. A failed load leaves the previous backend active.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .backends import ChatBackend, LocalBackend, ModelInfo, StreamEvent
 

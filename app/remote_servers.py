@@ -3,8 +3,8 @@
 Servers are kept in the settings (`remote/servers`: [{"url", "models": [ids used], "key": "keyring" |
 "settings" | ""}], most recent first). An API key goes to the platform keyring when the optional
 `keyring` package is importable and has a usable backend (Secret Service, macOS Keychain, Windows
-Credential Locker); otherwise it is written to the settings file in plain text (`remote/keys`: [{"url", "key"}]), and
-the dialog says so before it is saved.
+Credential Locker); otherwise it is written to the settings file in plain text (`remote/keys`:
+[{"url", "key"}]), and the dialog says so before it is saved.
 
 `KeyStore.get` is called from the engine worker thread when a remote model loads: it reads the
 keyring (thread-safe) or an in-memory copy of the settings' keys, never QSettings itself.
@@ -67,7 +67,7 @@ class KeyStore:
                 key = self.keyring.get_password(SERVICE, url)
                 if key:
                     return key
-            except Exception:  # noqa: BLE001  a locked or broken keyring: fall through
+            except Exception:
                 log.warning("keyring read failed for %s", url, exc_info=True)
         with self._lock:
             return self._plain.get(url)
@@ -83,7 +83,7 @@ class KeyStore:
                 self.keyring.set_password(SERVICE, url, key)
                 self._set_plain(url, None)
                 return "keyring"
-            except Exception:  # noqa: BLE001  fall back to the file, which the dialog warned about
+            except Exception:
                 log.warning("keyring write failed for %s; keeping the key in the settings file", url,
                             exc_info=True)
         self._set_plain(url, key)
@@ -94,7 +94,7 @@ class KeyStore:
             try:
                 self.keyring.delete_password(SERVICE, url)
             except Exception:  # noqa: BLE001  there was none
-                pass
+                log.debug("no keyring entry for %s", url)
         self._set_plain(url, None)
 
     def _set_plain(self, url: str, key: str | None) -> None:

@@ -24,7 +24,7 @@ HOST = "127.0.0.1"
 class _JobRunner(QObject):
     """Lives on the engine thread; runs each job it is sent, in order."""
 
-    def __init__(self, jobs: "EngineJobs"):
+    def __init__(self, jobs: EngineJobs):
         super().__init__()
         self._jobs = jobs
 

@@ -8,6 +8,7 @@ window's own "Serve Hearth" toggle called with the official `openai` client.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -20,12 +21,12 @@ from pathlib import Path
 import httpx
 import pytest
 from PySide6.QtCore import QCoreApplication, QEventLoop, Qt, QTimer
+from server_fixtures import Reply, ScriptedServer, chunk, sse
 
 from app.main import create_window
 from app.preset_store import Preset, check_sampling
 from app.remote_backend import parse_remote_path, remote_path
 from app.remote_ui import REMOTE_DIALOG
-from server_fixtures import Reply, ScriptedServer, chunk, sse
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
@@ -48,7 +49,7 @@ class ServeProcess:
     """`python -m engine serve --port 0` in its own process, as a user runs it."""
 
     def __init__(self, log: Path):
-        self.log = open(log, "w")
+        self.log = open(log, "w")  # noqa: SIM115  closed in kill()
         self.proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", "0", "--no-presets",
                                       "--ctx", "1024", "--backend", "cpu"], cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True)
@@ -277,7 +278,7 @@ def test_stop_closes_the_stream_and_regenerate_and_edit_work(qtbot, window, serv
     qtbot.keyClicks(w.messageInput, "Name a fruit.")
     with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
         qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
-    assert [m.content for m in w.chats.messages(w.conversation.chat_id)][0] == "Name a fruit."
+    assert w.chats.messages(w.conversation.chat_id)[0].content == "Name a fruit."
     assert w.conversation.model.rowCount() == 2
 
 
@@ -374,7 +375,7 @@ def test_listing_models_never_blocks_the_window(qtbot, window, scripted):
     assert "Asking" in dlg.status.text()
     wait_until(lambda: dlg.modelList.count(), 30)
     timer.stop()
-    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert len(ticks) > 20 and max(gaps) < 0.5, max(gaps)
     assert dlg.modelList.item(0).text() == "scripted-model"
     dlg.reject()

@@ -6,14 +6,16 @@ keyring backend that keeps passwords in memory, since no Secret Service / Keycha
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from app.remote_servers import SERVICE, KeyStore, RemoteServers, usable_keyring
 from app.settings import Settings
 
 keyring = pytest.importorskip("keyring")
-from keyring.backend import KeyringBackend  # noqa: E402
-from keyring.backends import fail  # noqa: E402
+from keyring.backend import KeyringBackend
+from keyring.backends import fail
 
 
 class MemoryKeyring(KeyringBackend):
@@ -53,7 +55,7 @@ def test_without_a_usable_backend_keys_go_to_the_settings_file(qapp):
     assert not keys.secure and "plain text" in keys.where()
     assert keys.set("http://h:1/v1", "sk-1") == "settings"
     keys.settings.sync()
-    assert "sk-1" in open(keys.settings._q.fileName()).read()
+    assert "sk-1" in Path(keys.settings._q.fileName()).read_text()
     assert KeyStore(Settings(), None).get("http://h:1/v1") == "sk-1"   # read back from the file
     keys.forget("http://h:1/v1")
     assert Settings().get("remote/keys") == [] and keys.get("http://h:1/v1") is None
@@ -67,8 +69,8 @@ def test_a_usable_keyring_keeps_keys_out_of_the_settings_file(qapp, memory_keyri
     assert memory_keyring.store == {(SERVICE, "http://h:1/v1"): "sk-secret"}
     assert Settings().get("remote/keys") == []
     servers.settings.sync()
-    assert "http://h:1/v1" in open(servers.settings._q.fileName()).read()      # the server is remembered,
-    assert "sk-secret" not in open(servers.settings._q.fileName()).read()      # its key is not written there
+    assert "http://h:1/v1" in Path(servers.settings._q.fileName()).read_text()      # the server is remembered,
+    assert "sk-secret" not in Path(servers.settings._q.fileName()).read_text()      # its key is not written there
     assert servers.get("http://h:1/v1") == {"url": "http://h:1/v1", "models": ["m1"], "key": "keyring"}
     assert KeyStore(Settings()).get("http://h:1/v1") == "sk-secret"
     servers.remember("http://h:1/v1", "m2", "sk-secret")
