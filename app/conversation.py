@@ -65,6 +65,11 @@ class Conversation(QObject):
     def generating(self) -> bool:
         return self._gen is not None or self._round_msg is not None
 
+    def replying_chat(self) -> int | None:
+        """The chat whose reply is in progress (streaming or in a tool round), if any."""
+        g = self._gen or self._round_msg
+        return g["chat"] if g is not None else None
+
     def preset(self) -> Preset:
         chat = self.chats.chat(self.chat_id) if self.chat_id else None
         p = self.presets.get(chat.preset_id) if chat else None

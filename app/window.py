@@ -543,7 +543,7 @@ class MainWindow(QMainWindow):
 
     def delete_chat(self, chat_id: int) -> None:
         """Delete a chat (Undo in the sidebar brings it back). A chat still replying is stopped first."""
-        if self.conversation.generating and self.conversation._gen["chat"] == chat_id:
+        if self.conversation.generating and self.conversation.replying_chat() == chat_id:
             self.conversation.stop()
             return
         was_open = self.conversation.chat_id == chat_id

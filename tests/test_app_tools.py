@@ -306,6 +306,19 @@ def test_stop_while_asking_ends_the_reply_and_keeps_the_call(qtbot, window):
     assert len(msgs) == 2 and msgs[1].tool_calls[0]["status"] == "stopped"
 
 
+def test_deleting_the_chat_while_a_call_waits_stops_the_round(qtbot, window):
+    w = window
+    ask(qtbot, w, "What is 23 times 47?", CALL)
+    wait_confirm(w)
+    chat_id = w.conversation.chat_id
+    w.delete_chat(chat_id)                 # as for a streaming reply: the first delete stops it
+    wait_done(w)
+    assert not w.toolConfirm.isVisible() and stored(w)[1].tool_calls[0]["status"] == "stopped"
+    w.delete_chat(chat_id)
+    assert not w.sidebar.has(chat_id)
+    w.undo_delete()
+
+
 def test_regenerate_drops_the_tool_rounds_of_the_reply(qtbot, window):
     w = window
     w.sidebar.select(w._tools_chat)
