@@ -83,8 +83,9 @@ class RemoteBackend(ChatBackend):
 
     kind = "remote"
 
-    def __init__(self, key_for: Callable[[str], str | None] = lambda url: None):
+    def __init__(self, key_for: Callable[[str], str | None] = lambda url: None, timeout: float = 120.0):
         self.key_for = key_for
+        self.timeout = timeout       # the longest silence from the server, in seconds, before a reply fails
         self.client = None
         self.url = ""
         self.model = ""
@@ -99,7 +100,7 @@ class RemoteBackend(ChatBackend):
         url, model = parsed
         progress(f"Connecting to {host_of(url)}", 0, 0)
         t0 = time.perf_counter()
-        client = RemoteClient(url, self.key_for(url) or None)
+        client = RemoteClient(url, self.key_for(url) or None, timeout=self.timeout)
         try:
             models = client.models()
         except BaseException:

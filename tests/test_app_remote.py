@@ -359,6 +359,24 @@ def test_garbage_servers_give_readable_errors(qtbot, window, scripted):
     assert w.isVisible() and w.sendButton.isVisible()
 
 
+def test_a_silent_server_times_out_with_a_message(qtbot, window, scripted):
+    w = window
+    remote = w.client.worker.backend.remote
+    remote.timeout = 1.0       # read at load: the next remote model gets it
+    try:
+        scripted.script["silent"] = Reply(json.dumps(MODELS), ctype="application/json")
+        use_remote(qtbot, w, scripted.url("silent"))
+        scripted.script["silent"] = Reply(sse(chunk({"content": "late"}), chunk(finish="stop")), hang=3.0)
+        w.new_chat()
+        t0 = time.monotonic()
+        msg = reply(qtbot, w, "Are you there?")
+        assert isinstance(msg, str) and "sent nothing for 1 s" in msg, msg
+        assert time.monotonic() - t0 < 2.9
+        assert w.messageInput.toPlainText() == "Are you there?"
+    finally:
+        remote.timeout = 120.0
+
+
 def test_listing_models_never_blocks_the_window(qtbot, window, scripted):
     w = window
     scripted.script["slow"] = Reply(json.dumps(MODELS), ctype="application/json", hang=1.5)
