@@ -84,6 +84,8 @@ class RemoteUI(QObject):
                 tip = self._tips.setdefault(key, box.toolTip())
                 box.setToolTip(f"{tip}\nNot sent to a remote server (not part of the OpenAI API)" if remote else tip)
         if not remote:
+            if w.statusPrefix.text().startswith("Prefix cach"):    # a remote server's line
+                w.statusPrefix.setText("")
             return
         url = info.get("adapter", "").removeprefix("server ")
         w.modelInfo.setText(f"remote · {host_of(url)}")

@@ -321,6 +321,29 @@ def test_a_server_killed_mid_reply_is_a_message_and_the_text_is_kept(qtbot, wind
     assert w.messageInput.toPlainText() == ""
 
 
+def test_a_remembered_remote_model_is_used_again_at_start(qtbot, qapp, served):
+    from app.settings import Settings
+    s = Settings()                       # HEARTH_DATA_DIR: this test's own (conftest)
+    s.set("remote/servers", [{"url": served.url, "models": [served.model], "key": ""}])
+    s.set("model/path", remote_path(served.url, served.model))
+    s.sync()
+    w = create_window()
+    try:
+        with qtbot.waitSignal(w.modelReady, timeout=TIMEOUT) as loaded:
+            w.show()
+        assert loaded.args[0]["backend"] == "remote" and loaded.args[0]["name"] == served.model
+        assert w.client.worker.backend.local.engine is None, "no local model was loaded"
+        assert w.modelPicker.currentData() == remote_path(served.url, served.model)
+        w.serveToggle.action.trigger()   # nothing local to serve: said, and the toggle stays off
+        assert not w.serveToggle.action.isChecked() and "no local model" in w.bannerLabel.text()
+        p = w.presets.add(Preset("test-greedy", "Test greedy", SYSTEM, [], dict(GREEDY)))
+        w._fill_presets()
+        w.select_preset(p.id)
+        assert isinstance(reply(qtbot, w, "Say hello."), dict)
+    finally:
+        w.close()
+
+
 # -- scripted servers ---------------------------------------------------------------------------------
 def test_garbage_servers_give_readable_errors(qtbot, window, scripted):
     w = window
@@ -465,6 +488,7 @@ def test_back_to_the_local_model(qtbot, window):
     go_local(qtbot, w)
     assert w.model_info["backend"] in ("cpu", "gpu") and w.backendPicker.isVisible()
     assert parse_remote_path(w.model_info["path_setting"]) is None and w.samplingPanel.boxes["top_k"].isEnabled()
+    assert "server" not in w.statusPrefix.text() and "remote" not in w.modelInfo.text()
     assert all(not str(r.get("path", "")).startswith("remote:") for r in w.settings.get("model/recent"))
     w.new_chat()
     assert isinstance(reply(qtbot, w, "Say hello."), dict)
