@@ -56,12 +56,14 @@ class RemoteUI(QObject):
             mp.addItem("Remote server…", REMOTE_DIALOG)
 
     def open_dialog(self, url: str = "") -> RemoteServerDialog:
+        if self.dialog is not None:
+            self.dialog.deleteLater()
         parsed = parse_remote_path(self.w.model_info.get("path_setting", ""))
         dlg = RemoteServerDialog(self.servers, self.w, url or (parsed[0] if parsed else ""))
         dlg.modelChosen.connect(self.use)
         dlg.finished.connect(lambda _r: self.w._fill_models(self.w.model_info.get("path_setting", "")))
         self.dialog = dlg
-        dlg.show()
+        dlg.open()            # window-modal: no other model is picked meanwhile
         return dlg
 
     def use(self, url: str, api_key: str, model: str) -> None:
