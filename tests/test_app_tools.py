@@ -165,6 +165,24 @@ def test_deny_reports_the_refusal_to_the_model(qtbot, window):
     assert len(stored(w)) == 3                           # the reply went on without the result
 
 
+def test_two_calls_in_one_reply_are_confirmed_one_by_one(qtbot, window):
+    w = window
+    two = ('<tool_call>[{"name": "calculator", "arguments": {"expression": "23*47"}}, '
+           '{"name": "calculator", "arguments": {"expression": "2**10"}}]</tool_call>')
+    ask(qtbot, w, "Two sums", two)
+    wait_confirm(w)
+    assert "23*47" in w.toolConfirm.text.text()
+    qtbot.mouseClick(w.toolConfirm.allowButton, Qt.MouseButton.LeftButton)
+    wait_until(lambda: "2**10" in w.toolConfirm.text.text() and w.toolConfirm.isVisible())
+    blocks = w.messageView.bubbles()[1].toolBlocks.blocks
+    assert blocks[0].summary.text().endswith("→ 1081") and "waiting for you" in blocks[1].summary.text()
+    qtbot.mouseClick(w.toolConfirm.denyButton, Qt.MouseButton.LeftButton)
+    wait_done(w)
+    assert [c["status"] for c in stored(w)[1].tool_calls] == ["allowed", "denied"]
+    text = prompt_text(w)
+    assert "<|im_start|>tool\n1081<|im_end|>\n<|im_start|>tool\nError: the user did not allow" in text
+
+
 def test_a_malformed_call_is_shown_and_reported_without_asking(qtbot, window):
     w = window
     asked = []
