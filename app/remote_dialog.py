@@ -159,6 +159,7 @@ class RemoteServerDialog(QDialog):
         else:
             self.keyNote.setText("")
         self.keyNote.setStyleSheet("color: #b25e00;" if self.keyNote.property("kind") == "warning" else "")
+        self.keyNote.setVisible(bool(self.keyNote.text()))
 
     def _on_url_edited(self, _text: str) -> None:
         self._request = 0               # an answer for the old address is no longer wanted
