@@ -191,19 +191,9 @@ class LocalBackend(ChatBackend):
     # -- prompts --------------------------------------------------------------------------------------
     def prefix_text(self, system: str, tools: list) -> str:
         """The chat template rendered up to the first user message: system prompt and tools."""
-        eng = self.engine
+        from engine.preset_prefix import prefix_text
         msgs = [{"role": "system", "content": system}] if system else []
-        a = eng.render_chat(msgs + [{"role": "user", "content": "\x01A"}], tools=tools or None)
-        b = eng.render_chat(msgs + [{"role": "user", "content": "\x02B"}], tools=tools or None)
-        common = os.path.commonprefix([a, b])
-        if msgs:
-            only = eng.render_chat(msgs, tools=tools or None, add_generation_prompt=False)
-            if only and common.startswith(only):
-                return only
-        # Templates that inject a default system prompt or put tools in the user turn: cut the common
-        # part back to a line end, where tokenization cannot merge across the cut.
-        cut = common.rfind("\n")
-        return common[:cut + 1] if cut >= 0 else ""
+        return prefix_text(self.engine, msgs, tools)
 
     def _prefix_ids(self, text: str) -> list[int]:
         if text not in self._prefix_tokens:

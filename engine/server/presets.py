@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..preset_prefix import prefix_text
 from ..tools import ToolSchemaError, validate_tool_set
 
 log = logging.getLogger("engine.server")
@@ -62,24 +63,6 @@ def read_presets(path: Path) -> list[SavedPreset]:
         out.append(SavedPreset(str(p.get("id", i)), str(p.get("name", f"preset {i}")),
                                p.get("system_prompt", ""), tools_key(p.get("tools") or [])))
     return out
-
-
-def prefix_text(engine, system_messages: list[dict], tools: list) -> str:
-    """The chat template rendered up to the first user message: the system prompt and tools.
-
-    The same rule as the app's LocalBackend, so both keep the same images: render two chats that
-    differ only in the user's text and keep what they share; templates that inject a default
-    system prompt or put the tools in the user turn are cut back to a line end, where tokenization
-    cannot merge across the cut."""
-    a = engine.render_chat(system_messages + [{"role": "user", "content": "\x01A"}], tools=tools or None)
-    b = engine.render_chat(system_messages + [{"role": "user", "content": "\x02B"}], tools=tools or None)
-    common = os.path.commonprefix([a, b])
-    if system_messages:
-        only = engine.render_chat(system_messages, tools=tools or None, add_generation_prompt=False)
-        if only and common.startswith(only):
-            return only
-    cut = common.rfind("\n")
-    return common[:cut + 1] if cut >= 0 else ""
 
 
 class PresetPrefixes:
