@@ -19,7 +19,7 @@ import numpy as np
 
 from .config import ModelConfig
 from .errors import ContextFullError, EngineError
-from .generation import GenerationEvent, GenerationStats, StopMatcher
+from .generation import GenerationEvent, GenerationStats, StopMatcher, cancel_check
 from .gguf import GGUFFile
 from .sampling import Sampler, Sampling
 
@@ -212,7 +212,7 @@ class Engine:
         if not ids:
             raise EngineError("the prompt is empty (no tokens)")
         self.kv.check_fits(0, len(ids))
-        return self._generate(ids, max_tokens, sampling or Sampling(), stop, _cancel_fn(cancel))
+        return self._generate(ids, max_tokens, sampling or Sampling(), stop, cancel_check(cancel))
 
     def _generate(self, ids, max_tokens, sampling, stop, cancelled) -> Iterator[GenerationEvent]:
         # No lock is held across a yield: a generator may be closed from another thread.
@@ -283,16 +283,6 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     x = np.asarray(a[:n]) != np.asarray(b[:n])
     i = int(np.argmax(x))
     return n if not x[i] else i
-
-
-def _cancel_fn(cancel) -> Callable[[], bool]:
-    if cancel is None:
-        return lambda: False
-    if hasattr(cancel, "is_set"):
-        return cancel.is_set
-    if callable(cancel):
-        return lambda: bool(cancel())
-    raise EngineError("cancel must be a threading.Event, a callable or None")
 
 
 def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int):

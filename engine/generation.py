@@ -7,6 +7,21 @@ is held back until it cannot; the stop string itself is never emitted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import EngineError
+
+
+def cancel_check(cancel) -> Callable[[], bool]:
+    """A generation's `cancel` argument (a threading.Event, a callable or None) as a function that
+    says whether to stop; the local Engine and the remote client take the same forms."""
+    if cancel is None:
+        return lambda: False
+    if hasattr(cancel, "is_set"):
+        return cancel.is_set
+    if callable(cancel):
+        return lambda: bool(cancel())
+    raise EngineError("cancel must be a threading.Event, a callable or None")
 
 
 @dataclass

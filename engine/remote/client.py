@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Sequence
 
 import httpx
 
-from ..errors import EngineError
+from ..generation import cancel_check
 from ..sampling import Sampling
 from .errors import MAX_ERROR_BODY, RemoteError, RemoteProtocolError, http_error, json_or_raise, mapped_errors, snippet
 from .events import RemoteEvent, RemoteModel, RemoteStats, cancelled_event
@@ -154,7 +154,7 @@ class ChatStream:
     def __init__(self, client: RemoteClient, body: dict, tools, cancel):
         self._client, self.body = client, body
         self._tools = tools
-        self._cancel = _cancel_fn(cancel)
+        self._cancel = cancel_check(cancel)
         self._watch = cancel is not None
         self._closed = threading.Event()
         self._finished = threading.Event()
@@ -235,16 +235,6 @@ def _shutdown(net) -> None:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-
-
-def _cancel_fn(cancel) -> Callable[[], bool]:
-    if cancel is None:
-        return lambda: False
-    if hasattr(cancel, "is_set"):
-        return cancel.is_set
-    if callable(cancel):
-        return lambda: bool(cancel())
-    raise EngineError("cancel must be a threading.Event, a callable or None")
 
 
 def _read_capped(r: httpx.Response) -> bytes:
