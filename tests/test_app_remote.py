@@ -20,7 +20,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from PySide6.QtCore import QCoreApplication, QEventLoop, Qt, QTimer
+from app_fixtures import wait_until
+from PySide6.QtCore import Qt, QTimer
 from server_fixtures import Reply, ScriptedServer, chunk, sse
 
 from app.main import create_window
@@ -34,15 +35,6 @@ GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 
                          "max_tokens": 10})
 MODELS = {"object": "list", "data": [{"id": "scripted-model", "object": "model", "owned_by": "test"}]}
 TIMEOUT = 120_000
-
-
-def wait_until(pred, timeout_s: float = 60.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > end:
-            raise TimeoutError("condition not met in time")
-        QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-        time.sleep(0.005)
 
 
 class ServeProcess:

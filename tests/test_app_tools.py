@@ -9,15 +9,12 @@ store — is the app's real path.
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
-
+import app_fixtures
 import pytest
-from PySide6.QtCore import QCoreApplication, QEventLoop, Qt
+from app_fixtures import open_window
+from PySide6.QtCore import Qt
 
 from app.chat_store import ChatStore
-from app.main import create_window
 from app.preset_store import Preset, check_sampling
 
 SYSTEM = "You are a helpful assistant."
@@ -33,33 +30,8 @@ CALL2 = '<tool_call>[{"name": "calculator", "arguments": {"expression": "2**10"}
 
 
 def wait_until(pred, timeout_s: float = 120.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > end:
-            raise TimeoutError("condition not met in time")
-        QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-        time.sleep(0.005)
-
-
-def open_window(data: Path, cache: Path):
-    old = {k: os.environ.get(k) for k in ("HEARTH_DATA_DIR", "HEARTH_CACHE_DIR")}
-    os.environ["HEARTH_DATA_DIR"], os.environ["HEARTH_CACHE_DIR"] = str(data), str(cache)
-    try:
-        w = create_window()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    loaded = []
-    w.modelReady.connect(loaded.append)
-    w.client.worker.modelFailed.connect(loaded.append)
-    w.show()
-    wait_until(lambda: loaded)
-    assert isinstance(loaded[0], dict), f"model failed to load: {loaded[0]}"
-    wait_until(lambda: not w.client.busy)
-    return w
+    """The shared wait, with this module's longer default (each step may run a generation)."""
+    app_fixtures.wait_until(pred, timeout_s)
 
 
 @pytest.fixture(scope="module")

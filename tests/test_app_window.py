@@ -6,51 +6,19 @@ restart open their own on the same or on new data directories.
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QCoreApplication, QEventLoop, Qt
+from app_fixtures import open_window, wait_until
+from PySide6.QtCore import Qt
 
 from app.chat_store import ChatStore
-from app.main import create_window
 from app.preset_store import Preset, check_sampling
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
                          "max_tokens": 10})
 TIMEOUT = 120_000
-
-
-def wait_until(pred, timeout_s: float = 60.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > end:
-            raise TimeoutError("condition not met in time")
-        QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-        time.sleep(0.005)
-
-
-def open_window(data: Path, cache: Path):
-    old = {k: os.environ.get(k) for k in ("HEARTH_DATA_DIR", "HEARTH_CACHE_DIR")}
-    os.environ["HEARTH_DATA_DIR"], os.environ["HEARTH_CACHE_DIR"] = str(data), str(cache)
-    try:
-        w = create_window()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    loaded = []
-    w.modelReady.connect(loaded.append)
-    w.client.worker.modelFailed.connect(loaded.append)
-    w.show()
-    wait_until(lambda: loaded, 120)
-    assert isinstance(loaded[0], dict), f"model failed to load: {loaded[0]}"
-    wait_until(lambda: not w.client.busy, 120)
-    return w
 
 
 @pytest.fixture(scope="module")
