@@ -9,23 +9,14 @@ ImageMagick's `import`. Uses temporary data/cache folders.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-sys.path.insert(0, str(ROOT))
+from shot_helpers import ROOT, open_window, shot, spin, use_temp_dirs
 
 
 def main() -> int:
-    tmp = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
-    (tmp / "data").mkdir()
-    (tmp / "data" / "settings.ini").write_text("[model]\nbackend=cpu\n[ui]\ntheme=light\n")
-    os.environ["HEARTH_DATA_DIR"], os.environ["HEARTH_CACHE_DIR"] = str(tmp / "data"), str(tmp / "cache")
+    use_temp_dirs()
     server = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", "0", "--no-presets", "--ctx", "2048"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -42,37 +33,8 @@ def main() -> int:
 
 def shoot(url: str) -> int:
     import httpx
-    from PySide6.QtCore import QCoreApplication, QEventLoop
-    from PySide6.QtWidgets import QApplication
 
-    from app.main import create_window
-
-    app = QApplication(sys.argv[:1])  # noqa: F841  (kept alive)
-
-    def spin(pred=lambda: False, seconds=600.0):
-        end = time.monotonic() + seconds
-        while not pred() and time.monotonic() < end:
-            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-            time.sleep(0.005)
-
-    def shot(name, widget=None):
-        spin(seconds=0.8)
-        out = HERE / f"{name}.png"
-        subprocess.run(["import", "-window", "root", str(out)], check=True)
-        if widget is not None:   # crop to the widget's frame
-            g = widget.frameGeometry()
-            subprocess.run(["convert", str(out), "-crop", f"{g.width()}x{g.height()}+{g.x()}+{g.y()}", "+repage",
-                            str(out)], check=True)
-        print("wrote", out)
-
-    w = create_window()
-    w.resize(1400, 900)
-    w.move(0, 0)
-    w.show()
-    ready = []
-    w.modelReady.connect(ready.append)
-    spin(lambda: ready)
-    spin(lambda: not w.client.busy)
+    w, ready = open_window()
     model = httpx.get(url + "/models").json()["data"][0]["id"]
     w.remote.use(url, "", model)
     spin(lambda: len(ready) > 1)

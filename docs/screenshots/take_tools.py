@@ -10,45 +10,15 @@ confirmation bar, the calculator, the block with its result, the reply that cont
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
+from shot_helpers import open_window, shot, spin, use_temp_dirs
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent))
 CALL = '<tool_call>[{"name": "calculator", "arguments": {"expression": "23*47"}}]</tool_call>'
 CALL2 = '<tool_call>[{"name": "convert_units", "arguments": {"value": 1081, "from_unit": "m", "to_unit": "ft"}}]</tool_call>'
 
 
 def main() -> int:
-    tmp = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
-    (tmp / "data").mkdir()
-    (tmp / "data" / "settings.ini").write_text("[model]\nbackend=cpu\n[ui]\ntheme=light\n")
-    os.environ["HEARTH_DATA_DIR"], os.environ["HEARTH_CACHE_DIR"] = str(tmp / "data"), str(tmp / "cache")
-    from PySide6.QtCore import QCoreApplication, QEventLoop
-    from PySide6.QtWidgets import QApplication
-
-    from app.main import create_window
-
-    app = QApplication(sys.argv[:1])  # noqa: F841  (kept alive)
-
-    def spin(pred=lambda: False, seconds=600.0):
-        end = time.monotonic() + seconds
-        while not pred() and time.monotonic() < end:
-            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-            time.sleep(0.005)
-
-    w = create_window()
-    w.resize(1400, 900)
-    w.move(0, 0)
-    w.show()
-    ready = []
-    w.modelReady.connect(ready.append)
-    spin(lambda: ready)
-    spin(lambda: not w.client.busy)
+    use_temp_dirs()
+    w, _ready = open_window()
     w.select_preset("tools")
     p = w.current_preset()
     p.sampling.update({"max_tokens": 40, "temperature": 0.0})
@@ -70,10 +40,7 @@ def main() -> int:
     spin(lambda: w.toolConfirm.isVisible())
     spin(seconds=1.0)
     w.messageView.scroll_to_bottom()
-    out = HERE / "tool-call.png"
-    spin(seconds=0.8)
-    subprocess.run(["import", "-window", "root", str(out)], check=True)
-    print("wrote", out)
+    shot("tool-call")
     w.toolConfirm.denyButton.click()
     spin(lambda: not w.conversation.generating)
     w.close()
