@@ -14,13 +14,28 @@ import numpy as np
 from .errors import ContextFullError, EngineError
 
 
+# The checks both KV caches (this one and engine/gpu/kv.py's) make, with the same errors.
+def check_sizes(n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int) -> None:
+    if min(n_layers, n_kv_heads, head_dim, max_ctx) <= 0:
+        raise EngineError(f"KV cache sizes must be positive (layers {n_layers}, kv heads {n_kv_heads}, "
+                          f"head dim {head_dim}, context {max_ctx})")
+
+
+def check_range(pos: int, n: int, max_ctx: int) -> None:
+    """Raise ContextFullError if positions [pos, pos + n) do not fit in max_ctx."""
+    if pos < 0 or n < 0:
+        raise EngineError(f"bad cache range: position {pos}, {n} tokens")
+    if pos + n > max_ctx:
+        raise ContextFullError(
+            f"{pos + n} tokens do not fit in the context of {max_ctx} "
+            f"({pos} resident + {n} new); start a new chat or load with a larger n_ctx")
+
+
 class KVCache:
     dtype = np.float32
 
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int):
-        if min(n_layers, n_kv_heads, head_dim, max_ctx) <= 0:
-            raise EngineError(f"KV cache sizes must be positive (layers {n_layers}, kv heads {n_kv_heads}, "
-                              f"head dim {head_dim}, context {max_ctx})")
+        check_sizes(n_layers, n_kv_heads, head_dim, max_ctx)
         self.n_layers, self.n_kv_heads, self.head_dim, self.max_ctx = n_layers, n_kv_heads, head_dim, max_ctx
         shape = (n_layers, n_kv_heads, max_ctx, head_dim)
         # np.zeros maps fresh pages lazily: memory is only touched as positions are written.
@@ -37,12 +52,7 @@ class KVCache:
 
     def check_fits(self, pos: int, n: int) -> None:
         """Raise ContextFullError if positions [pos, pos + n) do not fit; call before writing anything."""
-        if pos < 0 or n < 0:
-            raise EngineError(f"bad cache range: position {pos}, {n} tokens")
-        if pos + n > self.max_ctx:
-            raise ContextFullError(
-                f"{pos + n} tokens do not fit in the context of {self.max_ctx} "
-                f"({pos} resident + {n} new); start a new chat or load with a larger n_ctx")
+        check_range(pos, n, self.max_ctx)
 
     def store(self, layer: int, pos: int, k: np.ndarray, v: np.ndarray) -> None:
         """Write K and V for positions [pos, pos + n); k, v: [n_kv_heads, n, head_dim] (any strides)."""

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ContextFullError, EngineError
+from ..errors import EngineError
+from ..kv_cache import check_range, check_sizes
 
 
 class GpuKVCache:
     dtype = np.float32
 
     def __init__(self, dev, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int):
-        if min(n_layers, n_kv_heads, head_dim, max_ctx) <= 0:
-            raise EngineError(f"KV cache sizes must be positive (layers {n_layers}, kv heads {n_kv_heads}, "
-                              f"head dim {head_dim}, context {max_ctx})")
+        check_sizes(n_layers, n_kv_heads, head_dim, max_ctx)
         self.dev = dev
         self.n_layers, self.n_kv_heads, self.head_dim, self.max_ctx = n_layers, n_kv_heads, head_dim, max_ctx
         self.layer_bytes = n_kv_heads * max_ctx * head_dim * 4
@@ -41,12 +40,7 @@ class GpuKVCache:
         return 2 * self.n_layers * self.layer_bytes
 
     def check_fits(self, pos: int, n: int) -> None:
-        if pos < 0 or n < 0:
-            raise EngineError(f"bad cache range: position {pos}, {n} tokens")
-        if pos + n > self.max_ctx:
-            raise ContextFullError(
-                f"{pos + n} tokens do not fit in the context of {self.max_ctx} "
-                f"({pos} resident + {n} new); start a new chat or load with a larger n_ctx")
+        check_range(pos, n, self.max_ctx)
 
     def touched(self) -> None:
         """The cache changed on the GPU (a forward pass): drop the read snapshot."""
