@@ -31,6 +31,13 @@ def check_range(pos: int, n: int, max_ctx: int) -> None:
             f"({pos} resident + {n} new); start a new chat or load with a larger n_ctx")
 
 
+def check_prefix_shapes(layer: int, k, v, want: tuple[int, int, int]) -> None:
+    """K and V handed to write_prefix must both be [n_kv_heads, n, head_dim]."""
+    if tuple(k.shape) != want or tuple(v.shape) != want:
+        raise EngineError(f"write_prefix: layer {layer} expects K and V of shape {want}, "
+                          f"got {tuple(k.shape)} and {tuple(v.shape)}")
+
+
 class KVCache:
     dtype = np.float32
 
@@ -68,10 +75,7 @@ class KVCache:
 
     def write_prefix(self, layer: int, n: int, k: np.ndarray, v: np.ndarray) -> None:
         """Fill positions [0, n) of layer `layer` from k, v [n_kv_heads, n, head_dim]."""
-        want = (self.n_kv_heads, n, self.head_dim)
-        if tuple(k.shape) != want or tuple(v.shape) != want:
-            raise EngineError(f"write_prefix: layer {layer} expects K and V of shape {want}, "
-                              f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        check_prefix_shapes(layer, k, v, (self.n_kv_heads, n, self.head_dim))
         self.check_fits(0, n)
         self.k[layer][:, :n] = k
         self.v[layer][:, :n] = v

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EngineError
-from ..kv_cache import check_range, check_sizes
+from ..kv_cache import check_prefix_shapes, check_range, check_sizes
 
 
 class GpuKVCache:
@@ -75,10 +75,7 @@ class GpuKVCache:
         return k, v
 
     def write_prefix(self, layer: int, n: int, k: np.ndarray, v: np.ndarray) -> None:
-        want = (self.n_kv_heads, n, self.head_dim)
-        if tuple(k.shape) != want or tuple(v.shape) != want:
-            raise EngineError(f"write_prefix: layer {layer} expects K and V of shape {want}, "
-                              f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        check_prefix_shapes(layer, k, v, (self.n_kv_heads, n, self.head_dim))
         self.check_fits(0, n)
         self.touched()
         if n == 0:
