@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -288,11 +290,24 @@ def test_not_a_file(tmp_path):
     assert_gguf_error(fifo, "regular file")  # and does not block waiting for a writer
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
 def test_unreadable_file(tmp_path):
     path = write(tmp_path, "locked.gguf", small_gguf())
     path.chmod(0)
-    assert_gguf_error(path, "cannot read")
+    if os.geteuid() != 0:
+        assert_gguf_error(path, "cannot read")
+        return
+    # Root reads any file whatever its mode; a child without the two capabilities that let it
+    # (setpriv drops them from its bounding set) meets the permission check a user would.
+    code = ("import sys; from engine.gguf import GGUFFile; from engine.errors import GGUFError\n"
+            "try: GGUFFile.open(sys.argv[1])\n"
+            "except GGUFError as e: print('GGUFError:', e); sys.exit(0)\n"
+            "sys.exit(3)\n")
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search",
+                        sys.executable, "-c", code, str(path)], cwd=root, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "cannot read" in r.stdout and "locked.gguf" in r.stdout
 
 
 @pytest.fixture(scope="module")
