@@ -6,9 +6,10 @@ matrix products per layer, and its attention scores are [heads, block, T] rather
 inside BLAS and its element-wise loops, so a GUI thread stays responsive while this runs in a
 worker.
 
-Threads: decode (one token) runs on the calling thread with OpenBLAS on all cores; a chunk of
-32 rows or more is split into row ranges over our own threads, each with one BLAS thread
-(ThreadedRows); on an oversubscribed machine everything runs on one thread (BlasThreads).
+Threads: decode (one token) runs on the calling thread with OpenBLAS on all cores or on one,
+whichever its own timings say is faster (DecodeThreads); a chunk of 32 rows or more is split into
+row ranges over our own threads, each with one BLAS thread (ThreadedRows); on an oversubscribed
+machine a chunk runs on one thread (BlasThreads).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import ctypes
 import glob
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -81,6 +83,52 @@ class BlasThreads:
 
 _BLAS = BlasThreads()
 
+
+class DecodeThreads:
+    """Picks the BLAS thread count of one-token passes by timing them.
+
+    The load average cannot tell a quiet machine from one where another process holds about one
+    core: our own threads are most of the load either way, and at that border two spinning OpenBLAS
+    threads make a token 5-10x slower than one thread (measured 4 vs 31 tok/s). So each count is timed
+    on real tokens (a moving average of seconds per token), the faster is used, and the other is
+    tried again now and then in case the machine changed: after `probe_every` tokens, and twice as
+    long after each probe that found it clearly slower (up to `max_interval`), since a probe of the
+    slow count costs a slow token. 1 and 2 threads give bit-identical matrix-vector products here
+    (OpenBLAS splits them by output; a test checks it), so switching never changes a result.
+    """
+
+    def __init__(self, cores: int, probe_every: int = 32, max_interval: int = 1024):
+        self.options = (cores, 1) if cores > 1 else (1,)
+        self.probe_every = probe_every
+        self.max_interval = max_interval
+        self.interval = probe_every
+        self.next_probe = probe_every
+        self.cost: dict[int, float] = {}
+        self.count = 0
+
+    def best(self) -> int:
+        return min(self.cost, key=self.cost.get)
+
+    def pick(self) -> int:
+        self.count += 1
+        for n in self.options:
+            if n not in self.cost:
+                return n
+        best = self.best()
+        if self.count >= self.next_probe and len(self.options) > 1:
+            self.next_probe = self.count + self.interval
+            return next(n for n in self.options if n != best)
+        return best
+
+    def record(self, n: int, seconds: float) -> None:
+        old = self.cost.get(n)
+        if old is not None and len(self.cost) == len(self.options) and n != self.best():
+            # A probe of the slower count: back off while it stays clearly slower.
+            slow = seconds > 1.3 * self.cost[self.best()]
+            self.interval = min(self.interval * 2, self.max_interval) if slow else self.probe_every
+        self.cost[n] = seconds if old is None else 0.75 * old + 0.25 * seconds
+
+
 # Below this many rows a chunk runs on one thread: the hand-offs would cost more than they save.
 MIN_PARALLEL_ROWS = 32
 
@@ -136,6 +184,7 @@ class CpuBackend(Backend):
         self.chunk = chunk
         self.threads = 1
         self._rows: ThreadedRows | None = None
+        self._decode = DecodeThreads(_BLAS.cores)
 
     def forward(self, ids, pos: int, all_logits: bool = False) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -146,7 +195,9 @@ class CpuBackend(Backend):
         bad = (ids < 0) | (ids >= self.cfg.n_vocab)
         if bad.any():
             raise ValueError(f"token id {int(ids[bad][0])} is outside the vocabulary of {self.cfg.n_vocab}")
-        self.threads = _BLAS.choose()
+        adaptive = n == 1 and _BLAS.fixed is None and _BLAS.can_set
+        self.threads = self._decode.pick() if adaptive else _BLAS.choose()
+        started = time.perf_counter()
         outs = []
         for s in range(0, n, self.chunk):
             part = ids[s:s + self.chunk]
@@ -157,6 +208,8 @@ class CpuBackend(Backend):
                 outs.append(out)
             elif last:
                 outs.append(out)
+        if adaptive:
+            self._decode.record(self.threads, time.perf_counter() - started)
         return np.concatenate(outs) if all_logits else outs[-1]
 
     def _runner(self, n_rows: int) -> RowRunner:

@@ -66,3 +66,56 @@ def test_forward_checks(backend):
     with pytest.raises(ValueError):
         backend.forward([], 0)
     assert backend.describe() == {"backend": "cpu"}
+
+
+def test_decode_threads_prefer_the_faster_and_probe_the_other():
+    d = cb.DecodeThreads(cores=2, probe_every=8, max_interval=32)
+    assert d.pick() == 2  # untimed options are tried first
+    d.record(2, 0.180)    # two spinning threads with another process on a core
+    assert d.pick() == 1
+    d.record(1, 0.030)
+    picks = []
+    for _ in range(100):
+        n = d.pick()
+        picks.append(n)
+        d.record(n, 0.180 if n == 2 else 0.030)
+    probes = [i for i, n in enumerate(picks) if n == 2]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert probes and probes[0] < 8  # the slow count is tried again ...
+    assert gaps == sorted(gaps) and gaps[-1] == 32  # ... less often while it stays slow, up to the cap
+    for _ in range(200):  # the machine got quiet: two threads are now faster
+        n = d.pick()
+        d.record(n, 0.020 if n == 2 else 0.030)
+    assert d.best() == 2 and d.pick() == 2
+    assert cb.DecodeThreads(cores=1).pick() == 1
+
+
+def test_one_token_passes_are_bit_identical_on_one_or_all_threads(backend, monkeypatch):
+    """Switching the decode thread count must never change a result (it happens mid-reply)."""
+    if not cb._BLAS.can_set or cb._BLAS.cores < 2:
+        pytest.skip("needs numpy's OpenBLAS and two cores to compare thread counts")
+    ids = list(range(100, 140))
+    results = {}
+    for n in (1, cb._BLAS.cores):
+        monkeypatch.setattr(cb._BLAS, "fixed", 1)  # the same prefill (row threads round differently)
+        backend.kv.clear()
+        backend.forward(ids, 0)
+        monkeypatch.setattr(cb._BLAS, "fixed", n)
+        logits = [backend.forward([t], len(ids) + i).copy() for i, t in enumerate((7, 8, 9))]
+        results[n] = logits, [x.copy() for x in backend.kv.read_prefix(5, len(ids) + 3)]
+    (l1, kv1), (l2, kv2) = results.values()
+    for a, b in zip(l1, l2):
+        assert np.array_equal(a, b)
+    for a, b in zip(kv1, kv2):
+        assert np.array_equal(a, b)
+
+
+def test_decode_times_both_thread_counts(backend, monkeypatch):
+    monkeypatch.setattr(cb._BLAS, "fixed", None)
+    backend.kv.clear()
+    backend._decode = cb.DecodeThreads(cb._BLAS.cores)
+    backend.forward(list(range(100, 120)), 0)
+    for i in range(4):
+        backend.forward([7], 20 + i)
+    if cb._BLAS.can_set and cb._BLAS.cores > 1:
+        assert set(backend._decode.cost) == {1, cb._BLAS.cores}
