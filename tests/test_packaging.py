@@ -69,7 +69,7 @@ def test_metainfo_names_the_desktop_entry_binary_and_version():
     assert METAINFO.name == root.findtext("id") + ".metainfo.xml"
     assert root.find("launchable[@type='desktop-id']").text == "hearth.desktop"
     assert root.findtext("provides/binary") == "hearth"
-    assert root.findtext("project_license") == PYPROJECT["project"]["license"]["text"]
+    assert root.findtext("project_license") == PYPROJECT["project"]["license"]
     assert root.find("releases/release").get("version") == PYPROJECT["project"]["version"]
 
 
