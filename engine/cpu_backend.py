@@ -91,7 +91,8 @@ class DecodeThreads:
     core: our own threads are most of the load either way, and at that border two spinning OpenBLAS
     threads make a token 5-10x slower than one thread (measured 4 vs 31 tok/s). So each count is timed
     on real tokens (a moving average of seconds per token), the faster is used, and the other is
-    tried again now and then in case the machine changed: after `probe_every` tokens, and twice as
+    tried again now and then in case the machine changed (and timed afresh after every prefill,
+    which moves the context length and with it a token's cost): after `probe_every` tokens, and twice as
     long after each probe that found it clearly slower (up to `max_interval`), since a probe of the
     slow count costs a slow token. 1 and 2 threads give bit-identical matrix-vector products here
     (OpenBLAS splits them by output; a test checks it), so switching never changes a result.
@@ -105,9 +106,17 @@ class DecodeThreads:
         self.next_probe = probe_every
         self.cost: dict[int, float] = {}
         self.count = 0
+        self.warmup = 0
 
     def best(self) -> int:
         return min(self.cost, key=self.cost.get)
+
+    def forget(self) -> None:
+        """Drop the timings: after a prefill the context length (and so a token's cost) has moved."""
+        self.cost.clear()
+        self.warmup = 1  # the first token after a prefill pays for cold caches: not timed
+        self.interval = self.probe_every
+        self.next_probe = self.count + self.probe_every
 
     def pick(self) -> int:
         self.count += 1
@@ -121,6 +130,9 @@ class DecodeThreads:
         return best
 
     def record(self, n: int, seconds: float) -> None:
+        if self.warmup:
+            self.warmup -= 1
+            return
         old = self.cost.get(n)
         if old is not None and len(self.cost) == len(self.options) and n != self.best():
             # A probe of the slower count: back off while it stays clearly slower.
@@ -196,6 +208,8 @@ class CpuBackend(Backend):
         if bad.any():
             raise ValueError(f"token id {int(ids[bad][0])} is outside the vocabulary of {self.cfg.n_vocab}")
         adaptive = n == 1 and _BLAS.fixed is None and _BLAS.can_set
+        if not adaptive:
+            self._decode.forget()
         self.threads = self._decode.pick() if adaptive else _BLAS.choose()
         started = time.perf_counter()
         outs = []

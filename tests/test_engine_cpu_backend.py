@@ -87,6 +87,13 @@ def test_decode_threads_prefer_the_faster_and_probe_the_other():
         n = d.pick()
         d.record(n, 0.020 if n == 2 else 0.030)
     assert d.best() == 2 and d.pick() == 2
+    d.forget()  # a prefill moved the context: both counts are timed again
+    assert not d.cost
+    assert d.pick() == 2
+    d.record(2, 0.400)  # the first token after a prefill is not timed (cold caches)
+    assert not d.cost and d.pick() == 2
+    d.record(2, 0.040)
+    assert d.pick() == 1
     assert cb.DecodeThreads(cores=1).pick() == 1
 
 
