@@ -67,8 +67,7 @@ class StringArray(Sequence[str]):
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        o, n = int(self.offsets[i]), int(self.lengths[i])
-        return self.raw(i).decode("utf-8", errors="replace") if n else ""
+        return self.raw(i).decode("utf-8", errors="replace")
 
     def raw(self, i: int) -> bytes:
         o, n = int(self.offsets[i]), int(self.lengths[i])
