@@ -26,7 +26,7 @@ from gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, ra
 
 pytestmark = pytest.mark.gpu
 
-LAYOUTS = [(32, 1), (64, 2), (128, 4), (256, 4), (256, 1)]
+LAYOUTS = [(32, 1), (64, 2), (128, 4), (256, 4), (256, 1), (32, 1, 4), (64, 2, 2), (256, 2, 4)]
 
 
 @pytest.fixture(scope="module", params=["subgroups", "no-subgroups"])
@@ -168,8 +168,9 @@ def test_new_block_types_in_matmul_and_embedding(ks, rng, qtype):
 @pytest.mark.parametrize("k,m,mult", [(4096, 14336, 0), (14336, 4096, 0), (4096, 6144, 1024), (2048, 3072, 512),
                                       (576, 960, 192), (2048, 128256, 0), (576, 1536, 0), (96, 40, 8), (4096, 4096, 6)])
 def test_layout_choice(k, m, mult):
-    lanes, rpt = ops.matvec_layout(k, m, mult)
+    lanes, rpt, unroll = ops.matvec_layout(k, m, mult)
     rpw = ops.matvec_rows((lanes, rpt))
+    assert unroll in (1, 2, 4)
     assert lanes in (32, 64, 128, 256) and 1 <= rpt <= ops.MATVEC_MAX_RPT
     assert mult == 0 or mult % rpw == 0
     assert lanes == 32 or k // 8 >= 2 * lanes           # every lane has work

@@ -22,6 +22,7 @@ MATVEC_ROWS = 8                 # rows per workgroup of the default layout
 # rows per thread (x reused from registers, more loads in flight) only while the grid stays that big.
 MATVEC_TARGET_GROUPS = 1024
 MATVEC_MAX_RPT = 4
+MATVEC_UNROLL = 2
 ATTN_CHUNK = 64       # keys per workgroup of decode attention's split pass
 MATVEC_FIELDS = (("K", "u"), ("M", "u"), ("m0", "u"), ("m1", "u"), ("rb0", "u"), ("rb1", "u"), ("rb2", "u"),
                  ("x_off", "u"), ("y_off", "u"), ("eps", "f"), ("a0", "u"), ("a1", "u"))
@@ -34,22 +35,27 @@ def row_bytes(qtype: str, k: int) -> int:
     return k // t.block_size * t.type_size
 
 
-def matvec_layout(k: int, m: int, mult: int = 0) -> tuple[int, int]:
-    """(lanes, rows per thread) for M rows of K weights: lanes so that each takes at least two 8-weight
-    chunks of a row, then as many rows a thread as keep MATVEC_TARGET_GROUPS workgroups. `mult`: the
-    rows per workgroup must divide it (the Q|K|V boundaries, so a workgroup reads one matrix)."""
+def matvec_layout(k: int, m: int, mult: int = 0) -> tuple[int, int, int]:
+    """(lanes, rows per thread, unroll) for M rows of K weights: lanes so that each takes at least four
+    8-weight chunks of a row, then as many rows a thread as keep MATVEC_TARGET_GROUPS workgroups, and
+    MATVEC_UNROLL chunks a step where a lane has that many. `mult`: the rows per workgroup must divide
+    it (the Q|K|V boundaries, so a workgroup reads one matrix)."""
     lanes = 32
     while lanes < 256 and k // 8 >= 4 * lanes:
         lanes *= 2
     for rpt in (4, 2, 1):
         rpw = 256 // lanes * rpt
         if rpt <= MATVEC_MAX_RPT and (mult == 0 or mult % rpw == 0) and (rpt == 1 or m // rpw >= MATVEC_TARGET_GROUPS):
-            return lanes, rpt
-    return 256, 1                  # one row a workgroup: divides any boundary
+            break
+    else:
+        lanes, rpt = 256, 1            # one row a workgroup: divides any boundary
+    unroll = MATVEC_UNROLL if k // 8 >= MATVEC_UNROLL * lanes else 1
+    return lanes, rpt, unroll
 
 
 def matvec_rows(layout=None) -> int:
-    lanes, rpt = layout or MATVEC_DEFAULT
+    lanes, rpt, *rest = layout or MATVEC_DEFAULT
+    unroll = rest[0] if rest else 1
     return 256 // lanes * rpt
 
 
@@ -61,11 +67,12 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
     rope = "normal" | "neox": Q|K|V with RoPE and the KV store fused (a0 = head dim, a1 = max_ctx).
     layout: (lanes, rows per thread), see matvec_layout; concat boundaries must be multiples of its
     rows per workgroup (matvec_rows)."""
-    lanes, rpt = layout or MATVEC_DEFAULT
+    lanes, rpt, *rest = layout or MATVEC_DEFAULT
+    unroll = rest[0] if rest else 1
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
               + (["r"] if attn_x else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
-                  NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt,
+                  NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
                   ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope)
 
 
@@ -84,7 +91,7 @@ def matvec_groups(m: int, layout=None):
 
 # The O projection merges decode attention's splits itself (one dispatch less) while every workgroup
 # re-reading all the partials costs less than this many bytes; past it, a combine pass comes first.
-ATTN_FUSE_BYTES = 16 << 20
+ATTN_FUSE_BYTES = 4 << 20
 
 
 def attn_fuse_splits(groups: int, k: int) -> int:

@@ -113,21 +113,39 @@ fn xin(c: u32) -> X8 {
 {% endif %}
 }
 
-{% macro dots(src, rowvar, accvar) %}
+{% set UNROLL = UNROLL | default(1) %}
+{% macro dots(src, rowvar, accvar, u) %}
 {% for j in range(RPT) %}
-            { let a = {{src}}_deq8({{rowvar}}{{j}}, c); {{accvar}}{{j}} += dot(a.lo, xv.lo) + dot(a.hi, xv.hi); }
+            { let a = {{src}}_deq8({{rowvar}}{{j}}, c{{u}}); {{accvar}}{{j}} += dot(a.lo, xv{{u}}.lo) + dot(a.hi, xv{{u}}.hi); }
 {% endfor %}
 {% endmacro %}
 
-{% macro chunk_loop() %}
-        for (var c = lane; c < nc; c += LANES) {
-            var xv = xin(c);
+{% macro load_x(u) %}
+            let c{{u}} = c + {{u}}u * LANES;
+            var xv{{u}} = xin(c{{u}});
 {% if NORM %}
-            ss += dot(xv.lo, xv.lo) + dot(xv.hi, xv.hi);
-            let gi = c * 2u;
-            xv = X8(xv.lo * g[gi], xv.hi * g[gi + 1u]);
+            ss += dot(xv{{u}}.lo, xv{{u}}.lo) + dot(xv{{u}}.hi, xv{{u}}.hi);
+            xv{{u}} = X8(xv{{u}}.lo * g[c{{u}} * 2u], xv{{u}}.hi * g[c{{u}} * 2u + 1u]);
 {% endif %}
-{{ caller() }}
+{% endmacro %}
+
+// UNROLL chunks a lane per step, every load of the step issued before its products (more bytes in
+// flight per thread), then the remaining chunks one at a time. `body(u)` does the products of chunk u.
+{% macro chunk_loop() %}
+        var c = lane;
+{% if UNROLL > 1 %}
+        for (; c + {{UNROLL - 1}}u * LANES < nc; c += {{UNROLL}}u * LANES) {
+{% for u in range(UNROLL) %}
+{{ load_x(u) }}
+{% endfor %}
+{% for u in range(UNROLL) %}
+{{ caller(u) }}
+{% endfor %}
+        }
+{% endif %}
+        for (; c < nc; c += LANES) {
+{{ load_x(0) }}
+{{ caller(0) }}
         }
 {% endmacro %}
 
@@ -194,7 +212,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let ra{{j}} = r{{j}} * P.rb0;
         let rb{{j}} = r{{j}} * P.rb1;
 {% endfor %}
-{% call chunk_loop() %}{{ dots("w0", "ra", "acc") }}{{ dots("w1", "rb", "acu") }}{% endcall %}
+{% call(u) chunk_loop() %}{{ dots("w0", "ra", "acc", u) }}{{ dots("w1", "rb", "acu", u) }}{% endcall %}
     }
 {% else %}
 {% for t in QTYPES %}
@@ -203,7 +221,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {% for j in range(RPT) %}
         let ro{{j}} = (r{{j}}{% if i >= 1 %} - P.m0{% endif %}{% if i >= 2 %} - P.m1{% endif %}) * P.rb{{i}};
 {% endfor %}
-{% call chunk_loop() %}{{ dots("w" ~ i, "ro", "acc") }}{% endcall %}
+{% call(u) chunk_loop() %}{{ dots("w" ~ i, "ro", "acc", u) }}{% endcall %}
     }
 {% endfor %}
 {% endif %}
