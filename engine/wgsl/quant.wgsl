@@ -26,32 +26,23 @@
 
 struct Deq8 { lo: vec4<f32>, hi: vec4<f32> }
 
-// Small integers become floats without integer-to-float conversions (a quarter-rate instruction on
-// NVIDIA GPUs, and these kernels do one per weight): the bits 0x4B000000 | n are the float 2^23 + n
-// exactly, so n - o = bitcast(0x4B000000 | n) - (2^23 + o), where M = 2^23 + o is the argument `m`.
-const MAGIC: u32 = 0x4B000000u;
-const M0: f32 = 8388608.0;            // 2^23
-
-fn bytes4(t: u32, m: f32) -> vec4<f32> {
-    return bitcast<vec4<f32>>(vec4<u32>(t & 255u, (t >> 8u) & 255u, (t >> 16u) & 255u, t >> 24u) | vec4<u32>(MAGIC))
-        - vec4<f32>(m);
-}
-// the nibbles (w >> sh) & 15 of each byte, minus o (m = 2^23 + o)
-fn nib4(w: u32, sh: u32, m: f32) -> vec4<f32> {
-    return bytes4((w >> sh) & 0x0F0F0F0Fu, m);
+fn nib4(w: u32, sh: u32) -> vec4<f32> {
+    return vec4<f32>(f32((w >> sh) & 15u), f32((w >> (sh + 8u)) & 15u),
+                     f32((w >> (sh + 16u)) & 15u), f32((w >> (sh + 24u)) & 15u));
 }
 fn i8x4(w: u32) -> vec4<f32> {
-    return bytes4(w ^ 0x80808080u, M0 + 128.0);       // bias the signed bytes to 0..255
+    return vec4<f32>(f32(i32(w << 24u) >> 24u), f32(i32(w << 16u) >> 24u),
+                     f32(i32(w << 8u) >> 24u), f32(i32(w) >> 24u));
 }
 // 2-bit fields (w >> sh) & 3 of each byte, as vec4
 fn two4(w: u32, sh: u32) -> vec4<f32> {
-    return bytes4((w >> sh) & 0x03030303u, M0);
+    return vec4<f32>(f32((w >> sh) & 3u), f32((w >> (sh + 8u)) & 3u),
+                     f32((w >> (sh + 16u)) & 3u), f32((w >> (sh + 24u)) & 3u));
 }
 // bits b..b+3 of qh, as 0/16 each
 fn bits4(qh: u32, b: u32) -> vec4<f32> {
-    let t = qh >> b;
-    return bitcast<vec4<f32>>(vec4<u32>((t & 1u) << 4u, (t & 2u) << 3u, (t & 4u) << 2u, (t & 8u) << 1u) | vec4<u32>(MAGIC))
-        - vec4<f32>(M0);
+    return vec4<f32>(f32((qh >> b) & 1u), f32((qh >> (b + 1u)) & 1u),
+                     f32((qh >> (b + 2u)) & 1u), f32((qh >> (b + 3u)) & 1u)) * 16.0;
 }
 
 {% macro quant_fns(buf, qtype) %}
@@ -92,14 +83,14 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let d = {{buf}}_f16(base);
     let q = {{buf}}_u32x2(base + 2u + (p & 1u) * 8u);
     let sh = (p >> 1u) * 4u;
-    return Deq8(d * nib4(q.x, sh, M0 + 8.0), d * nib4(q.y, sh, M0 + 8.0));
+    return Deq8(d * (nib4(q.x, sh) - 8.0), d * (nib4(q.y, sh) - 8.0));
 {% elif qtype == "Q4_1" %}
     let base = rowbase + (c >> 2u) * 20u;
     let p = c & 3u;
     let dm = unpack2x16float({{buf}}[base >> 2u]);
     let o = (base + 4u + (p & 1u) * 8u) >> 2u;
     let sh = (p >> 1u) * 4u;
-    return Deq8(dm.x * nib4({{buf}}[o], sh, M0) + dm.y, dm.x * nib4({{buf}}[o + 1u], sh, M0) + dm.y);
+    return Deq8(dm.x * nib4({{buf}}[o], sh) + dm.y, dm.x * nib4({{buf}}[o + 1u], sh) + dm.y);
 {% elif qtype == "Q5_0" %}
     let base = rowbase + (c >> 2u) * 22u;
     let p = c & 3u;
@@ -108,8 +99,8 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let q = {{buf}}_u32x2(base + 6u + (p & 1u) * 8u);
     let sh = (p >> 1u) * 4u;
     let e0 = p * 8u;
-    return Deq8(d * (nib4(q.x, sh, M0 + 16.0) + bits4(qh, e0)),
-                d * (nib4(q.y, sh, M0 + 16.0) + bits4(qh, e0 + 4u)));
+    return Deq8(d * (nib4(q.x, sh) + bits4(qh, e0) - 16.0),
+                d * (nib4(q.y, sh) + bits4(qh, e0 + 4u) - 16.0));
 {% elif qtype == "Q5_1" %}
     let base = rowbase + (c >> 2u) * 24u;
     let p = c & 3u;
@@ -119,8 +110,8 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let o = wi + 2u + (p & 1u) * 2u;
     let sh = (p >> 1u) * 4u;
     let e0 = p * 8u;
-    return Deq8(dm.x * (nib4({{buf}}[o], sh, M0) + bits4(qh, e0)) + dm.y,
-                dm.x * (nib4({{buf}}[o + 1u], sh, M0) + bits4(qh, e0 + 4u)) + dm.y);
+    return Deq8(dm.x * (nib4({{buf}}[o], sh) + bits4(qh, e0)) + dm.y,
+                dm.x * (nib4({{buf}}[o + 1u], sh) + bits4(qh, e0 + 4u)) + dm.y);
 {% elif qtype == "Q8_0" %}
     let base = rowbase + (c >> 2u) * 34u;
     let d = {{buf}}_f16(base);
@@ -134,28 +125,29 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let sub = e0 >> 5u;               // sub-block 0..7
     let dm = unpack2x16float({{buf}}[base >> 2u]);
     let sc_base = base + 4u;
-    // the 12 scale bytes as 3 words (no branch: the lanes of a warp read different sub-blocks)
-    let s0 = {{buf}}[(sc_base >> 2u)]; let s1 = {{buf}}[(sc_base >> 2u) + 1u]; let s2 = {{buf}}[(sc_base >> 2u) + 2u];
-    let j4 = (sub & 3u) * 8u;
-    let b_a = (s0 >> j4) & 255u;                     // byte sub & 3
-    let b_b = (s1 >> j4) & 255u;                     // byte 4 + (sub & 3)
-    let b_c = (s2 >> j4) & 255u;                     // byte 8 + (sub & 3)
-    let sc = select(b_a & 63u, (b_c & 15u) | ((b_a >> 6u) << 4u), sub >= 4u);
-    let mn = select(b_b & 63u, (b_c >> 4u) | ((b_b >> 6u) << 4u), sub >= 4u);
+    var sc: u32; var mn: u32;
+    if (sub < 4u) {
+        sc = {{buf}}_u8(sc_base + sub) & 63u;
+        mn = {{buf}}_u8(sc_base + sub + 4u) & 63u;
+    } else {
+        sc = ({{buf}}_u8(sc_base + sub + 4u) & 15u) | (({{buf}}_u8(sc_base + sub - 4u) >> 6u) << 4u);
+        mn = ({{buf}}_u8(sc_base + sub + 4u) >> 4u) | (({{buf}}_u8(sc_base + sub) >> 6u) << 4u);
+    }
     let l = e0 & 31u;
     let o = (base + {{qs_off}}u + (e0 >> 6u) * 32u + l) >> 2u;
     let sh = (sub & 1u) * 4u;
     let d = dm.x * f32(sc);
     let m = dm.y * f32(mn);
 {% if qtype == "Q4_K" %}
-    return Deq8(d * nib4({{buf}}[o], sh, M0) - m, d * nib4({{buf}}[o + 1u], sh, M0) - m);
+    return Deq8(d * nib4({{buf}}[o], sh) - m, d * nib4({{buf}}[o + 1u], sh) - m);
 {% else %}
     let oh = (base + 16u + l) >> 2u;
     let h0 = {{buf}}[oh]; let h1 = {{buf}}[oh + 1u];
-    // bit `sub` of each byte of qh, moved to bit 4 (the 5th bit of q)
-    let q0 = ((h0 >> sub) & 0x01010101u) << 4u | (({{buf}}[o] >> sh) & 0x0F0F0F0Fu);
-    let q1 = ((h1 >> sub) & 0x01010101u) << 4u | (({{buf}}[o + 1u] >> sh) & 0x0F0F0F0Fu);
-    return Deq8(d * bytes4(q0, M0) - m, d * bytes4(q1, M0) - m);
+    let hlo = vec4<f32>(f32((h0 >> sub) & 1u), f32((h0 >> (sub + 8u)) & 1u),
+                        f32((h0 >> (sub + 16u)) & 1u), f32((h0 >> (sub + 24u)) & 1u)) * 16.0;
+    let hhi = vec4<f32>(f32((h1 >> sub) & 1u), f32((h1 >> (sub + 8u)) & 1u),
+                        f32((h1 >> (sub + 16u)) & 1u), f32((h1 >> (sub + 24u)) & 1u)) * 16.0;
+    return Deq8(d * (nib4({{buf}}[o], sh) + hlo) - m, d * (nib4({{buf}}[o + 1u], sh) + hhi) - m);
 {% endif %}
 {% elif qtype == "Q6_K" %}
     let base = rowbase + (c >> 5u) * 210u;
@@ -173,10 +165,8 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let shh = 2u * k;
     let ql = {{buf}}_u32x2(ol);
     let qh = {{buf}}_u32x2(oh);
-    // q = nibble | 2 high bits << 4, minus 32
-    let q0 = ((ql.x >> shl) & 0x0F0F0F0Fu) | (((qh.x >> shh) & 0x03030303u) << 4u);
-    let q1 = ((ql.y >> shl) & 0x0F0F0F0Fu) | (((qh.y >> shh) & 0x03030303u) << 4u);
-    return Deq8(s * bytes4(q0, M0 + 32.0), s * bytes4(q1, M0 + 32.0));
+    return Deq8(s * (nib4(ql.x, shl) + 16.0 * two4(qh.x, shh) - 32.0),
+                s * (nib4(ql.y, shl) + 16.0 * two4(qh.y, shh) - 32.0));
 {% elif qtype == "Q2_K" %}
     let base = rowbase + (c >> 5u) * 84u;     // 4-byte aligned (84 = 4 * 21)
     let e0 = (c & 31u) * 8u;
@@ -202,10 +192,12 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let q = {{buf}}_u32x2(base + 32u + 32u * n + l);
     let hm = {{buf}}_u32x2(base + l);
     let hb = 4u * n + j;
-    // q = low 2 bits + 4 * hmask bit, minus 4 (a clear bit subtracts 4)
-    let q0 = ((q.x >> (2u * j)) & 0x03030303u) | (((hm.x >> hb) & 0x01010101u) << 2u);
-    let q1 = ((q.y >> (2u * j)) & 0x03030303u) | (((hm.y >> hb) & 0x01010101u) << 2u);
-    return Deq8(s * bytes4(q0, M0 + 4.0), s * bytes4(q1, M0 + 4.0));
+    // a clear hmask bit subtracts 4: (bit ^ 1) * 4
+    let h0 = vec4<f32>(f32(((hm.x >> hb) & 1u) ^ 1u), f32(((hm.x >> (hb + 8u)) & 1u) ^ 1u),
+                       f32(((hm.x >> (hb + 16u)) & 1u) ^ 1u), f32(((hm.x >> (hb + 24u)) & 1u) ^ 1u));
+    let h1 = vec4<f32>(f32(((hm.y >> hb) & 1u) ^ 1u), f32(((hm.y >> (hb + 8u)) & 1u) ^ 1u),
+                       f32(((hm.y >> (hb + 16u)) & 1u) ^ 1u), f32(((hm.y >> (hb + 24u)) & 1u) ^ 1u));
+    return Deq8(s * (two4(q.x, 2u * j) - 4.0 * h0), s * (two4(q.y, 2u * j) - 4.0 * h1));
 {% else %}
     {{ raise("no GPU kernel for weight type " ~ qtype) }}
 {% endif %}
