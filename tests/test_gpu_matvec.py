@@ -174,6 +174,7 @@ def test_layout_choice(k, m, mult):
     assert lanes in (32, 64, 128, 256) and 1 <= rpt <= ops.MATVEC_MAX_RPT
     assert mult == 0 or mult % rpw == 0
     assert lanes == 32 or k // 8 >= 2 * lanes           # every lane has work
+    assert ops.matvec_layout(k, m, mult, mats=2)[2] == 1
     assert rpt == 1 or m // rpw >= ops.MATVEC_TARGET_GROUPS
 
 

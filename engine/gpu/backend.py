@@ -226,7 +226,7 @@ class GpuBackend(Backend):
             self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True,
                               layout=o_lay_x, when=lambda n, kv: ops.attn_splits(kv) <= fuse)
         gt = [L["gate"].qtype, L["up"].qtype]
-        f_lay = ops.matvec_layout(d, nff)
+        f_lay = ops.matvec_layout(d, nff, mats=2)
         P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
                          layout=f_lay),
               [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, f_lay),

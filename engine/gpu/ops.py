@@ -35,21 +35,21 @@ def row_bytes(qtype: str, k: int) -> int:
     return k // t.block_size * t.type_size
 
 
-def matvec_layout(k: int, m: int, mult: int = 0) -> tuple[int, int, int]:
-    """(lanes, rows per thread, unroll) for M rows of K weights: lanes so that each takes at least four
-    8-weight chunks of a row, then as many rows a thread as keep MATVEC_TARGET_GROUPS workgroups, and
-    MATVEC_UNROLL chunks a step where a lane has that many. `mult`: the rows per workgroup must divide
-    it (the Q|K|V boundaries, so a workgroup reads one matrix)."""
-    lanes = 32
-    while lanes < 256 and k // 8 >= 4 * lanes:
-        lanes *= 2
+def matvec_layout(k: int, m: int, mult: int = 0, mats: int = 1) -> tuple[int, int, int]:
+    """(lanes, rows per thread, unroll) for M rows of K weights, `mats` matrices a row (2: glu).
+    Measured on the H200 (bench.gpu_profile --matvec-sweep): 128 lanes for K of 2,048-4,096 and 256
+    past that; as many rows a thread as keep MATVEC_TARGET_GROUPS workgroups; two chunks a step for
+    one matrix (more loads in flight), one for two (the second matrix already doubles them).
+    `mult`: the rows per workgroup must divide it (the Q|K|V boundaries, so a workgroup reads one matrix)."""
+    chunks = k // 8
+    lanes = 32 if chunks < 128 else 64 if chunks < 256 else 128 if chunks < 1024 else 256
     for rpt in (4, 2, 1):
         rpw = 256 // lanes * rpt
         if rpt <= MATVEC_MAX_RPT and (mult == 0 or mult % rpw == 0) and (rpt == 1 or m // rpw >= MATVEC_TARGET_GROUPS):
             break
     else:
         lanes, rpt = 256, 1            # one row a workgroup: divides any boundary
-    unroll = MATVEC_UNROLL if k // 8 >= MATVEC_UNROLL * lanes else 1
+    unroll = MATVEC_UNROLL if mats == 1 and chunks >= MATVEC_UNROLL * lanes else 1
     return lanes, rpt, unroll
 
 
