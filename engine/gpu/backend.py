@@ -9,7 +9,8 @@ inputs use the tiled matmul plan in chunks of `chunk` tokens.
 
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
 attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
-+ head (final norm fused) + argmax. qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
++ head (final norm fused) + argmax; 6 per layer where merging the splits inside the O projection
+would cost more than a combine pass (large models, long contexts: ops.ATTN_FUSE_BYTES). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
 the whole head), gemma3 two post-norm dispatches per layer.
 """
 
