@@ -64,7 +64,7 @@ class EngineJobs(QObject):
         self._submitted.connect(self._runner.run, Qt.ConnectionType.QueuedConnection)
 
     def submit(self, fn):
-        from engine.server.worker import Job
+        from engine.server import Job
         job = Job(fn)
         with self._lock:
             if self._closed:
@@ -151,8 +151,7 @@ class ServeToggle(QObject):
 
     def _start(self) -> None:
         from engine.paths import data_dir
-        from engine.server import ChatService, HearthServer
-        from engine.server.presets import PresetPrefixes
+        from engine.server import ChatService, HearthServer, PresetPrefixes
         engine = self._local_engine()
         if engine is None:
             self.w.show_banner("Cannot serve Hearth: no local model is loaded. Choose one in the model picker first.")

@@ -19,7 +19,7 @@ import numpy as np
 
 from .config import ModelConfig
 from .errors import ContextFullError, EngineError
-from .generation import GenerationEvent, GenerationStats, StopMatcher, cancel_check
+from .generation import GenerationEvent, GenerationStats, StopMatcher, cancel_check, common_prefix
 from .gguf import GGUFFile
 from .sampling import Sampler, Sampling
 
@@ -163,7 +163,7 @@ class Engine:
         if not ids:
             raise EngineError("the prompt is empty (no tokens)")
         self.kv.check_fits(0, len(ids))
-        common = _common_prefix(self._tokens, ids)
+        common = common_prefix(self._tokens, ids)
         if common == len(ids) == len(self._tokens) and self._last_logits is not None:
             return common, 0, self._last_logits
         # The logits after ids[-1] are needed: recompute at least the last token.
@@ -274,15 +274,6 @@ class Engine:
 def _chatml(messages, add_generation_prompt: bool) -> str:
     out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
     return out + ("<|im_start|>assistant\n" if add_generation_prompt else "")
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    x = np.asarray(a[:n]) != np.asarray(b[:n])
-    i = int(np.argmax(x))
-    return n if not x[i] else i
 
 
 def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int):

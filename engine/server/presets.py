@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..preset_prefix import prefix_text
+from ..chat_turn import prefix_text
 from ..tools import ToolSchemaError, validate_tool_set
 
 log = logging.getLogger("engine.server")
