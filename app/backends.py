@@ -188,7 +188,7 @@ class LocalBackend(ChatBackend):
 
     def _prefix_store(self):
         if self._store is None:
-            from engine.prefix_store import PrefixStore
+            from engine.prefix import PrefixStore
             self._store = PrefixStore(self._store_dir, cap_bytes=self._cap)
         return self._store
 
@@ -200,8 +200,7 @@ class LocalBackend(ChatBackend):
 
     def _prefix_ids(self, text: str) -> list[int]:
         if text not in self._prefix_tokens:
-            from engine import prefix_image
-            self._prefix_tokens[text] = list(prefix_image.prefix_ids(self.engine, text))
+            self._prefix_tokens[text] = self.engine.prefix_ids(text)
         return self._prefix_tokens[text]
 
     def prepare_prefix(self, system, tools, progress, label=None, cancel=None):
@@ -209,7 +208,6 @@ class LocalBackend(ChatBackend):
 
         When no image exists yet, the prefix is read here in chunks (so the user sees tokens done /
         total) before `ensure`, which then finds it resident and writes the image."""
-        from engine import prefix_image
         eng = self.engine
         text = self.prefix_text(prefix_system(system, tools, tool_format_of(eng)), tools)
         if not text:
@@ -219,7 +217,7 @@ class LocalBackend(ChatBackend):
             return None
         store = self._prefix_store()
         t0 = time.perf_counter()
-        fresh = not store.image_path(prefix_image.prefix_key(eng, ids)).exists()
+        fresh = not store.image_path(eng.prefix_key(ids)).exists()
         if fresh:
             common = common_prefix(eng.tokens, ids)
             if common < len(ids) // 2:

@@ -11,7 +11,7 @@ import pytest
 
 from engine import Engine
 from engine.chat_turn import prefix_text, template_messages
-from engine.prefix_store import PrefixStore
+from engine.prefix import PrefixStore
 from engine.server import ChatService, RequestError
 from engine.server.chat import ReplyAssembler
 from engine.server.presets import PresetPrefixes, read_presets, tools_key

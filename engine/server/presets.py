@@ -67,7 +67,7 @@ class PresetPrefixes:
 
     def _store_or_default(self):
         if self._store is None:
-            from ..prefix_store import PrefixStore  # noqa: PLC0415
+            from ..prefix import PrefixStore  # noqa: PLC0415
             self._store = PrefixStore()
         return self._store
 

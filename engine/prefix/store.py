@@ -4,7 +4,7 @@
     result = store.ensure(engine, text, label="Coding assistant")
     result.action   # "resident" | "restored" | "computed" | "recomputed" (after a refused image)
 
-Layout of the folder: `<key>.hpx` (the image, see prefix_image.py) and `<key>.json` (what it is for:
+Layout of the folder: `<key>.hpx` (the image, see format.py) and `<key>.json` (what it is for:
 model path and name, token count, backend, the caller's label). Nothing else is shared state:
 - writes are atomic: a temporary file in the same folder, fsync, rename over the real name, fsync of
   the folder. A crash or a full disk mid-write leaves at most a `.tmp` file (removed later), never a
@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import prefix_image as pi
-from .errors import PrefixImageError
-from .paths import cache_dir
+from ..errors import PrefixImageError
+from ..paths import cache_dir
+from .format import FORMAT_VERSION
+from .io import read_header, write_all
 
 DEFAULT_CAP_BYTES = 2 << 30
 IMAGE_SUFFIX = ".hpx"
@@ -97,8 +98,8 @@ class PrefixStore:
 
     def _ensure(self, engine, text, label: str | None) -> EnsureResult:
         t0 = time.perf_counter()
-        ids = pi.prefix_ids(engine, text)
-        key = pi.prefix_key(engine, ids)
+        ids = engine.prefix_ids(text)
+        key = engine.prefix_key(ids)
         path, n = self.image_path(key), len(ids)
         res = EnsureResult("computed", key, n, path=path)
         resident = engine.tokens
@@ -138,7 +139,7 @@ class PrefixStore:
             with f:
                 st = os.fstat(f.fileno())
                 engine.reset()  # the image replaces what is resident: no rollback copy needed
-                pi.restore_prefix(engine, ids, f)
+                engine.restore_prefix(ids, f)
         except PrefixImageError as e:
             res.restore_seconds = time.perf_counter() - t
             self._remove_if_same(path, st)
@@ -164,13 +165,13 @@ class PrefixStore:
     def save(self, engine, text, label: str | None = None, key: str | None = None) -> Path:
         """Write the image of `text` (prefilled first if need be) atomically under its key, then its
         metadata, then evict to the cap. Raises OSError (nothing left behind) if the disk is full."""
-        ids = pi.prefix_ids(engine, text)
-        key = key or pi.prefix_key(engine, ids)
-        size = pi.expected_header(engine, ids).image_size
+        ids = engine.prefix_ids(text)
+        key = key or engine.prefix_key(ids)
+        size = engine.prefix_header(ids).image_size
         if size > self.cap_bytes:
             raise _TooLarge(f"the image of {size} bytes is larger than the cache cap of {self.cap_bytes}")
         path = self.image_path(key)
-        self._write_atomic(path, lambda f: pi.save_prefix(engine, ids, f))
+        self._write_atomic(path, lambda f: engine.save_prefix(ids, f))
         self._write_meta(engine, key, ids, label)
         self.evict(protect={key})
         return path
@@ -179,14 +180,14 @@ class PrefixStore:
         """The image's sidecar: what the cache panel shows and what `remove_missing_models` checks."""
         g = engine.gguf
         meta = {
-            "key": key, "n_tokens": len(ids), "image_size": pi.expected_header(engine, ids).image_size,
+            "key": key, "n_tokens": len(ids), "image_size": engine.prefix_header(ids).image_size,
             "label": label, "model_path": str(Path(g.path).resolve()), "model_size": g.file_size,
             "model_name": str(g.metadata.get("general.name") or Path(g.path).stem),
-            "backend": engine.backend.describe(), "format_version": pi.FORMAT_VERSION, "created": time.time(),
+            "backend": engine.backend.describe(), "format_version": FORMAT_VERSION, "created": time.time(),
         }
         try:
             data = json.dumps(meta, indent=1).encode()
-            self._write_atomic(self._meta_path(key), lambda f: pi.write_all(f, data))
+            self._write_atomic(self._meta_path(key), lambda f: write_all(f, data))
         except OSError:
             pass  # the image is good without it; the listing shows it as of an unknown model
 
@@ -350,6 +351,6 @@ def _read_json(p: Path) -> dict | None:
 def _header_tokens(p: Path) -> int | None:
     try:
         with open(p, "rb") as f:
-            return pi.read_header(f)[0].n_tokens
+            return read_header(f)[0].n_tokens
     except (OSError, PrefixImageError):
         return None
