@@ -19,9 +19,9 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from engine.preset_format import Preset
 
 from .chat_store import Chat, ChatStore, Message
-from .models import MessageModel
+from .item_models import MessageModel
 from .preset_store import PresetStore
-from .remote_backend import remote_tool_calls
+from .remote_source import remote_tool_calls
 from .tool_flow import ToolFlow, record_of, with_round
 from .worker import EngineClient
 

@@ -16,7 +16,7 @@ from PySide6.QtCore import QEvent, QModelIndex, Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from .bubbles import BubbleRow, MessageBubble
-from .models import ErrorRole, RoleRole, StatsRole, StreamingRole, ToolCallsRole
+from .item_models import ErrorRole, RoleRole, StatsRole, StreamingRole, ToolCallsRole
 
 
 class MessageView(QScrollArea):

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayo
 from engine.preset_format import Preset, PresetError, new_id
 from engine.tools import ToolSchemaError, validate_tool_set
 
-from .models import IdRole, PresetListModel
+from .item_models import IdRole, PresetListModel
 from .preset_store import RESOURCES, PresetStore
 from .sampling_panel import SamplingPanel
 

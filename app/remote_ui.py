@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Qt
 
-from .remote_backend import RoutingBackend, host_of, parse_remote_path, remote_path
+from .remote_source import RoutingBackend, host_of, parse_remote_path, remote_path
 from .remote_dialog import RemoteServerDialog
 from .remote_servers import RemoteServers
 

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHB
                                QVBoxLayout, QWidget)
 
 from . import theme
-from .backends import human_bytes, human_params
+from .chat_source import human_bytes, human_params
 from .cache_panel import CachePanel
 from .chat_sidebar import ChatSidebar
 from .chat_store import ChatStore

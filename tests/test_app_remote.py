@@ -26,7 +26,7 @@ from server_fixtures import Reply, ScriptedServer, chunk, sse
 
 from app.main import create_window
 from engine.preset_format import Preset, check_sampling
-from app.remote_backend import parse_remote_path, remote_path
+from app.remote_source import parse_remote_path, remote_path
 from app.remote_ui import REMOTE_DIALOG
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -129,7 +129,7 @@ def test_presets_are_read_and_matched_on_system_prompt_and_tools(tmp_path):
 
 
 def test_prefix_text_is_the_apps(engine):
-    from app.backends import LocalBackend  # Qt-free: the app's rule for a preset's prefix
+    from app.chat_source import LocalBackend  # Qt-free: the app's rule for a preset's prefix
     app = LocalBackend(cache_dir="unused", cap_bytes=0)
     app.engine = engine
     for system, tools in [("You write code.", []), ("", []), ("Math.", [CALC])]:

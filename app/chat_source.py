@@ -1,9 +1,11 @@
-"""Chat backends: what the engine worker drives. Qt-free, called only from the worker thread.
+"""Chat sources: what the engine worker drives. Qt-free, called only from the worker thread.
 
-A backend turns (messages, tools, sampling) into a stream of text deltas and a final stats dict, and
-keeps a preset's prefix resident. `LocalBackend` runs Hearth's own engine and keeps prefixes as
-images through the PrefixStore; a remote backend (issue 9: an OpenAI-compatible server) implements
-the same methods, with `prepare_prefix` a no-op because the server caches prefixes itself.
+A chat source (a `ChatBackend`; not to be confused with the engine's compute backends) turns
+(messages, tools, sampling) into a stream of text deltas and a final stats dict, and keeps a
+preset's prefix resident. `LocalBackend` runs Hearth's own engine and keeps prefixes as images
+through the PrefixStore; `RemoteBackend` (remote_source.py: an OpenAI-compatible server) implements
+the same methods, with `prepare_prefix` a no-op because the server caches prefixes itself. How a
+turn becomes a prompt is engine/chat_turn.py's rule, the one the server uses.
 """
 
 from __future__ import annotations
