@@ -104,7 +104,9 @@ class MessageView(QScrollArea):
     def _on_inserted(self, parent, first: int, last: int) -> None:
         for row in range(first, last + 1):
             idx = self._model.index(row, 0)
-            bubble = MessageBubble(self, idx.data(RoleRole))
+            bubble = MessageBubble(idx.data(RoleRole))
+            bubble.editClicked.connect(lambda b=bubble: self.editRequested.emit(self.row_of(b)))
+            bubble.regenerateClicked.connect(self.regenerateRequested)
             holder = BubbleRow(bubble)
             self._layout.insertWidget(1 + row, holder)
             self._bubbles.insert(row, bubble)
