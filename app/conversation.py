@@ -47,7 +47,7 @@ class Conversation(QObject):
         self._gen: dict | None = None        # {"rid", "chat", "text", "row", "pending"}
         self._flush = QTimer(self, singleShot=True, interval=FLUSH_MS)
         self._flush.timeout.connect(self._on_flush)
-        # Tool calls (issue 7): the flow confirms and runs them; `reply_prefixes` are texts the next
+        # Tool calls: the flow confirms and runs them; `reply_prefixes` are texts the next
         # replies start with ("continue from this text"; tests use it to script a call).
         self.tools = ToolFlow(self)
         self.tools.roundDone.connect(self._on_round_done)

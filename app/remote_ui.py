@@ -1,4 +1,4 @@
-"""The window's remote-server parts (issue 9): the picker's remembered servers and "Remote server…",
+"""The window's remote-server parts: the picker's remembered servers and "Remote server…",
 the dialog, what the top bar and status line say for a remote model, and keeping a failed
 message's text in the input box.
 

@@ -1,5 +1,5 @@
 """Settings → "Serve Hearth on 127.0.0.1:PORT": engine/server's OpenAI-compatible HTTP server on the
-app's own engine (issue 9). Off by default, loopback only (listening elsewhere needs a token:
+app's own engine. Off by default, loopback only (listening elsewhere needs a token:
 `python -m engine serve --host … --token …`).
 
 The server's requests run on the app's engine thread, one at a time between the window's own

@@ -62,3 +62,15 @@ def test_the_app_uses_only_the_servers_public_api():
     offenders = [f"{p.relative_to(ROOT)}: {m}" for p in sorted((ROOT / "app").rglob("*.py"))
                  for m in _app_imports(p) if m in submodules or any(m.startswith(s + ".") for s in submodules)]
     assert not offenders, offenders
+
+
+def test_the_app_modules_that_say_qt_free_import_no_qt():
+    """Every app module whose docstring says "Qt-free" imports, with PySide6 blocked."""
+    claims = sorted(p.stem for p in (ROOT / "app").glob("*.py")
+                    if "Qt-free" in (ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or ""))
+    assert {"chat_store", "preset_store", "chat_source"} <= set(claims), claims
+    code = (f"import sys\nfor m in {QT_MODULES!r}: sys.modules[m] = None\n"
+            f"import importlib\nfor m in {claims!r}: importlib.import_module('app.' + m)\n"
+            f"bad = [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r} and sys.modules[m] is not None]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

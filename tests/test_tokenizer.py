@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from conftest import REFERENCE
 from engine.errors import GGUFError, UnsupportedModelError
 from engine.gguf import GGUFFile
-from engine.paths import default_model_path, gemma3_model_path
+from engine.paths import default_model_path
+from model_paths import gemma3_model_path
 from engine.tokenizer import SUPPORTED_PRE_TOKENIZERS, StreamDecoder, Tokenizer
 
 MARK = "\n__ggml_vocab_test__\n"
