@@ -9,39 +9,13 @@ in it that is still valid is kept, and `notice` says what happened so the window
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
 
+from engine.atomic_file import write_text_atomic
 from engine.preset_format import Preset, PresetError, dumps, new_id, parse
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder, fsync, rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass  # some platforms cannot fsync a directory
 
 
 class PresetStore:
@@ -86,7 +60,7 @@ class PresetStore:
             return [Preset("assistant", "Assistant", "You are a helpful assistant.")]
 
     def save(self) -> None:
-        atomic_write_text(self.path, dumps(self.presets))
+        write_text_atomic(self.path, dumps(self.presets))
 
     # -- queries --------------------------------------------------------------------------------------
     def get(self, pid: str) -> Preset | None:
@@ -130,7 +104,7 @@ class PresetStore:
         self.save()
 
     def export(self, pids: list[str], path: str | Path) -> None:
-        atomic_write_text(Path(path), dumps([p for p in self.presets if p.id in pids]))
+        write_text_atomic(Path(path), dumps([p for p in self.presets if p.id in pids]))
 
     def import_file(self, path: str | Path) -> list[Preset]:
         """Add every preset of an exported file; raises PresetError if any is invalid (none added)."""

@@ -6,9 +6,10 @@
 
 Layout of the folder: `<key>.hpx` (the image, see format.py) and `<key>.json` (what it is for:
 model path and name, token count, backend, the caller's label). Nothing else is shared state:
-- writes are atomic: a temporary file in the same folder, fsync, rename over the real name, fsync of
-  the folder. A crash or a full disk mid-write leaves at most a `.tmp` file (removed later), never a
-  half image under a real name, and never touches the previous image of that key;
+- writes are atomic (engine/atomic_file.py): a temporary file in the same folder, fsync, rename over
+  the real name, fsync of the folder. A crash or a full disk mid-write leaves at most a `.tmp` file
+  (removed later), never a half image under a real name, and never touches the previous image of
+  that key;
 - the last use of an image is its file's mtime (set when written, bumped on each restore): no index
   file to corrupt or to lock, and every process sees the others' uses;
 - two processes may write the same key at once (each renames a complete file; the last one wins) and
@@ -18,15 +19,14 @@ The size cap counts image bytes; least recently used images go first, never the 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..atomic_file import write_atomic
 from ..errors import PrefixImageError
 from ..paths import cache_dir
 from .format import FORMAT_VERSION
@@ -192,19 +192,7 @@ class PrefixStore:
             pass  # the image is good without it; the listing shows it as of an unknown model
 
     def _write_atomic(self, final: Path, write: Callable) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=self.root)
-        try:
-            with open(fd, "wb", buffering=0) as f:
-                write(f)
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        _fsync_dir(self.root)
+        write_atomic(final, write)
 
     # --- listing and removing ----------------------------------------------------------------
 
@@ -326,18 +314,6 @@ def _touch(path: Path) -> None:
         pass  # a read-only cache still restores; it just cannot record the use
 
 
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.EBADF):  # some filesystems cannot fsync a folder
-            raise
-    finally:
-        os.close(fd)
 
 
 def _read_json(p: Path) -> dict | None:
