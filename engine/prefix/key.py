@@ -83,16 +83,35 @@ def _backend_identity(describe: dict) -> dict:
     return {k: v for k, v in describe.items() if not str(k).endswith("_bytes")}
 
 
-def key_digest(*, backend: dict, model: bytes, ids, dtype: int = DTYPE_F32) -> bytes:
-    """The 32-byte key of an image: the format version, dtype, engine build, machine, backend (and GPU
-    adapter: vendor, device, driver, and any weight fallbacks it reports), model digest and the
-    prefix's token ids."""
-    h = blake2b(digest_size=32, person=b"hearth-prefix")
+def _identity(h, backend: dict, model: bytes, dtype: int) -> None:
+    """The fields every key starts with: what the K/V values depend on besides the tokens."""
     _field(h, "format", str(FORMAT_VERSION).encode())
     _field(h, "dtype", DTYPE_NAMES[dtype].encode())
     _field(h, "build", build_info.engine_build_hash().encode())
     _field(h, "machine", build_info.machine_fingerprint().encode())
     _field(h, "backend", json.dumps(_backend_identity(backend), sort_keys=True, default=str).encode())
     _field(h, "model", model)
+
+
+def key_digest(*, backend: dict, model: bytes, ids, dtype: int = DTYPE_F32) -> bytes:
+    """The 32-byte key of an image: the format version, dtype, engine build, machine, backend (and GPU
+    adapter: vendor, device, driver, and any weight fallbacks it reports), model digest and the
+    prefix's token ids."""
+    h = blake2b(digest_size=32, person=b"hearth-prefix")
+    _identity(h, backend, model, dtype)
+    _field(h, "ids", np.asarray(ids, I32).tobytes())
+    return h.digest()
+
+
+def segment_digest(*, backend: dict, model: bytes, parent: bytes, start: int, ids,
+                   dtype: int = DTYPE_F32) -> bytes:
+    """The 32-byte key of a chat segment: the fields of `key_digest`, its parent's key (a prefix
+    image's or another segment's; 32 zero bytes for a chain that starts at position 0), the
+    position it starts at and its own token ids. The parent's key covers every token before
+    `start`, so the key covers the whole sequence up to the segment's end."""
+    h = blake2b(digest_size=32, person=b"hearth-segment")
+    _identity(h, backend, model, dtype)
+    _field(h, "parent", bytes(parent))
+    _field(h, "start", str(int(start)).encode())
     _field(h, "ids", np.asarray(ids, I32).tobytes())
     return h.digest()

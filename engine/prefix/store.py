@@ -34,6 +34,7 @@ from .io import read_header, write_all
 
 DEFAULT_CAP_BYTES = 2 << 30
 IMAGE_SUFFIX = ".hpx"
+SEGMENT_SUFFIX = ".hps"   # chat segments (chat_images.py): listed, capped and evicted with the images
 META_SUFFIX = ".json"
 STALE_TEMP_S = 3600.0  # a temporary file this old belongs to a writer that died
 
@@ -72,6 +73,7 @@ class ImageEntry:
     label: str | None = None
     backend: dict = field(default_factory=dict)
     created: float | None = None
+    kind: str = "preset"        # "preset" (an image) or "chat" (a chat segment)
 
 
 class PrefixStore:
@@ -199,20 +201,22 @@ class PrefixStore:
     def entries(self) -> list[ImageEntry]:
         """Every image in the folder, most recently used first."""
         out = []
-        for p in self.root.glob(f"*{IMAGE_SUFFIX}"):
+        paths = [*self.root.glob(f"*{IMAGE_SUFFIX}"), *self.root.glob(f"*{SEGMENT_SUFFIX}")]
+        for p in paths:
             if p.name.startswith("."):
                 continue
             try:
                 st = p.stat()
             except FileNotFoundError:
                 continue  # evicted by another process meanwhile
-            key = p.name[:-len(IMAGE_SUFFIX)]
-            e = ImageEntry(key, p, st.st_size, st.st_mtime)
+            key = p.name[:-len(p.suffix)]
+            kind = "chat" if p.suffix == SEGMENT_SUFFIX else "preset"
+            e = ImageEntry(key, p, st.st_size, st.st_mtime, kind=kind)
             meta = _read_json(self._meta_path(key)) or {}
             e.n_tokens = meta.get("n_tokens")
             e.model_path, e.model_name = meta.get("model_path"), meta.get("model_name")
             e.label, e.backend, e.created = meta.get("label"), meta.get("backend") or {}, meta.get("created")
-            if e.n_tokens is None:
+            if e.n_tokens is None and kind == "preset":
                 e.n_tokens = _header_tokens(p)
             out.append(e)
         out.sort(key=lambda e: (-e.last_used, e.key))
@@ -222,7 +226,7 @@ class PrefixStore:
         return sum(e.size for e in self.entries())
 
     def remove(self, key: str) -> None:
-        for p in (self.image_path(key), self._meta_path(key)):
+        for p in (self.image_path(key), self.root / f"{key}{SEGMENT_SUFFIX}", self._meta_path(key)):
             try:
                 p.unlink()
             except FileNotFoundError:
@@ -286,7 +290,8 @@ class PrefixStore:
             except OSError:
                 pass
         for p in self.root.glob(f"*{META_SUFFIX}"):
-            if not (self.root / (p.name[:-len(META_SUFFIX)] + IMAGE_SUFFIX)).exists():
+            stem = p.name[:-len(META_SUFFIX)]
+            if not any((self.root / (stem + sfx)).exists() for sfx in (IMAGE_SUFFIX, SEGMENT_SUFFIX)):
                 try:
                     if now - p.stat().st_mtime > 60:  # not a writer between its two renames
                         p.unlink()

@@ -1,0 +1,258 @@
+"""Chat segments: the K/V of positions [start, start + n) of a conversation, chained to a parent.
+
+A conversation's context is a chain: the preset's prefix image (format.py) is the root, and each
+segment holds only the positions its parent does not, keyed by its parent's key, its start and its
+own token ids (`key.segment_digest`). A chat that grew by one exchange writes one segment of that
+exchange; an edited message branches at the segment it falls in; two chats of one preset share
+the root, and chats with the same opening share those segments too.
+
+Segment layout: the prefix image's (format.py) with its own header, so one reader handles both.
+
+    offset  size                what
+    0       128                 header (below)
+    128     4 n                 token ids of positions [start, start + n), int32 [n]
+    ...     2 L x 4 H n D       for each layer: K then V, float32 [H, n, D]  (head-major, as the cache)
+    ...     4 n_vocab           logits after the last token, float32 [n_vocab]  (if FLAG_LOGITS)
+    end-4   4                   CRC-32 of every byte before it (header included)
+
+Header (128 bytes):
+    0   8   magic b"\\x89HPS\\r\\n\\x1a\\n"     8  4  u32 format version     12  4  u32 header size (128)
+    16  4   u32 dtype (1 = float32)     20  4  u32 flags (bit 0: logits present)
+    24  4   u32 n_layers                28  4  u32 n_kv_heads            32  4  u32 head_dim
+    36  4   u32 start                   40  4  u32 n_tokens              44  4  u32 n_vocab
+    48  8   u64 image size in bytes, header to checksum included
+    56  32  key (`segment_digest`)      88 32  parent key (32 zero bytes: the chain starts at 0)
+    120 4   reserved, 0                 124 4  u32 CRC-32 of bytes [0, 124)
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import PrefixImageError
+from .format import CHECKSUM_SIZE, DTYPE_F32, DTYPE_NAMES, F32, FLAG_LOGITS, HEADER_SIZE, I32
+from .io import RunningCrc, _read_into, _read_upto, write_all
+
+SEGMENT_MAGIC = b"\x89HPS\r\n\x1a\n"
+SEGMENT_VERSION = 1
+NO_PARENT = bytes(32)
+
+_HEADER = struct.Struct("<8s10IQ32s32s4x")
+assert _HEADER.size == HEADER_SIZE - 4
+
+
+@dataclass(frozen=True)
+class SegmentHeader:
+    n_layers: int
+    n_kv_heads: int
+    head_dim: int
+    start: int
+    n_tokens: int
+    n_vocab: int
+    key: bytes
+    parent: bytes
+    flags: int = FLAG_LOGITS
+    dtype: int = DTYPE_F32
+    version: int = SEGMENT_VERSION
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
+
+    @property
+    def has_logits(self) -> bool:
+        return bool(self.flags & FLAG_LOGITS)
+
+    @property
+    def tensor_bytes(self) -> int:
+        """Bytes of one K or V tensor: float32 [n_kv_heads, n_tokens, head_dim]."""
+        return 4 * self.n_kv_heads * self.n_tokens * self.head_dim
+
+    @property
+    def image_size(self) -> int:
+        logits = 4 * self.n_vocab if self.has_logits else 0
+        return (HEADER_SIZE + 4 * self.n_tokens + 2 * self.n_layers * self.tensor_bytes + logits
+                + CHECKSUM_SIZE)
+
+    def pack(self) -> bytes:
+        body = _HEADER.pack(SEGMENT_MAGIC, self.version, HEADER_SIZE, self.dtype, self.flags, self.n_layers,
+                            self.n_kv_heads, self.head_dim, self.start, self.n_tokens, self.n_vocab,
+                            self.image_size, self.key, self.parent)
+        return body + struct.pack("<I", zlib.crc32(body))
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "SegmentHeader":
+        """Parse and check a header on its own (magic, version, CRC, declared size)."""
+        if not raw:
+            raise PrefixImageError("empty", "the chat segment is empty (0 bytes)")
+        if raw[:len(SEGMENT_MAGIC)] != SEGMENT_MAGIC[:len(raw)]:
+            raise PrefixImageError("magic", f"not a Hearth chat segment (starts with {raw[:8]!r})")
+        if len(raw) < HEADER_SIZE:
+            raise PrefixImageError("truncated", f"the chat segment ends inside its header ({len(raw)} bytes)")
+        (_, version, header_size, dtype, flags, n_layers, n_kv_heads, head_dim, start, n_tokens, n_vocab,
+         image_size, key, parent) = _HEADER.unpack_from(raw)
+        if version != SEGMENT_VERSION:
+            raise PrefixImageError("version", f"the chat segment has format version {version}; this engine "
+                                              f"reads version {SEGMENT_VERSION}")
+        (crc,) = struct.unpack_from("<I", raw, HEADER_SIZE - 4)
+        if crc != zlib.crc32(raw[:HEADER_SIZE - 4]):
+            raise PrefixImageError("header", "the chat segment's header is damaged (header CRC mismatch)")
+        if header_size != HEADER_SIZE or any(raw[120:124]) or flags & ~FLAG_LOGITS or not n_tokens:
+            raise PrefixImageError("header", "the chat segment's header has fields this version does not "
+                                             "define")
+        if dtype not in DTYPE_NAMES:
+            raise PrefixImageError("dtype", f"the chat segment holds dtype code {dtype}")
+        h = cls(n_layers, n_kv_heads, head_dim, start, n_tokens, n_vocab, key, parent, flags, dtype, version)
+        if image_size != h.image_size:
+            raise PrefixImageError("header", f"the chat segment's header declares {image_size} bytes but "
+                                             f"its sizes add up to {h.image_size}")
+        return h
+
+    def check_shape(self, kv, n_vocab: int, dtype: int) -> None:
+        """Refuse a segment whose sizes or dtype differ from this engine's cache."""
+        for got, exp, label in ((self.n_layers, kv.n_layers, "layers"), (self.n_kv_heads, kv.n_kv_heads, "KV heads"),
+                                (self.head_dim, kv.head_dim, "head dim"), (self.n_vocab, n_vocab, "vocabulary size"),
+                                (self.dtype, dtype, "dtype")):
+            if got != exp:
+                raise PrefixImageError("shape", f"the chat segment has {got} {label}, this engine {exp}")
+
+
+def read_segment_header(f) -> SegmentHeader:
+    return SegmentHeader.unpack(_read_upto(f, HEADER_SIZE))
+
+
+def write_segment(f, header: SegmentHeader, ids, kv, logits: np.ndarray | None) -> int:
+    """Stream a segment to `f`: the cache's positions [header.start, header.end) of every layer, one
+    write per tensor. `kv` is KVCache-like; nothing here modifies it. Errors from `f` propagate."""
+    s, e = header.start, header.end
+    ids = np.ascontiguousarray(ids, I32)
+    if ids.shape != (header.n_tokens,):
+        raise ValueError(f"write_segment: {len(ids)} ids for a header of {header.n_tokens} tokens")
+    crc = RunningCrc()
+    for part in (header.pack(), ids):
+        crc.update(part)
+        write_all(f, part)
+    shape = (header.n_kv_heads, header.n_tokens, header.head_dim)
+    scratch = [np.empty(shape, F32), np.empty(shape, F32)]  # one is CRC-checked while the other fills
+    pending = [None, None]
+    slot = 0
+    for layer in range(header.n_layers):
+        for t in kv.read_prefix(layer, e):
+            if pending[slot] is not None:
+                pending[slot].result()
+            np.copyto(scratch[slot], t[:, s:e])
+            pending[slot] = crc.update(scratch[slot])
+            write_all(f, scratch[slot])
+            slot ^= 1
+    if header.has_logits:
+        logits = np.ascontiguousarray(logits, F32)
+        if logits.shape != (header.n_vocab,):
+            raise ValueError(f"write_segment: logits of shape {logits.shape}, expected ({header.n_vocab},)")
+        crc.update(logits)
+        write_all(f, logits)
+    write_all(f, struct.pack("<I", crc.value))
+    return header.image_size
+
+
+@dataclass
+class ChainPart:
+    """One segment of a restore: an open file positioned after its header, what it holds, and how many
+    of its positions the restore uses (`use` < n_tokens: the chat branches inside it)."""
+    f: object
+    header: SegmentHeader
+    use: int
+    crc: RunningCrc | None = None
+    logits: np.ndarray | None = None
+    failed: bool = False
+    _bufs: list | None = None
+    pending: list = field(default_factory=lambda: [None, None])
+
+    def scratch(self, j: int) -> np.ndarray:
+        """Buffer j (0: K, 1: V) float32 [H, n, D], reused across layers (fresh pages are slow to
+        touch) once the CRC thread is done with it."""
+        if self._bufs is None:
+            shape = (self.header.n_kv_heads, self.header.n_tokens, self.header.head_dim)
+            self._bufs = [np.empty(shape, F32), np.empty(shape, F32)]
+        if self.pending[j] is not None:
+            self.pending[j].result()
+            self.pending[j] = None
+        return self._bufs[j]
+
+
+def read_chain(parts: list[ChainPart], ids, kv) -> tuple[int, np.ndarray | None]:
+    """Restore the chain `parts` (consecutive, the first starting where the resident tokens end) into
+    `kv`; returns the end position of the good parts. Headers were checked by the caller; here
+    each part's token ids are checked against `ids` before anything is written, then every layer's
+    K and V of every part is read, in file order, and written at its positions. A part whose
+    checksum fails only at its end leaves the positions before it good (their own checksums
+    passed): the restore ends there, and the caller computes the rest. Positions past the returned
+    end hold no valid data (the caller's resident count says so)."""
+    ids = np.asarray(ids, I32)
+    good = []
+    for p in parts:
+        h = p.header
+        raw_ids = np.empty(h.n_tokens, I32)
+        try:
+            _read_into(p.f, raw_ids, "the token ids", HEADER_SIZE)
+        except PrefixImageError:
+            break
+        if not np.array_equal(raw_ids[:p.use], ids[h.start:h.start + p.use]):
+            break
+        p.crc = RunningCrc(zlib.crc32(h.pack()))
+        p.crc.update(raw_ids)
+        good.append(p)
+    if len(good) < len(parts):
+        parts[len(good)].failed = True
+    if not good:
+        return (parts[0].header.start if parts else 0), None
+    direct = hasattr(kv, "k") and isinstance(getattr(kv, "k", None), list)  # the CPU cache: numpy views
+    base = good[0].header.start
+    end = good[-1].header.start + good[-1].use
+    alive = list(good)
+    for layer in range(kv.n_layers):
+        if direct:
+            dst_k, dst_v = kv.k[layer], kv.v[layer]
+        else:  # a device cache takes whole prefixes: [0, end) assembled on the host
+            k0, v0 = kv.read_prefix(layer, base)
+            shape = (kv.n_kv_heads, end, kv.head_dim)
+            dst_k, dst_v = np.empty(shape, F32), np.empty(shape, F32)
+            dst_k[:, :base], dst_v[:, :base] = k0, v0
+        for p in list(alive):
+            h = p.header
+            try:
+                for j, dst in enumerate((dst_k, dst_v)):
+                    buf = p.scratch(j)
+                    _read_into(p.f, buf, f"layer {layer}", 0)
+                    p.pending[j] = p.crc.update(buf)
+                    dst[:, h.start:h.start + p.use] = buf[:, :p.use]
+            except PrefixImageError:
+                p.failed = True
+                del alive[alive.index(p):]
+                break
+        if not direct:
+            kv.write_prefix(layer, end, dst_k, dst_v)
+    n_good, logits = base, None
+    for p in alive:
+        h = p.header
+        try:
+            if h.has_logits:
+                p.logits = np.empty(h.n_vocab, F32)
+                _read_into(p.f, p.logits, "the logits", 0)
+                p.crc.update(p.logits)
+            (stored,) = struct.unpack("<I", _read_upto(p.f, CHECKSUM_SIZE).rjust(CHECKSUM_SIZE, b"\0"))
+            if stored != p.crc.value or _read_upto(p.f, 1):
+                p.failed = True
+                break
+        except PrefixImageError:
+            p.failed = True
+            break
+        n_good = h.start + p.use
+        # the logits after a part's last token are not the ones after position `use` of a branch
+        logits = p.logits if p.use == h.n_tokens else None
+        if p.use < h.n_tokens:
+            break
+    return n_good, logits
