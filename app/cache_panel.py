@@ -97,11 +97,16 @@ class CachePanel(QDialog):
 
     def show_listing(self, listing: dict) -> None:
         self.listing = listing
-        images = sorted(listing.get("images", []), key=lambda i: -i.get("last_used", 0))
-        self.table.setRowCount(len(images))
-        for r, im in enumerate(images):
-            cells = (im.get("preset") or "(unknown preset)", im.get("model") or "—", str(im.get("tokens") or "—"),
-                     human_bytes(im.get("size", 0)), _ago(im.get("last_used", 0)))
+        # preset images and chats' contexts (one row per chat, its segments summed) in one LRU order
+        rows = [(im.get("preset") or "(unknown preset)", im.get("model") or "—", im)
+                for im in listing.get("images", [])]
+        rows += [(f"Chat: {c.get('title') or '(untitled)'}", "chat context", c) for c in listing.get("chats", [])]
+        rows.sort(key=lambda r: -r[2].get("last_used", 0))
+        images = [r[2] for r in rows]
+        self.table.setRowCount(len(rows))
+        for r, (what, model, im) in enumerate(rows):
+            cells = (what, model, str(im.get("tokens") or "—"), human_bytes(im.get("size", 0)),
+                     _ago(im.get("last_used", 0)))
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(im.get("path", ""))

@@ -81,6 +81,24 @@ class ChatBackend:
     def cache_images(self) -> dict:
         return {"images": [], "total": 0, "cap": 0}
 
+    # Chat contexts kept on disk (local engines only; a remote server keeps its own).
+    def switch_chat(self, chat: dict | None) -> dict | None:
+        """`chat` ({"id", "title"}) becomes the resident one; the previous one is saved first.
+        Returns that save's report, or None."""
+        return None
+
+    def open_chat(self, messages: list[dict], tools: list, progress: Progress,
+                  cancel: Callable[[], bool]) -> dict | None:
+        """Restore the resident chat's saved context (and compute the rest). A report or None."""
+        return None
+
+    def save_chat(self) -> dict | None:
+        """Save what is unsaved of the resident chat's context. A report or None."""
+        return None
+
+    def forget_chat(self, chat_id) -> None:
+        """The chat was deleted: its saved context goes."""
+
     def clear_cache(self) -> None:
         pass
 
@@ -159,6 +177,7 @@ class LocalBackend(ChatBackend):
         self._cap = cap_bytes
         self._store = None
         self._prefix_tokens: dict[str, list[int]] = {}
+        self._contexts = None
 
     # -- model ----------------------------------------------------------------------------------------
     def load(self, path, backend, n_ctx, progress):
@@ -171,10 +190,13 @@ class LocalBackend(ChatBackend):
         t0 = time.perf_counter()
         eng = Engine.load(path=str(real), backend=backend, n_ctx=n_ctx)
         info.load_s = time.perf_counter() - t0
+        self.save_chat()                        # the old engine's resident chat, before it goes
         old, self.engine = self.engine, eng
         if old is not None and hasattr(old, "close"):
             old.close()
         self._prefix_tokens.clear()
+        if self._contexts is not None:   # nothing of any chat is resident in the new engine
+            self._contexts.chat, self._contexts.dirty = None, False
         info.n_ctx = int(getattr(eng, "n_ctx", n_ctx))
         info.tool_format = tool_format_of(eng)
         desc = _describe(eng)
@@ -193,6 +215,26 @@ class LocalBackend(ChatBackend):
             from engine.prefix import PrefixStore
             self._store = PrefixStore(self._store_dir, cap_bytes=self._cap)
         return self._store
+
+    def _chat_contexts(self):
+        if self._contexts is None:
+            from .chat_context import ChatContexts
+            self._contexts = ChatContexts(self._prefix_store())
+        return self._contexts
+
+    def switch_chat(self, chat):
+        return self._chat_contexts().switch(self.engine, chat) if self.engine is not None else None
+
+    def open_chat(self, messages, tools, progress, cancel):
+        if self.engine is None or self._chat_contexts().chat is None:
+            return None
+        return self._contexts.restore(self.engine, messages, tools, cancel, compute=True, progress=progress)
+
+    def save_chat(self):
+        return self._contexts.save(self.engine) if self._contexts is not None else None
+
+    def forget_chat(self, chat_id):
+        self._chat_contexts().forget(chat_id)
 
     # -- prompts --------------------------------------------------------------------------------------
     def prefix_text(self, system: str, tools: list) -> str:
@@ -213,8 +255,10 @@ class LocalBackend(ChatBackend):
         eng = self.engine
         text = self.prefix_text(prefix_system(system, tools, tool_format_of(eng)), tools)
         if not text:
+            self._chat_contexts().prefix_ids = []
             return None
         ids = self._prefix_ids(text)
+        self._chat_contexts().prefix_ids = ids
         if eng.tokens[:len(ids)] == ids:
             return None
         store = self._prefix_store()
@@ -252,6 +296,9 @@ class LocalBackend(ChatBackend):
             kw["seed"] = None if seed is None or seed < 0 else int(seed)
         ids = list(eng.tokenize(prompt))
         eng.kv.check_fits(0, len(ids))
+        contexts = self._chat_contexts()
+        restored = contexts.restore_ids(eng, ids) if contexts.chat is not None else None
+        contexts.changed()
         # A long new part of the prompt is read in chunks: progress for the user, and Stop works.
         pre = prefill_in_chunks(eng, ids, cancel, lambda n, todo: progress("Reading the prompt", n, todo),
                                 min_new=2 * PREFILL_CHUNK) if progress is not None else (0, 0.0)
@@ -266,6 +313,8 @@ class LocalBackend(ChatBackend):
                 stats = {k: getattr(st, k) for k in ("reused_tokens", "computed_tokens", "generated_tokens",
                                                      "ttft_s", "prefill_tps", "decode_tps")}
                 stats["stop_reason"] = str(getattr(ev, "stop_reason", ""))
+                if restored is not None:
+                    stats["restored_tokens"], stats["restore_ms"] = restored.restored, restored.seconds * 1000
                 yield StreamEvent(ev.text or "", True, stats)
             elif ev.text:
                 yield StreamEvent(ev.text)
@@ -279,11 +328,13 @@ class LocalBackend(ChatBackend):
     # -- cache panel ----------------------------------------------------------------------------------
     def cache_images(self):
         store = self._prefix_store()
+        entries = store.entries()
         images = [{"key": e.key, "path": str(e.path), "size": int(e.size), "last_used": float(e.last_used),
                    "tokens": e.n_tokens or 0,
                    "model": _display_name(Path(e.model_path)) if e.model_path else (e.model_name or ""),
-                   "preset": e.label or ""} for e in store.entries()]
-        return {"images": images, "total": sum(i["size"] for i in images), "cap": store.cap_bytes}
+                   "preset": e.label or ""} for e in entries if e.kind == "preset"]
+        chats = self._chat_contexts().rows()
+        return {"images": images, "chats": chats, "total": sum(e.size for e in entries), "cap": store.cap_bytes}
 
     def clear_cache(self):
         self._prefix_store().clear()

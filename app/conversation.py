@@ -90,6 +90,20 @@ class Conversation(QObject):
         rm = self._round_msg
         if rm is not None:
             rm["row"] = self.model.append(rm["msg"]) if rm["chat"] == chat_id else -1
+        self.open_context()
+
+    def open_context(self) -> None:
+        """Ask the worker to bring the open chat's context back (restored from disk if saved)."""
+        if self.chat_id and self.replying_chat() != self.chat_id:
+            p = self.preset()
+            has = self.model.rowCount() > 0
+            self.client.open_chat(self._chat_ref(), self.history() if has else [], p.tools,
+                                  system=p.system_prompt, preset_id=p.id, label=p.name)
+
+    def _chat_ref(self) -> dict:
+        """The open chat as the worker names its saved context."""
+        chat = self.chats.chat(self.chat_id) if self.chat_id else None
+        return {"id": str(self.chat_id), "title": chat.title if chat else ""}
 
     def new_chat(self, preset_id: str) -> Chat:
         chat = self.chats.create_chat("New chat", preset_id)
@@ -172,7 +186,7 @@ class Conversation(QObject):
         round_no = self._tool_round_no()
         row = self.model.append(Message("assistant", ""), streaming=True)
         rid = self.client.generate(history, p.tools, dict(p.sampling), system=p.system_prompt,
-                                   preset_id=p.id, label=p.name)
+                                   preset_id=p.id, label=p.name, chat=self._chat_ref())
         self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": "",
                      "parse": self.tools.parse_reply(self.tool_format, p.tools), "tools": list(p.tools),
                      "round": round_no}

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHB
                                QVBoxLayout, QWidget)
 
 from . import theme
+from .chat_context import chat_context_line
 from .chat_source import human_bytes, human_params
 from .cache_panel import CachePanel
 from .chat_sidebar import ChatSidebar
@@ -56,6 +57,7 @@ class MainWindow(QMainWindow):
         self.conversation.tools.use_settings(settings)
         self.model_info: dict = {}
         self.last_prefix_result: dict | None = None
+        self.last_chat_context: dict | None = None
         self.last_error = ""
         self._loading_path: str | None = None
         self._loading_backend = "auto"
@@ -237,6 +239,7 @@ class MainWindow(QMainWindow):
         w.modelLoaded.connect(self._on_model_loaded)
         w.modelFailed.connect(self._on_model_failed)
         w.prefixReady.connect(self._on_prefix)
+        w.chatContext.connect(self._on_chat_context)
         w.progress.connect(self._on_progress)
         w.contextChanged.connect(self._on_context)
         w.failed.connect(self._on_worker_failed)
@@ -339,6 +342,12 @@ class MainWindow(QMainWindow):
         self.statusPrefix.setText(f"{verb} preset prefix{name} in {res['ms']:.0f} ms ({res['tokens']} tokens)")
         self.prefixResult.emit(res)
 
+    def _on_chat_context(self, res: dict) -> None:
+        self.last_chat_context = res
+        text = chat_context_line(res)
+        if text:
+            self.statusPrefix.setText(text)
+
     # -- models ---------------------------------------------------------------------------------------
     def _fill_models(self, current: str) -> None:
         mp = self.modelPicker
@@ -413,6 +422,7 @@ class MainWindow(QMainWindow):
             self.backendPicker.setItemText(i, text)
         self._update_empty_hint()
         self.modelReady.emit(info)
+        self.conversation.open_context()
         self.warm_preset()
 
     def _on_model_failed(self, message: str) -> None:
@@ -561,6 +571,7 @@ class MainWindow(QMainWindow):
             return
         was_open = self.conversation.chat_id == chat_id
         nxt = self.sidebar.remove(chat_id)
+        self.client.forget_chat(chat_id)
         if was_open and (nxt is None or not self.sidebar.select(nxt)):
             self._show_chat(nxt)
 
@@ -638,6 +649,8 @@ class MainWindow(QMainWindow):
             s.set("window/geometry", bytes(self.saveGeometry().data()))
             s.set("window/splitter", bytes(self.splitter.saveState().data()))
             self.serveToggle.stop()
+            self.statusPrefix.setText("Saving chat context…")
+            self.statusPrefix.repaint()
             self.client.shutdown()
             self.conversation.close()
             s.sync()

@@ -14,7 +14,10 @@ Worker signals (all delivered queued to the GUI thread):
     finished(int request, dict stats)         stop_reason, tokens/s, ttft ...
     failed(int request, str message)          an engine error; the app stays usable
     contextChanged(dict {"used", "n_ctx", "kv_bytes"})
-    cacheListed(dict {"images", "total", "cap"})
+    cacheListed(dict {"images", "chats", "total", "cap"})
+    chatContext(dict)                         a chat's context restored/computed ({"action": ..., "tokens",
+                                              "restored", "computed", "ms"}) or saved ({"action": "saved",
+                                              "saved", "bytes", "tokens", "ms", "error"})
     idle()                                    a request is done, nothing is running
 """
 
@@ -41,6 +44,7 @@ class EngineWorker(QObject):
     failed = Signal(int, str)
     contextChanged = Signal(dict)
     cacheListed = Signal(dict)
+    chatContext = Signal(dict)
     idle = Signal()
 
     def __init__(self, backend: ChatBackend, shutdown: threading.Event):
@@ -93,6 +97,7 @@ class EngineWorker(QObject):
             return
         cancel = lambda: cancel_event.is_set() or self._shutdown.is_set()  # noqa: E731
         try:
+            self._saved(self.backend.switch_chat(req.get("chat")))
             res = self.backend.prepare_prefix(req.get("system", ""), req.get("tools", []), self._progress,
                                               req.get("label"), cancel)
             if res is not None:
@@ -107,17 +112,69 @@ class EngineWorker(QObject):
                     stats = ev.stats or {}
             if cancel_event.is_set():
                 stats["stop_reason"] = "stopped"
+            if stats.get("restored_tokens"):
+                self.chatContext.emit({"action": "restored", "tokens": stats.get("reused_tokens", 0),
+                                       "restored": stats["restored_tokens"], "computed": 0,
+                                       "ms": stats.get("restore_ms", 0.0)})
             self.finished.emit(rid, stats)
         except Exception as e:  # noqa: BLE001  engine errors become a message in the chat
             log.warning("generation failed: %s", traceback.format_exc())
             self.failed.emit(rid, _readable(e))
         self.contextChanged.emit(self.backend.context())
+        self._save_chat()   # the reply is shown; saving its positions delays only the next request
         self.idle.emit()
+
+    @Slot(object)
+    def open_chat(self, req: dict) -> None:
+        """A chat was opened: save the one resident, restore this one's context, compute the rest."""
+        stale = req.get("stale") or (lambda: False)
+        if self._shutdown.is_set() or not self._ready() or stale():
+            self.idle.emit()
+            return
+        cancel = lambda: self._shutdown.is_set() or stale()  # noqa: E731
+        try:
+            self._saved(self.backend.switch_chat(req.get("chat")))
+            if req.get("messages"):
+                res = self.backend.prepare_prefix(req.get("system", ""), req.get("tools", []), self._progress,
+                                                  req.get("label"), cancel)
+                if res is not None:
+                    res["preset"] = req.get("preset", "")
+                    self.prefixReady.emit(res)
+                got = self.backend.open_chat(req["messages"], req.get("tools", []), self._progress, cancel)
+                if got is not None and got.get("action") != "resident":
+                    self.chatContext.emit(got)
+        except Exception as e:  # noqa: BLE001  a context that cannot be restored is computed on Send
+            log.warning("opening a chat's context failed: %s", traceback.format_exc())
+            self.failed.emit(-1, _readable(e))
+        self.contextChanged.emit(self.backend.context())
+        self._save_chat()
+        self.idle.emit()
+
+    @Slot(str)
+    def forget_chat(self, chat_id: str) -> None:
+        try:
+            self.backend.forget_chat(chat_id)
+        except Exception:  # noqa: BLE001  the cap removes what is left
+            log.warning("removing a chat's context failed: %s", traceback.format_exc())
+
+    def _save_chat(self) -> None:
+        try:
+            self._saved(self.backend.save_chat())
+        except Exception as e:  # noqa: BLE001  an unsaved context costs a recompute, nothing else
+            log.warning("saving the chat context failed: %s", traceback.format_exc())
+            self._saved({"saved": False, "error": _readable(e), "bytes": 0, "tokens": 0, "ms": 0.0})
+
+    def _saved(self, report: dict | None) -> None:
+        if report is not None:
+            self.chatContext.emit({"action": "saved", **report})
 
     @Slot()
     def close_backend(self) -> None:
         """Connected directly to QThread.finished, which the worker thread emits as it ends: the
-        engine is closed on the thread that used it, never on the GUI thread."""
+        engine is closed on the thread that used it, never on the GUI thread. The resident chat's
+        unsaved positions are saved first (atomically: a quit that cannot wait leaves a temporary
+        file, never a damaged segment)."""
+        self._save_chat()
         try:
             self.backend.close()
         except Exception:  # noqa: BLE001
@@ -163,6 +220,8 @@ class EngineClient(QObject):
     _prefixRequested = Signal(object)
     _generateRequested = Signal(object)
     _cacheRequested = Signal(str)
+    _openRequested = Signal(object)
+    _forgetRequested = Signal(str)
 
     def __init__(self, backend: ChatBackend, parent=None):
         super().__init__(parent)
@@ -179,6 +238,9 @@ class EngineClient(QObject):
         self._prefixRequested.connect(self.worker.prepare_prefix)
         self._generateRequested.connect(self.worker.generate)
         self._cacheRequested.connect(self.worker.cache)
+        self._openRequested.connect(self.worker.open_chat)
+        self._forgetRequested.connect(self.worker.forget_chat)
+        self._epoch = 0   # bumped by every open/generate: an open request older than the latest is skipped
         self.worker.idle.connect(self._on_idle)
         self.thread.finished.connect(self.worker.close_backend, Qt.ConnectionType.DirectConnection)
         self.thread.start()
@@ -206,14 +268,28 @@ class EngineClient(QObject):
         self._prefixRequested.emit({"preset": preset_id, "system": system, "tools": tools, "label": label})
 
     def generate(self, messages: list[dict], tools: list, sampling: dict, system: str = "",
-                 preset_id: str = "", label: str = "") -> int:
+                 preset_id: str = "", label: str = "", chat: dict | None = None) -> int:
+        """`chat` ({"id", "title"}) names the conversation, whose context is saved after the reply."""
+        self._epoch += 1
         self._next_id += 1
         self._cancel = threading.Event()
         self._queued()
         self._generateRequested.emit({"id": self._next_id, "messages": messages, "tools": tools,
                                       "sampling": sampling, "system": system, "preset": preset_id, "label": label,
-                                      "cancel": self._cancel})
+                                      "cancel": self._cancel, "chat": chat})
         return self._next_id
+
+    def open_chat(self, chat: dict, messages: list[dict], tools: list, system: str = "", preset_id: str = "",
+                  label: str = "") -> None:
+        """The chat `chat` ({"id", "title"}) is shown: bring its context back (from disk if saved)."""
+        self._epoch += 1
+        epoch = self._epoch
+        self._queued()
+        self._openRequested.emit({"chat": chat, "messages": messages, "tools": tools, "system": system,
+                                  "preset": preset_id, "label": label, "stale": lambda: self._epoch != epoch})
+
+    def forget_chat(self, chat_id) -> None:
+        self._forgetRequested.emit(str(chat_id))
 
     def stop(self) -> None:
         """Ask the reply in progress to end after the current token (thread-safe: only sets a flag)."""
