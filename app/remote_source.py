@@ -184,6 +184,8 @@ class RoutingBackend(ChatBackend):
 
     def load(self, path, backend, n_ctx, progress) -> ModelInfo:
         target = self.remote if parse_remote_path(path) else self.local
+        if target is not self.local:
+            self.local.save_chat()   # the local chat context stops being resident
         info = target.load(path, backend, n_ctx, progress)
         self.active = target
         return info
@@ -196,6 +198,18 @@ class RoutingBackend(ChatBackend):
 
     def context(self) -> dict:
         return self.active.context()
+
+    def switch_chat(self, chat):
+        return self.active.switch_chat(chat)
+
+    def open_chat(self, messages, tools, progress, cancel):
+        return self.active.open_chat(messages, tools, progress, cancel)
+
+    def save_chat(self):
+        return self.active.save_chat()
+
+    def forget_chat(self, chat_id) -> None:
+        self.local.forget_chat(chat_id)
 
     def cache_images(self) -> dict:
         return self.local.cache_images()

@@ -345,6 +345,8 @@ class MainWindow(QMainWindow):
     def _on_chat_context(self, res: dict) -> None:
         self.last_chat_context = res
         text = chat_context_line(res)
+        if not text and res.get("saved") and self.statusPrefix.text().startswith("Chat context not saved"):
+            text = f"Chat context saved ({res.get('tokens', 0):,} tokens)"   # the failure line is stale
         if text:
             self.statusPrefix.setText(text)
 

@@ -245,3 +245,48 @@ def test_a_partial_file_of_a_killed_writer_is_ignored(setup):
     assert chats.restore(b, ids, root).n_tokens == root.n
     assert chats.save(a, root).bytes_written > 0
     assert all(not e.path.name.startswith(".") for e in store.entries())
+
+
+def test_kill_9_during_a_save_leaves_only_a_temporary_file_the_next_start_ignores(setup, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    a, b, store, chats = setup
+    ids = ids_of(a, turn("Write slowly", "I will."))
+    child = textwrap.dedent(f"""
+        import sys, time
+        from engine import Engine
+        from engine.prefix import PrefixStore
+        from engine.prefix import chat_images
+        from engine.prefix.chat_images import ChatImages, Root
+        real = chat_images.write_segment
+        def slow(f, h, ids, kv, logits):
+            f.write(h.pack())
+            f.flush()
+            print("WRITING", flush=True)
+            time.sleep(60)
+        chat_images.write_segment = slow
+        e = Engine.load(n_ctx=1024)
+        store = PrefixStore({str(store.root)!r})
+        store.ensure(e, {PRESET!r})
+        e.prefill({ids!r})
+        ChatImages(store).save(e, Root.of_prefix(e, e.prefix_ids({PRESET!r})), owner="9")
+    """)
+    p = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert p.stdout.readline().strip() == "WRITING"
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    leftovers = [q for q in store.root.iterdir() if q.name.endswith(".tmp")]
+    assert leftovers and not list(store.root.glob("*.hps"))
+    restarted = ChatImages(PrefixStore(store.root))
+    root = Root.of_prefix(a, a.prefix_ids(PRESET))
+    fresh_reader(b, store)
+    assert restarted.restore(b, ids, root).n_tokens == root.n  # nothing half written is believed
+    b.prefill(ids)
+    assert restarted.save(b, root, owner="9").bytes_written > 0
+    fresh_reader(b, store)
+    assert ChatImages(store).restore(b, ids, root).n_tokens == len(ids)
