@@ -41,16 +41,20 @@ class ChatOutcome:
     prompt_tokens: int = 0
     stats: GenerationStats = field(default_factory=GenerationStats)
     prefix: dict | None = None     # what the preset prefix store did, when a preset matched
+    restored_tokens: int = 0       # prompt positions read from saved chat segments
+    root: object = None            # the chain's root (chat_images.Root) when segments are kept
     queued_s: float = 0.0          # waiting for the worker
     total_s: float = 0.0           # on the worker
 
 
 class ChatService:
-    def __init__(self, engine, model_id: str | None = None, presets: PresetPrefixes | None = None, worker=None):
+    def __init__(self, engine, model_id: str | None = None, presets: PresetPrefixes | None = None, worker=None,
+                 chat_images=None):
         """`worker`: what runs the jobs, serially, on the thread that owns `engine` (default: a new
         EngineWorker). An app that already has an engine thread passes its own: any object with
         `submit(fn) -> Job` (make `Job(fn)`, call `job.run(engine)` on that thread), `queued` and
-        `close()`."""
+        `close()`. `chat_images` (engine.prefix.chat_images.ChatImages): conversations' contexts are
+        saved after each reply and restored when a client sends the conversation again."""
         self.engine = engine
         self.model_id = model_id or default_model_id(engine)
         self.created = int(time.time())
@@ -60,6 +64,7 @@ class ChatService:
         self.counts = collections.Counter()
         self._lock = threading.Lock()
         self.tool_format = tool_format_of(engine)
+        self.chat_images = chat_images
 
     def submit(self, cid: str, req: ChatRequest) -> Job:
         submitted = time.perf_counter()
@@ -82,16 +87,21 @@ class ChatService:
         t0 = time.perf_counter()
         out = ChatOutcome(cid, queued_s=t0 - submitted)
         try:
-            run_chat(engine, req, job, out, self.tool_format, self.presets)
+            run_chat(engine, req, job, out, self.tool_format, self.presets, self.chat_images)
         finally:
             out.total_s = time.perf_counter() - t0
             self._record(out, job)
         job.put(("done", out))
+        if self.chat_images is not None and out.root is not None:  # after the reply went out
+            saved = self.chat_images.save(engine, out.root)
+            if saved.error:
+                log.warning("%s: the chat context was not saved: %s", out.id, saved.error)
 
     def _record(self, out: ChatOutcome, job: Job) -> None:
         entry = {"id": out.id, "stop_reason": out.stop_reason or "error", "finish_reason": out.finish_reason,
                  "prompt_tokens": out.prompt_tokens, "generated_tokens": out.stats.generated_tokens,
-                 "reused_tokens": out.stats.reused_tokens, "client_left": job.cancel.is_set(),
+                 "reused_tokens": out.stats.reused_tokens, "restored_tokens": out.restored_tokens,
+                 "computed_tokens": out.stats.computed_tokens, "client_left": job.cancel.is_set(),
                  "tool_calls": len(out.tool_calls), "prefix": out.prefix, "queued_s": round(out.queued_s, 4),
                  "total_s": round(out.total_s, 4), "engine_s": round(out.stats.ttft_s + out.stats.decode_s, 4),
                  "decode_tps": round(out.stats.decode_tps, 2)}
@@ -99,6 +109,8 @@ class ChatService:
             self.history.append(entry)
             self.counts["generations"] += 1
             self.counts[f"stop_{entry['stop_reason']}"] += 1
+            self.counts["restored_tokens"] += out.restored_tokens
+            self.counts["computed_tokens"] += out.stats.computed_tokens
         log.info("%s: %s after %d tokens (prompt %d, reused %d)%s", out.id, entry["stop_reason"],
                  entry["generated_tokens"], out.prompt_tokens, out.stats.reused_tokens,
                  " - the client left" if entry["client_left"] else "")
@@ -111,7 +123,7 @@ def default_model_id(engine) -> str:
 
 
 def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: str,
-             presets: PresetPrefixes | None = None) -> None:
+             presets: PresetPrefixes | None = None, chat_images=None) -> None:
     try:
         prompt, messages, head = render_prompt(engine, req, tool_format)
     except TemplateError as e:
@@ -129,6 +141,11 @@ def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: 
         if preset is not None:
             system_messages = [messages[0]] if messages[0]["role"] == "system" else []
             out.prefix = presets.prepare(engine, preset, system_messages, req.tools)
+    if chat_images is not None:
+        from ..prefix.chat_images import Root  # noqa: PLC0415
+        key = (out.prefix or {}).get("key")
+        out.root = Root(bytes.fromhex(key), int(out.prefix["tokens"])) if key else Root.none()
+        out.restored_tokens = chat_images.restore(engine, ids, out.root).restored
     job.put(("start", {"prompt_tokens": len(ids), "prefix": out.prefix}))
     room = engine.n_ctx - len(ids)
     max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)

@@ -80,7 +80,11 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     pp = presets_path(a)
-    service = ChatService(engine, a.model_id, PresetPrefixes(pp) if pp else None)
+    from ..prefix import PrefixStore  # noqa: PLC0415
+    from ..prefix.chat_images import ChatImages  # noqa: PLC0415
+    store = PrefixStore()   # one cache folder for preset images and chat segments, as the app's
+    presets = PresetPrefixes(pp, store) if pp else None
+    service = ChatService(engine, a.model_id, presets, chat_images=ChatImages(store))
     try:
         server = HearthServer(service, a.host, a.port, token)
     except OSError as e:

@@ -102,5 +102,5 @@ class PresetPrefixes:
             return None
         t0 = time.perf_counter()
         res = self._store_or_default().ensure(engine, text, label=preset.name)
-        return {"preset": preset.name, "action": res.action, "tokens": res.n_tokens,
+        return {"preset": preset.name, "action": res.action, "tokens": res.n_tokens, "key": res.key,
                 "ms": (time.perf_counter() - t0) * 1000, "reason": res.reason or ""}
