@@ -70,7 +70,17 @@ class Engine:
             tok_future = pool.submit(Tokenizer.from_gguf, g)
             be, info = _make_backend(backend, cfg, g, n_ctx)
             tok = tok_future.result()
-        return cls(g, cfg, be, tok, info)
+        eng = cls(g, cfg, be, tok, info)
+        eng._start_prefault()
+        return eng
+
+    def _start_prefault(self) -> None:
+        """Touch the KV cache's pages on a background thread (a host cache only): the first restore
+        after a load is then as fast as the next ones, and nobody waits for it."""
+        kv = self.backend.kv
+        if hasattr(kv, "prefault"):
+            self._prefault = threading.Thread(target=kv.prefault, name="hearth-kv-prefault", daemon=True)
+            self._prefault.start()
 
     def close(self) -> None:
         self.backend.close()

@@ -57,6 +57,12 @@ class KVCache:
         """Bytes allocated for K and V together."""
         return self._k.nbytes + self._v.nbytes
 
+    def prefault(self) -> bool:
+        """Make every page of K and V resident now (engine/memory.py), so the first restore or
+        prefill does not pay for first touches. Safe while another thread uses the cache."""
+        from .memory import populate  # noqa: PLC0415
+        return populate(self._k) & populate(self._v)
+
     def check_fits(self, pos: int, n: int) -> None:
         """Raise ContextFullError if positions [pos, pos + n) do not fit; call before writing anything."""
         check_range(pos, n, self.max_ctx)

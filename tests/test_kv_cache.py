@@ -63,3 +63,15 @@ def test_truncate_and_clear_keep_the_allocation(kv):
     kv.clear()
     assert kv.n_tokens == 0
     assert kv.k[0] is buf_k and kv.v[0] is buf_v and kv.nbytes == 2 * 3 * 2 * 16 * 4 * 4
+
+
+def test_prefault_maps_the_pages_and_keeps_what_is_written():
+    import numpy as np
+
+    from engine.kv_cache import KVCache
+    kv = KVCache(2, 2, 64, 4096)
+    k = np.random.default_rng(0).standard_normal((2, 10, 64)).astype(np.float32)
+    kv.store(1, 0, k, -k)
+    assert kv.prefault()  # Linux 5.14+ (CI's and this machine's kernels)
+    assert np.array_equal(kv.k[1][:, :10], k) and np.array_equal(kv.v[1][:, :10], -k)
+    assert not kv.k[0].any()
