@@ -36,10 +36,9 @@ class ChatContexts:
         report = None
         if self.chat is not None and (chat is None or str(chat.get("id")) != str(self.chat.get("id"))):
             report = self.save(engine)
-        if chat is not None:
-            if self.chat is None or str(chat.get("id")) != str(self.chat.get("id")):
-                self.dirty = False
-            self.chat = dict(chat)
+        if chat is None or self.chat is None or str(chat.get("id")) != str(self.chat.get("id")):
+            self.dirty = False
+        self.chat = dict(chat) if chat is not None else None  # None: a turn of no chat, never saved
         return report
 
     def save(self, engine) -> dict | None:

@@ -87,7 +87,7 @@ def send(cache: Path, text: str, backend: str) -> dict:
     ev = next(iter(eng.generate(ids, max_tokens=1, sampling=Sampling(temperature=0))))
     ttft = time.perf_counter() - t0
     return {"ttft_s": ttft, "restore_s": t_restore, "prefix": pre.action, "restored": got.restored,
-            "prompt": len(ids), "first": ev.token}
+            "prompt": len(ids), "first": ev.token_id}
 
 
 def child(args) -> int:
