@@ -33,20 +33,28 @@ sys.path.insert(0, str(ROOT))
 REF = Path(os.environ.get("HEARTH_REFERENCE", ROOT.parent / "shared" / "reference"))
 PRESET = "<|im_start|>system\nYou are a careful assistant. Answer questions about the text the user quotes.<|im_end|>\n"
 NEXT = "<|im_start|>user\nSummarize what we discussed in one short sentence.<|im_end|>\n<|im_start|>assistant\n"
+N_CTX = 4096
 
 
 def chat_text(eng, n_tokens: int) -> list[str]:
     """Exchanges of ~400 tokens until the chat (preset included) has about n_tokens."""
     words = json.loads((REF / "smollm2" / "bench_prompts.json").read_text())["2000"]["text"].split()
     turns, total, i = [], len(eng.tokenize(PRESET)), 0
-    while total < n_tokens - 450:
+    while True:
         chunk = " ".join(words[(i * 300) % len(words):][:150])
         reply = " ".join(words[(i * 300 + 150) % len(words):][:140])
         t = f"<|im_start|>user\nWhat does this say? {chunk}<|im_end|>\n<|im_start|>assistant\n{reply}<|im_end|>\n"
+        n = len(eng.tokenize(t, special=True)) - 1
+        if total + n > n_tokens:
+            if total + 60 > n_tokens:
+                return turns
+            words_left = max(5, int(150 * (n_tokens - total - 40) / n))
+            t = f"<|im_start|>user\nAnd this? {' '.join(words[:words_left])}<|im_end|>\n"
+            n = len(eng.tokenize(t, special=True)) - 1
+            return turns + [t] if total + n <= n_tokens else turns
         turns.append(t)
-        total += len(eng.tokenize(t, special=True)) - 1
+        total += n
         i += 1
-    return turns
 
 
 def build(cache: Path, n_tokens: int, backend: str) -> dict:

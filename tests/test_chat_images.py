@@ -290,3 +290,37 @@ def test_kill_9_during_a_save_leaves_only_a_temporary_file_the_next_start_ignore
     assert restarted.save(b, root, owner="9").bytes_written > 0
     fresh_reader(b, store)
     assert ChatImages(store).restore(b, ids, root).n_tokens == len(ids)
+
+
+class DeviceLikeCache:
+    """The host cache seen only through the Backend interface (no numpy `k`/`v`), as the GPU cache is:
+    the restore takes its whole-prefix path (read_prefix, then write_prefix of [0, end))."""
+
+    def __init__(self, kv):
+        self._kv = kv
+
+    def __getattr__(self, name):
+        if name in ("k", "v"):
+            raise AttributeError(name)
+        return getattr(self._kv, name)
+
+    def __setattr__(self, name, value):
+        if name == "_kv":
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._kv, name, value)
+
+
+def test_a_cache_without_host_arrays_restores_through_write_prefix(setup, monkeypatch):
+    a, b, store, chats = setup
+    t1, t2 = turn("One", "Uno."), turn("Two", "Dos.")
+    root, _ = grow(a, store, chats, ids_of(a, t1))
+    ids = ids_of(a, t1, t2)
+    grow(a, store, chats, ids)
+    state = kv_state(a, len(ids))
+    fresh_reader(b, store)
+    real = b.backend.kv
+    monkeypatch.setattr(b.backend, "kv", DeviceLikeCache(real))
+    got = chats.restore(b, ids, root)
+    monkeypatch.setattr(b.backend, "kv", real)
+    assert got.n_tokens == len(ids) and b.tokens == ids and same_kv(b, state, len(ids))

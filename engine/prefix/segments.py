@@ -209,7 +209,9 @@ def read_chain(parts: list[ChainPart], ids, kv) -> tuple[int, np.ndarray | None]
         parts[len(good)].failed = True
     if not good:
         return (parts[0].header.start if parts else 0), None
-    direct = hasattr(kv, "k") and isinstance(getattr(kv, "k", None), list)  # the CPU cache: numpy views
+    # the host cache (engine/kv_cache.py): per-layer float32 numpy arrays, written in place
+    direct = isinstance(getattr(kv, "k", None), list) and bool(kv.k) and isinstance(kv.k[0], np.ndarray) \
+        and kv.k[0].dtype == F32 and kv.k[0].flags.c_contiguous
     base = good[0].header.start
     end = good[-1].header.start + good[-1].use
     alive = list(good)
@@ -225,6 +227,14 @@ def read_chain(parts: list[ChainPart], ids, kv) -> tuple[int, np.ndarray | None]
             h = p.header
             try:
                 for j, dst in enumerate((dst_k, dst_v)):
+                    if direct and h.end <= kv.max_ctx:
+                        # straight into the cache, one read per head: dst[head, start:end] is one
+                        # contiguous run, as in the file (positions past `use` are past the restore)
+                        for head in range(h.n_kv_heads):
+                            run = dst[head, h.start:h.end]
+                            _read_into(p.f, run, f"layer {layer}", 0)
+                            p.crc.update(run)
+                        continue
                     buf = p.scratch(j)
                     _read_into(p.f, buf, f"layer {layer}", 0)
                     p.pending[j] = p.crc.update(buf)
