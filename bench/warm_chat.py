@@ -33,7 +33,6 @@ sys.path.insert(0, str(ROOT))
 REF = Path(os.environ.get("HEARTH_REFERENCE", ROOT.parent / "shared" / "reference"))
 PRESET = "<|im_start|>system\nYou are a careful assistant. Answer questions about the text the user quotes.<|im_end|>\n"
 NEXT = "<|im_start|>user\nSummarize what we discussed in one short sentence.<|im_end|>\n<|im_start|>assistant\n"
-N_CTX = 4096
 
 
 def chat_text(eng, n_tokens: int) -> list[str]:
