@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     print(f"prefix image of {n:,} tokens, n_ctx 4096, {args.repeat} processes each (medians; runs in brackets)\n")
     print("| KV pages | first restore after load | next restores |")
     print("|---|---:|---:|")
-    for mode, label in (("on", "made resident in the background after load"), ("off", "first touched by the restore")):
+    for mode, label in (("on", "made resident in the background after load"), ("off", "background thread off: pages first touched and key fields first computed by the restore")):
         f = [r["first"] * 1000 for r in runs[mode]]
         x = [r["next"] * 1000 for r in runs[mode]]
         print(f"| {label} | {statistics.median(f):.0f} ms ({', '.join(f'{v:.0f}' for v in f)}) | "

@@ -75,12 +75,16 @@ class Engine:
         return eng
 
     def _start_prefault(self) -> None:
-        """Touch the KV cache's pages on a background thread (a host cache only): the first restore
-        after a load is then as fast as the next ones, and nobody waits for it."""
-        kv = self.backend.kv
-        if hasattr(kv, "prefault"):
-            self._prefault = threading.Thread(target=kv.prefault, name="hearth-kv-prefault", daemon=True)
-            self._prefault.start()
+        """On a background thread, what a first restore would otherwise pay for: the KV cache's
+        pages made resident (a host cache only) and the key's cached fields (model digest, engine
+        build hash) computed. The first restore after a load then costs what the next ones do,
+        and nobody waits for it."""
+        def warm():
+            if hasattr(self.backend.kv, "prefault"):
+                self.backend.kv.prefault()
+            self.prefix_header([0])
+        self._prefault = threading.Thread(target=warm, name="hearth-prefault", daemon=True)
+        self._prefault.start()
 
     def close(self) -> None:
         self.backend.close()
