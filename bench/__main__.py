@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ORDER = ["load", "tokenizer", "cpu", "prefix", "gpu", "app_responsive"]
+ORDER = ["load", "tokenizer", "cpu", "prefix", "first_restore", "warm_chat", "gpu", "app_responsive", "warm_chat_stall"]
 
 
 def main(argv: list[str]) -> int:
