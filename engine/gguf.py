@@ -223,6 +223,7 @@ class GGUFFile:
         self.version = 0
         self.metadata: dict[str, object] = {}
         self.metadata_types: dict[str, int] = {}
+        self.metadata_spans: dict[str, tuple[int, int]] = {}  # key -> its kv's (start, end) bytes
         self.tensors: dict[str, TensorInfo] = {}
         self.alignment = DEFAULT_ALIGNMENT
         self.data_offset = 0
@@ -306,6 +307,7 @@ class GGUFFile:
             raise c.fail(f"absurd header counts ({n_tensors} tensors, {n_kv} metadata keys) "
                          f"for a file of {c.size} bytes: truncated or corrupt")
         for _ in range(n_kv):
+            kv_start = c.pos
             key = c.string("a metadata key")
             vtype = c.unpack("<I", f"the type of {key}")
             if vtype not in _TYPE_NAMES:
@@ -314,6 +316,7 @@ class GGUFFile:
                 raise c.fail(f"metadata key {key} appears twice")
             self.metadata[key] = c.value(vtype, key)
             self.metadata_types[key] = vtype
+            self.metadata_spans[key] = (kv_start, c.pos)
         align = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if type(align) is not int or align <= 0 or align & (align - 1):
             raise c.fail(f"general.alignment {align!r} is not a power of two")
