@@ -181,6 +181,10 @@ class Download:
     def _file(self, index: int, f: HubFile, final: Path, done_before: int) -> Outcome:
         if final.is_file() and final.stat().st_size == f.size:
             return Outcome.DONE  # renamed into place only after its checks passed
+        try:
+            location = self._locate(f)  # a gated or missing file fails here, before anything is written
+        except httpx2.TransportError:
+            location = None  # the Hub is not answering: retried below
         final.parent.mkdir(parents=True, exist_ok=True)
         part = part_path(final)
         found = read_sidecar(final)
@@ -193,26 +197,37 @@ class Download:
         have = self._hash_existing(part, index, done_before)
         if have is None:
             return self._control_outcome()
-        attempt = 0
-        while True:
+        for attempt in range(self.retries + 1):
             if self.stopping:
                 return self._control_outcome()
             try:
-                have = self._stream(index, f, part, have, done_before)
+                location = location or self._locate(f)
+                have = self._stream(index, f, part, have, done_before, *location)
+                break
             except (httpx2.TransportError, httpx2.StreamError) as e:
-                have = part.stat().st_size
+                have, location = part.stat().st_size, None  # a fresh (signed) location next time
                 if attempt >= self.retries:
                     raise HubError("interrupted", f"{self.job.name}: the connection was lost at "
                                    f"{(done_before + have) / 1e6:.1f} of {self.job.size / 1e6:.1f} MB "
                                    f"({type(e).__name__}); what was downloaded is kept: resume to continue") from e
-                attempt += 1
                 if self._cancel.wait(min(0.25 * 2 ** attempt, 4.0)) or self._pause.is_set():
                     return self._control_outcome()
-                continue
-            if have is None:
-                return self._control_outcome()
-            break
+        if have is None:
+            return self._control_outcome()
         return self._finish(f, final, part)
+
+    def _locate(self, f: HubFile) -> tuple[str, bool]:
+        """(url, send_token) of the file's bytes; HubError 'changed' when its size moved."""
+        try:
+            url, size, send_token = self.client.file_location(self.job.repo_id, f.path, self.job.commit)
+        except HubError as e:
+            if e.reason == "network" and isinstance(e.__cause__, (httpx2.TransportError, OSError)):
+                raise httpx2.TransportError(str(e)) from e  # retried like a cut connection
+            raise
+        if size is not None and size != f.size:
+            raise HubError("changed", f"{f.path}: the Hub now says {size} bytes, the listing said {f.size}: "
+                                      "reopen the repository and download again")
+        return url, send_token
 
     def _control_outcome(self) -> Outcome:
         return Outcome.CANCELLED if self._cancel.is_set() else Outcome.PAUSED
@@ -228,17 +243,9 @@ class Download:
                 self._report("verify", done_before + have, index)
         return have
 
-    def _stream(self, index: int, f: HubFile, part: Path, have: int, done_before: int) -> int | None:
+    def _stream(self, index: int, f: HubFile, part: Path, have: int, done_before: int,
+                url: str, send_token: bool) -> int | None:
         """One GET from `have` on; returns the bytes in `part` after it, or None when stopped."""
-        try:
-            url, size, send_token = self.client.file_location(self.job.repo_id, f.path, self.job.commit)
-        except HubError as e:
-            if e.reason == "network" and isinstance(e.__cause__, (httpx2.TransportError, OSError)):
-                raise httpx2.TransportError(str(e)) from e  # retried like a cut connection
-            raise
-        if size is not None and size != f.size:
-            raise HubError("changed", f"{f.path}: the Hub now says {size} bytes, the listing said {f.size}: "
-                                      "reopen the repository and download again")
         if have >= f.size:
             return have
         headers = self.client.download_headers(send_token)
