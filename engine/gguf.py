@@ -253,6 +253,17 @@ class GGUFFile:
             self.check_supported()
         return self
 
+    @classmethod
+    def from_header(cls, name: str, data: bytes, file_size: int) -> "GGUFFile":
+        """Parse the first bytes of a file that is not all here (a model still on the Hub):
+        `data` holds at least its header, `file_size` is the whole file's length. Metadata and
+        tensor infos are checked as in `open`; the tensors' `data` is empty. A header that does not
+        fit in `data` is a GGUFError saying it is truncated."""
+        self = cls(Path(name), None, memoryview(data))
+        self._parse(file_size=file_size)
+        self.file_size = file_size
+        return self
+
     @property
     def header_bytes(self) -> bytes:
         return bytes(self._buf[:self.data_offset])
@@ -286,8 +297,10 @@ class GGUFFile:
             except BufferError:
                 pass  # numpy views still alive; the map closes when they go
 
-    def _parse(self) -> None:
+    def _parse(self, file_size: int | None = None) -> None:
+        """`file_size`: the whole file's length when `self._buf` holds only its start."""
         c = _Cursor(self.path, self._buf)
+        total = c.size if file_size is None else file_size
         c.need(4, "the magic number")
         magic = bytes(self._buf[:4])
         if magic != GGUF_MAGIC:
@@ -335,12 +348,12 @@ class GGUFFile:
                 raise UnsupportedModelError(f"{self.path.name}: tensor {name} has unknown type id {type_id}")
             infos.append((name, shape, GGML_TYPES[type_id], offset))
         self.data_offset = -(-c.pos // align) * align
-        if self.data_offset > c.size:
+        if self.data_offset > total:
             if infos:
                 raise c.fail("file is truncated before its tensor data")
             # A vocabulary-only file may end without the padding: it is all header.
-            self.data_offset = c.size
-        data_size = c.size - self.data_offset
+            self.data_offset = total
+        data_size = total - self.data_offset
         for name, shape, gtype, offset in infos:
             n_el = 1
             for d in shape:
@@ -358,7 +371,8 @@ class GGUFFile:
                              f"lies beyond the end of the file: truncated or corrupt")
             if name in self.tensors:
                 raise c.fail(f"tensor {name} appears twice")
-            data = np.frombuffer(self._buf, np.uint8, n_bytes, self.data_offset + offset)
+            data = (np.frombuffer(self._buf, np.uint8, n_bytes, self.data_offset + offset)
+                    if file_size is None else np.empty(0, np.uint8))
             self.tensors[name] = TensorInfo(name, shape, gtype, offset, n_bytes, data)
         self._check_no_overlap(c)
 

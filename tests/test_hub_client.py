@@ -85,3 +85,43 @@ def test_token_comes_from_the_stored_login(tmp_path):
     assert HubClient("http://127.0.0.1:9").token == "hf_good"
     assert HubClient("http://127.0.0.1:9", token="hf_mine").token == "hf_mine"
     assert HubClient("http://127.0.0.1:9", token="").token is None
+
+
+def test_remote_facts_read_only_the_header(local_hub, tiny_models):
+    from engine.hub.remote_header import remote_facts
+    from engine.library.model_facts import read_facts
+    c = HubClient(local_hub.endpoint, token="")
+    d = c.repo("alice/Tiny-Llama-GGUF")
+    [m] = d.models
+    facts = remote_facts(c, "alice/Tiny-Llama-GGUF", d.commit, m.files[0])
+    local = read_facts(tiny_models["llama"])
+    assert facts.quant == "Q8_0"  # the file has no general.file_type: the name's label
+    for field in ("architecture", "context_length", "n_layer", "n_head_kv", "head_dim", "n_vocab", "runs"):
+        assert getattr(facts, field) == getattr(local, field), field
+    assert facts.size == local.size
+    ranges = [r["range"] for r in local_hub.requests if r["server"] == "storage"]
+    # The 7.8 MB header (a 128k-token vocabulary) took a 1 MB read, then up to 4 MB, then 16 MB.
+    assert ranges == ["bytes=0-1048575", "bytes=1048576-4194303", "bytes=4194304-12733631"]
+
+
+def test_remote_facts_refuse_a_tensor_type_before_download(local_hub, tmp_path):
+    from hub_fixtures import write_gguf
+    from hub_server import RepoSpec, file_spec
+    import gguf
+    from engine.hub.remote_header import remote_facts
+    p = write_gguf(tmp_path / "odd-Q4_0.gguf", tensor_type=gguf.GGMLQuantizationType.IQ2_XS)
+    local_hub.repos["eve/Odd-GGUF"] = RepoSpec("eve/Odd-GGUF", [file_spec("odd-Q4_0.gguf", p)],
+                                                gguf={"architecture": "llama"})
+    c = HubClient(local_hub.endpoint, token="")
+    d = c.repo("eve/Odd-GGUF")
+    assert d.models[0].verdict.runs is True  # the name says Q4_0 ...
+    facts = remote_facts(c, "eve/Odd-GGUF", d.commit, d.models[0].files[0])
+    assert facts.runs is False and "IQ2_XS" in facts.reason  # ... the header says otherwise
+
+
+def test_remote_facts_of_a_split_model(local_hub, tiny_models):
+    from engine.hub.remote_header import remote_facts
+    c = HubClient(local_hub.endpoint, token="")
+    d = c.repo("alice/Tiny-Llama-Split-GGUF")
+    facts = remote_facts(c, "alice/Tiny-Llama-Split-GGUF", d.commit, d.models[0].files[0])
+    assert facts.runs is True and facts.architecture == "llama" and facts.n_layer == 3

@@ -104,7 +104,7 @@ def _quant(g: GGUFFile) -> str | None:
     return by_bytes.most_common(1)[0][0] if by_bytes else None
 
 
-def facts_from_gguf(g: GGUFFile) -> ModelFacts:
+def facts_from_gguf(g: GGUFFile, split_ok: bool = False) -> ModelFacts:
     arch = g.architecture
     n_head = _int(g.arch_get("attention.head_count"))
     n_embd = _int(g.arch_get("embedding_length"))
@@ -112,7 +112,7 @@ def facts_from_gguf(g: GGUFFile) -> ModelFacts:
     head_dim_v = _int(g.arch_get("attention.value_length")) or head_dim
     tokens = g.get("tokenizer.ggml.tokens")
     sampling, unused = sampling_defaults(g)
-    verdict = verdict_for_gguf(g)
+    verdict = verdict_for_gguf(g, split_ok)
     return ModelFacts(
         path=str(g.path), size=g.file_size, name=str(g.get("general.name") or g.path.stem),
         architecture=arch, quant=_quant(g), context_length=_int(g.arch_get("context_length")),

@@ -92,13 +92,15 @@ def verdict_before_download(file_name: str, architecture: str | None = None) -> 
     return arch if arch.runs is None else Verdict(True)
 
 
-def verdict_for_gguf(gguf) -> Verdict:
-    """From an open `GGUFFile` (opened with check_types=False): architecture and every tensor type."""
+def verdict_for_gguf(gguf, split_ok: bool = False) -> Verdict:
+    """From an open `GGUFFile` (opened with check_types=False): architecture and every tensor type.
+    A part of a split model is refused (the engine maps one file) unless `split_ok`: the header of
+    a split model's first part, read before download, speaks for the joined file."""
     arch = architecture_verdict(gguf.architecture or None)
     if arch.runs is not True:
         if arch.runs is None:
             return Verdict(False, "the file names no architecture (general.architecture)")
         return arch
-    if int(gguf.get("split.count", 1) or 1) > 1:
+    if not split_ok and int(gguf.get("split.count", 1) or 1) > 1:
         return Verdict(False, "one part of a split model; open the joined file")
     return types_verdict({t.type.name for t in gguf.tensors.values()}, "it has tensors of type")
