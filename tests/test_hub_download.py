@@ -122,13 +122,20 @@ def _run_in_thread(dl):
     return t, out
 
 
-def test_pause_then_resume(local_hub, tiny_models, tmp_path):
-    local_hub.faults[LLAMA_FILE] = Fault(delay=0.01)
+def _start_slow_download(hub, models_dir, after_bytes):
+    """A download running on a thread from a server sending 64 KB every 10 ms, once `after_bytes`
+    have arrived: (download, job, thread, result holder)."""
+    hub.faults[LLAMA_FILE] = Fault(delay=0.01)
     started = threading.Event()
-    dl, job = _download(local_hub, LLAMA, tmp_path, chunk_size=64 * 1024, progress_every=0.0,
-                        on_progress=lambda p: p.done > 1_000_000 and started.set())
+    dl, job = _download(hub, LLAMA, models_dir, chunk_size=64 * 1024, progress_every=0.0,
+                        on_progress=lambda p: p.done > after_bytes and started.set())
     t, out = _run_in_thread(dl)
     assert started.wait(30)
+    return dl, job, t, out
+
+
+def test_pause_then_resume(local_hub, tiny_models, tmp_path):
+    dl, job, t, out = _start_slow_download(local_hub, tmp_path, 1_000_000)
     dl.pause()
     t.join(30)
     assert out["r"].outcome is Outcome.PAUSED
@@ -142,12 +149,7 @@ def test_pause_then_resume(local_hub, tiny_models, tmp_path):
 
 
 def test_cancel_removes_what_was_downloaded(local_hub, tmp_path):
-    local_hub.faults[LLAMA_FILE] = Fault(delay=0.01)
-    started = threading.Event()
-    dl, _ = _download(local_hub, LLAMA, tmp_path, chunk_size=64 * 1024, progress_every=0.0,
-                      on_progress=lambda p: p.done > 500_000 and started.set())
-    t, out = _run_in_thread(dl)
-    assert started.wait(30)
+    dl, _, t, out = _start_slow_download(local_hub, tmp_path, 500_000)
     dl.cancel()
     t.join(30)
     assert out["r"].outcome is Outcome.CANCELLED

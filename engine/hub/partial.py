@@ -13,10 +13,10 @@ The `.part` file's length is where the download resumes; its bytes are hashed ag
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..library.json_file import write_json
 from .client import HubFile
 
 SIDECAR_VERSION = 1
@@ -58,10 +58,7 @@ def sidecar_path(final: Path) -> Path:
 
 
 def write_sidecar(final: Path, job: DownloadJob, repo_path: str) -> None:
-    p = sidecar_path(final)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(job.to_json(repo_path), indent=1), encoding="utf-8")
-    os.replace(tmp, p)
+    write_json(sidecar_path(final), job.to_json(repo_path))
 
 
 def read_sidecar(final: Path) -> tuple[DownloadJob, str] | None:

@@ -15,8 +15,6 @@ the settings start empty: nothing in it is needed to run a model.
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 from ..errors import EngineError
 from ..paths import data_dir
 from ..sampling import Sampling
+from .json_file import read_versioned, write_json
 
 SETTINGS_VERSION = 1
 BACKENDS = ("auto", "cpu", "gpu")
@@ -66,35 +65,21 @@ class ModelSettingsStore:
         self._models: dict[str, ModelSettings] = self._load()
 
     def _load(self) -> dict[str, ModelSettings]:
-        try:
-            d = json.loads(self.file.read_text(encoding="utf-8"))
-            if d.get("version") != SETTINGS_VERSION:
-                raise ValueError(f"version {d.get('version')!r}")
-            out = {}
-            for path, m in d["models"].items():
-                backend = m.get("backend")
-                n_ctx = m.get("n_ctx")
-                out[path] = ModelSettings(
-                    n_ctx=n_ctx if isinstance(n_ctx, int) and n_ctx >= 16 else None,
-                    backend=backend if backend in BACKENDS else None,
-                    sampling=_clean_sampling(m.get("sampling") or {}))
-            return out
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            try:
-                os.replace(self.file, self.file.with_name(self.file.name + ".bad"))
-            except OSError:
-                pass
-            return {}
+        d = read_versioned(self.file, SETTINGS_VERSION)
+        out = {}
+        for path, m in ((d or {}).get("models") or {}).items():
+            if not isinstance(m, dict):
+                continue
+            n_ctx, backend = m.get("n_ctx"), m.get("backend")
+            out[path] = ModelSettings(
+                n_ctx=n_ctx if isinstance(n_ctx, int) and n_ctx >= 16 else None,
+                backend=backend if backend in BACKENDS else None,
+                sampling=_clean_sampling(m.get("sampling") or {}))
+        return out
 
     def _save(self) -> None:
-        d = {"version": SETTINGS_VERSION, "models": {
-            p: {"n_ctx": s.n_ctx, "backend": s.backend, "sampling": s.sampling} for p, s in self._models.items()}}
-        self.file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.file.with_name(self.file.name + ".tmp")
-        tmp.write_text(json.dumps(d, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.file)
+        write_json(self.file, {"version": SETTINGS_VERSION, "models": {
+            p: {"n_ctx": s.n_ctx, "backend": s.backend, "sampling": s.sampling} for p, s in self._models.items()}})
 
     def get(self, path: str | Path) -> ModelSettings:
         with self._lock:

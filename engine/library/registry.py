@@ -13,9 +13,7 @@ that cannot be read is set aside as `.bad` and rebuilt by scanning: the models a
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -24,7 +22,9 @@ from pathlib import Path
 from ..errors import EngineError, GGUFError
 from ..paths import data_dir
 from .file_names import split_part
+from .json_file import read_versioned, write_json
 from .model_facts import ModelFacts, read_facts, unreadable_facts
+from .split_gguf import part_paths
 
 REGISTRY_VERSION = 1
 MAX_SCAN = 5_000  # files looked at in the models folder; a folder with more is not a models folder
@@ -64,27 +64,12 @@ class ModelRegistry:
 
     # --- the file
     def _load(self) -> dict:
-        try:
-            d = json.loads(self.file.read_text(encoding="utf-8"))
-            if d.get("version") != REGISTRY_VERSION or not isinstance(d.get("entries"), dict):
-                raise ValueError(f"version {d.get('version')!r}")
-            return d
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, TypeError, AttributeError):
-            try:
-                os.replace(self.file, self.file.with_name(self.file.name + ".bad"))
-            except OSError:
-                pass
-            return {}
+        d = read_versioned(self.file, REGISTRY_VERSION) or {}
+        return d if isinstance(d.get("entries", {}), dict) else {}
 
     def _save(self) -> None:
-        d = {"version": REGISTRY_VERSION, "models_dir": self._models_dir, "entries": self._entries,
-             "hidden": sorted(self._hidden), "facts": self._facts}
-        self.file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.file.with_name(self.file.name + ".tmp")
-        tmp.write_text(json.dumps(d, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.file)
+        write_json(self.file, {"version": REGISTRY_VERSION, "models_dir": self._models_dir,
+                               "entries": self._entries, "hidden": sorted(self._hidden), "facts": self._facts})
 
     # --- the models folder
     @property
@@ -210,7 +195,6 @@ class ModelRegistry:
             files = [p]
             part = split_part(p.name)
             if part is not None:
-                from .split_gguf import part_paths  # noqa: PLC0415
                 files = part_paths(p)
             try:
                 for f in files:
@@ -229,7 +213,3 @@ class ModelRegistry:
                     break
                 parent = parent.parent
             self._save()
-
-
-def free_space(folder: Path) -> int:
-    return shutil.disk_usage(folder if folder.exists() else folder.parent).free
