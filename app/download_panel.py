@@ -60,7 +60,7 @@ class DownloadRow(QFrame):
         self.state = state
         self.pause.setText("Pause" if state == "running" else "Resume")
         self.pause.setVisible(state in ("running", "paused", "failed"))
-        self.cancel.setVisible(state != "done")
+        self.cancel.setText("Dismiss" if state == "done" else "Cancel")
         if done_bytes is not None and self.job.size:
             self.bar.setValue(int(1000 * done_bytes / self.job.size))
         if text:

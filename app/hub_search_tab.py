@@ -142,7 +142,7 @@ class HubSearchTab(QWidget):
         for r in repos:
             i = self.repos.rowCount()
             self.repos.insertRow(i)
-            name = r.repo_id.split("/", 1)[-1] + ("  🔒" if r.gated else "")
+            name = r.repo_id.split("/", 1)[-1] + ("  (gated)" if r.gated else "")
             self.repos.setItem(i, 0, _item(name, r.repo_id + (" (gated: needs a token)" if r.gated else "")))
             self.repos.setItem(i, 1, _item(r.author))
             self.repos.setItem(i, 2, _item(human_count(r.downloads), align_right=True))
@@ -189,7 +189,7 @@ class HubSearchTab(QWidget):
             fit, need = fit_before_download(model.size, self.available)
             verdict = model.verdict
             how = f"needs about {human_bytes(need)} (from the file size; select it to read its header)"
-        self.files.setItem(row, 3, _item(FIT_WORDS[fit], how))
+        self.files.setItem(row, 3, _item("—" if verdict.runs is False else FIT_WORDS[fit], how))
         run = {True: "yes", False: "no", None: "?"}[verdict.runs]
         self.files.setItem(row, 4, _item(run if not verdict.reason else f"{run}: {verdict.reason}", verdict.reason))
 
