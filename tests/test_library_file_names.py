@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.library.file_names import group_model_files, joined_name, quant_label, split_names, split_part
+from engine.library.file_names import display_name, group_model_files, joined_name, quant_label, split_names, split_part
 
 
 @pytest.mark.parametrize("name, label", [
@@ -45,3 +45,16 @@ def test_group_model_files_gathers_parts_in_order():
          "Q4_K_M", True),
         ("x-Q2_K.gguf", ("x-Q2_K-00001-of-00003.gguf", "x-Q2_K-00003-of-00003.gguf"), "Q2_K", False),
     ]
+
+
+@pytest.mark.parametrize("name, shown", [
+    ("SmolLM2-135M-Instruct-Q4_K_M.gguf", "SmolLM2-135M-Instruct"),
+    ("gemma-3-1b-it-UD-IQ2_XXS.gguf", "gemma-3-1b-it"),
+    ("model.BF16.gguf", "model"),
+    ("Q4_K_M/big-Q4_K_M-00001-of-00003.gguf", "big"),
+    ("Llama-3-F16-Q8_0.gguf", "Llama-3-F16"),
+    ("plain.gguf", "plain"),
+    ("Q8_0.gguf", "Q8_0"),
+])
+def test_display_name(name, shown):
+    assert display_name(name) == shown

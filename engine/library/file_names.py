@@ -62,6 +62,21 @@ def joined_name(file_name: str) -> str:
     return file_name if part is None else part.stem + ".gguf"
 
 
+def display_name(file_name: str) -> str:
+    """The model's name as users know it: the base name less `.gguf`, the split suffix and the
+    quant label (`SmolLM2-135M-Instruct-Q4_K_M.gguf` -> `SmolLM2-135M-Instruct`)."""
+    base = joined_name(file_name.rsplit("/", 1)[-1])
+    stem = base[:-5] if base.lower().endswith(".gguf") else base
+    matches = list(_QUANT.finditer(stem))
+    if matches and matches[-1].end() == len(stem):
+        start = matches[-1].start()
+        if stem[max(0, start - 3):start].upper() == "UD-":
+            start -= 3
+        head = stem[:start].rstrip("-._")
+        return head or stem
+    return stem
+
+
 def is_gguf(file_name: str) -> bool:
     return file_name.lower().endswith(".gguf")
 
