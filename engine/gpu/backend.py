@@ -48,7 +48,8 @@ def rope_table(rope: Rope, max_ctx: int) -> np.ndarray:
 class GpuBackend(Backend):
     name = "gpu"
 
-    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int | None = None):
+    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int | None = None,
+                 int8: bool | None = None):
         if cfg.final_softcap > 0:
             raise UnsupportedModelError(f"{gguf.path.name}: final logit soft-capping is not implemented on the GPU")
         if cfg.head_dim > 256 or cfg.head_dim % 4 or cfg.n_embd % 32:
@@ -60,6 +61,10 @@ class GpuBackend(Backend):
         try:
             if chunk is None:
                 chunk = CPU_CHUNK if self.dev.info["is_cpu"] else GPU_CHUNK
+            # Decode matvecs with x as int8 (ops.int8_ok) where the device has the integer dot products.
+            if int8 is None:
+                int8 = os.environ.get("HEARTH_GPU_INT8", "") == "1" or not self.dev.info["is_cpu"]
+            self.int8 = bool(int8) and self.dev.int8
             self._build(gguf, n_ctx, min(chunk, n_ctx))
         except EngineError:
             self.close()
@@ -132,7 +137,7 @@ class GpuBackend(Backend):
         for buf_, r0, rows in self.out.parts:        # one matvec per part of the output matrix
             hp = dict(ops.matvec_params(head_t, d, [rows], eps=c.rms_eps), y_off=r0)
             lay = ops.matvec_layout(d, rows)
-            hk = ops.matvec(ks, head_t, norm=True, layout=lay)
+            hk = ops.matvec(ks, head_t, norm=True, layout=lay, q8x=self._q8(head_t, d))
             dec.add(hk, [self.x, self.logits, buf_, self.out_norm], ops.matvec_groups(rows, lay), "head", **hp)
             pre.add(hk, [self.x, self.logits, buf_, self.out_norm], ops.matvec_groups(rows, lay), "head",
                     **dict(hp, x_off=lambda n, kv: (n - 1) * d))
@@ -174,6 +179,10 @@ class GpuBackend(Backend):
             raise UnsupportedModelError(f"{W.g.path.name}: layer {i} has a q norm without a k norm (or the reverse)")
         return L
 
+    def _q8(self, qtypes, k: int, attn_x: int = 0, attn_ws: int = 0) -> int:
+        """q8x for a decode matvec: K when it takes the int8-x path, else 0."""
+        return k if self.int8 and ops.int8_ok(self.dev, qtypes, k, attn_x, attn_ws) else 0
+
     def _attn_params(self, window: int) -> dict:
         c = self.cfg
         return dict(n_head=c.n_head, n_kv=c.n_head_kv, max_ctx=self.kv.max_ctx, scale=c.attn_scale, window=window)
@@ -196,13 +205,15 @@ class GpuBackend(Backend):
         prm = ops.matvec_params(types, d, rows, eps=c.rms_eps)
         lay = ops.matvec_layout(d, sum(rows), math.gcd(rows[0], rows[1]))
         rpw = ops.matvec_rows(lay)
+        q8 = self._q8(types, d)
         if L["q_norm"] is None and c.n_rot == hd and rpw % 2 == 0:
             # RoPE and the K/V store fused into the Q|K|V product (qk-norm models need the whole head first)
-            P.add(ops.matvec(ks, types, norm=True, bias=bias, rope="neox" if c.rope_neox else "normal", layout=lay),
+            P.add(ops.matvec(ks, types, norm=True, bias=bias, rope="neox" if c.rope_neox else "normal", layout=lay,
+                             q8x=q8),
                   [self.x, self.q] + wbufs + [self.kv.k[i], self.kv.v[i], cs, self.step],
                   ops.matvec_groups(sum(rows), lay), f"{i}.qkv", **dict(prm, a0=hd, a1=self.kv.max_ctx))
         else:
-            P.add(ops.matvec(ks, types, norm=True, bias=bias, layout=lay), [self.x, self.qkv] + wbufs,
+            P.add(ops.matvec(ks, types, norm=True, bias=bias, layout=lay, q8x=q8), [self.x, self.qkv] + wbufs,
                   ops.matvec_groups(sum(rows), lay), f"{i}.qkv", **prm)
             k, bufs, rp = self._rope_args(i, L, cs)
             P.add(k, bufs, ops.rope_groups(1, nh, nkv), f"{i}.rope", **rp)
@@ -229,7 +240,7 @@ class GpuBackend(Backend):
         gt = [L["gate"].qtype, L["up"].qtype]
         f_lay = ops.matvec_layout(d, nff, mats=2)
         P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
-                         layout=f_lay),
+                         layout=f_lay, q8x=self._q8(gt, d)),
               [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, f_lay),
               f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
         self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down",
@@ -246,15 +257,16 @@ class GpuBackend(Backend):
             prm.update(a0=c.head_dim, a1=self.max_splits)
         ax = k if attn_x else 0
         ws = c.n_head * self.max_splits if attn_x else 1
+        q8 = self._q8([w.qtype], k, ax, ws if attn_x else 0)
         groups = ops.matvec_groups(d, layout)
         if when is not None:
             groups = lambda n, kv, g=groups: g if when(n, kv) else (0, 0, 0)  # noqa: E731
         if post_norm is None:
             P.add(ops.matvec(self.ks, [w.qtype], residual=True, bias=bias is not None, attn_x=ax, attn_ws=ws,
-                             layout=layout),
+                             layout=layout, q8x=q8),
                   [src, self.x, w.buffer] + extra, groups, label, **prm)
         else:
-            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax, attn_ws=ws, layout=layout),
+            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax, attn_ws=ws, layout=layout, q8x=q8),
                   [src, self.tmp, w.buffer] + extra, groups, label, **prm)
             post = (1, 1, 1) if when is None else (lambda n, kv: (1, 1, 1) if when(n, kv) else (0, 0, 0))
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], post, label + ".post",
