@@ -136,8 +136,8 @@ class GpuBackend(Backend):
         self.prefill_body = len(pre.ops)
         for buf_, r0, rows in self.out.parts:        # one matvec per part of the output matrix
             hp = dict(ops.matvec_params(head_t, d, [rows], eps=c.rms_eps), y_off=r0)
-            lay = ops.matvec_layout(d, rows)
-            hk = ops.matvec(ks, head_t, norm=True, layout=lay, q8x=self._q8(head_t, d))
+            lay, q8 = self._layout(head_t, d, rows)
+            hk = ops.matvec(ks, head_t, norm=True, layout=lay, q8x=q8)
             dec.add(hk, [self.x, self.logits, buf_, self.out_norm], ops.matvec_groups(rows, lay), "head", **hp)
             pre.add(hk, [self.x, self.logits, buf_, self.out_norm], ops.matvec_groups(rows, lay), "head",
                     **dict(hp, x_off=lambda n, kv: (n - 1) * d))
@@ -179,9 +179,11 @@ class GpuBackend(Backend):
             raise UnsupportedModelError(f"{W.g.path.name}: layer {i} has a q norm without a k norm (or the reverse)")
         return L
 
-    def _q8(self, qtypes, k: int, attn_x: int = 0, attn_ws: int = 0) -> int:
-        """q8x for a decode matvec: K when it takes the int8-x path, else 0."""
-        return k if self.int8 and ops.int8_ok(self.dev, qtypes, k, attn_x, attn_ws) else 0
+    def _layout(self, qtypes, k: int, m: int, mult: int = 0, mats: int = 1, attn_x: int = 0, attn_ws: int = 0):
+        """(layout, q8x) of a decode matvec: q8x = K where it takes the int8-x path (its own layouts), else 0."""
+        if self.int8 and ops.int8_ok(self.dev, qtypes, k, attn_x, attn_ws):
+            return ops.int8_layout(k, m, qtypes, mult), k
+        return ops.matvec_layout(k, m, mult, mats), 0
 
     def _attn_params(self, window: int) -> dict:
         c = self.cfg
@@ -203,9 +205,8 @@ class GpuBackend(Backend):
         bias = L["bqkv"] is not None
         wbufs = [L["wq"].buffer, L["wk"].buffer, L["wv"].buffer, L["attn_norm"]] + ([L["bqkv"]] if bias else [])
         prm = ops.matvec_params(types, d, rows, eps=c.rms_eps)
-        lay = ops.matvec_layout(d, sum(rows), math.gcd(rows[0], rows[1]))
+        lay, q8 = self._layout(types, d, sum(rows), math.gcd(rows[0], rows[1]))
         rpw = ops.matvec_rows(lay)
-        q8 = self._q8(types, d)
         if L["q_norm"] is None and c.n_rot == hd and rpw % 2 == 0:
             # RoPE and the K/V store fused into the Q|K|V product (qk-norm models need the whole head first)
             P.add(ops.matvec(ks, types, norm=True, bias=bias, rope="neox" if c.rope_neox else "normal", layout=lay,
@@ -223,32 +224,33 @@ class GpuBackend(Backend):
         # The split merge fused into the O projection while that is cheap (short contexts: one
         # dispatch less), else a combine pass first; the plan holds both and the step's kv_len picks
         # (ops whose workgroup count is 0 are not dispatched).
-        o_lay = ops.matvec_layout(nh * hd, d)
+        wo = [L["wo"].qtype]
+        o_lay, o_q8 = self._layout(wo, nh * hd, d)
         fuse = 0
         if nh * hd <= ops.ATTN_X_MAX and nh * self.max_splits <= ops.ATTN_WS_MAX and nh <= 256:
-            o_lay_x = ops.matvec_layout(nh * hd, d)
+            o_lay_x, o_q8x = self._layout(wo, nh * hd, d, attn_x=nh * hd, attn_ws=nh * self.max_splits)
             fuse = min(self.max_splits, ops.attn_fuse_splits(ops.matvec_groups(d, o_lay_x)[0], nh * hd))
         if fuse < self.max_splits:
             on = (lambda n, kv: True) if fuse == 0 else (lambda n, kv: ops.attn_splits(kv) > fuse)
             P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step],
                   lambda n, kv: (nh, 1, 1) if on(n, kv) else (0, 0, 0), f"{i}.combine", **ap)
             self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o", layout=o_lay,
-                              when=on)
+                              when=on, q8=o_q8)
         if fuse > 0:
             self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True,
-                              layout=o_lay_x, when=lambda n, kv: ops.attn_splits(kv) <= fuse)
+                              layout=o_lay_x, when=lambda n, kv: ops.attn_splits(kv) <= fuse, q8=o_q8x)
         gt = [L["gate"].qtype, L["up"].qtype]
-        f_lay = ops.matvec_layout(d, nff, mats=2)
+        f_lay, f_q8 = self._layout(gt, d, nff, mats=2)
         P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
-                         layout=f_lay, q8x=self._q8(gt, d)),
+                         layout=f_lay, q8x=f_q8),
               [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, f_lay),
               f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
-        self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down",
-                          layout=ops.matvec_layout(nff, d))
+        dn_lay, dn_q8 = self._layout([L["down"].qtype], nff, d)
+        self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", layout=dn_lay, q8=dn_q8)
 
-    def _decode_proj(self, P, w, src, k, bias, post_norm, label, attn_x=False, layout=None, when=None) -> None:
+    def _decode_proj(self, P, w, src, k, bias, post_norm, label, attn_x=False, layout=None, when=None, q8=0) -> None:
         """x += W src (+ bias), or with a post-norm (gemma3): x += norm(W src). attn_x: src is the
-        attention partials, merged inside the product. when(n, kv): dispatched only if true."""
+        attention partials, merged inside the product. when(n, kv): dispatched only if true. q8: see _layout."""
         c, d = self.cfg, self.cfg.n_embd
         prm = ops.matvec_params([w.qtype], k, [d])
         extra = [bias] if bias is not None else []
@@ -257,7 +259,6 @@ class GpuBackend(Backend):
             prm.update(a0=c.head_dim, a1=self.max_splits)
         ax = k if attn_x else 0
         ws = c.n_head * self.max_splits if attn_x else 1
-        q8 = self._q8([w.qtype], k, ax, ws if attn_x else 0)
         groups = ops.matvec_groups(d, layout)
         if when is not None:
             groups = lambda n, kv, g=groups: g if when(n, kv) else (0, 0, 0)  # noqa: E731

@@ -62,12 +62,31 @@ def matvec_rows(layout=None) -> int:
     return 256 // lanes * rpt
 
 
+# Row lengths that take the int8-x path (measured on the H200, bench.gpu_profile --matvec-sweep): every
+# workgroup quantizes all of x first, which pays at K 2,048-4,096 (gate/up, Q|K|V, O, head: 1.1-1.5x)
+# and costs more than it saves at K 8,192-14,336 (the down products: 0.6x); smaller K not measured.
+INT8_K_MIN, INT8_K_MAX = 2048, 4096
+
+
+def int8_layout(k: int, m: int, qtypes, mult: int = 0) -> tuple[int, int, int]:
+    """The int8 path's (lanes, rows per thread, unroll): 64 lanes x 4 rows (16 rows a workgroup share
+    the quantized x) measured best for every type but Q4_0, which ran best at 128 x 4; fewer rows a
+    thread where `mult` (the Q|K|V boundaries) needs it."""
+    lanes = 128 if "Q4_0" in qtypes else 64
+    for rpt in (4, 2, 1):
+        if mult == 0 or mult % (256 // lanes * rpt) == 0:
+            return lanes, rpt, 1
+    return 256, 1, 1
+
+
 def int8_ok(dev, qtypes, k: int, attn_x: int = 0, attn_ws: int = 0) -> bool:
-    """Whether a matvec over these weight types and row length takes the int8-x path on `dev`: the
-    device has the integer dot products and x's int8 copy (K bytes + K/8 sums + K/32 scales and
+    """Whether a matvec over these weight types and row length takes the int8-x path on `dev`: K in
+    the measured range, the device has the integer dot products and x's int8 copy (K bytes + K/8 sums + K/32 scales and
     squares) fits in workgroup memory beside the reduction buffer (at most 9 values x 256 threads)
     and, with attn_x, the attention merge's arrays."""
     if not getattr(dev, "int8", False) or k % 32 or not all(t in INT8_TYPES for t in qtypes):
+        return False
+    if not INT8_K_MIN <= k <= INT8_K_MAX:
         return False
     need = k + k // 2 + k // 4 + 9 * 1024 + (4 * (attn_x + attn_ws) + 2048 if attn_x else 0)
     return need <= int(dev.limits["max-compute-workgroup-storage-size"])

@@ -263,16 +263,17 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
     let base = rowbase + (c >> 5u) * {{bb}}u;
     let e0 = (c & 31u) * 8u;
     let sub = e0 >> 5u;
-    let dm = unpack2x16float({{buf}}[base >> 2u]);
-    let sc_base = base + 4u;
-    var sc: u32; var mn: u32;
-    if (sub < 4u) {
-        sc = {{buf}}_u8(sc_base + sub) & 63u;
-        mn = {{buf}}_u8(sc_base + sub + 4u) & 63u;
-    } else {
-        sc = ({{buf}}_u8(sc_base + sub + 4u) & 15u) | (({{buf}}_u8(sc_base + sub - 4u) >> 6u) << 4u);
-        mn = ({{buf}}_u8(sc_base + sub + 4u) >> 4u) | (({{buf}}_u8(sc_base + sub) >> 6u) << 4u);
-    }
+    // the block is 4-byte aligned: its 12 scale bytes are 3 words; sub-block j's 6-bit scale and min
+    // come from byte j & 3 of them without a branch (neighbouring lanes hold different sub-blocks)
+    let wi = base >> 2u;
+    let dm = unpack2x16float({{buf}}[wi]);
+    let bs = ((sub & 3u) * 8u);
+    let b0 = ({{buf}}[wi + 1u] >> bs) & 255u;
+    let b1 = ({{buf}}[wi + 2u] >> bs) & 255u;
+    let b2 = ({{buf}}[wi + 3u] >> bs) & 255u;
+    let hi = sub >= 4u;
+    let sc = select(b0 & 63u, (b2 & 15u) | ((b0 >> 6u) << 4u), hi);
+    let mn = select(b1 & 63u, (b2 >> 4u) | ((b1 >> 6u) << 4u), hi);
     let l = e0 & 31u;
     let o = (base + {{qs_off}}u + (e0 >> 6u) * 32u + l) >> 2u;
     let sh = (sub & 1u) * 4u;
