@@ -250,6 +250,7 @@ def test_int8_only_where_measured_and_for_quantized_types():
     assert not ops.int8_ok(d, ["Q4_0"], 14336)          # the down product: slower with int8 x
     assert not ops.int8_ok(d, ["Q4_0"], 576)            # not measured
     assert not ops.int8_ok(d, ["Q4_0", "F16"], 4096)    # float weights keep f32 x
-    assert not ops.int8_ok(d, ["Q4_0"], 4096, attn_x=4096, attn_ws=40000)   # over workgroup memory
+    d.limits = {"max-compute-workgroup-storage-size": 16000}
+    assert not ops.int8_ok(d, ["Q4_0"], 4096)          # x's int8 copy over workgroup memory
     d.int8 = False
     assert not ops.int8_ok(d, ["Q4_0"], 4096)

@@ -79,16 +79,16 @@ def int8_layout(k: int, m: int, qtypes, mult: int = 0) -> tuple[int, int, int]:
     return 256, 1, 1
 
 
-def int8_ok(dev, qtypes, k: int, attn_x: int = 0, attn_ws: int = 0) -> bool:
+def int8_ok(dev, qtypes, k: int) -> bool:
     """Whether a matvec over these weight types and row length takes the int8-x path on `dev`: K in
-    the measured range, the device has the integer dot products and x's int8 copy (K bytes + K/8 sums + K/32 scales and
-    squares) fits in workgroup memory beside the reduction buffer (at most 9 values x 256 threads)
-    and, with attn_x, the attention merge's arrays."""
+    the measured range, the device has the integer dot products and x's int8 copy (K bytes + K/8
+    sums + K/32 scales and squares) fits in workgroup memory beside the reduction buffer (at most
+    9 values x 256 threads)."""
     if not getattr(dev, "int8", False) or k % 32 or not all(t in INT8_TYPES for t in qtypes):
         return False
     if not INT8_K_MIN <= k <= INT8_K_MAX:
         return False
-    need = k + k // 2 + k // 4 + 9 * 1024 + (4 * (attn_x + attn_ws) + 2048 if attn_x else 0)
+    need = k + k // 2 + k // 4 + 9 * 1024
     return need <= int(dev.limits["max-compute-workgroup-storage-size"])
 
 

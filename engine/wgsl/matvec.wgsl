@@ -102,6 +102,7 @@ var<workgroup> lh: array<f32, 256>;
 {{ quant_fns("w" ~ loop.index0, t) }}
 {% endfor %}
 {% set Q8X = Q8X | default(0) %}
+{% if Q8X and ATTN_X %}{{ raise("int8 x is not built for the attention-merging O projection") }}{% endif %}
 {% if Q8X %}
 var<workgroup> xq: array<vec2<u32>, {{Q8X // 8}}>;   // [chunk] 8 int8 values of x
 var<workgroup> xd: array<f32, {{Q8X // 32}}>;        // [block of 32] scale
