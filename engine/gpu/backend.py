@@ -5,7 +5,10 @@ recorded into compute passes (a decode step in `submit_pieces` command buffers, 
 it is encoded so the GPU starts while Python encodes the rest; a prefill chunk in one), and one readback
 through the persistent staging buffer (logits, or 4 bytes with `forward_argmax`). Decode (n = 1) uses
 matrix-vector kernels with RMSNorm, SwiGLU/GeGLU, RoPE, the KV store and residual adds fused in; longer
-inputs use the tiled matmul plan in chunks of `chunk` tokens.
+inputs use the tiled matmul plan in chunks of `chunk` tokens. On a real GPU with 4-way int8 dot
+products, decode matvecs of row length 2,048-4,096 take x as int8 blocks of 32 (ops.int8_ok; as
+llama.cpp's CUDA path does), which moves decode logits off numpy's by ~0.1; CPU rasterizers keep
+f32 x (`int8=True` or HEARTH_GPU_INT8=1 forces it, =0 turns it off).
 
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
 attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
