@@ -97,11 +97,13 @@ class CachePanel(QDialog):
 
     def show_listing(self, listing: dict) -> None:
         self.listing = listing
-        # preset images and chats' contexts (one row per chat, its segments summed) in one LRU order
+        # preset images, then chats' contexts (one row per chat, its segments summed); each most
+        # recently used first (one LRU order evicts both)
+        last_use = lambda i: -i.get("last_used", 0)  # noqa: E731
         rows = [(im.get("preset") or "(unknown preset)", im.get("model") or "—", im)
-                for im in listing.get("images", [])]
-        rows += [(f"Chat: {c.get('title') or '(untitled)'}", "chat context", c) for c in listing.get("chats", [])]
-        rows.sort(key=lambda r: -r[2].get("last_used", 0))
+                for im in sorted(listing.get("images", []), key=last_use)]
+        rows += [(f"Chat: {c.get('title') or '(untitled)'}", c.get("model") or "—", c)
+                 for c in sorted(listing.get("chats", []), key=last_use)]
         images = [r[2] for r in rows]
         self.table.setRowCount(len(rows))
         for r, (what, model, im) in enumerate(rows):

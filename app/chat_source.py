@@ -307,7 +307,8 @@ class LocalBackend(ChatBackend):
                    "tokens": e.n_tokens or 0,
                    "model": display_name(Path(e.model_path).name) if e.model_path else (e.model_name or ""),
                    "preset": e.label or ""} for e in entries if e.kind == "preset"]
-        chats = self._chat_contexts().rows()
+        chats = [{**c, "model": display_name(Path(c["model_path"]).name) if c["model_path"] else c["model_name"]}
+                 for c in self._chat_contexts().rows()]
         return {"images": images, "chats": chats, "total": sum(e.size for e in entries), "cap": store.cap_bytes}
 
     def clear_cache(self):

@@ -160,6 +160,12 @@ def test_delete_a_chat_removes_its_segments_not_the_preset(window):
     images = chat_images(w)
     rows = {c["owner"]: c for c in images.chats()}
     assert str(cid) in rows and rows[str(cid)]["size"] > 0
+    panel = w.open_cache_panel()
+    wait_until(lambda: any(panel.table.item(r, 0).text() == "Chat: Say hi."
+                           for r in range(panel.table.rowCount())), 30)
+    row = next(r for r in range(panel.table.rowCount()) if panel.table.item(r, 0).text() == "Chat: Say hi.")
+    assert panel.table.item(row, 1).text() == "SmolLM2-135M-Instruct" and int(panel.table.item(row, 2).text()) > 20
+    panel.close()
     presets_before = list(images.root.glob("*.hpx"))
     w.delete_chat(cid)
     wait_until(lambda: str(cid) not in {c["owner"] for c in images.chats()}, 30)

@@ -338,8 +338,16 @@ class ChatImages:
             if not size:
                 continue
             tokens = int(doc.get("n_tokens") or 0)
+            meta = {}
+            for k in reversed(doc.get("segments", [])):
+                try:
+                    meta = json.loads((self.root / f"{k}{META_SUFFIX}").read_text())
+                    break
+                except (OSError, ValueError):
+                    continue
             out.append({"owner": owner, "title": doc.get("title") or "", "tokens": tokens, "size": size,
-                        "last_used": last})
+                        "last_used": last, "model_path": meta.get("model_path") or "",
+                        "model_name": meta.get("model_name") or ""})
         out.sort(key=lambda r: -r["last_used"])
         return out
 
