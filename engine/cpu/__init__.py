@@ -1,0 +1,48 @@
+"""Compiled CPU kernels for quantized weights (numba, explicit LLVM vector IR).
+
+Layers: `simd` (vector values and operations as LLVM IR), `blocks` (one GGML block: its dot
+product and its float32 values), `kernels` (whole rows, on all threads), `linear` (the matrices a
+model multiplies by, straight from the memory-mapped file).
+
+Compiled code is cached under the user cache folder (engine.paths.cache_dir()/numba/<key>), keyed
+by a hash of this package's sources and numba's version: numba itself only notices edits of the
+file that holds the cached function, not of the intrinsics it inlines from other files.
+This module must be imported before numba is (it sets numba's environment).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _cache_key() -> str:
+    h = hashlib.blake2b(digest_size=8)
+    for p in sorted(_HERE.glob("*.py")):
+        h.update(p.name.encode() + p.read_bytes())
+    try:
+        import importlib.metadata as md  # noqa: PLC0415
+        h.update(md.version("numba").encode())
+    except Exception:  # noqa: BLE001  (a frozen app without metadata: the sources still key it)
+        pass
+    return h.hexdigest()
+
+
+def _configure() -> None:
+    from ..paths import cache_dir  # noqa: PLC0415
+    if "NUMBA_CACHE_DIR" not in os.environ:
+        try:
+            d = cache_dir() / "numba" / _cache_key()
+            d.mkdir(parents=True, exist_ok=True)
+            os.environ["NUMBA_CACHE_DIR"] = str(d)
+        except OSError:  # no writable cache folder: compile every start
+            pass
+    # numba's own pool: no spinning, so an oversubscribed machine slows down gently; and it is
+    # always there (OpenMP and TBB are not on every platform).
+    os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
+
+
+_configure()

@@ -1,0 +1,137 @@
+"""The matrices a model multiplies by, used straight from the memory-mapped GGUF blocks.
+
+`Linear(w, type, n_in)` wraps one GGUF matrix (uint8 [n_out, bytes per row], a view of the file:
+nothing is copied or converted at load). `Activations(x)` quantizes the input rows once for every
+matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
+- a few rows (decode): the matrix-vector kernel of the weight type per row, on all of numba's
+  threads (engine.cpu.kernels);
+- more rows (prefill): the matrix in tiles of rows, each dequantized into a per-thread float32
+  scratch buffer and multiplied by BLAS (sgemm is compute-bound there, and a tile's dequantization
+  costs ~1/100 of its products at 512 rows).
+Both multiply the same quantized activations (`Activations.xf` = xq * xd), so decode and prefill
+agree to float rounding. Float matrices (F32, F16, BF16) use the activations unquantized.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from . import kernels as K
+
+# Up to this many rows a product runs row by row through the matrix-vector kernel; from here on,
+# dequantized tiles and BLAS.
+MATVEC_MAX_ROWS = 4
+# float32 elements of one dequantized tile (2 MiB): the tile stays in L2/L3 while BLAS packs it.
+TILE_FLOATS = 1 << 19
+
+# numba's workqueue pool takes one parallel launch at a time: serialize them across engines.
+_LAUNCH = threading.Lock()
+_local = threading.local()
+
+_QUANT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+_FLOAT = {"F32", "F16", "BF16"}
+KERNEL_TYPES = _QUANT | _FLOAT
+
+
+def no_parallel_kernels() -> None:
+    """Mark this thread as one of several that run rows at once (the CPU backend's row pool): its
+    products never launch numba's parallel kernels, which take one caller at a time."""
+    _local.serial = True
+
+
+def _scratch(n: int) -> np.ndarray:
+    """This thread's float32 scratch of at least n elements (kept: fresh pages are slow)."""
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.size < n:
+        buf = _local.buf = np.empty(n, np.float32)
+    return buf[:n]
+
+
+class Activations:
+    """Input rows x float32 [n, k] and, when a quantized matrix asks, their int16 quantization:
+    xq int16 [n, k], xd float32 [n, k / 32], xs float32 [n, k / 16], xf = xq * xd float32 [n, k]."""
+
+    def __init__(self, x: np.ndarray):
+        self.x = np.ascontiguousarray(x, dtype=np.float32)
+        self._q = None
+
+    @property
+    def n(self) -> int:
+        return self.x.shape[0]
+
+    def _quantized(self):
+        if self._q is None:
+            n, k = self.x.shape
+            q = (np.empty((n, k), np.int16), np.empty((n, k // 32), np.float32),
+                 np.empty((n, k // 16), np.float32), np.empty((n, k), np.float32))
+            K.quantize(self.x, *q)
+            self._q = q
+        return self._q
+
+    @property
+    def xf(self) -> np.ndarray:
+        return self._quantized()[3]
+
+
+class Linear:
+    """One GGUF matrix of n_out rows of n_in weights: y = scale * (x @ W.T) for x [n, n_in]."""
+
+    def __init__(self, w: np.ndarray, gtype, n_in: int, name: str = "matrix", tile_floats: int = TILE_FLOATS):
+        if gtype.name not in KERNEL_TYPES or n_in % 32:
+            raise ValueError(f"{name}: no CPU kernel for {gtype.name} rows of {n_in}")
+        self.w = w                                  # uint8 [n_out, bytes per row]
+        self.type, self.n_in, self.n_out, self.name = gtype, n_in, w.shape[0], name
+        self.quantized = gtype.name in _QUANT
+        self.scale = 1.0
+        key = gtype.name.lower()
+        self._matvec = getattr(K, f"matvec_{key}")
+        self._dequant = getattr(K, f"dequant_{key}")
+        self._tile = max(1, min(self.n_out, tile_floats // n_in))
+
+    @property
+    def nbytes(self) -> int:
+        return self.w.nbytes
+
+    def __call__(self, act: Activations, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 [act.n, n_out] (written into `out` when given, any row stride)."""
+        n = act.n
+        if out is None:
+            out = np.empty((n, self.n_out), np.float32)
+        if n <= MATVEC_MAX_ROWS and not getattr(_local, "serial", False):
+            self._rows(act, out)
+        else:
+            self._tiles(act, out)
+        return out
+
+    def _rows(self, act: Activations, out: np.ndarray) -> None:
+        s = np.float32(self.scale)
+        row = np.empty(self.n_out, np.float32) if not out.flags.c_contiguous else None
+        with _LAUNCH:
+            for i in range(act.n):
+                dst = out[i] if row is None else row
+                if self.quantized:
+                    xq, xd, xs, _ = act._quantized()
+                    self._matvec(self.w, xq[i], xd[i], xs[i], dst, s)
+                else:
+                    self._matvec(self.w, act.x[i], dst, s)
+                if row is not None:
+                    out[i] = row
+
+    def _tiles(self, act: Activations, out: np.ndarray) -> None:
+        x = act.xf if self.quantized else act.x
+        t = self._tile
+        buf = _scratch(t * self.n_in).reshape(t, self.n_in)
+        for r0 in range(0, self.n_out, t):
+            r1 = min(self.n_out, r0 + t)
+            tile = buf[:r1 - r0]
+            self._dequant(self.w, r0, r1, tile)
+            dst = out[:, r0:r1]
+            np.matmul(x, tile.T, out=dst)
+            if self.scale != 1.0:
+                dst *= np.float32(self.scale)
+
+    def dequant(self, r0: int, r1: int, out: np.ndarray) -> None:
+        """float32 rows [r0, r1) into out [r1 - r0, n_in] (C-contiguous)."""
+        self._dequant(self.w, r0, r1, out)
