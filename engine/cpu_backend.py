@@ -25,6 +25,7 @@ import numpy as np
 
 from .backend import Backend
 from .config import ModelConfig
+from .cpu.linear import no_parallel_kernels, set_threads
 from .kv_cache import KVCache
 from .models import build_model
 from .models.decoder import SERIAL, RowRunner
@@ -145,6 +146,11 @@ class DecodeThreads:
 MIN_PARALLEL_ROWS = 32
 
 
+def _row_thread() -> None:
+    _BLAS.set(1)
+    no_parallel_kernels()
+
+
 class ThreadedRows(RowRunner):
     """Splits row ranges between this thread and n - 1 pool threads, each with one BLAS thread.
 
@@ -157,7 +163,7 @@ class ThreadedRows(RowRunner):
     def __init__(self, n_threads: int):
         self.n_threads = n_threads
         self.pool = ThreadPoolExecutor(max_workers=n_threads - 1, thread_name_prefix="hearth-cpu",
-                                       initializer=_BLAS.set, initargs=(1,))
+                                       initializer=_row_thread)
 
     def split(self, n: int, pos: int = 0, fixed: int = 0, window: int = 0) -> list[tuple[int, int]]:
         if n < MIN_PARALLEL_ROWS:
@@ -218,9 +224,7 @@ class CpuBackend(Backend):
             last = s + self.chunk >= n
             out = self.model.forward(part, pos + s, self.kv, all_logits=all_logits, par=self._runner(len(part)))
             self.kv.n_tokens = pos + s + len(part)
-            if all_logits:
-                outs.append(out)
-            elif last:
+            if all_logits or last:
                 outs.append(out)
         if adaptive:
             self._decode.record(self.threads, time.perf_counter() - started)
@@ -236,6 +240,7 @@ class CpuBackend(Backend):
             _BLAS.set(1)
             return self._rows
         _BLAS.set(self.threads)
+        set_threads(self.threads)
         return SERIAL
 
     def describe(self) -> dict:

@@ -1,15 +1,19 @@
 """One GGML block at a time: its dot product with quantized activations, and its float32 values.
 
 The block layouts are the ones documented in engine/quants.py (the numpy reference). For each type:
-    dot_T(w, o, xq, xd, xs, xb, a0, a1) -> (a0, a1)
+    dot_T(w, o, x, xs, xb, a0, a1) -> (a0, a1)
         adds the block at byte `o` of the weight row `w` (uint8), times the activations, to the
-        accumulators (F32x8); xb is the index of the block's first 32-element activation block.
+        accumulators (F32x8); xb is the index of the block's first 32 activations (x[32 xb:]).
     deq_T(w, o, out, oo)
         writes the block's weights as float32 to out[oo:oo + block_size], equal to the reference.
-Activations arrive quantized to int16 per 32 elements (see kernels.quantize): xq int16 [n], xd
-float32 [n / 32] (x = xq * xd), xs float32 [n / 16] (sums of x per 16, for the types with offsets).
-Integer sums of 16 or 32 products are exact in int32, then scaled in float32 by weight scale x
-activation scale; the 8 lanes are summed only at the end of a row.
+Activations are float32: x [n], and xs [n / 16] (sums of x per 16, for the types with offsets,
+whose offset term is m * sum(x)). A block's integer weights are converted to float32 in
+registers, multiplied by x, and the products scaled by the block's scale; the 8 lanes are summed
+only at the end of a row.
+Why not integer activations (llama.cpp quantizes them to 8 bits): a quantized activation turns the
+float rounding noise between a batched and a one-token pass into whole quantization steps where a
+value sits near a rounding boundary; even with 16 bits the logits of a chunked prefill moved 70x
+more (3e-3 on SmolLM2) than with float activations (5e-5).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .simd import (add_lane0, bit_fields, f16_at, fma_i, hi_nibbles, iadd, lo_nibbles, madd, signed_bytes,
+from .simd import (add_lane0, bit_fields, f16_at, fdot16, fdot32, fma_s, hi_nibbles, lo_nibbles, signed_bytes,
                    store_deq, u32_at, u32_bits, vaddc, vor, vshl)
 
 inline = njit(inline="always", nogil=True, cache=True)
@@ -32,17 +36,17 @@ def _i8(u):
 # --- the 32-weight types ------------------------------------------------------------------------
 
 @inline
-def _pair(a, q0, q1, xq, xb, s):
+def _pair(a, q0, q1, x, xb, s):
     """a + (q0 . x[32 xb:+16] + q1 . x[32 xb + 16:+16]) * s."""
-    return fma_i(a, iadd(madd(q0, xq, xb * 32), madd(q1, xq, xb * 32 + 16)), s)
+    return fma_s(a, fdot32(q0, q1, x, xb * 32), s)
 
 
 # Q4_0: d f16 | qs[16]; w = d * (nibble - 8)
 @inline
-def dot_q4_0(w, o, xq, xd, xs, xb, a0, a1):
+def dot_q4_0(w, o, x, xs, xb, a0, a1):
     q0 = vaddc(lo_nibbles(w, o + 2), -8)
     q1 = vaddc(hi_nibbles(w, o + 2), -8)
-    return _pair(a0, q0, q1, xq, xb, f16_at(w, o) * xd[xb]), a1
+    return _pair(a0, q0, q1, x, xb, f16_at(w, o)), a1
 
 
 @inline
@@ -54,8 +58,8 @@ def deq_q4_0(w, o, out, oo):
 
 # Q4_1: d f16 | m f16 | qs[16]; w = d * nibble + m
 @inline
-def dot_q4_1(w, o, xq, xd, xs, xb, a0, a1):
-    a0 = _pair(a0, lo_nibbles(w, o + 4), hi_nibbles(w, o + 4), xq, xb, f16_at(w, o) * xd[xb])
+def dot_q4_1(w, o, x, xs, xb, a0, a1):
+    a0 = _pair(a0, lo_nibbles(w, o + 4), hi_nibbles(w, o + 4), x, xb, f16_at(w, o))
     return add_lane0(a0, f16_at(w, o + 2) * (xs[2 * xb] + xs[2 * xb + 1])), a1
 
 
@@ -77,9 +81,9 @@ def _q5(w, qh_at, qs_at):
 
 # Q5_0: d f16 | qh u32 | qs[16]; w = d * (q - 16)
 @inline
-def dot_q5_0(w, o, xq, xd, xs, xb, a0, a1):
+def dot_q5_0(w, o, x, xs, xb, a0, a1):
     q0, q1 = _q5(w, o + 2, o + 6)
-    return _pair(a0, vaddc(q0, -16), vaddc(q1, -16), xq, xb, f16_at(w, o) * xd[xb]), a1
+    return _pair(a0, vaddc(q0, -16), vaddc(q1, -16), x, xb, f16_at(w, o)), a1
 
 
 @inline
@@ -92,9 +96,9 @@ def deq_q5_0(w, o, out, oo):
 
 # Q5_1: d f16 | m f16 | qh u32 | qs[16]; w = d * q + m
 @inline
-def dot_q5_1(w, o, xq, xd, xs, xb, a0, a1):
+def dot_q5_1(w, o, x, xs, xb, a0, a1):
     q0, q1 = _q5(w, o + 4, o + 8)
-    a0 = _pair(a0, q0, q1, xq, xb, f16_at(w, o) * xd[xb])
+    a0 = _pair(a0, q0, q1, x, xb, f16_at(w, o))
     return add_lane0(a0, f16_at(w, o + 2) * (xs[2 * xb] + xs[2 * xb + 1])), a1
 
 
@@ -108,8 +112,8 @@ def deq_q5_1(w, o, out, oo):
 
 # Q8_0: d f16 | qs int8[32]; w = d * q
 @inline
-def dot_q8_0(w, o, xq, xd, xs, xb, a0, a1):
-    return _pair(a0, signed_bytes(w, o + 2), signed_bytes(w, o + 18), xq, xb, f16_at(w, o) * xd[xb]), a1
+def dot_q8_0(w, o, x, xs, xb, a0, a1):
+    return _pair(a0, signed_bytes(w, o + 2), signed_bytes(w, o + 18), x, xb, f16_at(w, o)), a1
 
 
 @inline
@@ -133,7 +137,7 @@ def _k_scale_min(w, s, j):
 # Q4_K: d f16 | dmin f16 | scales[12] | qs[128]; sub-block 2j = low nibbles of qs[32j:32j+32],
 # 2j + 1 = their high nibbles; w = d * sc * q - dmin * m
 @inline
-def dot_q4_k(w, o, xq, xd, xs, xb, a0, a1):
+def dot_q4_k(w, o, x, xs, xb, a0, a1):
     d, dmin = f16_at(w, o), f16_at(w, o + 2)
     mins = 0.0
     for j in range(4):
@@ -143,10 +147,10 @@ def dot_q4_k(w, o, xq, xd, xs, xb, a0, a1):
             sc, mn = _k_scale_min(w, o + 4, i)
             if h == 0:
                 q0, q1 = lo_nibbles(w, g), lo_nibbles(w, g + 16)
-                a0 = _pair(a0, q0, q1, xq, xb + i, d * sc * xd[xb + i])
+                a0 = _pair(a0, q0, q1, x, xb + i, d * sc)
             else:
                 q0, q1 = hi_nibbles(w, g), hi_nibbles(w, g + 16)
-                a1 = _pair(a1, q0, q1, xq, xb + i, d * sc * xd[xb + i])
+                a1 = _pair(a1, q0, q1, x, xb + i, d * sc)
             mins += mn * (xs[2 * (xb + i)] + xs[2 * (xb + i) + 1])
     return add_lane0(a0, -dmin * mins), a1
 
@@ -180,16 +184,16 @@ def _q5_k(w, o, i):
 # Q5_K: d f16 | dmin f16 | scales[12] | qh[32] | qs[128]; as Q4_K plus bit i of qh[l] as bit 4 of
 # weight l of sub-block i
 @inline
-def dot_q5_k(w, o, xq, xd, xs, xb, a0, a1):
+def dot_q5_k(w, o, x, xs, xb, a0, a1):
     d, dmin = f16_at(w, o), f16_at(w, o + 2)
     mins = 0.0
     for i in range(8):
         sc, mn = _k_scale_min(w, o + 4, i)
         q0, q1 = _q5_k(w, o, i)
         if i % 2 == 0:
-            a0 = _pair(a0, q0, q1, xq, xb + i, d * sc * xd[xb + i])
+            a0 = _pair(a0, q0, q1, x, xb + i, d * sc)
         else:
-            a1 = _pair(a1, q0, q1, xq, xb + i, d * sc * xd[xb + i])
+            a1 = _pair(a1, q0, q1, x, xb + i, d * sc)
         mins += mn * (xs[2 * (xb + i)] + xs[2 * (xb + i) + 1])
     return add_lane0(a0, -dmin * mins), a1
 
@@ -221,15 +225,14 @@ def _q6_k(w, o, h, k):
 
 # Q6_K: ql[128] | qh[64] | scales int8[16] | d f16; w = d * scale * (q - 32), scale per 16 weights
 @inline
-def dot_q6_k(w, o, xq, xd, xs, xb, a0, a1):
+def dot_q6_k(w, o, x, xs, xb, a0, a1):
     d = f16_at(w, o + 208)
     for h in range(2):
         for k in range(4):
             q0, q1 = _q6_k(w, o, h, k)
-            sub, x = h * 8 + k * 2, xb + h * 4 + k
-            dx = d * xd[x]
-            a0 = fma_i(a0, madd(q0, xq, x * 32), dx * _i8(w[o + 192 + sub]))
-            a1 = fma_i(a1, madd(q1, xq, x * 32 + 16), dx * _i8(w[o + 193 + sub]))
+            sub, e = h * 8 + k * 2, (xb + h * 4 + k) * 32
+            a0 = fma_s(a0, fdot16(q0, x, e), d * _i8(w[o + 192 + sub]))
+            a1 = fma_s(a1, fdot16(q1, x, e + 16), d * _i8(w[o + 193 + sub]))
     return a0, a1
 
 
@@ -249,18 +252,17 @@ def deq_q6_k(w, o, out, oo):
 # qs[h*32 + l]; scales[i] (i = h*8 + k*2 + l//16): low nibble scale, high nibble min;
 # w = d * sc * q - dmin * m
 @inline
-def dot_q2_k(w, o, xq, xd, xs, xb, a0, a1):
+def dot_q2_k(w, o, x, xs, xb, a0, a1):
     d, dmin = f16_at(w, o + 80), f16_at(w, o + 82)
     mins = 0.0
     for h in range(2):
         for k in range(4):
             g = o + 16 + h * 32
-            sub, x = h * 8 + k * 2, xb + h * 4 + k
+            sub, e = h * 8 + k * 2, (xb + h * 4 + k) * 32
             s0, s1 = np.int64(w[o + sub]), np.int64(w[o + sub + 1])
-            dx = d * xd[x]
-            a0 = fma_i(a0, madd(bit_fields(w, g, 2 * k, 3), xq, x * 32), dx * (s0 & 15))
-            a1 = fma_i(a1, madd(bit_fields(w, g + 16, 2 * k, 3), xq, x * 32 + 16), dx * (s1 & 15))
-            mins += (s0 >> 4) * xs[2 * x] + (s1 >> 4) * xs[2 * x + 1]
+            a0 = fma_s(a0, fdot16(bit_fields(w, g, 2 * k, 3), x, e), d * (s0 & 15))
+            a1 = fma_s(a1, fdot16(bit_fields(w, g + 16, 2 * k, 3), x, e + 16), d * (s1 & 15))
+            mins += (s0 >> 4) * xs[e // 16] + (s1 >> 4) * xs[e // 16 + 1]
     return add_lane0(a0, -dmin * mins), a1
 
 
@@ -299,15 +301,14 @@ def _q3_k(w, o, h, k):
 
 # Q3_K: hmask[32] | qs[64] | scales[12] | d f16; w = d * (scale - 32) * q, q in -4..3
 @inline
-def dot_q3_k(w, o, xq, xd, xs, xb, a0, a1):
+def dot_q3_k(w, o, x, xs, xb, a0, a1):
     d = f16_at(w, o + 108)
     for h in range(2):
         for k in range(4):
             q0, q1 = _q3_k(w, o, h, k)
-            sub, x = h * 8 + k * 2, xb + h * 4 + k
-            dx = d * xd[x]
-            a0 = fma_i(a0, madd(q0, xq, x * 32), dx * _q3_scale(w, o + 96, sub))
-            a1 = fma_i(a1, madd(q1, xq, x * 32 + 16), dx * _q3_scale(w, o + 96, sub + 1))
+            sub, e = h * 8 + k * 2, (xb + h * 4 + k) * 32
+            a0 = fma_s(a0, fdot16(q0, x, e), d * _q3_scale(w, o + 96, sub))
+            a1 = fma_s(a1, fdot16(q1, x, e + 16), d * _q3_scale(w, o + 96, sub + 1))
     return a0, a1
 
 

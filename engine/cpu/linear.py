@@ -8,8 +8,8 @@ matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
 - more rows (prefill): the matrix in tiles of rows, each dequantized into a per-thread float32
   scratch buffer and multiplied by BLAS (sgemm is compute-bound there, and a tile's dequantization
   costs ~1/100 of its products at 512 rows).
-Both multiply the same quantized activations (`Activations.xf` = xq * xd), so decode and prefill
-agree to float rounding. Float matrices (F32, F16, BF16) use the activations unquantized.
+Both compute the float32 product of the file's weights and the activations, as the numpy
+reference does, so decode and prefill agree to float rounding.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ def no_parallel_kernels() -> None:
     _local.serial = True
 
 
+def set_threads(n: int) -> None:
+    """Use n threads for the parallel kernels this thread launches."""
+    import numba  # noqa: PLC0415
+    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+
+
 def _scratch(n: int) -> np.ndarray:
     """This thread's float32 scratch of at least n elements (kept: fresh pages are slow)."""
     buf = getattr(_local, "buf", None)
@@ -50,29 +56,23 @@ def _scratch(n: int) -> np.ndarray:
 
 
 class Activations:
-    """Input rows x float32 [n, k] and, when a quantized matrix asks, their int16 quantization:
-    xq int16 [n, k], xd float32 [n, k / 32], xs float32 [n, k / 16], xf = xq * xd float32 [n, k]."""
+    """Input rows x float32 [n, k], and their sums per 16 (xs float32 [n, k / 16], made when a
+    matrix with offsets asks), shared by every matrix that reads x."""
 
     def __init__(self, x: np.ndarray):
         self.x = np.ascontiguousarray(x, dtype=np.float32)
-        self._q = None
+        self._xs = None
 
     @property
     def n(self) -> int:
         return self.x.shape[0]
 
-    def _quantized(self):
-        if self._q is None:
-            n, k = self.x.shape
-            q = (np.empty((n, k), np.int16), np.empty((n, k // 32), np.float32),
-                 np.empty((n, k // 16), np.float32), np.empty((n, k), np.float32))
-            K.quantize(self.x, *q)
-            self._q = q
-        return self._q
-
     @property
-    def xf(self) -> np.ndarray:
-        return self._quantized()[3]
+    def xs(self) -> np.ndarray:
+        if self._xs is None:
+            self._xs = np.empty((self.x.shape[0], self.x.shape[1] // 16), np.float32)
+            K.block_sums(self.x, self._xs)
+        return self._xs
 
 
 class Linear:
@@ -112,15 +112,14 @@ class Linear:
             for i in range(act.n):
                 dst = out[i] if row is None else row
                 if self.quantized:
-                    xq, xd, xs, _ = act._quantized()
-                    self._matvec(self.w, xq[i], xd[i], xs[i], dst, s)
+                    self._matvec(self.w, act.x[i], act.xs[i], dst, s)
                 else:
                     self._matvec(self.w, act.x[i], dst, s)
                 if row is not None:
                     out[i] = row
 
     def _tiles(self, act: Activations, out: np.ndarray) -> None:
-        x = act.xf if self.quantized else act.x
+        x = act.x
         t = self._tile
         buf = _scratch(t * self.n_in).reshape(t, self.n_in)
         for r0 in range(0, self.n_out, t):

@@ -3,10 +3,11 @@
 Why: LLVM does not vectorize the 16- and 32-element reductions of quantized blocks when they are
 written as Python loops (measured 5-9 GFLOP/s), but it lowers explicit vector IR (`<16 x i16>`,
 `<8 x float>`, shuffles) to the host's SIMD instructions (AVX2 here, NEON on ARM, SSE elsewhere),
-and inlines these intrinsics into the numba loops that call them. Three value types:
+and inlines these intrinsics into the numba loops that call them. Two value types:
     I16x16  16 int16 lanes: the integer values of 16 weights
-    I32x8   8 int32 lanes: pairwise products of two I16x16 (pmaddwd)
     F32x8   8 float32 lanes: a dot-product accumulator
+Products are float32: integer weights are converted in registers and multiplied by float32
+activations, then scaled per block (see engine/cpu/blocks.py for why not integer activations).
 Every memory operation takes (array, element offset) and reads or writes without bounds checks: the
 kernels compute offsets from the block layouts, and the tests run them against the numpy reference.
 """
@@ -33,7 +34,6 @@ def _vector_type(name: str, llty):
 
 
 i16x16 = _vector_type("I16x16", V16I16)
-i32x8 = _vector_type("I32x8", V8I32)
 f32x8 = _vector_type("F32x8", V8F32)
 
 
@@ -144,24 +144,51 @@ def vshl(typingctx, a, k):
 
 # --- products ----------------------------------------------------------------------------------
 
-@intrinsic
-def madd(typingctx, q, xq, off):
-    """Pairwise products of q with the 16 int16 at xq[off:off+16], adjacent pairs summed:
-    lanes j of the result = q[2j] x[2j] + q[2j+1] x[2j+1] (x86's pmaddwd; LLVM matches the pattern)."""
-    def codegen(context, builder, sig, args):
-        x = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], V16I16), align=2)
-        p = builder.mul(builder.sext(args[0], V16I32), builder.sext(x, V16I32))
-        even = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(I32, 8), [2 * j for j in range(8)]))
-        odd = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(I32, 8), [2 * j + 1 for j in range(8)]))
-        return builder.add(even, odd)
-    return i32x8(q, xq, off), codegen
+def _fmuladd(builder, a, b, c):
+    """a * b + c: one fused instruction where the CPU has FMA, a multiply and an add elsewhere."""
+    t = a.type
+    name = f"llvm.fmuladd.v{t.count}f32"
+    fn = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(t, [t, t, t]), name)
+    return builder.call(fn, [a, b, c])
+
+
+def _fold16(builder, v):
+    """<16 x float> -> <8 x float>: lanes j and j + 8 added."""
+    lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, 8), list(range(8))))
+    hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, 8), list(range(8, 16))))
+    return builder.fadd(lo, hi)
+
+
+def _x16(context, builder, arrty, arr, off):
+    return builder.load(_ptr(context, builder, arrty, arr, off, V16F32), align=4)
 
 
 @intrinsic
-def iadd(typingctx, a, b):
+def fdot32(typingctx, q0, q1, x, off):
+    """q0 . x[off:off+16] + q1 . x[off+16:off+32] as 8 partial sums (q: integer weights)."""
     def codegen(context, builder, sig, args):
-        return builder.add(args[0], args[1])
-    return i32x8(a, b), codegen
+        p = builder.fmul(builder.sitofp(args[0], V16F32), _x16(context, builder, sig.args[2], args[2], args[3]))
+        off16 = builder.add(args[3], ir.Constant(args[3].type, 16))
+        p = _fmuladd(builder, builder.sitofp(args[1], V16F32), _x16(context, builder, sig.args[2], args[2], off16), p)
+        return _fold16(builder, p)
+    return f32x8(q0, q1, x, off), codegen
+
+
+@intrinsic
+def fdot16(typingctx, q, x, off):
+    """q . x[off:off+16] as 8 partial sums."""
+    def codegen(context, builder, sig, args):
+        p = builder.fmul(builder.sitofp(args[0], V16F32), _x16(context, builder, sig.args[1], args[1], args[2]))
+        return _fold16(builder, p)
+    return f32x8(q, x, off), codegen
+
+
+@intrinsic
+def fma_s(typingctx, acc, p, s):
+    """acc + p * s (s a float32 scalar: the block's scale)."""
+    def codegen(context, builder, sig, args):
+        return _fmuladd(builder, args[1], _splat(builder, args[2], V8F32), args[0])
+    return f32x8(acc, p, types.float32), codegen
 
 
 @intrinsic
@@ -169,15 +196,6 @@ def fzero(typingctx):
     def codegen(context, builder, sig, args):
         return ir.Constant(V8F32, None)
     return f32x8(), codegen
-
-
-@intrinsic
-def fma_i(typingctx, acc, p, s):
-    """acc + float(p) * s (s a float32 scalar)."""
-    def codegen(context, builder, sig, args):
-        s = args[2] if args[2].type == F32 else builder.fptrunc(args[2], F32)
-        return builder.fadd(args[0], builder.fmul(builder.sitofp(args[1], V8F32), _splat(builder, s, V8F32)))
-    return f32x8(acc, p, types.float32), codegen
 
 
 @intrinsic
@@ -256,7 +274,7 @@ def _float_loader(name, load):
         def codegen(context, builder, sig, args):
             a = load(context, builder, sig.args[1], args[1], args[2])
             b = builder.load(_ptr(context, builder, sig.args[3], args[3], args[4], V8F32), align=4)
-            return builder.fadd(args[0], builder.fmul(a, b))
+            return _fmuladd(builder, a, b, args[0])
         return f32x8(acc, w, off, x, xoff), codegen
     f.__name__ = name
     return f
