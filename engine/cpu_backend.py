@@ -195,9 +195,10 @@ class ThreadedRows(RowRunner):
 class CpuBackend(Backend):
     name = "cpu"
 
-    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, chunk: int = DEFAULT_CHUNK):
+    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, chunk: int = DEFAULT_CHUNK, progress=None):
         self.cfg = cfg
         self.model = build_model(cfg, gguf)
+        self.model.make_resident(progress)
         self.kv = KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, n_ctx)
         self.chunk = chunk
         self.threads = 1

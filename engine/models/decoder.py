@@ -70,6 +70,19 @@ class Decoder:
                 if b.bqkv is not None:
                     b.bqkv[:qrows] *= np.float32(c.attn_scale)
 
+    def make_resident(self, progress=None) -> None:
+        """Read one byte of every page of every matrix, in file order: the first token then does
+        not wait for the disk, and loading a large file can report a percentage
+        (`progress(fraction, what)`)."""
+        mats = [m for b in self.blocks for m in (b.wqkv, b.wo, b.w_gate_up, b.w_down)] + [self.output]
+        total = sum(m.nbytes for m in mats) or 1
+        done = 0
+        for m in mats:
+            m.touch()
+            done += m.nbytes
+            if progress is not None:
+                progress(0.05 + 0.9 * done / total, "reading weights")
+
     def _qk_norm(self, g, p: str) -> np.ndarray | None:
         c = self.cfg
         qn = W.optional(g, p + "attn_q_norm.weight", (c.head_dim,))
