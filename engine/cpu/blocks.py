@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .simd import (add_lane0, bit_fields, f16_at, fdot16, fdot32, fma_s, hi_nibbles, lo_nibbles, signed_bytes,
-                   store_deq, u32_at, u32_bits, vaddc, vor, vshl)
+from .simd import (add_lane0, bit_fields, f16_at, fadd, fdot32, fma_s, fzero, hi_nibbles, lo_nibbles, signed_bytes,
+                   store_deq, u32_at, u32_bits, vaddc, vmulc, vor, vshl)
 
 inline = njit(inline="always", nogil=True, cache=True)
 
@@ -139,7 +139,7 @@ def _k_scale_min(w, s, j):
 @inline
 def dot_q4_k(w, o, x, xs, xb, a0, a1):
     d, dmin = f16_at(w, o), f16_at(w, o + 2)
-    mins = 0.0
+    mins = np.float32(0.0)
     for j in range(4):
         g = o + 16 + 32 * j
         for h in range(2):
@@ -147,11 +147,11 @@ def dot_q4_k(w, o, x, xs, xb, a0, a1):
             sc, mn = _k_scale_min(w, o + 4, i)
             if h == 0:
                 q0, q1 = lo_nibbles(w, g), lo_nibbles(w, g + 16)
-                a0 = _pair(a0, q0, q1, x, xb + i, d * sc)
+                a0 = _pair(a0, q0, q1, x, xb + i, d * np.float32(sc))
             else:
                 q0, q1 = hi_nibbles(w, g), hi_nibbles(w, g + 16)
-                a1 = _pair(a1, q0, q1, x, xb + i, d * sc)
-            mins += mn * (xs[2 * (xb + i)] + xs[2 * (xb + i) + 1])
+                a1 = _pair(a1, q0, q1, x, xb + i, d * np.float32(sc))
+            mins += np.float32(mn) * (xs[2 * (xb + i)] + xs[2 * (xb + i) + 1])
     return add_lane0(a0, -dmin * mins), a1
 
 
@@ -186,15 +186,15 @@ def _q5_k(w, o, i):
 @inline
 def dot_q5_k(w, o, x, xs, xb, a0, a1):
     d, dmin = f16_at(w, o), f16_at(w, o + 2)
-    mins = 0.0
+    mins = np.float32(0.0)
     for i in range(8):
         sc, mn = _k_scale_min(w, o + 4, i)
         q0, q1 = _q5_k(w, o, i)
         if i % 2 == 0:
-            a0 = _pair(a0, q0, q1, x, xb + i, d * sc)
+            a0 = _pair(a0, q0, q1, x, xb + i, d * np.float32(sc))
         else:
-            a1 = _pair(a1, q0, q1, x, xb + i, d * sc)
-        mins += mn * (xs[2 * (xb + i)] + xs[2 * (xb + i) + 1])
+            a1 = _pair(a1, q0, q1, x, xb + i, d * np.float32(sc))
+        mins += np.float32(mn) * (xs[2 * (xb + i)] + xs[2 * (xb + i) + 1])
     return add_lane0(a0, -dmin * mins), a1
 
 
@@ -225,15 +225,28 @@ def _q6_k(w, o, h, k):
 
 # Q6_K: ql[128] | qh[64] | scales int8[16] | d f16; w = d * scale * (q - 32), scale per 16 weights
 @inline
+def _k16(p0, p1, x, xb, h, k):
+    """Products of the K-quant weights h*128 + k*32 + [0, 32) (already times their 16-weight
+    scales) with x."""
+    return fdot32(p0, p1, x, (xb + h * 4 + k) * 32)
+
+
+# The 16-weight scales of Q6_K, Q3_K and Q2_K multiply the integer weights (one int16 multiply per 16
+# lanes) so that each 32 weights need one float product; the block's d scales the sum once.
+@inline
 def dot_q6_k(w, o, x, xs, xb, a0, a1):
-    d = f16_at(w, o + 208)
+    b0, b1 = fzero(), fzero()
     for h in range(2):
         for k in range(4):
             q0, q1 = _q6_k(w, o, h, k)
-            sub, e = h * 8 + k * 2, (xb + h * 4 + k) * 32
-            a0 = fma_s(a0, fdot16(q0, x, e), d * _i8(w[o + 192 + sub]))
-            a1 = fma_s(a1, fdot16(q1, x, e + 16), d * _i8(w[o + 193 + sub]))
-    return a0, a1
+            sub = o + 192 + h * 8 + k * 2
+            p = _k16(vmulc(q0, _i8(w[sub])), vmulc(q1, _i8(w[sub + 1])), x, xb, h, k)
+            if k % 2 == 0:
+                b0 = fadd(b0, p)
+            else:
+                b1 = fadd(b1, p)
+    d = f16_at(w, o + 208)
+    return fma_s(a0, b0, d), fma_s(a1, b1, d)
 
 
 @inline
@@ -253,17 +266,22 @@ def deq_q6_k(w, o, out, oo):
 # w = d * sc * q - dmin * m
 @inline
 def dot_q2_k(w, o, x, xs, xb, a0, a1):
-    d, dmin = f16_at(w, o + 80), f16_at(w, o + 82)
-    mins = 0.0
+    b0, b1 = fzero(), fzero()
+    mins = np.float32(0.0)
     for h in range(2):
         for k in range(4):
             g = o + 16 + h * 32
-            sub, e = h * 8 + k * 2, (xb + h * 4 + k) * 32
+            sub, e = h * 8 + k * 2, (xb + h * 4 + k) * 2
             s0, s1 = np.int64(w[o + sub]), np.int64(w[o + sub + 1])
-            a0 = fma_s(a0, fdot16(bit_fields(w, g, 2 * k, 3), x, e), d * (s0 & 15))
-            a1 = fma_s(a1, fdot16(bit_fields(w, g + 16, 2 * k, 3), x, e + 16), d * (s1 & 15))
-            mins += (s0 >> 4) * xs[e // 16] + (s1 >> 4) * xs[e // 16 + 1]
-    return add_lane0(a0, -dmin * mins), a1
+            p = _k16(vmulc(bit_fields(w, g, 2 * k, 3), s0 & 15), vmulc(bit_fields(w, g + 16, 2 * k, 3), s1 & 15),
+                     x, xb, h, k)
+            if k % 2 == 0:
+                b0 = fadd(b0, p)
+            else:
+                b1 = fadd(b1, p)
+            mins += np.float32(s0 >> 4) * xs[e] + np.float32(s1 >> 4) * xs[e + 1]
+    d, dmin = f16_at(w, o + 80), f16_at(w, o + 82)
+    return add_lane0(fma_s(a0, b0, d), -dmin * mins), fma_s(a1, b1, d)
 
 
 @inline
@@ -302,14 +320,18 @@ def _q3_k(w, o, h, k):
 # Q3_K: hmask[32] | qs[64] | scales[12] | d f16; w = d * (scale - 32) * q, q in -4..3
 @inline
 def dot_q3_k(w, o, x, xs, xb, a0, a1):
-    d = f16_at(w, o + 108)
+    b0, b1 = fzero(), fzero()
     for h in range(2):
         for k in range(4):
             q0, q1 = _q3_k(w, o, h, k)
-            sub, e = h * 8 + k * 2, (xb + h * 4 + k) * 32
-            a0 = fma_s(a0, fdot16(q0, x, e), d * _q3_scale(w, o + 96, sub))
-            a1 = fma_s(a1, fdot16(q1, x, e + 16), d * _q3_scale(w, o + 96, sub + 1))
-    return a0, a1
+            sub = h * 8 + k * 2
+            p = _k16(vmulc(q0, _q3_scale(w, o + 96, sub)), vmulc(q1, _q3_scale(w, o + 96, sub + 1)), x, xb, h, k)
+            if k % 2 == 0:
+                b0 = fadd(b0, p)
+            else:
+                b1 = fadd(b1, p)
+    d = f16_at(w, o + 108)
+    return fma_s(a0, b0, d), fma_s(a1, b1, d)
 
 
 @inline

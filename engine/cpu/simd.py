@@ -135,6 +135,15 @@ def vaddc(typingctx, a, c):
 
 
 @intrinsic
+def vmulc(typingctx, a, c):
+    """a * c (c a scalar int) in every lane; the products of weights and sub-block scales fit in
+    int16 for every K-quant (at most 31 x 127)."""
+    def codegen(context, builder, sig, args):
+        return builder.mul(args[0], _splat(builder, builder.trunc(args[1], I16), V16I16))
+    return i16x16(a, c), codegen
+
+
+@intrinsic
 def vshl(typingctx, a, k):
     """a << k in every lane."""
     def codegen(context, builder, sig, args):
@@ -175,12 +184,10 @@ def fdot32(typingctx, q0, q1, x, off):
 
 
 @intrinsic
-def fdot16(typingctx, q, x, off):
-    """q . x[off:off+16] as 8 partial sums."""
+def fadd(typingctx, a, b):
     def codegen(context, builder, sig, args):
-        p = builder.fmul(builder.sitofp(args[0], V16F32), _x16(context, builder, sig.args[1], args[1], args[2]))
-        return _fold16(builder, p)
-    return f32x8(q, x, off), codegen
+        return builder.fadd(args[0], args[1])
+    return f32x8(a, b), codegen
 
 
 @intrinsic
