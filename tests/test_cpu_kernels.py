@@ -95,3 +95,23 @@ def test_block_sums():
     xs = np.empty((3, 8), np.float32)
     K.block_sums(x, xs)
     np.testing.assert_allclose(xs, x.astype(np.float64).reshape(3, 8, 16).sum(-1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["Q4_K", "Q8_0", "BF16"])
+@pytest.mark.parametrize("n", [1, 9])
+def test_stacked_matrices_equal_each_alone(name, n):
+    """q/k/v in one launch (and in tiles): each matrix's outputs, with its own scale, equal the
+    matrix alone."""
+    cols = 512
+    ws = [random_matrix(name, r, cols, seed=r) for r in (40, 7, 13)]
+    x = np.random.default_rng(4).standard_normal((n, cols)).astype(np.float32)
+    t = TYPE_BY_NAME[name]
+    stacked = Linear(ws, t, cols, name)
+    stacked.scales[0] = 0.5
+    got = stacked(Activations(x))
+    c = 0
+    for i, w in enumerate(ws):
+        alone = Linear(w, t, cols, name)
+        alone.scale = 0.5 if i == 0 else 1.0
+        np.testing.assert_array_equal(got[:, c:c + w.shape[0]], alone(Activations(x)))
+        c += w.shape[0]

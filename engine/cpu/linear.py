@@ -76,23 +76,36 @@ class Activations:
 
 
 class Linear:
-    """One GGUF matrix of n_out rows of n_in weights: y = scale * (x @ W.T) for x [n, n_in]."""
+    """GGUF matrices of one type reading the same n_in inputs, their outputs stacked:
+    y = x @ concat(W_p * scales[p]).T for x [n, n_in]. One matrix, or q/k/v, or gate/up."""
 
-    def __init__(self, w: np.ndarray, gtype, n_in: int, name: str = "matrix", tile_floats: int = TILE_FLOATS):
+    def __init__(self, ws, gtype, n_in: int, name: str = "matrix", tile_floats: int = TILE_FLOATS):
+        ws = (ws,) if isinstance(ws, np.ndarray) else tuple(ws)
         if gtype.name not in KERNEL_TYPES or n_in % 32:
             raise ValueError(f"{name}: no CPU kernel for {gtype.name} rows of {n_in}")
-        self.w = w                                  # uint8 [n_out, bytes per row]
-        self.type, self.n_in, self.n_out, self.name = gtype, n_in, w.shape[0], name
+        self.ws = ws                                # each uint8 [rows_p, bytes per row]
+        self.type, self.n_in, self.name = gtype, n_in, name
+        self.rows = [w.shape[0] for w in ws]
+        self.n_out = sum(self.rows)
         self.quantized = gtype.name in _QUANT
-        self.scale = 1.0
+        self.scales = np.ones(len(ws), np.float32)  # output scale of each matrix
         key = gtype.name.lower()
         self._matvec = getattr(K, f"matvec_{key}")
         self._dequant = getattr(K, f"dequant_{key}")
-        self._tile = max(1, min(self.n_out, tile_floats // n_in))
+        self._tile = max(1, min(max(self.rows), tile_floats // n_in))
 
     @property
     def nbytes(self) -> int:
-        return self.w.nbytes
+        return sum(w.nbytes for w in self.ws)
+
+    @property
+    def scale(self) -> float:
+        """The output scale (one matrix)."""
+        return float(self.scales[0])
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self.scales[:] = value
 
     def __call__(self, act: Activations, out: np.ndarray | None = None) -> np.ndarray:
         """float32 [act.n, n_out] (written into `out` when given, any row stride)."""
@@ -106,31 +119,32 @@ class Linear:
         return out
 
     def _rows(self, act: Activations, out: np.ndarray) -> None:
-        s = np.float32(self.scale)
-        row = np.empty(self.n_out, np.float32) if not out.flags.c_contiguous else None
+        direct = out.strides[1] == 4
         with _LAUNCH:
             for i in range(act.n):
-                dst = out[i] if row is None else row
+                dst = out[i] if direct else np.empty(self.n_out, np.float32)
                 if self.quantized:
-                    self._matvec(self.w, act.x[i], act.xs[i], dst, s)
+                    self._matvec(self.ws, act.x[i], act.xs[i], dst, self.scales)
                 else:
-                    self._matvec(self.w, act.x[i], dst, s)
-                if row is not None:
-                    out[i] = row
+                    self._matvec(self.ws, act.x[i], dst, self.scales)
+                if not direct:
+                    out[i] = dst
 
     def _tiles(self, act: Activations, out: np.ndarray) -> None:
-        x = act.x
         t = self._tile
         buf = _scratch(t * self.n_in).reshape(t, self.n_in)
-        for r0 in range(0, self.n_out, t):
-            r1 = min(self.n_out, r0 + t)
-            tile = buf[:r1 - r0]
-            self._dequant(self.w, r0, r1, tile)
-            dst = out[:, r0:r1]
-            np.matmul(x, tile.T, out=dst)
-            if self.scale != 1.0:
-                dst *= np.float32(self.scale)
+        c = 0
+        for w, nr, s in zip(self.ws, self.rows, self.scales):
+            for r0 in range(0, nr, t):
+                r1 = min(nr, r0 + t)
+                tile = buf[:r1 - r0]
+                self._dequant(w, r0, r1, tile)
+                dst = out[:, c + r0:c + r1]
+                np.matmul(act.x, tile.T, out=dst)
+                if s != 1.0:
+                    dst *= s
+            c += nr
 
     def dequant(self, r0: int, r1: int, out: np.ndarray) -> None:
-        """float32 rows [r0, r1) into out [r1 - r0, n_in] (C-contiguous)."""
-        self._dequant(self.w, r0, r1, out)
+        """float32 rows [r0, r1) of the first matrix into out [r1 - r0, n_in] (C-contiguous)."""
+        self._dequant(self.ws[0], r0, r1, out)

@@ -66,7 +66,7 @@ class Decoder:
         qrows = c.n_head * c.head_dim
         for b in self.blocks:
             if b.qk_norm is None:
-                b.wqkv.parts[0].scale = c.attn_scale
+                b.wqkv.scale_first(c.attn_scale)
                 if b.bqkv is not None:
                     b.bqkv[:qrows] *= np.float32(c.attn_scale)
 

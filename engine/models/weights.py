@@ -22,7 +22,9 @@ class Dense:
     """A matrix dequantized to float32 [n_out, n_in] (types without a kernel)."""
 
     def __init__(self, w: np.ndarray):
-        self.w, self.n_out, self.scale = w, w.shape[0], 1.0
+        self.w, self.n_out = w, w.shape[0]
+        self.ws = (w,)
+        self.scales = np.ones(1, np.float32)
 
     @property
     def nbytes(self) -> int:
@@ -30,14 +32,15 @@ class Dense:
 
     def __call__(self, act: Activations, out: np.ndarray) -> np.ndarray:
         np.matmul(act.x, self.w.T, out=out)
-        if self.scale != 1.0:
-            out *= np.float32(self.scale)
+        if self.scales[0] != 1.0:
+            out *= self.scales[0]
         return out
 
 
 class Matrices:
     """GGUF matrices that read the same input, their outputs side by side:
-    `m(act)` -> float32 [n, sum(rows)]."""
+    `m(act)` -> float32 [n, sum(rows)]. Consecutive matrices of one kernel type form one `Linear`
+    (one parallel launch for all of them)."""
 
     def __init__(self, parts: list):
         self.parts = parts
@@ -50,9 +53,14 @@ class Matrices:
     def touch(self) -> None:
         """Make the parts' pages resident (one read per 4 KiB page)."""
         for p in self.parts:
-            flat = p.w.reshape(-1).view(np.uint8)
-            if flat.size:
-                flat[::4096].max()
+            for w in p.ws:
+                flat = w.reshape(-1).view(np.uint8)
+                if flat.size:
+                    flat[::4096].max()
+
+    def scale_first(self, s: float) -> None:
+        """Multiply the first matrix's outputs by s."""
+        self.parts[0].scales[0] = s
 
     def __call__(self, act: Activations) -> np.ndarray:
         out = np.empty((act.n, self.n_out), np.float32)
@@ -71,7 +79,7 @@ class Loader:
 
     def matrix(self, names: list[str], n_in: int, rows: list[int]) -> Matrices:
         """GGUF matrices `names` (rows[i] outputs of n_in inputs each), outputs side by side."""
-        parts = []
+        parts: list = []
         for name, nr in zip(names, rows):
             t = self.g.tensors.get(name)
             if t is None:
@@ -80,7 +88,12 @@ class Loader:
                 raise UnsupportedModelError(f"{self.g.path.name}: tensor {name} has shape {tuple(t.shape[::-1])}, "
                                             f"expected {(nr, n_in)} from the metadata")
             if t.type.name in KERNEL_TYPES and n_in % 32 == 0:
-                parts.append(Linear(t.data.reshape(nr, -1), t.type, n_in, name))
+                w = t.data.reshape(nr, -1)
+                last = parts[-1] if parts else None
+                if isinstance(last, Linear) and last.type == t.type:
+                    parts[-1] = Linear([*last.ws, w], t.type, n_in, last.name)
+                else:
+                    parts.append(Linear(w, t.type, n_in, name))
             else:
                 parts.append(Dense(dequantize_rows(t)))
         return Matrices(parts)
