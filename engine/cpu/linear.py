@@ -32,6 +32,8 @@ _local = threading.local()
 
 _QUANT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 _FLOAT = {"F32", "F16", "BF16"}
+_OFFSETS = {"Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K"}   # w = d * q + m: their products need sums of x
+_NO_SUMS = np.zeros((1, 1), np.float32)
 KERNEL_TYPES = _QUANT | _FLOAT
 
 
@@ -88,6 +90,7 @@ class Linear:
         self.rows = [w.shape[0] for w in ws]
         self.n_out = sum(self.rows)
         self.quantized = gtype.name in _QUANT
+        self.sums = gtype.name in _OFFSETS
         self.scales = np.ones(len(ws), np.float32)  # output scale of each matrix
         key = gtype.name.lower()
         self._matvec = getattr(K, f"matvec_{key}")
@@ -124,7 +127,8 @@ class Linear:
             for i in range(act.n):
                 dst = out[i] if direct else np.empty(self.n_out, np.float32)
                 if self.quantized:
-                    self._matvec(self.ws, act.x[i], act.xs[i], dst, self.scales)
+                    xs = act.xs[i] if self.sums else _NO_SUMS[0]
+                    self._matvec(self.ws, act.x[i], xs, dst, self.scales)
                 else:
                     self._matvec(self.ws, act.x[i], dst, self.scales)
                 if not direct:
