@@ -51,8 +51,8 @@ else:
     load = time.perf_counter() - t0
     def reset(): llm.reset()
     def feed(toks):
-        llm.eval(toks)
-        return np.asarray(llm.scores[llm.n_tokens - 1])
+        llm.eval(toks)  # the last position's logits, as llama.cpp left them
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
 def prefill(toks):
     reset()
     t = time.perf_counter(); out = feed(toks); return len(toks) / (time.perf_counter() - t), out

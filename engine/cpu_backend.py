@@ -1,15 +1,15 @@
-"""CpuBackend: the numpy forward pass, prefilled in chunks.
+"""CpuBackend: the forward pass (numpy and the engine/cpu kernels), prefilled in chunks.
 
-Long inputs go through the model `chunk` tokens at a time: each chunk is one set of BLAS
-matrix products per layer, and its attention scores are [heads, block, T] rather than
-[heads, n, n], so memory stays bounded whatever the prompt length. numpy releases the GIL
-inside BLAS and its element-wise loops, so a GUI thread stays responsive while this runs in a
-worker.
+Long inputs go through the model `chunk` tokens at a time: each chunk is one set of matrix
+products per layer (tiles of quantized weights dequantized into BLAS), and its attention scores
+are [heads, block, T] rather than [heads, n, n], so memory stays bounded whatever the prompt
+length. numpy and the kernels release the GIL, so a GUI thread stays responsive while this runs in
+a worker.
 
-Threads: decode (one token) runs on the calling thread with OpenBLAS on all cores or on one,
-whichever its own timings say is faster (DecodeThreads); a chunk of 32 rows or more is split into
-row ranges over our own threads, each with one BLAS thread (ThreadedRows); on an oversubscribed
-machine a chunk runs on one thread (BlasThreads).
+Threads: decode (one token) runs on the calling thread with the matrix-vector kernels (and
+OpenBLAS) on all cores or on one, whichever its own timings say is faster (DecodeThreads); a chunk
+of 32 rows or more is split into row ranges over our own threads, each with one BLAS thread
+(ThreadedRows); on an oversubscribed machine a chunk runs on one thread (BlasThreads).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ _BLAS = BlasThreads()
 
 
 class DecodeThreads:
-    """Picks the BLAS thread count of one-token passes by timing them.
+    """Picks the thread count (kernels and BLAS) of one-token passes by timing them.
 
     The load average cannot tell a quiet machine from one where another process holds about one
     core: our own threads are most of the load either way, and at that border two spinning OpenBLAS
@@ -96,7 +96,8 @@ class DecodeThreads:
     which moves the context length and with it a token's cost): after `probe_every` tokens, and twice as
     long after each probe that found it clearly slower (up to `max_interval`), since a probe of the
     slow count costs a slow token. 1 and 2 threads give bit-identical matrix-vector products here
-    (OpenBLAS splits them by output; a test checks it), so switching never changes a result.
+    (the kernels and OpenBLAS split them by output row; a test checks it), so switching never
+    changes a result.
     """
 
     def __init__(self, cores: int, probe_every: int = 32, max_interval: int = 1024):
