@@ -193,6 +193,27 @@ class ThreadedRows(RowRunner):
         self.pool.shutdown(wait=False)
 
 
+class DeadlineRunner(RowRunner):
+    """Runs a one-token pass on this thread and drops it to one thread once it has taken longer
+    than `deadline` (a whole pass on one thread, with a margin). Where another process holds a
+    core, each parallel launch can wait a scheduler slice (~4 ms measured, ~100 launches per
+    token) for a descheduled worker: without this a probe of two threads could cost seconds.
+    One and several threads give bit-identical products, so a switch within a pass changes
+    nothing."""
+
+    def __init__(self):
+        self.deadline = float("inf")
+        self.dropped = False
+
+    def run(self, fn, ranges) -> None:
+        super().run(fn, ranges)
+        if time.perf_counter() > self.deadline:
+            _BLAS.set(1)
+            set_threads(1)
+            self.deadline = float("inf")
+            self.dropped = True
+
+
 class CpuBackend(Backend):
     name = "cpu"
 
@@ -205,6 +226,7 @@ class CpuBackend(Backend):
         self.threads = 1
         self._rows: ThreadedRows | None = None
         self._decode = DecodeThreads(_BLAS.cores)
+        self._deadline = DeadlineRunner()
 
     def forward(self, ids, pos: int, all_logits: bool = False) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -220,6 +242,9 @@ class CpuBackend(Backend):
             self._decode.forget()
         self.threads = self._decode.pick() if adaptive else _BLAS.choose()
         started = time.perf_counter()
+        one = self._decode.cost.get(1)
+        self._deadline.deadline = started + 1.5 * one if adaptive and self.threads > 1 and one else float("inf")
+        self._deadline.dropped = False
         outs = []
         for s in range(0, n, self.chunk):
             part = ids[s:s + self.chunk]
@@ -243,7 +268,7 @@ class CpuBackend(Backend):
             return self._rows
         _BLAS.set(self.threads)
         set_threads(self.threads)
-        return SERIAL
+        return self._deadline if n_rows == 1 else SERIAL
 
     def describe(self) -> dict:
         return {"backend": "cpu"}
