@@ -32,7 +32,7 @@ from .worker import JobFailed
 
 log = logging.getLogger("engine.server")
 MAX_BODY = 8 << 20
-LISTEN_BACKLOG = 512   # connections the kernel holds before accept(); bursts beyond it are reset
+LISTEN_BACKLOG = 512   # connection attempts the kernel holds before accept(); past it they are dropped
 MAX_PENDING = 64       # chat requests queued or generating; more are answered 503 with Retry-After
 MAX_CONNECTIONS = 256  # open connections (one thread each); more are answered 503 and closed
 RETRY_AFTER_S = 2
