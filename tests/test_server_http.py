@@ -166,3 +166,28 @@ def test_connections_past_the_cap_get_a_503_not_a_reset(served):
                 break
             time.sleep(0.05)
         assert status == 200
+
+
+def test_a_hostile_chat_template_is_a_clear_error_and_the_server_stays_up(served):
+    from engine.chat_template import ChatTemplate  # noqa: PLC0415
+    server, service = served
+    hostile = ChatTemplate("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                           model_name="hostile", time_limit_s=0.5)
+
+    def swap(template):
+        def fn(engine, job):        # the engine belongs to the worker thread: change it there
+            job.put(engine._template)
+            engine._template = template
+        return next(service.worker.submit(fn).items())
+
+    original = swap(hostile)
+    try:
+        t0 = time.monotonic()
+        [(status, _, body)] = responses(exchange(server.port, post(json.dumps(ONE_TOKEN).encode())))
+        assert time.monotonic() - t0 < 20
+        err = json.loads(body)["error"]
+        assert status == 400 and err["code"] == "invalid_messages" and "was stopped" in err["message"]
+    finally:
+        swap(original)
+    [(status, _, body)] = responses(exchange(server.port, post(json.dumps(ONE_TOKEN).encode())))
+    assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 1
