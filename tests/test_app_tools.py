@@ -274,6 +274,13 @@ def test_fetch_url_is_off_until_the_user_turns_it_on(qtbot, window):
         assert rec["is_error"] and "turned off" in rec["result"]
         w.allowFetchAction.setChecked(True)            # Settings -> Allow tools to fetch URLs
         assert w.settings.get("tools/allow_fetch") and w.conversation.tools.allow_fetch
+        ask(qtbot, w, "Fetch it", call)                # on, but this machine is not a public address
+        wait_confirm(w)
+        qtbot.mouseClick(w.toolConfirm.allowButton, Qt.MouseButton.LeftButton)
+        wait_done(w)
+        rec = stored(w)[1].tool_calls[0]
+        assert rec["is_error"] and "a loopback address" in rec["result"]
+        w.settings.set("tools/fetch_allowed_hosts", ["127.0.0.1"])   # the user allows this host
         ask(qtbot, w, "Fetch it", call)
         wait_confirm(w)
         qtbot.mouseClick(w.toolConfirm.allowButton, Qt.MouseButton.LeftButton)
@@ -282,6 +289,7 @@ def test_fetch_url_is_off_until_the_user_turns_it_on(qtbot, window):
         assert not rec["is_error"] and "served here" in rec["result"]
     finally:
         w.allowFetchAction.setChecked(False)
+        w.settings.set("tools/fetch_allowed_hosts", [])
         srv.shutdown()
 
 
