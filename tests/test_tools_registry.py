@@ -240,6 +240,23 @@ def test_read_file_refuses_binary_and_missing_files(files):
     assert r.is_error and "cannot read" in r.content
 
 
+@pytest.mark.parametrize("make, what", [(os.mkfifo, "a FIFO (named pipe), not a file"),
+                                        (os.mkdir, "a folder, not a file")])
+def test_read_file_refuses_a_fifo_or_a_folder_without_blocking(files, make, what):
+    odd = files / "odd.txt"
+    make(odd)
+    ctx = ToolContext(allowed_files=frozenset({str(odd)}))
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(run("read_file", ctx, path="odd.txt")), daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():                                   # unblock the reader so the test run can end
+        with open(odd, "wb"):
+            pass
+        pytest.fail("read_file blocked on a FIFO")
+    assert result[0].is_error and f"odd.txt is {what}" in result[0].content
+
+
 def test_read_file_never_writes(files):
     before = (files / "notes.txt").stat()
     ctx = ToolContext(allowed_files=frozenset({str(files / "notes.txt")}))

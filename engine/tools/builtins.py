@@ -12,6 +12,7 @@ import os
 import zoneinfo
 from pathlib import Path
 
+from ..files import NotRegularFile, open_regular
 from .calculator import CalculatorError, calculate
 from .context import ToolContext, ToolError
 from .fetch import FETCH_URL, run_fetch_url
@@ -108,11 +109,14 @@ READ_FILE = {"type": "function", "function": {
 def run_read_file(args: dict, context: ToolContext) -> str:
     path = _allowed_path(args["path"], context.allowed_files)
     try:
-        with open(path, "rb") as f:                     # read-only, and no more than the cap
+        # read-only, no more than the cap, and only a regular file: a FIFO or a device picked by
+        # mistake would otherwise block the tool thread for ever
+        with open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             data = f.read(context.max_file_bytes + 1)
-    except IsADirectoryError:
-        raise ToolError(f"{args['path']} is a folder, not a file") from None
+    except NotRegularFile as e:
+        what = "a folder" if e.kind == "a directory" else e.kind
+        raise ToolError(f"{args['path']} is {what}, not a file") from None
     except OSError as e:
         raise ToolError(f"cannot read {args['path']}: {e.strerror or e}") from None
     if b"\0" in data[:8192]:
