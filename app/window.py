@@ -234,6 +234,8 @@ class MainWindow(QMainWindow):
         cv.replyFinished.connect(self._on_reply_finished)
         cv.chatCreated.connect(self._on_chat_created)
         cv.chatChanged.connect(self._on_chat_changed)
+        cv.storageFailed.connect(lambda message: self.show_banner(message, "error"))
+        cv.storageRecovered.connect(lambda message: self.show_banner(message, "notice"))
         self.sendButton.clicked.connect(self.send)
         self.stopButton.clicked.connect(self.stop)
         self.messageInput.sendRequested.connect(self.send)
