@@ -126,7 +126,8 @@ class Conversation(QObject):
         if edit_row is not None and 0 <= edit_row < self.model.rowCount() and not self._truncate(edit_row):
             return False
         msg = Message("user", text)
-        self._save(self.chat_id, msg, self.model.message(self.model.append(msg)))
+        self._save(self.chat_id, msg, msg)     # saved (or kept) first, so the row appears with its id
+        self.model.append(msg)
         chat = self.chats.chat(self.chat_id)
         if chat and chat.title == "New chat":
             title = " ".join(text.split())
