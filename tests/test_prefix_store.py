@@ -240,27 +240,6 @@ def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_image(li
     assert [p.name for p in store.root.iterdir()] == [path.name]
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """mount(size) -> a fresh tmpfs of that many bytes (skips where mounting is not allowed)."""
-    mounted = []
-
-    def mount(size: int) -> Path:
-        mnt = tmp_path / f"tmpfs{len(mounted)}"
-        mnt.mkdir()
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-                           capture_output=True, text=True)
-        if r.returncode:
-            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); "
-                        "the simulated full-disk test covers the logic")
-        mounted.append(mnt)
-        return mnt
-
-    yield mount
-    for mnt in mounted:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def test_a_full_disk_mid_write_keeps_the_good_image_and_the_engine(eng, lib, small_tmpfs):
     from engine import Sampling
     size = len(lib.get(2)[0])
