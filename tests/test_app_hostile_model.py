@@ -1,0 +1,53 @@
+"""The window with a model whose chat template is hostile (it would build a gigabyte string): a clear
+error, the app stays up and usable, and a good model works again afterwards. The model is the tiny
+llama of the reference data, copied with its template replaced (gguf-py writes the copy)."""
+
+from __future__ import annotations
+
+import pytest
+from app_fixtures import open_window, wait_until
+from PySide6.QtCore import Qt
+
+pytestmark = pytest.mark.slow
+gguf = pytest.importorskip("gguf")
+HOSTILE = "{% for m in messages %}{{ 'x' * 1000000000 }}{% endfor %}"
+
+
+def with_template(src, dst, template: str):
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata  # noqa: PLC0415
+    reader = gguf.GGUFReader(str(src))
+    writer = gguf.GGUFWriter(str(dst), arch=reader.get_field("general.architecture").contents())
+    copy_with_new_metadata(reader, writer, {"tokenizer.chat_template": MetadataDetails(
+        gguf.GGUFValueType.STRING, template)}, [])
+    return dst
+
+
+def test_a_hostile_chat_template_is_an_error_and_the_app_goes_on(qtbot, tmp_path, reference_dir):
+    bad = with_template(reference_dir / "tiny" / "llama" / "tiny-llama.gguf", tmp_path / "hostile.gguf", HOSTILE)
+    w = open_window(tmp_path / "data", tmp_path / "cache")
+    try:
+        loaded = []
+        w.modelReady.connect(loaded.append)
+        w.load_model(str(bad))
+        wait_until(lambda: loaded, 120)
+        wait_until(lambda: not w.client.busy, 120)
+        w.new_chat()
+        w.messageInput.setPlainText("Hello")
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+        wait_until(lambda: not w.conversation.generating, 60)
+        shown = w.conversation.model.messages()
+        assert "tiny-random-llama: the chat template renders too much" in w.bannerLabel.text()
+        assert [m.role for m in shown] == ["user", "assistant"] and shown[1].stats["stop_reason"] == "error"
+        assert w.sendButton.isVisible() and not w.conversation.generating
+
+        loaded.clear()
+        w.load_model("")                                    # the default model: the app works again
+        wait_until(lambda: loaded, 120)
+        wait_until(lambda: not w.client.busy, 120)
+        w.new_chat()
+        w.messageInput.setPlainText("Hi")
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+        wait_until(lambda: not w.conversation.generating, 120)
+        assert w.conversation.model.message(1).content
+    finally:
+        w.close()
