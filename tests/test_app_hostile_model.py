@@ -1,29 +1,21 @@
 """The window with a model whose chat template is hostile (it would build a gigabyte string): a clear
 error, the app stays up and usable, and a good model works again afterwards. The model is the tiny
-llama of the reference data, copied with its template replaced (gguf-py writes the copy)."""
+llama of the reference data, copied with its template replaced."""
 
 from __future__ import annotations
 
 import pytest
 from app_fixtures import open_window, wait_until
+from gguf_patch import patch_metadata
 from PySide6.QtCore import Qt
 
 pytestmark = pytest.mark.slow
-gguf = pytest.importorskip("gguf")
 HOSTILE = "{% for m in messages %}{{ 'x' * 1000000000 }}{% endfor %}"
 
 
-def with_template(src, dst, template: str):
-    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata  # noqa: PLC0415
-    reader = gguf.GGUFReader(str(src))
-    writer = gguf.GGUFWriter(str(dst), arch=reader.get_field("general.architecture").contents())
-    copy_with_new_metadata(reader, writer, {"tokenizer.chat_template": MetadataDetails(
-        gguf.GGUFValueType.STRING, template)}, [])
-    return dst
-
-
 def test_a_hostile_chat_template_is_an_error_and_the_app_goes_on(qtbot, tmp_path, reference_dir):
-    bad = with_template(reference_dir / "tiny" / "llama" / "tiny-llama.gguf", tmp_path / "hostile.gguf", HOSTILE)
+    bad = patch_metadata(reference_dir / "tiny" / "llama" / "tiny-llama.gguf", tmp_path / "hostile.gguf",
+                         "tokenizer.chat_template", HOSTILE)
     w = open_window(tmp_path / "data", tmp_path / "cache")
     try:
         loaded = []

@@ -186,3 +186,14 @@ def test_decode_attention_equals_the_masked_block_path(T):
     both = attention(q, k, v, T - 2, 4)
     one = attention(q[1:], k, v, T - 1, 4)
     np.testing.assert_allclose(one, both[1:], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("key", ["llama.attention.head_count", "llama.block_count",
+                                 "llama.attention.head_count_kv", "llama.embedding_length"])
+def test_loading_a_real_model_with_a_zero_hyper_parameter_names_the_key(tmp_path, reference_dir, key):
+    from gguf_patch import patch_metadata
+
+    from engine import Engine
+    bad = patch_metadata(reference_dir / "tiny" / "llama" / "tiny-llama.gguf", tmp_path / "bad.gguf", key, 0)
+    with pytest.raises(UnsupportedModelError, match=re.escape(f"{key} is 0")):
+        Engine.load(bad, n_ctx=64)
