@@ -1,6 +1,6 @@
 """The window with a model whose chat template is hostile (it would build a gigabyte string): a clear
-error, the app stays up and usable, and a good model works again afterwards. The model is the tiny
-llama of the reference data, copied with its template replaced."""
+error, the app stays up and usable, and a good model works again afterwards. The model is the default
+one, copied with its template replaced."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ pytestmark = pytest.mark.slow
 HOSTILE = "{% for m in messages %}{{ 'x' * 1000000000 }}{% endfor %}"
 
 
-def test_a_hostile_chat_template_is_an_error_and_the_app_goes_on(qtbot, tmp_path, reference_dir):
-    bad = patch_metadata(reference_dir / "tiny" / "llama" / "tiny-llama.gguf", tmp_path / "hostile.gguf",
-                         "tokenizer.chat_template", HOSTILE)
+def test_a_hostile_chat_template_is_an_error_and_the_app_goes_on(qtbot, tmp_path, default_model_path):
+    bad = patch_metadata(default_model_path, tmp_path / "hostile.gguf", "tokenizer.chat_template", HOSTILE)
     w = open_window(tmp_path / "data", tmp_path / "cache")
     try:
         loaded = []
@@ -28,7 +27,7 @@ def test_a_hostile_chat_template_is_an_error_and_the_app_goes_on(qtbot, tmp_path
         qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
         wait_until(lambda: not w.conversation.generating, 60)
         shown = w.conversation.model.messages()
-        assert "tiny-random-llama: the chat template renders too much" in w.bannerLabel.text()
+        assert "the chat template renders too much" in w.bannerLabel.text()
         assert [m.role for m in shown] == ["user", "assistant"] and shown[1].stats["stop_reason"] == "error"
         assert w.sendButton.isVisible() and not w.conversation.generating
 
