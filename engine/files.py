@@ -8,16 +8,24 @@ directory or a link, and several Hearth processes may share a folder.
     file_kind(path)             "a regular file", "a directory", "a FIFO" ... (what lstat says)
     link_target(path)           where a symbolic link (in any component of the path) leads, or None
     move_aside(path, label)     renamed to a name no other process picks: <stem>.<label>-<time>-<pid>-<rand>
+    file_lock(path)             a context holding an exclusive lock on `<path>.lock` (other processes
+                                wait for it), for read-modify-write of a file several processes share
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import secrets
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
+
+try:
+    import fcntl
+except ImportError:       # Windows: no advisory locks through this module; one process is the rule there
+    fcntl = None
 
 _KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -76,3 +84,18 @@ def move_aside(path: str | os.PathLike, label: str, now: dt.datetime | None = No
         if not os.path.lexists(target):
             os.rename(path, target)
             return target
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive advisory lock on `<path>.lock` for the block; other processes taking the
+    same lock wait. The lock goes with the process, so one that dies never leaves it held."""
+    lock = Path(str(path) + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)          # closing releases the lock

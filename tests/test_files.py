@@ -6,11 +6,15 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from engine.files import NotRegularFile, file_kind, link_target, move_aside, open_regular
+from engine.files import NotRegularFile, file_kind, file_lock, link_target, move_aside, open_regular
 
 
 def opened_within(path, seconds: float = 10.0):
@@ -88,3 +92,23 @@ def test_move_aside_names_never_collide_even_in_one_second(tmp_path):
         assert moved.name.startswith("chats.corrupt-20261201-090000-") and moved.suffix == ".sqlite3"
         names.add(moved.name)
     assert len(names) == 50 and len(list(tmp_path.iterdir())) == 50
+
+
+def test_file_lock_makes_another_process_wait(tmp_path):
+    target = tmp_path / "presets.json"
+    script = ("import sys, time; from engine.files import file_lock\n"
+              "with file_lock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(1.0)\n")
+    root = Path(__file__).resolve().parent.parent
+    other = subprocess.Popen([sys.executable, "-c", script, str(target)], stdout=subprocess.PIPE, text=True,
+                             env={"PYTHONPATH": str(root), "PATH": ""})
+    try:
+        assert other.stdout.readline().strip() == "locked"
+        t0 = time.monotonic()
+        with file_lock(target):
+            waited = time.monotonic() - t0
+        assert waited > 0.3                                # it waited for the other process's block
+    finally:
+        other.wait(10)
+    import fcntl
+    with open(str(target) + ".lock") as f:                 # free once the other has gone
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
