@@ -10,6 +10,9 @@ directory or a link, and several Hearth processes may share a folder.
     move_aside(path, label)     renamed to a name no other process picks: <stem>.<label>-<time>-<pid>-<rand>
     file_lock(path)             a context holding an exclusive lock on `<path>.lock` (other processes
                                 wait for it), for read-modify-write of a file several processes share
+    lock_while_writing(fd)      a writer marks its temporary file as in use (a lock on the file itself)
+    orphaned(paths)             those temporary files no live writer holds: left by a crash or a full
+                                disk, safe to delete
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import datetime as dt
 import os
 import secrets
 import stat
+import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
@@ -99,3 +103,41 @@ def file_lock(path: str | os.PathLike) -> Iterator[None]:
         yield
     finally:
         os.close(fd)          # closing releases the lock
+
+
+def lock_while_writing(fd: int) -> None:
+    """Mark the temporary file open on `fd` as being written: `orphaned` skips it until the
+    descriptor is closed (or its process dies)."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def orphaned(paths, min_age_s: float = 10.0) -> list[Path]:
+    """The temporary files among `paths` that no writer holds (its process crashed, or gave up and
+    could not delete it), older than `min_age_s` (a writer locks its file just after creating it).
+    Without advisory locks, only those older than an hour."""
+    out = []
+    now = time.time()
+    for p in map(Path, paths):
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < min_age_s:
+            continue
+        if fcntl is None:
+            if now - st.st_mtime > 3600:
+                out.append(p)
+            continue
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            out.append(p)
+        except OSError:
+            pass                # a live writer holds it
+        finally:
+            os.close(fd)
+    return out

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.files import NotRegularFile, file_kind, file_lock, link_target, move_aside, open_regular
+from engine.files import (NotRegularFile, file_kind, file_lock, link_target, lock_while_writing, move_aside,
+                          open_regular, orphaned)
 
 
 def opened_within(path, seconds: float = 10.0):
@@ -112,3 +113,30 @@ def test_file_lock_makes_another_process_wait(tmp_path):
     import fcntl
     with open(str(target) + ".lock") as f:                 # free once the other has gone
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_orphaned_temporaries_are_those_no_live_writer_holds(tmp_path):
+    old = time.time() - 120
+    left = tmp_path / ".a.tmp"
+    left.write_bytes(b"x" * 1000)                        # its writer crashed
+    fresh = tmp_path / ".c.tmp"
+    fresh.write_bytes(b"x")                              # just created: its writer may not hold it yet
+    held = tmp_path / ".b.tmp"
+    script = ("import os, sys, time; from engine.files import lock_while_writing\n"
+              "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); lock_while_writing(fd)\n"
+              "os.utime(sys.argv[1], (time.time() - 120, time.time() - 120)); print('writing', flush=True)\n"
+              "sys.stdin.readline()\n")
+    root = Path(__file__).resolve().parent.parent
+    writer = subprocess.Popen([sys.executable, "-c", script, str(held)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(root), "PATH": ""})
+    try:
+        assert writer.stdout.readline().strip() == "writing"
+        os.utime(left, (old, old))
+        assert orphaned([left, held, fresh, tmp_path / "gone.tmp"]) == [left]
+    finally:
+        writer.kill()
+        writer.wait(10)
+    assert orphaned([held]) == [held]                    # its writer died: it is an orphan now
+    with open(held, "rb") as f:
+        lock_while_writing(f.fileno())
+        assert orphaned([held]) == []                    # held by this process's own writer
