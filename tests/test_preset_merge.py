@@ -6,7 +6,7 @@ from app.preset_merge import merge
 
 
 def run(base, mine, theirs):
-    b = {k: v for k, v in base}
+    b = {p[0]: p for p in base}
     return merge(b, mine, theirs, key=lambda p: p[0], same=lambda a, c: a == c)
 
 
