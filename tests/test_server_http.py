@@ -56,7 +56,7 @@ def exchange(port: int, raw: bytes, timeout: float = 30.0, connect_timeout: floa
 def post(body: bytes, *, length: str | None = None, close: bool = True) -> bytes:
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body) if length is None else length}\r\n")
-    return (head + ("Connection: close\r\n" if close else "") + "\r\n").encode() + body
+    return (head + ("Connection: close\r\n" if close else "") + "\r\n").encode("latin-1") + body
 
 
 def responses(raw: bytes) -> list[tuple[int, dict, bytes]]:
@@ -91,7 +91,7 @@ def test_a_negative_content_length_is_a_400_and_smuggles_nothing(served):
     status, headers, body = got[0]
     assert status == 400 and "Content-Length" in json.loads(body)["error"]["message"]
     assert json.loads(body)["error"]["param"] == "Content-Length" and headers["connection"] == "close"
-    for bad in ("+5", " 5x", "0x10", "1e3"):
+    for bad in ("+5", " 5x", "0x10", "1e3", "\u00b2"):      # "²" is a digit to str.isdigit
         [(status, _, body)] = responses(exchange(server.port, post(b"{}", length=bad, close=False)))
         assert status == 400 and "Content-Length" in json.loads(body)["error"]["message"], bad
 

@@ -36,6 +36,7 @@ LISTEN_BACKLOG = 512   # connection attempts the kernel holds before accept(); p
 MAX_PENDING = 64       # chat requests queued or generating; more are answered 503 with Retry-After
 MAX_CONNECTIONS = 256  # open connections (one thread each); more are answered 503 and closed
 RETRY_AFTER_S = 2
+MAX_REFUSING = 64      # connections being answered 503 at once; past even that, they are closed unanswered
 
 
 def is_loopback(host: str) -> bool:
@@ -65,15 +66,25 @@ class HearthServer(ThreadingHTTPServer):
         self.max_pending, self.max_connections = max_pending, max_connections
         self._pending = threading.BoundedSemaphore(max_pending)
         self._connections = threading.BoundedSemaphore(max_connections)
+        self._refusing = threading.BoundedSemaphore(MAX_REFUSING)
         super().__init__((host, port), _Handler)
 
     def process_request(self, request, client_address) -> None:
         """One thread per connection, up to `max_connections`; beyond, a short-lived thread answers
         503 (see `_refuse_busy`)."""
         if not self._connections.acquire(blocking=False):
-            threading.Thread(target=_refuse_busy, args=(request,), daemon=True).start()
+            if self._refusing.acquire(blocking=False):
+                threading.Thread(target=self._refuse, args=(request,), daemon=True).start()
+            else:
+                self.shutdown_request(request)
             return
         super().process_request(request, client_address)
+
+    def _refuse(self, request) -> None:
+        try:
+            _refuse_busy(request)
+        finally:
+            self._refusing.release()
 
     def process_request_thread(self, request, client_address) -> None:
         try:
@@ -201,7 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             raise RequestError("send the request with a Content-Length, not chunked", status=411)
         length = self.headers.get("Content-Length", "0").strip()
-        if not length.isdigit():   # a sign or a space would let the body be read as the next request
+        if not (length.isascii() and length.isdigit()):   # a sign would let the body be read as the next request
             raise RequestError(f"Content-Length must be a whole number of bytes, not {length[:20]!r}",
                                param="Content-Length")
         n = int(length)
