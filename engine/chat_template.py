@@ -23,9 +23,11 @@ caller tokenizes it with `parse_special=True` and must not add a second BOS.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import threading
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
@@ -42,6 +44,8 @@ from .watchdog import Deadline, deadline
 MAX_RANGE = 100_000                 # items one range() may yield
 MAX_CHARS = 4 << 20                 # rendered characters: a million tokens and more, beyond any context
 TIME_LIMIT_S = 5.0                  # real templates render a long chat in milliseconds
+BUILD_BUDGET = 64                   # times MAX_CHARS: all one render may build (templates that grow
+                                    # the prompt message by message build it quadratically)
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -87,30 +91,89 @@ def _bounded_range(*args) -> range:
     return r
 
 
+class _BoundedBuffer(list):
+    """Where a template's captured output (a set block, a macro body) collects: counted as it grows."""
+
+    def __init__(self, max_chars: int):
+        super().__init__()
+        self.max_chars, self.chars = max_chars, 0
+
+    def append(self, part) -> None:
+        self._count(len(part))
+        super().append(part)
+
+    def extend(self, parts) -> None:
+        parts = list(parts)
+        self._count(sum(map(len, parts)))
+        super().extend(parts)
+
+    def _count(self, n: int) -> None:
+        self.chars += n
+        if self.chars > self.max_chars:
+            raise _TemplateTooLarge(f"captured output of more than {self.max_chars:,} characters")
+
+
 class _BoundedCodeGenerator(CodeGenerator):
-    """Compiles `a ~ b` so that its result goes through the environment's size check."""
+    """Compiles `a ~ b` so that its result goes through the environment's size check, and captured
+    output into a buffer that counts what it holds."""
 
     def visit_Concat(self, node, frame) -> None:
         self.write("environment.bounded(")
         super().visit_Concat(node, frame)
         self.write(")")
 
+    def buffer(self, frame) -> None:
+        frame.buffer = self.temporary_identifier()
+        self.writeline(f"{frame.buffer} = environment.new_buffer()")
+
 
 class _BoundedEnvironment(ImmutableSandboxedEnvironment):
-    """The sandbox, with every value a template builds checked against the size cap: `*` before it
-    builds (it can multiply a length by any number), `+`, `%`, `~`, calls and filters after (they
-    at most add their operands' lengths, so a loop that doubles a string stops at twice the cap)."""
+    """The sandbox, with every value a template builds checked against the size cap: `*` and the
+    joins of captured output before they build (a length times any number; any number of parts),
+    `+`, `%`, `~`, calls and filters after (they at most add their operands' lengths, so a loop
+    that doubles a string stops at twice the cap)."""
     intercepted_binops = frozenset({"*", "+", "%"})
     code_generator_class = _BoundedCodeGenerator
 
     def __init__(self, max_chars: int, **kw):
         super().__init__(**kw)
         self.max_chars = max_chars
+        self._render = threading.local()
+        # Compiled templates join captured output (set blocks, macro bodies, filter blocks) with
+        # `environment.concat`: measured before joining, so no such join builds past the cap.
+        self.concat = self.bounded_join
+
+    def new_buffer(self) -> _BoundedBuffer:
+        return _BoundedBuffer(self.max_chars)
+
+    def bounded_join(self, parts) -> str:
+        parts = parts if isinstance(parts, list) else list(parts)
+        n = sum(map(len, parts))
+        if n > self.max_chars:
+            raise _TemplateTooLarge(f"captured output of {n:,} characters (at most {self.max_chars:,})")
+        return "".join(parts)
 
     def bounded(self, value, what: str = "a value"):
-        if isinstance(value, (str, list, tuple, dict)) and len(value) > self.max_chars:
-            raise _TemplateTooLarge(f"{what} of {len(value):,} items (at most {self.max_chars:,})")
+        if isinstance(value, (str, list, tuple, dict)):
+            n = len(value)
+            if n > self.max_chars:
+                raise _TemplateTooLarge(f"{what} of {n:,} items (at most {self.max_chars:,})")
+            left = getattr(self._render, "left", None)
+            if left is not None:
+                self._render.left = left - n
+                if left - n < 0:
+                    raise _TemplateTooLarge(f"more than {BUILD_BUDGET * self.max_chars:,} items built in all")
         return value
+
+    @contextlib.contextmanager
+    def budget(self):
+        """What one render may build in all (each value it builds may be kept, so this bounds its
+        memory): BUILD_BUDGET times the output cap."""
+        self._render.left = BUILD_BUDGET * self.max_chars
+        try:
+            yield
+        finally:
+            self._render.left = None
 
     def bound_filters(self) -> None:
         for name, f in list(self.filters.items()):
@@ -224,13 +287,14 @@ class ChatTemplate:
             raise TemplateError(f"{self.model_name}: the chat template failed: {type(e).__name__}: {e}") from e
 
     def _render_capped(self, variables: dict) -> str:
-        """The rendered text, stopped as soon as it passes `max_chars`."""
+        """The rendered text, stopped as soon as it passes `max_chars` (or builds past the budget)."""
         parts, n = [], 0
-        for part in self._template.generate(**variables):
-            n += len(part)
-            if n > self.max_chars:
-                raise _TemplateTooLarge(f"more than {self.max_chars:,} characters")
-            parts.append(part)
+        with self._template.environment.budget():
+            for part in self._template.generate(**variables):
+                n += len(part)
+                if n > self.max_chars:
+                    raise _TemplateTooLarge(f"more than {self.max_chars:,} characters")
+                parts.append(part)
         return "".join(parts)
 
     def __repr__(self) -> str:

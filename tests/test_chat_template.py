@@ -341,10 +341,26 @@ def test_a_render_that_ends_in_time_is_never_interrupted_later():
     ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s.replace('x', 'xx') %}{% endfor %}",
      "a call's result"),
     ("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", "more than 4,194,304 characters"),
+    ("{% set s %}{% for i in range(100000) %}{{ 'x' * 4000000 }}{% endfor %}{% endset %}",
+     "captured output of more than 4,194,304 characters"),
+    ("{% macro f() %}{% for i in range(100000) %}{{ 'x' * 4000000 }}{% endfor %}{% endmacro %}{{ f() }}",
+     "captured output of more than 4,194,304 characters"),
+    ("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [('x' * 4000000) ~ i] %}"
+     "{% endfor %}", "more than 268,435,456 items built in all"),
 ])
 def test_templates_that_build_huge_strings_are_refused_with_a_template_error(source, match):
     with pytest.raises(TemplateError, match="hostile: the chat template renders too much: " + match):
         ChatTemplate(source, model_name="hostile").render(HI)
+
+
+def test_a_long_chat_is_well_within_the_bounds():
+    chat = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "word " * 400}
+            for i in range(400)]                           # 800,000 characters: past most contexts
+    text = ChatTemplate(CHATML_TEMPLATE).render(chat)
+    assert text.count("<|im_start|>") == 401 and len(text) > 800_000
+    growing = ChatTemplate("{% set ns = namespace(p='') %}{% for m in messages %}"
+                           "{% set ns.p = ns.p + m.role + ': ' + m.content + '\\n' %}{% endfor %}{{ ns.p }}")
+    assert growing.render(chat[:200]).count(": message ") == 200   # the prompt rebuilt per message
 
 
 def test_runaway_recursion_is_a_template_error():
