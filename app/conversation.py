@@ -90,7 +90,12 @@ class Conversation(QObject):
 
     def open_chat(self, chat_id: int | None) -> None:
         self.chat_id = chat_id
-        msgs = self.chats.messages(chat_id) if chat_id else []
+        try:
+            msgs = self.chats.messages(chat_id) if chat_id else []
+        except sqlite3.DatabaseError as e:     # damaged since the check at start
+            msgs = []
+            self.storageFailed.emit(f"This chat could not be read ({e}). Restart Hearth: it checks the chats "
+                                    "database at start and recovers what can be read.")
         self.model.set_messages(msgs)
         for u in self._unsaved:               # kept in memory until the disk has room: shown too
             if u["chat"] == chat_id:

@@ -201,3 +201,27 @@ def test_deletions_of_a_process_that_died_are_purged_at_the_next_open(tmp_path):
     first.wait(10)
     s = ChatStore(path)
     assert s.chat(a.id) is None and s.chat(legacy.id) is None and [c.title for c in s.chats()] == ["b"]
+
+
+def test_damage_after_the_start_check_is_reported_when_a_chat_opens(qtbot, tmp_path):
+    """The conversation's side: a chat that cannot be read gives a message, not an exception in a slot."""
+    from PySide6.QtCore import QObject, Signal
+
+    from app.conversation import Conversation
+    from app.preset_store import PresetStore
+
+    class Worker(QObject):
+        delta, finished, failed, modelLoaded = Signal(int, str), Signal(int, dict), Signal(int, str), Signal(dict)
+
+    class Client:
+        worker = Worker()
+
+    path = tmp_path / "chats.sqlite3"
+    written = filled_store(path)
+    store = ChatStore(path)
+    damage_pages(path, [root_page(path, "messages_by_chat")])
+    conv = Conversation(store, PresetStore(tmp_path / "presets.json"), Client())
+    said = []
+    conv.storageFailed.connect(said.append)
+    conv.open_chat(next(iter(written)))
+    assert said and "could not be read" in said[0] and conv.model.rowCount() == 0
