@@ -343,29 +343,6 @@ def test_regenerate_drops_the_tool_rounds_of_the_reply(qtbot, window):
     assert msgs[1].tool_calls[0]["result"] == "1081"
 
 
-def test_restart_shows_the_stored_tool_block(qtbot, window, dirs):
-    chat_id = window._tools_chat
-    ask(qtbot, window, "What is 23 times 47?", CALL)       # quitting while a call waits keeps it
-    wait_confirm(window)
-    waiting_chat = window.conversation.chat_id
-    window.close()
-    w2 = open_window(*dirs)
-    try:
-        w2.sidebar.select(waiting_chat)
-        wait_until(lambda: w2.conversation.chat_id == waiting_chat)
-        assert [b.role for b in w2.messageView.bubbles()] == ["user", "assistant"]
-        assert "→ stopped" in w2.messageView.bubbles()[1].toolBlocks.blocks[0].summary.text()
-        assert not w2.toolConfirm.isVisible() and not w2.conversation.generating
-        w2.sidebar.select(chat_id)
-        wait_until(lambda: w2.conversation.chat_id == chat_id)
-        blocks = w2.messageView.bubbles()[1].toolBlocks.blocks
-        assert len(blocks) == 1 and blocks[0].summary.text() == 'calculator(expression="23*47") → 1081'
-        wait_until(blocks[0].isVisible, 5)   # (a widget added to a shown layout is shown by a queued call)
-        assert ChatStore(dirs[0] / "chats.sqlite3").messages(chat_id)[1].tool_calls[0]["result"] == "1081"
-    finally:
-        w2.close()
-
-
 def test_a_picked_link_names_its_target_before_it_is_read(qtbot, window, tmp_path):
     w = window
     (tmp_path / "real").mkdir()
@@ -402,3 +379,26 @@ def test_a_picked_fifo_is_an_error_result_not_a_hang(qtbot, window, tmp_path):
                 pass
     call = stored(w)[1].tool_calls[0]
     assert call["is_error"] and "FIFO" in call["result"]
+
+
+def test_restart_shows_the_stored_tool_block(qtbot, window, dirs):
+    chat_id = window._tools_chat
+    ask(qtbot, window, "What is 23 times 47?", CALL)       # quitting while a call waits keeps it
+    wait_confirm(window)
+    waiting_chat = window.conversation.chat_id
+    window.close()
+    w2 = open_window(*dirs)
+    try:
+        w2.sidebar.select(waiting_chat)
+        wait_until(lambda: w2.conversation.chat_id == waiting_chat)
+        assert [b.role for b in w2.messageView.bubbles()] == ["user", "assistant"]
+        assert "→ stopped" in w2.messageView.bubbles()[1].toolBlocks.blocks[0].summary.text()
+        assert not w2.toolConfirm.isVisible() and not w2.conversation.generating
+        w2.sidebar.select(chat_id)
+        wait_until(lambda: w2.conversation.chat_id == chat_id)
+        blocks = w2.messageView.bubbles()[1].toolBlocks.blocks
+        assert len(blocks) == 1 and blocks[0].summary.text() == 'calculator(expression="23*47") → 1081'
+        wait_until(blocks[0].isVisible, 5)   # (a widget added to a shown layout is shown by a queued call)
+        assert ChatStore(dirs[0] / "chats.sqlite3").messages(chat_id)[1].tool_calls[0]["result"] == "1081"
+    finally:
+        w2.close()
