@@ -6,9 +6,7 @@ re-measures one paragraph, not the conversation (see SegmentColumn and BubbleRow
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextOption
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolButton,
                                QVBoxLayout, QWidget)
@@ -16,8 +14,6 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSiz
 from .markdown_text import format_stats, split_markdown
 from .tool_block import ToolBlocks
 
-if TYPE_CHECKING:
-    from .message_view import MessageView
 
 class CodeBlock(QFrame):
     """A fenced code block: language, Copy button, monospace text that scrolls sideways."""
@@ -155,11 +151,18 @@ class SegmentColumn(QWidget):
 
 
 class MessageBubble(QFrame):
-    """One message: a header (who, stats, actions) and its body."""
+    """One message: a header (who, stats, actions) and its body.
 
-    def __init__(self, view: "MessageView", role: str, parent=None):
+    Signals:
+        editClicked(): the user message's Edit was clicked
+        regenerateClicked(): the reply's Regenerate was clicked
+    """
+
+    editClicked = Signal()
+    regenerateClicked = Signal()
+
+    def __init__(self, role: str, parent=None):
         super().__init__(parent)
-        self._view = view
         self.role = role
         self.setObjectName("userBubble" if role == "user" else "assistantBubble")
         self._content = None
@@ -178,10 +181,10 @@ class MessageBubble(QFrame):
         self.copyButton.clicked.connect(self._on_copy)
         if role == "user":
             self.editButton = self._action("Edit", "Edit this message and resend from here")
-            self.editButton.clicked.connect(lambda: view.editRequested.emit(self.row()))
+            self.editButton.clicked.connect(self.editClicked)
         else:
             self.regenerateButton = self._action("Regenerate", "Write this reply again")
-            self.regenerateButton.clicked.connect(view.regenerateRequested)
+            self.regenerateButton.clicked.connect(self.regenerateClicked)
         head.addWidget(self.copyButton)
         if role == "user":
             head.addWidget(self.editButton)
@@ -190,7 +193,7 @@ class MessageBubble(QFrame):
         outer.addLayout(head)
         self.body = SegmentColumn()
         outer.addWidget(self.body)
-        self.toolBlocks = ToolBlocks()          # the reply's tool calls (issue 7)
+        self.toolBlocks = ToolBlocks()          # the reply's tool calls
         self.toolBlocks.changed.connect(self._on_tools_changed)
         outer.addWidget(self.toolBlocks)
         self.typing = QLabel("…", objectName="typingIndicator")
@@ -206,9 +209,6 @@ class MessageBubble(QFrame):
         b.setObjectName(f"{text.lower()}MessageButton")
         b.setCursor(Qt.CursorShape.PointingHandCursor)
         return b
-
-    def row(self) -> int:
-        return self._view.row_of(self)
 
     def set_content(self, text: str) -> None:
         if text == self._content:

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QDo
                                QHeaderView, QLabel, QProgressBar, QPushButton, QTableWidget, QTableWidgetItem,
                                QVBoxLayout)
 
-from .backends import human_bytes
+from .chat_source import human_bytes
 
 COLUMNS = ("Preset", "Model", "Tokens", "Size", "Last used")
 

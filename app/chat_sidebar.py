@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QLineEdit, QListView
                                QVBoxLayout, QWidget)
 
 from .chat_store import Chat, ChatStore
-from .models import ChatFilterModel, ChatListModel, IdRole
+from .item_models import ChatFilterModel, ChatListModel, IdRole
 
 
 class ChatSidebar(QWidget):

@@ -67,7 +67,7 @@ def _v1(db: sqlite3.Connection) -> None:
 
 
 def _v2(db: sqlite3.Connection) -> None:
-    # Soft delete (for undo), tool calls (issue 7) and the model that wrote each reply.
+    # Soft delete (for undo), tool calls and the model that wrote each reply.
     db.execute("ALTER TABLE chats ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0")
     db.execute("ALTER TABLE messages ADD COLUMN tool_calls TEXT NOT NULL DEFAULT '[]'")
     db.execute("ALTER TABLE messages ADD COLUMN model TEXT NOT NULL DEFAULT ''")

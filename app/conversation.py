@@ -19,14 +19,16 @@ Signals:
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, QTimer, Signal
-
 import sqlite3
 
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from engine.preset_format import Preset
+
 from .chat_store import Chat, ChatStore, ChatStoreError, Message
-from .models import MessageModel
-from .preset_store import Preset, PresetStore
-from .remote_backend import remote_tool_calls
+from .item_models import MessageModel
+from .preset_store import PresetStore
+from .remote_source import remote_tool_calls
 from .tool_flow import ToolFlow, record_of, with_round
 from .worker import EngineClient
 
@@ -55,7 +57,7 @@ class Conversation(QObject):
         self._gen: dict | None = None        # {"rid", "chat", "text", "row", "pending"}
         self._flush = QTimer(self, singleShot=True, interval=FLUSH_MS)
         self._flush.timeout.connect(self._on_flush)
-        # Tool calls (issue 7): the flow confirms and runs them; `reply_prefixes` are texts the next
+        # Tool calls: the flow confirms and runs them; `reply_prefixes` are texts the next
         # replies start with ("continue from this text"; tests use it to script a call).
         self.tools = ToolFlow(self)
         self.tools.roundDone.connect(self._on_round_done)

@@ -12,10 +12,10 @@ from PySide6.QtWidgets import QApplication
 
 from engine.paths import cache_dir, data_dir
 
-from .backends import LocalBackend
+from .chat_source import LocalBackend
 from .chat_store import ChatStore
 from .preset_store import RESOURCES, PresetStore
-from .remote_backend import RemoteBackend, RoutingBackend
+from .remote_source import RemoteBackend, RoutingBackend
 from .settings import Settings
 from .window import MainWindow
 

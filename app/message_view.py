@@ -16,7 +16,7 @@ from PySide6.QtCore import QEvent, QModelIndex, Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from .bubbles import BubbleRow, MessageBubble
-from .models import ErrorRole, RoleRole, StatsRole, StreamingRole, ToolCallsRole
+from .item_models import ErrorRole, RoleRole, StatsRole, StreamingRole, ToolCallsRole
 
 
 class MessageView(QScrollArea):
@@ -104,7 +104,9 @@ class MessageView(QScrollArea):
     def _on_inserted(self, parent, first: int, last: int) -> None:
         for row in range(first, last + 1):
             idx = self._model.index(row, 0)
-            bubble = MessageBubble(self, idx.data(RoleRole))
+            bubble = MessageBubble(idx.data(RoleRole))
+            bubble.editClicked.connect(lambda b=bubble: self.editRequested.emit(self.row_of(b)))
+            bubble.regenerateClicked.connect(self.regenerateRequested)
             holder = BubbleRow(bubble)
             self._layout.insertWidget(1 + row, holder)
             self._bubbles.insert(row, bubble)

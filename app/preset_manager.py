@@ -18,10 +18,12 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayo
                                QLineEdit, QListView, QMenu, QMessageBox, QPlainTextEdit, QPushButton,
                                QSplitter, QToolButton, QVBoxLayout, QWidget)
 
-from .models import IdRole, PresetListModel
-from .preset_store import RESOURCES, Preset, PresetError, PresetStore, new_id
+from engine.preset_format import Preset, PresetError, new_id
+from engine.tools import ToolSchemaError, validate_tool_set
+
+from .item_models import IdRole, PresetListModel
+from .preset_store import RESOURCES, PresetStore
 from .sampling_panel import SamplingPanel
-from .tool_schema import ToolError, validate_tools
 
 
 def shipped_toolsets() -> list[dict]:
@@ -30,8 +32,8 @@ def shipped_toolsets() -> list[dict]:
         try:
             d = json.loads(p.read_text(encoding="utf-8"))
             out.append({"name": d["name"], "description": d.get("description", ""),
-                        "tools": validate_tools(d["tools"])})
-        except (OSError, ValueError, KeyError, ToolError):
+                        "tools": validate_tool_set(d["tools"])})
+        except (OSError, ValueError, KeyError, ToolSchemaError):
             continue
     return out
 
@@ -191,8 +193,8 @@ class PresetManager(QDialog):
         except json.JSONDecodeError as e:
             raise PresetError(f"Tools: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
         try:
-            return validate_tools(tools)
-        except ToolError as e:
+            return validate_tool_set(tools)
+        except ToolSchemaError as e:
             raise PresetError(f"Tool definition error: {e}") from None
 
     def check_tools(self) -> bool:

@@ -1,178 +1,21 @@
-"""Presets: Qt-free storage in one JSON file with a version field, written atomically.
+"""The user's presets: `data_dir()/presets.json` (also the export/import format), Qt-free.
 
-File format (`data_dir()/presets.json`, also the export/import format):
-
-    {
-      "format": "hearth-presets",
-      "version": 1,
-      "presets": [
-        {
-          "id": "assistant",                      # stable, unique; images and chats refer to it
-          "name": "Assistant",
-          "system_prompt": "You are ...",
-          "tools": [ {"type": "function", "function": {"name", "description", "parameters"}} ],
-          "sampling": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05,
-                       "repeat_penalty": 1.1, "seed": -1, "max_tokens": 1024},   # seed -1: random
-          "model": ""                             # preferred model path, "" = any
-        }
-      ]
-    }
-
-The order of `presets` is the order in the picker. A file that cannot be read (bad JSON, another
-format, a newer version, an invalid preset) is never silently dropped: it is moved aside to
-`presets.corrupt-<time>.json`, every preset in it that is still valid is kept, and `notice` says what
-happened so the window can show it.
+The format (parse, validate, dump) is engine/preset_format.py's; this module owns the file: written
+atomically, and a file that cannot be read (bad JSON, another format, a newer version, an invalid
+preset) is never silently dropped: it is moved aside to `presets.corrupt-<time>.json`, every preset
+in it that is still valid is kept, and `notice` says what happened so the window can show it.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import os
-import tempfile
 import time
-import uuid
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .tool_schema import ToolError, validate_tools
+from engine.atomic_file import write_text_atomic
+from engine.preset_format import Preset, PresetError, dumps, new_id, parse
 
-FORMAT = "hearth-presets"
-VERSION = 1
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
-
-DEFAULT_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05,
-                    "repeat_penalty": 1.1, "seed": -1, "max_tokens": 1024}
-_SAMPLING_TYPES = {"temperature": float, "top_p": float, "top_k": int, "min_p": float,
-                   "repeat_penalty": float, "seed": int, "max_tokens": int}
-_SAMPLING_RANGES = {"temperature": (0, 5), "top_p": (0, 1), "top_k": (0, 100000), "min_p": (0, 1),
-                    "repeat_penalty": (0.5, 3), "seed": (-1, 2**31 - 1), "max_tokens": (1, 1 << 20)}
-
-
-class PresetError(ValueError):
-    """A preset or presets file that cannot be used; the message says which field and why."""
-
-
-@dataclass
-class Preset:
-    id: str
-    name: str
-    system_prompt: str = ""
-    tools: list = field(default_factory=list)
-    sampling: dict = field(default_factory=lambda: dict(DEFAULT_SAMPLING))
-    model: str = ""
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d, where: str = "preset") -> "Preset":
-        if not isinstance(d, dict):
-            raise PresetError(f"{where}: expected an object")
-        name = d.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise PresetError(f"{where}.name: a preset needs a non-empty name")
-        pid = d.get("id") or new_id()
-        if not isinstance(pid, str):
-            raise PresetError(f"{where}.id: must be a string")
-        system = d.get("system_prompt", "")
-        if not isinstance(system, str):
-            raise PresetError(f"{where}.system_prompt: must be a string")
-        try:
-            tools = validate_tools(d.get("tools", []))
-        except ToolError as e:
-            raise PresetError(f"{where}.{e}") from None
-        sampling = check_sampling(d.get("sampling", {}), f"{where}.sampling")
-        model = d.get("model", "") or ""
-        if not isinstance(model, str):
-            raise PresetError(f"{where}.model: must be a path string")
-        return cls(pid, name.strip(), system, tools, sampling, model)
-
-    def copy(self) -> "Preset":
-        return copy.deepcopy(self)
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-def check_sampling(s, where: str = "sampling") -> dict:
-    if not isinstance(s, dict):
-        raise PresetError(f"{where}: expected an object")
-    out = dict(DEFAULT_SAMPLING)
-    for k, v in s.items():
-        if k not in _SAMPLING_TYPES:
-            raise PresetError(f"{where}.{k}: unknown setting (known: {', '.join(_SAMPLING_TYPES)})")
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise PresetError(f"{where}.{k}: must be a number")
-        if _SAMPLING_TYPES[k] is int and v != int(v):
-            raise PresetError(f"{where}.{k}: must be a whole number")
-        lo, hi = _SAMPLING_RANGES[k]
-        if not lo <= v <= hi:
-            raise PresetError(f"{where}.{k}: {v} is outside {lo}..{hi}")
-        out[k] = _SAMPLING_TYPES[k](v)
-    return out
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder, fsync, rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass  # some platforms cannot fsync a directory
-
-
-def dumps(presets: list[Preset]) -> str:
-    return json.dumps({"format": FORMAT, "version": VERSION, "presets": [p.to_json() for p in presets]},
-                      indent=2, ensure_ascii=False) + "\n"
-
-
-def parse(text: str, source: str) -> tuple[list[Preset], list[str]]:
-    """Presets of a file's text and the problems met. Raises PresetError when nothing is usable."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PresetError(f"{source}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise PresetError(f"{source}: not a Hearth presets file (expected \"format\": \"{FORMAT}\")")
-    v = doc.get("version")
-    if not isinstance(v, int) or v < 1:
-        raise PresetError(f"{source}: missing or invalid \"version\"")
-    if v > VERSION:
-        raise PresetError(f"{source}: version {v} is newer than this Hearth reads ({VERSION}); update Hearth")
-    items = doc.get("presets")
-    if not isinstance(items, list):
-        raise PresetError(f"{source}: \"presets\" must be a list")
-    out, problems, ids = [], [], set()
-    for i, d in enumerate(items):
-        try:
-            p = Preset.from_json(d, f"presets[{i}]")
-        except PresetError as e:
-            problems.append(str(e))
-            continue
-        if p.id in ids:
-            p.id = new_id()
-        ids.add(p.id)
-        out.append(p)
-    return out, problems
 
 
 class PresetStore:
@@ -217,7 +60,7 @@ class PresetStore:
             return [Preset("assistant", "Assistant", "You are a helpful assistant.")]
 
     def save(self) -> None:
-        atomic_write_text(self.path, dumps(self.presets))
+        write_text_atomic(self.path, dumps(self.presets))
 
     # -- queries --------------------------------------------------------------------------------------
     def get(self, pid: str) -> Preset | None:
@@ -261,7 +104,7 @@ class PresetStore:
         self.save()
 
     def export(self, pids: list[str], path: str | Path) -> None:
-        atomic_write_text(Path(path), dumps([p for p in self.presets if p.id in pids]))
+        write_text_atomic(Path(path), dumps([p for p in self.presets if p.id in pids]))
 
     def import_file(self, path: str | Path) -> list[Preset]:
         """Add every preset of an exported file; raises PresetError if any is invalid (none added)."""

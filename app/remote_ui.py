@@ -1,16 +1,20 @@
-"""The window's remote-server parts (issue 9): the picker's remembered servers and "Remote server…",
+"""The window's remote-server parts: the picker's remembered servers and "Remote server…",
 the dialog, what the top bar and status line say for a remote model, and keeping a failed
 message's text in the input box.
 
-`RemoteUI(window)` is made by the MainWindow; it only connects to the window's signals and widgets,
-and the window calls `add_picker_items` and `open_dialog`.
+`RemoteUI(window)` is made by the MainWindow; it connects to the window's signals and public
+widgets, the window calls `add_picker_items` and `open_dialog`, and what it asks of the window goes
+by signal:
+    dialogClosed(): the remote dialog closed (the picker lists the remembered servers again)
+    loadRequested(str path): load this model (a `remote:` path)
+    notice(str): a sentence for the user
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Qt
+from PySide6.QtCore import QObject, Qt, Signal
 
-from .remote_backend import RoutingBackend, host_of, parse_remote_path, remote_path
+from .remote_source import RoutingBackend, host_of, parse_remote_path, remote_path
 from .remote_dialog import RemoteServerDialog
 from .remote_servers import RemoteServers
 
@@ -19,6 +23,10 @@ LOCAL_ONLY_SAMPLING = ("top_k", "min_p", "repeat_penalty")
 
 
 class RemoteUI(QObject):
+    dialogClosed = Signal()
+    loadRequested = Signal(str)
+    notice = Signal(str)
+
     def __init__(self, window):
         super().__init__(window)
         self.w = window
@@ -61,7 +69,7 @@ class RemoteUI(QObject):
         parsed = parse_remote_path(self.w.model_info.get("path_setting", ""))
         dlg = RemoteServerDialog(self.servers, self.w, url or (parsed[0] if parsed else ""))
         dlg.modelChosen.connect(self.use)
-        dlg.finished.connect(lambda _r: self.w._fill_models(self.w.model_info.get("path_setting", "")))
+        dlg.finished.connect(lambda _r: self.dialogClosed.emit())
         self.dialog = dlg
         dlg.open()            # window-modal: no other model is picked meanwhile
         return dlg
@@ -70,9 +78,9 @@ class RemoteUI(QObject):
         """Remember the server (and its key) and load its model through the worker."""
         where = self.servers.remember(url, model, api_key)
         if where == "settings":
-            self.w.show_banner("No system keyring is available, so the API key for "
-                               f"{host_of(url)} is saved in plain text in Hearth's settings file.", "notice")
-        self.w.load_model(remote_path(url, model))
+            self.notice.emit("No system keyring is available, so the API key for "
+                             f"{host_of(url)} is saved in plain text in Hearth's settings file.")
+        self.loadRequested.emit(remote_path(url, model))
 
     # -- what the window shows ------------------------------------------------------------------------
     def _on_model_ready(self, info: dict) -> None:
@@ -119,7 +127,7 @@ class RemoteUI(QObject):
         """Nothing typed is lost: the failed turn's message goes back into the input box as an edit
         of that message, so Enter sends it again in its place (unless something new was typed)."""
         w = self.w
-        if w.messageInput.toPlainText().strip() or w._edit_row is not None:
+        if w.messageInput.toPlainText().strip() or w.editing:
             return
         msgs = w.conversation.model.messages()
         row = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "user"), None)

@@ -10,7 +10,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QDoubleSpinBox, QFormLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout,
                                QWidget)
 
-from .preset_store import DEFAULT_SAMPLING
+from engine.preset_format import DEFAULT_SAMPLING
 
 # name: (label, kind, min, max, step, decimals, tooltip)
 FIELDS = {

@@ -1,5 +1,5 @@
 """Settings → "Serve Hearth on 127.0.0.1:PORT": engine/server's OpenAI-compatible HTTP server on the
-app's own engine (issue 9). Off by default, loopback only (listening elsewhere needs a token:
+app's own engine. Off by default, loopback only (listening elsewhere needs a token:
 `python -m engine serve --host … --token …`).
 
 The server's requests run on the app's engine thread, one at a time between the window's own
@@ -64,7 +64,7 @@ class EngineJobs(QObject):
         self._submitted.connect(self._runner.run, Qt.ConnectionType.QueuedConnection)
 
     def submit(self, fn):
-        from engine.server.worker import Job
+        from engine.server import Job
         job = Job(fn)
         with self._lock:
             if self._closed:
@@ -103,20 +103,25 @@ class EngineJobs(QObject):
 
 
 class ServeToggle(QObject):
-    """The menu action and the status-bar label. Signals:
+    """The menu action and the status-bar label. It knows the settings, the engine client, its menu
+    and the status bar, not the window. Signals:
         servingChanged(str url): the server started ("http://127.0.0.1:PORT/v1") or stopped ("").
+        problem(str): a sentence for the user (the server could not start).
+    Slot: `on_model_ready(info)`, connected by the window to its modelReady.
     """
 
     servingChanged = Signal(str)
+    problem = Signal(str)
 
-    def __init__(self, window, menu):
-        super().__init__(window)
-        self.w = window
+    def __init__(self, settings, client, menu, status_bar, parent=None):
+        super().__init__(parent)
+        self.settings = settings
+        self.client = client
         self.server = None
         self.service = None
         self._thread: threading.Thread | None = None
         self._engine = None
-        self.action = QAction(self._label(), window, checkable=True)
+        self.action = QAction(self._label(), menu, checkable=True)
         self.action.setObjectName("serveAction")
         self.action.setToolTip("Let other programs on this computer use the loaded model through the OpenAI "
                                "chat-completions API")
@@ -126,19 +131,18 @@ class ServeToggle(QObject):
         self.statusLabel = QLabel("", objectName="serveStatus")
         self.statusLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.statusLabel.hide()
-        window.statusBar().addPermanentWidget(self.statusLabel)
-        window.modelReady.connect(self._on_model_ready)
+        status_bar.addPermanentWidget(self.statusLabel)
 
     @property
     def url(self) -> str:
         return self.server.url if self.server is not None else ""
 
     def _label(self) -> str:
-        port = self.w.settings.get("server/port")
+        port = self.settings.get("server/port")
         return f"Serve Hearth on {HOST}:{port if port else 'any free port'}"
 
     def _local_engine(self):
-        backend = self.w.client.worker.backend
+        backend = self.client.worker.backend
         return getattr(getattr(backend, "local", backend), "engine", None)
 
     def set_serving(self, on: bool) -> None:
@@ -151,21 +155,20 @@ class ServeToggle(QObject):
 
     def _start(self) -> None:
         from engine.paths import data_dir
-        from engine.server import ChatService, HearthServer
-        from engine.server.presets import PresetPrefixes
+        from engine.server import ChatService, HearthServer, PresetPrefixes
         engine = self._local_engine()
         if engine is None:
-            self.w.show_banner("Cannot serve Hearth: no local model is loaded. Choose one in the model picker first.")
+            self.problem.emit("Cannot serve Hearth: no local model is loaded. Choose one in the model picker first.")
             return
         presets = data_dir() / "presets.json"
-        service = ChatService(engine, worker=EngineJobs(self.w.client, self._local_engine),
+        service = ChatService(engine, worker=EngineJobs(self.client, self._local_engine),
                               presets=PresetPrefixes(presets) if presets.is_file() else None)
-        port = self.w.settings.get("server/port")
+        port = self.settings.get("server/port")
         try:
             server = HearthServer(service, HOST, port)
         except OSError as e:
             service.close()
-            self.w.show_banner(f"Cannot serve Hearth on {HOST}:{port}: {e.strerror or e}. Another program may "
+            self.problem.emit(f"Cannot serve Hearth on {HOST}:{port}: {e.strerror or e}. Another program may "
                                "be using the port; change `server/port` in settings.ini.")
             return
         self.server, self.service, self._engine = server, service, engine
@@ -194,7 +197,7 @@ class ServeToggle(QObject):
             self.action.setChecked(False)
         self.servingChanged.emit("")
 
-    def _on_model_ready(self, info: dict) -> None:
+    def on_model_ready(self, info: dict) -> None:
         """A new local model: serve that one (the model id in /v1/models changes)."""
         if self.server is not None and info.get("backend") != "remote" and self._local_engine() is not self._engine:
             self.stop()

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHB
                                QVBoxLayout, QWidget)
 
 from . import theme
-from .backends import human_bytes, human_params
+from .chat_source import human_bytes, human_params
 from .cache_panel import CachePanel
 from .chat_sidebar import ChatSidebar
 from .chat_store import ChatStore
@@ -65,6 +65,9 @@ class MainWindow(QMainWindow):
         self._build()
         self._wire()
         self.remote = RemoteUI(self)
+        self.remote.dialogClosed.connect(lambda: self._fill_models(self.model_info.get("path_setting", "")))
+        self.remote.loadRequested.connect(self.load_model)
+        self.remote.notice.connect(lambda text: self.show_banner(text, "notice"))
         self._restore()
         if presets.notice:
             self.show_banner(presets.notice, "notice")
@@ -78,7 +81,26 @@ class MainWindow(QMainWindow):
                      "undoLabel", "undoButton"):
             setattr(self, name, getattr(side, name))
 
-        # Top bar: preset, model, backend, model info, sampling toggle.
+        top = self._build_top_bar()
+        centre = self._build_centre(top)
+        self.samplingPanel = SamplingPanel()
+        self.samplingPanel.setMinimumWidth(230)
+        self.splitter = QSplitter(objectName="mainSplitter")
+        self.splitter.addWidget(side)
+        self.splitter.addWidget(centre)
+        self.splitter.addWidget(self.samplingPanel)
+        self.splitter.setHandleWidth(1)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setCollapsible(1, False)
+        self.splitter.setSizes([250, 800, 230])
+        self.setCentralWidget(self.splitter)
+
+        self._build_status_bar()
+        self._menus()
+        self.resize(1280, 820)
+
+    def _build_top_bar(self) -> QWidget:
+        """Preset, model, backend, model info, sampling toggle."""
         top = QWidget(objectName="topBar")
         tl = QHBoxLayout(top)
         tl.setContentsMargins(12, 6, 12, 6)
@@ -103,8 +125,10 @@ class MainWindow(QMainWindow):
         tl.addWidget(self.backendPicker)
         tl.addWidget(self.modelInfo, 1)
         tl.addWidget(self.samplingToggle)
+        return top
 
-        # Centre: banner, conversation, progress, input.
+    def _build_centre(self, top: QWidget) -> QWidget:
+        """The top bar, then the banner, the conversation, the progress bar and the input."""
         self.banner = QFrame(objectName="banner")
         bl = QHBoxLayout(self.banner)
         bl.setContentsMargins(12, 6, 6, 6)
@@ -155,20 +179,10 @@ class MainWindow(QMainWindow):
         bo.addWidget(self.editHint)
         bo.addWidget(inputFrame)
         cl.addWidget(bottom)
+        return centre
 
-        self.samplingPanel = SamplingPanel()
-        self.samplingPanel.setMinimumWidth(230)
-        self.splitter = QSplitter(objectName="mainSplitter")
-        self.splitter.addWidget(side)
-        self.splitter.addWidget(centre)
-        self.splitter.addWidget(self.samplingPanel)
-        self.splitter.setHandleWidth(1)
-        self.splitter.setStretchFactor(1, 1)
-        self.splitter.setCollapsible(1, False)
-        self.splitter.setSizes([250, 800, 230])
-        self.setCentralWidget(self.splitter)
-
-        # Status bar.
+    def _build_status_bar(self) -> None:
+        """Prefix cache line, speed, KV memory, context used."""
         sb = self.statusBar()
         self.statusContext = QProgressBar(objectName="statusContext")
         self.statusContext.setToolTip("Context used / context size (tokens)")
@@ -182,9 +196,6 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.statusSpeed)
         sb.addPermanentWidget(self.statusKv)
         sb.addPermanentWidget(self.statusContext)
-
-        self._menus()
-        self.resize(1280, 820)
 
     def _menus(self) -> None:
         mb = self.menuBar()
@@ -213,7 +224,9 @@ class MainWindow(QMainWindow):
         v.addAction("Sampling panel", self.samplingToggle.toggle)
         s = mb.addMenu("&Settings")
         s.addAction("Prefix cache…", self.open_cache_panel)
-        self.serveToggle = ServeToggle(self, s)
+        self.serveToggle = ServeToggle(self.settings, self.client, s, self.statusBar(), self)
+        self.serveToggle.problem.connect(self.show_banner)
+        self.modelReady.connect(self.serveToggle.on_model_ready)
         self.allowFetchAction = s.addAction("Allow tools to fetch URLs")
         self.allowFetchAction.setCheckable(True)
         self.allowFetchAction.setChecked(self.settings.get("tools/allow_fetch"))
@@ -588,6 +601,11 @@ class MainWindow(QMainWindow):
                               "Esc cancels.")
         self.editHint.show()
         self.messageInput.setFocus()
+
+    @property
+    def editing(self) -> bool:
+        """A user message is in the input box as an edit (sending replaces it)."""
+        return self._edit_row is not None
 
     def cancel_edit(self) -> None:
         if self._edit_row is not None:

@@ -26,7 +26,7 @@ import traceback
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from .backends import ChatBackend
+from .chat_source import ChatBackend
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.main import create_window
-    from app.preset_store import Preset, check_sampling
+    from engine.preset_format import Preset, check_sampling
 
     app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841  (kept alive)
 

@@ -1,8 +1,10 @@
-"""Where the GPU backend's time goes: `python -m bench.gpu_profile [--model PATH]`.
+"""Where the GPU backend's time goes: `python -m bench.gpu_profile [--model PATH] [--matvec-sweep]`.
 
 Prints, for decode and for a 2,048-token prefill chunk: the Python time to encode a token's plan,
 the empty submit+readback round trip, and per kernel label the GPU time of one dispatch (each op
 repeated R times in one pass, the round trip subtracted), summed over layers.
+`--matvec-sweep` (no model needed) times the decode matvec alone on 8B-shaped matrices in every
+layout (lanes, rows per thread) and prints GB/s of weights streamed, the chosen layout marked.
 """
 
 from __future__ import annotations
@@ -45,11 +47,92 @@ def per_op(be, plan, n, kv_len, reps):
     return by, count, rt
 
 
+def timed(dev, dispatches, reps):
+    """GPU seconds of one round of `dispatches` [(kernel, buffers, groups, params)], repeated `reps`
+    times in one pass, the empty round trip subtracted."""
+    from engine.gpu.plan import Plan  # noqa: PLC0415
+    plan = Plan(dev, "sweep")
+    for k, bufs, groups, prm in dispatches:
+        plan.add(k, bufs, groups, "sweep", **prm)
+    plan.finalize()
+    probe = dev.buffer(16, "probe")
+
+    def once(r):
+        enc = dev.device.create_command_encoder()
+        for _ in range(r):
+            plan.encode(enc, 1, 1)
+        t = time.perf_counter()
+        dev.read([(probe, 0, 4)], enc)
+        return time.perf_counter() - t
+    once(2)
+    rt = float(np.median([once(0) for _ in range(5)]))
+    dt = float(np.median([once(reps) for _ in range(3)]))
+    plan.destroy()
+    return max(dt - rt, 0.0) / reps
+
+
+# byte offsets of each block type's f16 scale fields: random bits there could be NaN or Inf
+F16_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}
+
+
+def sane_blocks(rng, qtype, m, k):
+    """uint8 [m * row bytes]: random blocks of `qtype` with small finite scales (as a real file has)."""
+    from engine.quants import TYPE_BY_NAME  # noqa: PLC0415
+    t = TYPE_BY_NAME[qtype]
+    raw = rng.integers(0, 256, (m * (k // t.block_size), t.type_size), dtype=np.uint8)
+    for off in F16_FIELDS[qtype]:
+        raw[:, off:off + 2] = (rng.random(len(raw)) * 0.02 + 0.001).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return raw.reshape(-1)
+
+
+def matvec_sweep(reps=20):
+    """The decode matvec alone: weights in 4 copies (rotated, so the 50 MB L2 does not hold them)."""
+    from engine.gpu import ops  # noqa: PLC0415
+    from engine.gpu.device import Device  # noqa: PLC0415
+    from engine.gpu.kernels import Kernels  # noqa: PLC0415
+    dev = Device()
+    ks = Kernels(dev)
+    rng = np.random.default_rng(0)
+    cases = [("gate+up", ["Q4_0", "Q4_0"], 4096, 14336, "glu"), ("gate+up", ["Q8_0", "Q8_0"], 4096, 14336, "glu"),
+             ("gate+up", ["Q4_K", "Q4_K"], 4096, 14336, "glu"), ("down", ["Q4_0"], 14336, 4096, "concat"),
+             ("down", ["Q6_K"], 14336, 4096, "concat"), ("o", ["Q4_0"], 4096, 4096, "concat"),
+             ("head", ["Q6_K"], 4096, 128256, "concat"), ("1B gate+up", ["Q4_K", "Q4_K"], 2048, 8192, "glu"),
+             ("1B down", ["Q6_K"], 8192, 2048, "concat")]
+    layouts = [(32, 1, 1), (128, 2, 1), (128, 4, 1), (256, 4, 1), (128, 4, 2), (256, 2, 2), (256, 4, 2)]
+    print("\nmatvec sweep: GB/s of weights (us per dispatch); * = the layout the backend picks")
+    for name, types, k, m, mode in cases:
+        rb = ops.row_bytes(types[0], k)
+        copies = 1 if m * rb * len(types) > 400 << 20 else 4
+        ws = [[dev.upload(sane_blocks(rng, t, m, k)) for t in types] for _ in range(copies)]
+        x = dev.upload(rng.standard_normal(k).astype(np.float32))
+        g = dev.upload(rng.standard_normal(k).astype(np.float32))
+        y = dev.buffer(m * 4)
+        chosen = ops.matvec_layout(k, m, mats=len(types) if mode == "glu" else 1)
+        row = []
+        for lay in layouts:
+            norm = mode == "glu"
+            kern = ops.matvec(ks, types, mode=mode, norm=norm, residual=mode != "glu", layout=lay)
+            prm = ops.matvec_params(types, k, [m] * len(types) if mode == "glu" else [m], eps=1e-5, mode=mode)
+            disp = [(kern, [x, y] + w + ([g] if norm else []), ops.matvec_groups(m, lay), prm) for w in ws]
+            sec = timed(dev, disp, max(1, reps // copies)) / copies
+            gbs = m * rb * len(types) / max(sec, 1e-9) / 1e9
+            row.append(f"{'x'.join(map(str, lay))}{'*' if lay == chosen else ''} {gbs:,.0f} ({sec * 1e6:.0f})")
+        print(f"  {name:11s} {'+'.join(types):10s} K={k:<6d} M={m:<7d} " + " | ".join(row), flush=True)
+        for w in ws:
+            for b in w:
+                b.destroy()
+    dev.destroy()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--matvec-sweep", action="store_true")
     a = ap.parse_args(argv)
+    if a.matvec_sweep:
+        matvec_sweep(a.reps)
+        return
     from engine.config import ModelConfig  # noqa: PLC0415
     from engine.gguf import GGUFFile  # noqa: PLC0415
     from engine.gpu import GpuBackend  # noqa: PLC0415

@@ -1,5 +1,5 @@
-"""`Engine`: the public API of the inference engine (issue 3), used by the app, the CLI, the
-prefix images and the GPU backend's tests.
+"""`Engine`: the public API of the inference engine, used by the app, the server, the CLI and the
+prefix store.
 
 The Engine owns what is resident (`tokens`: the ids whose K/V the cache holds, in order), the
 longest-common-prefix reuse, sampling, stop handling and context checks; the backend only
@@ -19,8 +19,11 @@ import numpy as np
 
 from .config import ModelConfig
 from .errors import ContextFullError, EngineError
-from .generation import GenerationEvent, GenerationStats, StopMatcher, cancel_check
+from .generation import GenerationEvent, GenerationStats, StopMatcher, cancel_check, common_prefix
 from .gguf import GGUFFile
+from .prefix.format import ImageHeader
+from .prefix.io import read_image, write_image
+from .prefix.key import key_digest, model_digest
 from .sampling import Sampler, Sampling
 
 BACKENDS = ("cpu", "gpu", "auto")
@@ -163,7 +166,7 @@ class Engine:
         if not ids:
             raise EngineError("the prompt is empty (no tokens)")
         self.kv.check_fits(0, len(ids))
-        common = _common_prefix(self._tokens, ids)
+        common = common_prefix(self._tokens, ids)
         if common == len(ids) == len(self._tokens) and self._last_logits is not None:
             return common, 0, self._last_logits
         # The logits after ids[-1] are needed: recompute at least the last token.
@@ -179,25 +182,53 @@ class Engine:
             self._sync(ids)
         return len(ids)
 
-    # --- prefix images (logic in prefix_image.py; the prefix-image work owns this block) ------
+    # --- prefix images (the format, key and I/O are in engine/prefix/) ----------------------
 
-    def prefix_key(self, text: str) -> str:
+    def prefix_ids(self, text: str | Sequence[int]) -> list[int]:
+        """The prefix's token ids, tokenized exactly as `prefill` does."""
+        ids = self.tokenize(text) if isinstance(text, str) else [int(i) for i in text]
+        if not ids:
+            raise EngineError("the prefix is empty (no tokens)")
+        return ids
+
+    def prefix_header(self, ids: Sequence[int]) -> ImageHeader:
+        """The header this engine writes for the prefix `ids` (and accepts on restore)."""
+        kv = self.backend.kv
+        key = key_digest(backend=self.backend.describe(), model=model_digest(self.gguf), ids=ids)
+        return ImageHeader(kv.n_layers, kv.n_kv_heads, kv.head_dim, len(ids), int(self.config.n_vocab), key)
+
+    def prefix_key(self, text: str | Sequence[int]) -> str:
         """The key (64 hex digits) of the image this engine would write for the prefix `text`."""
-        from . import prefix_image  # noqa: PLC0415
-        return prefix_image.prefix_key(self, text)
+        return key_digest(backend=self.backend.describe(), model=model_digest(self.gguf),
+                          ids=self.prefix_ids(text)).hex()
 
-    def save_prefix(self, text: str, fileobj) -> int:
+    def save_prefix(self, text: str | Sequence[int], fileobj) -> int:
         """Make `text` resident (computing only what is not) and stream its prefix image to the
-        binary `fileobj`, one tensor per write. Returns the image's size in bytes."""
-        from . import prefix_image  # noqa: PLC0415
-        return prefix_image.save_prefix(self, text, fileobj)
+        binary `fileobj`, one tensor per write. Returns the image's size in bytes. The engine is
+        unchanged by a failing `fileobj` (a full disk): writing only reads the cache."""
+        ids = self.prefix_ids(text)
+        with self._lock:  # no generate may move the cache while it is written
+            self.prefill(ids)
+            if self._last_logits is None:  # prefill always leaves them; keep the image whole if that changes
+                raise EngineError("save_prefix: the engine has no logits after the prefix")
+            return write_image(fileobj, self.prefix_header(ids), ids, self.kv, self._last_logits)
 
-    def restore_prefix(self, text: str, fileobj) -> int:
+    def restore_prefix(self, text: str | Sequence[int], fileobj) -> int:
         """Read `text`'s prefix image from `fileobj` into the cache and make it resident with its
-        last logits. Returns its token count. Any mismatch or damage raises PrefixImageError and
-        leaves the resident tokens and their K/V as they were."""
-        from . import prefix_image  # noqa: PLC0415
-        return prefix_image.restore_prefix(self, text, fileobj)
+        last logits, so that generating right after it computes nothing. Returns its token count.
+        Any mismatch or damage raises PrefixImageError and leaves the resident tokens and their K/V
+        as they were."""
+        ids = self.prefix_ids(text)
+        with self._lock:
+            self.kv.check_fits(0, len(ids))
+            try:
+                logits = read_image(fileobj, self.prefix_header(ids), ids, self.kv, resident=len(self._tokens))
+            except BaseException as e:
+                if not getattr(e, "kv_restored", True):
+                    self.reset()  # the rollback itself failed: forget everything rather than lie
+                raise
+            self._adopt_prefix(ids, logits)
+        return len(ids)
 
     # --- generation ------------------------------------------------------------------------
 
@@ -216,73 +247,63 @@ class Engine:
 
     def _generate(self, ids, max_tokens, sampling, stop, cancelled) -> Iterator[GenerationEvent]:
         # No lock is held across a yield: a generator may be closed from another thread.
-        if True:
-            t0 = time.perf_counter()
-            stats = GenerationStats()
-            with self._lock:
-                stats.reused_tokens, stats.computed_tokens, logits = self._sync(ids)
-            t_prefill = time.perf_counter()
-            stats.prefill_s = t_prefill - t0
-            sampler = Sampler(sampling)
-            decoder = self.tokenizer.stream_decoder(skip_special=True)
-            stops = StopMatcher(stop)
-            eog = self.tokenizer.eog_ids
-            reason = "length"
-            t_first = None
-            for step in range(max(0, max_tokens)):
-                if cancelled():
-                    reason = "cancelled"
-                    break
-                tok = sampler(logits, self._tokens)
-                stats.generated_tokens += 1
-                if t_first is None:
-                    t_first = time.perf_counter()
-                    stats.ttft_s = t_first - t0
-                if tok in eog:
-                    reason = "eog"
-                    break
-                text, hit = stops.feed(decoder.feed(tok))
-                if hit:
-                    yield GenerationEvent(text, tok)
-                    reason = "stop"
-                    break
-                if step + 1 == max_tokens:
-                    yield GenerationEvent(text, tok)
-                    break
-                if len(self._tokens) >= self.n_ctx:
-                    yield GenerationEvent(text, tok)
-                    reason = "context_full"
-                    break
-                logits = self.feed([tok])
+        t0 = time.perf_counter()
+        stats = GenerationStats()
+        with self._lock:
+            stats.reused_tokens, stats.computed_tokens, logits = self._sync(ids)
+        t_prefill = time.perf_counter()
+        stats.prefill_s = t_prefill - t0
+        sampler = Sampler(sampling)
+        decoder = self.tokenizer.stream_decoder(skip_special=True)
+        stops = StopMatcher(stop)
+        eog = self.tokenizer.eog_ids
+        reason = "length"
+        t_first = None
+        for step in range(max(0, max_tokens)):
+            if cancelled():
+                reason = "cancelled"
+                break
+            tok = sampler(logits, self._tokens)
+            stats.generated_tokens += 1
+            if t_first is None:
+                t_first = time.perf_counter()
+                stats.ttft_s = t_first - t0
+            if tok in eog:
+                reason = "eog"
+                break
+            text, hit = stops.feed(decoder.feed(tok))
+            if hit:
                 yield GenerationEvent(text, tok)
-            tail = ""
-            if reason != "stop":
-                tail, hit = stops.feed(decoder.flush())
-                if hit:
-                    reason = "stop"
-                else:
-                    tail += stops.flush()
-            t_end = time.perf_counter()
-            stats.decode_s = (t_end - t_first) if t_first is not None else 0.0
-            if stats.computed_tokens and stats.prefill_s > 0:
-                stats.prefill_tps = stats.computed_tokens / stats.prefill_s
-            if stats.generated_tokens > 1 and stats.decode_s > 0:
-                stats.decode_tps = (stats.generated_tokens - 1) / stats.decode_s
-            yield GenerationEvent(tail, None, final=True, stop_reason=reason, stats=stats)
+                reason = "stop"
+                break
+            if step + 1 == max_tokens:
+                yield GenerationEvent(text, tok)
+                break
+            if len(self._tokens) >= self.n_ctx:
+                yield GenerationEvent(text, tok)
+                reason = "context_full"
+                break
+            logits = self.feed([tok])
+            yield GenerationEvent(text, tok)
+        tail = ""
+        if reason != "stop":
+            tail, hit = stops.feed(decoder.flush())
+            if hit:
+                reason = "stop"
+            else:
+                tail += stops.flush()
+        t_end = time.perf_counter()
+        stats.decode_s = (t_end - t_first) if t_first is not None else 0.0
+        if stats.computed_tokens and stats.prefill_s > 0:
+            stats.prefill_tps = stats.computed_tokens / stats.prefill_s
+        if stats.generated_tokens > 1 and stats.decode_s > 0:
+            stats.decode_tps = (stats.generated_tokens - 1) / stats.decode_s
+        yield GenerationEvent(tail, None, final=True, stop_reason=reason, stats=stats)
 
 
 def _chatml(messages, add_generation_prompt: bool) -> str:
     out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
     return out + ("<|im_start|>assistant\n" if add_generation_prompt else "")
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    x = np.asarray(a[:n]) != np.asarray(b[:n])
-    i = int(np.argmax(x))
-    return n if not x[i] else i
 
 
 def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int):

@@ -7,9 +7,21 @@ is held back until it cannot; the stop string itself is never emitted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
+
+import numpy as np
 
 from .errors import EngineError
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading token ids `a` and `b` share: what a prompt can reuse of the resident ones."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    x = np.asarray(a[:n]) != np.asarray(b[:n])
+    i = int(np.argmax(x))
+    return n if not x[i] else i
 
 
 def cancel_check(cancel) -> Callable[[], bool]:

@@ -19,8 +19,8 @@ POISON = np.float32(np.nan)
 
 # Where each block type keeps its f16 scale fields (byte offsets in the block): random bytes there
 # could be NaN or huge, so tests write sane scales into them.
-_F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2],
-               "Q6_K": [208]}
+_F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
+               "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
 
 
 def make_test_device() -> Device:

@@ -1,4 +1,4 @@
-"""app.models and app.message_view: the item models (checked by qtmodeltester) and the bubbles."""
+"""app.item_models and app.message_view: the item models (checked by qtmodeltester) and the bubbles."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 from app.chat_store import ChatStore, Message
 from app.markdown_text import format_stats, split_markdown
 from app.message_view import MessageView
-from app.models import ChatFilterModel, ChatListModel, IdRole, MessageModel, PresetListModel, StreamingRole
+from app.item_models import ChatFilterModel, ChatListModel, IdRole, MessageModel, PresetListModel, StreamingRole
 from app.preset_store import PresetStore
 
 

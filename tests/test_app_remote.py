@@ -25,8 +25,8 @@ from PySide6.QtCore import Qt, QTimer
 from server_fixtures import Reply, ScriptedServer, chunk, sse
 
 from app.main import create_window
-from app.preset_store import Preset, check_sampling
-from app.remote_backend import parse_remote_path, remote_path
+from engine.preset_format import Preset, check_sampling
+from app.remote_source import parse_remote_path, remote_path
 from app.remote_ui import REMOTE_DIALOG
 
 ROOT = Path(__file__).resolve().parent.parent

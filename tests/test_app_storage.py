@@ -8,8 +8,11 @@ import sqlite3
 import pytest
 
 from app.chat_store import SCHEMA_VERSION, ChatStore, ChatStoreError, Message
-from app.preset_store import FORMAT, Preset, PresetError, PresetStore, check_sampling
-from app.tool_schema import ToolError, validate_tool, validate_tools
+from app.preset_store import PresetStore
+from engine.preset_format import FORMAT, Preset, PresetError, check_sampling
+from engine.tools import ToolSchemaError as ToolError
+from engine.tools import normalize_tool_definition as validate_tool
+from engine.tools import validate_tool_set as validate_tools
 
 CALC = {"type": "function", "function": {"name": "calculator", "description": "math",
                                          "parameters": {"type": "object",

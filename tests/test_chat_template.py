@@ -18,7 +18,8 @@ import pytest
 from engine.chat_template import CHATML_TEMPLATE, ChatTemplate
 from engine.errors import TemplateError
 from engine.gguf import GGUFFile
-from engine.paths import default_model_path, gemma3_model_path
+from engine.paths import default_model_path
+from model_paths import gemma3_model_path
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 MARCH_1 = datetime(2025, 3, 1, 12, 0)

@@ -232,7 +232,7 @@ def test_engine_on_the_gpu_restores_a_prefix_image(default_model_path):
 def test_gemma3_270m_matches_numpy():
     """A real Q4_K_M model (Q4_K, Q5_0, Q6_K, Q8_0 kernels; head dim 256; sliding window; GeGLU; a
     262,144-token embedding larger than lavapipe binds in one buffer, so uploaded in two row parts)."""
-    from engine.paths import gemma3_model_path
+    from model_paths import gemma3_model_path
 
     path = gemma3_model_path()
     if path is None:

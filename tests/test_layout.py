@@ -39,3 +39,38 @@ def test_importing_the_engine_loads_no_qt():
 def test_top_level_layout():
     for name in ("app", "engine", "resources", "tests", "packaging", "pyproject.toml", "README.md", ".ci/run"):
         assert (ROOT / name).exists(), name
+
+
+def _app_imports(path: Path):
+    """Every module an app file imports, relative imports resolved inside app/."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+            yield from (f"{node.module}.{a.name}" for a in node.names)
+
+
+def test_the_app_uses_only_the_servers_public_api():
+    """app/ may import `engine.server` and the names it exports, never one of its modules."""
+    import pkgutil
+
+    import engine.server
+    submodules = {f"engine.server.{m.name}" for m in pkgutil.iter_modules(engine.server.__path__)}
+    assert "engine.server.chat" in submodules            # the check below sees the modules
+    offenders = [f"{p.relative_to(ROOT)}: {m}" for p in sorted((ROOT / "app").rglob("*.py"))
+                 for m in _app_imports(p) if m in submodules or any(m.startswith(s + ".") for s in submodules)]
+    assert not offenders, offenders
+
+
+def test_the_app_modules_that_say_qt_free_import_no_qt():
+    """Every app module whose docstring says "Qt-free" imports, with PySide6 blocked."""
+    claims = sorted(p.stem for p in (ROOT / "app").glob("*.py")
+                    if "Qt-free" in (ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or ""))
+    assert {"chat_store", "preset_store", "chat_source"} <= set(claims), claims
+    code = (f"import sys\nfor m in {QT_MODULES!r}: sys.modules[m] = None\n"
+            f"import importlib\nfor m in {claims!r}: importlib.import_module('app.' + m)\n"
+            f"bad = [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r} and sys.modules[m] is not None]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -15,7 +15,7 @@ import pytest
 from engine.config import ModelConfig
 from engine.cpu_backend import CpuBackend
 from engine.gguf import GGUFFile
-from engine.paths import gemma3_model_path
+from model_paths import gemma3_model_path
 
 PROMPTS = ["english", "code", "turns"]
 

@@ -106,6 +106,13 @@ def test_every_resource_file_is_package_data():
     assert not missing, f"not in [tool.setuptools.package-data] resources: {missing}"
 
 
+def test_every_package_data_pattern_names_real_files():
+    """A pattern that matches nothing declares a file the package does not have."""
+    empty = [f"{pkg}: {pat}" for pkg, pats in PYPROJECT["tool"]["setuptools"]["package-data"].items()
+             for pat in pats if not list((ROOT / pkg).glob(pat))]
+    assert not empty, f"[tool.setuptools.package-data] patterns that match no file: {empty}"
+
+
 def test_install_desktop_puts_entry_icons_and_metainfo_under_xdg_data_home(tmp_path):
     exe = tmp_path / 'odd "dir" $x' / "hearth"
     exe.parent.mkdir()

@@ -1,4 +1,4 @@
-"""Fuzzing the prefix-image reader (engine/prefix_image.py) with hypothesis.
+"""Fuzzing the prefix-image reader (engine/prefix/io.py) with hypothesis.
 
 Small model-free images in real KVCaches. Whatever is done to an image's bytes, the reader either
 restores exactly what was written (bytes unchanged) or refuses with PrefixImageError -- never another
@@ -14,9 +14,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import prefix_image as pi
 from engine.errors import PrefixImageError
 from engine.kv_cache import KVCache
+from engine.prefix import format as pf
+from engine.prefix import io as pio
 
 MAX_CTX = 16
 
@@ -34,9 +35,9 @@ def images(draw):
                         rng.standard_normal((H, n, D), np.float32))
     ids = rng.integers(0, 50000, n).astype(np.int32)
     lg = rng.standard_normal(V).astype(np.float32)
-    header = pi.ImageHeader(L, H, D, n, V, rng.bytes(32), pi.FLAG_LOGITS if logits else 0)
+    header = pf.ImageHeader(L, H, D, n, V, rng.bytes(32), pf.FLAG_LOGITS if logits else 0)
     f = io.BytesIO()
-    pi.write_image(f, header, ids, kv, lg if logits else None)
+    pio.write_image(f, header, ids, kv, lg if logits else None)
     return f.getvalue(), header, ids, kv, lg
 
 
@@ -67,12 +68,12 @@ def apply(data: bytes, ops) -> bytes:
             b[op[1]:op[1]] = op[2]
         elif kind == "delete":
             del b[op[1]:op[1] + op[2]]
-        elif kind == "field" and len(b) >= pi.HEADER_SIZE:
+        elif kind == "field" and len(b) >= pf.HEADER_SIZE:
             fields = list(struct.unpack_from("<8s10IQ32s", b))
             i = op[1]
             fields[i] = (op[2] if i < 11 else op[2] * 7919) if i != 12 else struct.pack("<I", op[2]) * 8
             body = struct.pack("<8s10IQ32s36x", *fields)
-            b[:pi.HEADER_SIZE] = body + struct.pack("<I", zlib.crc32(body))
+            b[:pf.HEADER_SIZE] = body + struct.pack("<I", zlib.crc32(body))
     return bytes(b)
 
 
@@ -94,7 +95,7 @@ def test_reader_restores_exactly_or_refuses_cleanly(data, img, resident, stream)
     before = snapshot(dst, resident)
     f = _Stream(bad) if stream else io.BytesIO(bad)
     try:
-        got = pi.read_image(f, header, ids, dst, resident)
+        got = pio.read_image(f, header, ids, dst, resident)
     except PrefixImageError as e:
         assert bad != raw, f"an intact image was refused: {e.reason}: {e}"
         assert e.reason in {"empty", "magic", "version", "header", "dtype", "shape", "key", "tokens",
@@ -113,11 +114,11 @@ def test_reader_restores_exactly_or_refuses_cleanly(data, img, resident, stream)
 @settings(max_examples=200, deadline=None)
 @given(blob=st.binary(max_size=600), prefix_magic=st.booleans())
 def test_arbitrary_bytes_are_refused(blob, prefix_magic):
-    data = (pi.MAGIC + blob) if prefix_magic else blob
-    want = pi.ImageHeader(2, 1, 2, 3, 4, b"k" * 32)
+    data = (pf.MAGIC + blob) if prefix_magic else blob
+    want = pf.ImageHeader(2, 1, 2, 3, 4, b"k" * 32)
     kv = KVCache(2, 1, 2, 8)
     try:
-        pi.read_image(io.BytesIO(data), want, np.arange(3, dtype=np.int32), kv, 0)
+        pio.read_image(io.BytesIO(data), want, np.arange(3, dtype=np.int32), kv, 0)
     except PrefixImageError:
         return
     raise AssertionError("random bytes were accepted as an image")

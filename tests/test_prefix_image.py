@@ -1,4 +1,5 @@
-"""engine/prefix_image.py: the image format, its key, the writer and the reader.
+"""engine/prefix/ (format, key, io) and the Engine's prefix methods: the image format, its key, the
+writer and the reader.
 
 The first part needs no model: small real KVCaches filled with random values. The second part
 (bottom of the file) runs the real default model."""
@@ -14,9 +15,11 @@ import zlib
 import numpy as np
 import pytest
 
-from engine import prefix_image as pi
 from engine.errors import PrefixImageError
 from engine.kv_cache import KVCache
+from engine.prefix import format as pf
+from engine.prefix import io as pio
+from engine.prefix import key as pk
 
 L, H, D, V = 3, 2, 4, 11  # layers, kv heads, head dim, vocab: tiny on purpose
 
@@ -43,23 +46,23 @@ def make_image(n: int = 5, seed: int = 0, key: bytes = b"k" * 32, logits: bool =
     kv = filled_cache(n, seed=seed)
     ids = np.arange(100, 100 + n, dtype=np.int32)
     lg = np.random.default_rng(seed + 1).standard_normal(V).astype(np.float32)
-    header = pi.ImageHeader(L, H, D, n, V, key, pi.FLAG_LOGITS if logits else 0)
+    header = pf.ImageHeader(L, H, D, n, V, key, pf.FLAG_LOGITS if logits else 0)
     buf = io.BytesIO()
-    size = pi.write_image(buf, header, ids, kv, lg if logits else None)
+    size = pio.write_image(buf, header, ids, kv, lg if logits else None)
     data = buf.getvalue()
     assert size == len(data) == header.image_size
     return data, ids, header, kv, lg
 
 
-def section_offsets(h: pi.ImageHeader) -> dict[str, int]:
-    out = {"header": 0, "ids": pi.HEADER_SIZE}
-    off = pi.HEADER_SIZE + 4 * h.n_tokens
+def section_offsets(h: pf.ImageHeader) -> dict[str, int]:
+    out = {"header": 0, "ids": pf.HEADER_SIZE}
+    off = pf.HEADER_SIZE + 4 * h.n_tokens
     for layer in range(h.n_layers):
         out[f"k{layer}"] = off
         out[f"v{layer}"] = off + h.tensor_bytes
         off += 2 * h.tensor_bytes
     out["logits"] = off
-    out["checksum"] = h.image_size - pi.CHECKSUM_SIZE
+    out["checksum"] = h.image_size - pf.CHECKSUM_SIZE
     out["end"] = h.image_size
     return out
 
@@ -80,43 +83,43 @@ class Stream:
         return False
 
 
-def refuse(data: bytes, want: pi.ImageHeader, ids, kv, resident: int, stream: bool = False) -> str:
+def refuse(data: bytes, want: pf.ImageHeader, ids, kv, resident: int, stream: bool = False) -> str:
     f = Stream(data) if stream else io.BytesIO(data)
     with pytest.raises(PrefixImageError) as e:
-        pi.read_image(f, want, ids, kv, resident)
+        pio.read_image(f, want, ids, kv, resident)
     return e.value.reason
 
 
 # ---------------------------------------------------------------------------------------- header
 
 def test_header_is_128_bytes_and_round_trips():
-    h = pi.ImageHeader(30, 3, 64, 2000, 49152, bytes(range(32)))
+    h = pf.ImageHeader(30, 3, 64, 2000, 49152, bytes(range(32)))
     raw = h.pack()
-    assert len(raw) == 128 and raw.startswith(pi.MAGIC)
-    assert pi.ImageHeader.unpack(raw) == h
+    assert len(raw) == 128 and raw.startswith(pf.MAGIC)
+    assert pf.ImageHeader.unpack(raw) == h
     assert h.image_size == 128 + 4 * 2000 + 2 * 30 * 3 * 2000 * 64 * 4 + 4 * 49152 + 4
 
 
 def test_every_single_bit_flip_in_the_header_is_refused():
-    raw = pi.ImageHeader(L, H, D, 5, V, b"x" * 32).pack()
+    raw = pf.ImageHeader(L, H, D, 5, V, b"x" * 32).pack()
     reasons = set()
     for bit in range(len(raw) * 8):
         bad = bytearray(raw)
         bad[bit // 8] ^= 1 << (bit % 8)
         with pytest.raises(PrefixImageError) as e:
-            pi.ImageHeader.unpack(bytes(bad))
+            pf.ImageHeader.unpack(bytes(bad))
         reasons.add(e.value.reason)
     assert reasons <= {"magic", "version", "header"}
 
 
 def test_empty_garbage_and_foreign_files_are_refused_with_their_reason():
-    want = pi.ImageHeader(L, H, D, 5, V, b"k" * 32)
+    want = pf.ImageHeader(L, H, D, 5, V, b"k" * 32)
     kv, ids = KVCache(L, H, D, 16), np.arange(5, dtype=np.int32)
     assert refuse(b"", want, ids, kv, 0) == "empty"
     assert refuse(b"GGUF" + bytes(300), want, ids, kv, 0) == "magic"
     assert refuse(np.random.default_rng(1).bytes(5000), want, ids, kv, 0) == "magic"
-    assert refuse(pi.MAGIC[:5], want, ids, kv, 0) == "truncated"
-    assert refuse(pi.MAGIC + bytes(200), want, ids, kv, 0) == "version"
+    assert refuse(pf.MAGIC[:5], want, ids, kv, 0) == "truncated"
+    assert refuse(pf.MAGIC + bytes(200), want, ids, kv, 0) == "version"
 
 
 def test_another_version_dtype_or_flags_is_refused():
@@ -143,7 +146,7 @@ def test_another_version_dtype_or_flags_is_refused():
 def test_round_trip_into_a_fresh_cache_is_bit_identical():
     data, ids, want, src, lg = make_image(n=9)
     dst = KVCache(L, H, D, 32)
-    got = pi.read_image(io.BytesIO(data), want, ids, dst, resident=0)
+    got = pio.read_image(io.BytesIO(data), want, ids, dst, resident=0)
     assert np.array_equal(got, lg)
     assert same_kv(snapshot(dst, 9), snapshot(src, 9))
 
@@ -164,7 +167,7 @@ def test_image_bytes_are_the_cache_layout():
 def test_image_without_logits_round_trips_and_returns_none():
     data, ids, want, src, _ = make_image(n=3, logits=False)
     dst = KVCache(L, H, D, 8)
-    assert pi.read_image(io.BytesIO(data), want, ids, dst, 0) is None
+    assert pio.read_image(io.BytesIO(data), want, ids, dst, 0) is None
     assert same_kv(snapshot(dst, 3), snapshot(src, 3))
 
 
@@ -179,14 +182,14 @@ def test_writer_makes_one_write_per_tensor():
     n = 6
     _, ids, h, kv, lg = make_image(n=n)
     f = Recorder()
-    pi.write_image(f, h, ids, kv, lg)
+    pio.write_image(f, h, ids, kv, lg)
     assert f.sizes == [128, 4 * n] + [h.tensor_bytes] * (2 * L) + [4 * V, 4]
 
 
 def test_reader_works_on_a_forward_only_stream_with_short_reads():
     data, ids, want, src, lg = make_image(n=7)
     dst = KVCache(L, H, D, 16)
-    assert np.array_equal(pi.read_image(Stream(data, chunk=5), want, ids, dst, 0), lg)
+    assert np.array_equal(pio.read_image(Stream(data, chunk=5), want, ids, dst, 0), lg)
     assert same_kv(snapshot(dst, 7), snapshot(src, 7))
 
 
@@ -203,7 +206,7 @@ def test_reader_writes_each_layer_once_and_allocates_nothing_proportional_to_n_c
     dst = CountingCache(L, H, D, big_ctx)
     tracemalloc.start()
     try:
-        pi.read_image(io.BytesIO(data), want, ids, dst, resident=0)
+        pio.read_image(io.BytesIO(data), want, ids, dst, resident=0)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -215,7 +218,7 @@ def test_reader_writes_each_layer_once_and_allocates_nothing_proportional_to_n_c
 def test_running_crc_equals_zlib_over_the_whole_stream():
     rng = np.random.default_rng(3)
     parts = [rng.bytes(n) for n in (128, 20, 300_000, 7, 1_000_000, 44, 300_000, 4)]
-    crc = pi.RunningCrc()
+    crc = pio.RunningCrc()
     for p in parts:  # small parts inline, large ones on the worker thread, all in order
         crc.update(np.frombuffer(p, np.uint8))
     assert crc.value == zlib.crc32(b"".join(parts))
@@ -231,7 +234,7 @@ def test_key_and_shape_mismatches_are_refused_before_the_cache_is_touched():
     for change, reason in (({"key": b"q" * 32}, "key"), ({"n_tokens": 6, "key": b"q" * 32}, "key"),
                            ({"n_tokens": 6}, "shape"), ({"n_layers": L + 1}, "shape"),
                            ({"n_kv_heads": 1}, "shape"), ({"head_dim": 8}, "shape"), ({"n_vocab": V + 1}, "shape")):
-        w = pi.ImageHeader(**{**other, **change})
+        w = pf.ImageHeader(**{**other, **change})
         assert refuse(data, w, ids, kv, resident=20) == reason
     assert refuse(data, want, ids + 1, kv, resident=20) == "tokens"
     assert same_kv(snapshot(kv, 20), before)
@@ -286,7 +289,7 @@ def test_a_refusal_after_a_partial_commit_restores_the_resident_positions():
     assert refuse(bytes(bad), want, ids, kv, resident=4) == "checksum"
     assert same_kv(snapshot(kv, 4), before)
     # and the same image, undamaged, then restores over it
-    pi.read_image(io.BytesIO(data), want, ids, kv, resident=4)
+    pio.read_image(io.BytesIO(data), want, ids, kv, resident=4)
     assert same_kv(snapshot(kv, 6), snapshot(src, 6))
 
 
@@ -302,7 +305,7 @@ def test_io_errors_while_reading_are_refusals():
     kv = filled_cache(8)
     before = snapshot(kv, 8)
     with pytest.raises(PrefixImageError) as e:
-        pi.read_image(Failing(data), want, ids, kv, resident=8)
+        pio.read_image(Failing(data), want, ids, kv, resident=8)
     assert e.value.reason == "io"
     assert same_kv(snapshot(kv, 8), before)
 
@@ -312,33 +315,33 @@ def test_io_errors_while_reading_are_refusals():
 def test_key_changes_with_every_input(monkeypatch):
     from engine import build_info
     base = dict(backend={"backend": "cpu"}, model=b"m" * 32, ids=[1, 2, 3])
-    k0 = pi.key_digest(**base)
-    assert len(k0) == 32 and pi.key_digest(**base) == k0
-    assert pi.key_digest(**{**base, "backend": {"backend": "gpu", "device": "x"}}) != k0
+    k0 = pk.key_digest(**base)
+    assert len(k0) == 32 and pk.key_digest(**base) == k0
+    assert pk.key_digest(**{**base, "backend": {"backend": "gpu", "device": "x"}}) != k0
     gpu = {"backend": "gpu", "vendor": "v", "device": "d", "driver": "1.0", "kv_bytes": 1 << 20}
-    k_gpu = pi.key_digest(**{**base, "backend": gpu})
-    assert pi.key_digest(**{**base, "backend": {**gpu, "driver": "1.1"}}) != k_gpu
+    k_gpu = pk.key_digest(**{**base, "backend": gpu})
+    assert pk.key_digest(**{**base, "backend": {**gpu, "driver": "1.1"}}) != k_gpu
     sizes = {"kv_bytes": 1 << 21, "weights_bytes": 5}  # they follow n_ctx: not in the key
-    assert pi.key_digest(**{**base, "backend": {**gpu, **sizes}}) == k_gpu
-    assert pi.key_digest(**{**base, "model": b"n" * 32}) != k0
-    assert pi.key_digest(**{**base, "ids": [1, 2, 4]}) != k0
-    assert pi.key_digest(**{**base, "ids": [1, 2]}) != k0
+    assert pk.key_digest(**{**base, "backend": {**gpu, **sizes}}) == k_gpu
+    assert pk.key_digest(**{**base, "model": b"n" * 32}) != k0
+    assert pk.key_digest(**{**base, "ids": [1, 2, 4]}) != k0
+    assert pk.key_digest(**{**base, "ids": [1, 2]}) != k0
     saved = dict(build_info._cache)
     try:
         monkeypatch.setattr(build_info, "package_versions", lambda: {"numpy": "0.0-other"})
         build_info.clear_caches()
-        assert pi.key_digest(**base) != k0
+        assert pk.key_digest(**base) != k0
         monkeypatch.undo()
         build_info._cache.clear()
         build_info._cache.update(saved)
         monkeypatch.setattr(build_info, "machine_inputs", lambda: {"machine": "riscv64"})
         build_info._cache.pop("machine")
-        assert pi.key_digest(**base) != k0
+        assert pk.key_digest(**base) != k0
     finally:
         monkeypatch.undo()
         build_info._cache.clear()
         build_info._cache.update(saved)
-    assert pi.key_digest(**base) == k0
+    assert pk.key_digest(**base) == k0
 
 
 def test_build_hash_covers_every_engine_source_file(tmp_path):
@@ -348,7 +351,7 @@ def test_build_hash_covers_every_engine_source_file(tmp_path):
     shutil.copytree(build_info.ENGINE_DIR, src, ignore=shutil.ignore_patterns("__pycache__"))
     h0 = build_info.hash_sources(src)
     names = [p.relative_to(src).as_posix() for p in build_info.source_files(src)]
-    assert "prefix_image.py" in names and "kv_cache.py" in names
+    assert "prefix/key.py" in names and "kv_cache.py" in names
     assert all(n.endswith((".py", ".wgsl")) for n in names)
     victim = src / "kv_cache.py"
     victim.write_bytes(victim.read_bytes() + b"\n")
@@ -518,7 +521,7 @@ def test_a_restored_prefix_replies_exactly_like_the_engine_that_computed_it(writ
 
 
 def test_the_image_is_what_the_cache_held(written):
-    h = pi.ImageHeader.unpack(written["image"][:128])
+    h = pf.ImageHeader.unpack(written["image"][:128])
     assert h.key.hex() == written["key"] and h.n_tokens == written["n"] and h.has_logits
     ids, layers = written["state"]
     assert np.array_equal(np.frombuffer(written["image"], "<i4", h.n_tokens, 128), ids)
@@ -534,7 +537,7 @@ def test_prefix_key_is_cheap_stable_and_names_the_prefix(written, reader):
     assert reader.prefix_key(prefix) == written["key"]  # another engine, same model, build, backend
     assert reader.prefix_key(prefix + " ") != written["key"]
     assert len(written["key"]) == 64 and int(written["key"], 16) >= 0
-    assert reader.gguf in pi._model_cache  # the model-level part is hashed once per engine
+    assert reader.gguf in pk._model_cache  # the model-level part is hashed once per engine
 
 
 # ----------------------------------------------------------------------------- refusals (real model)
@@ -570,11 +573,11 @@ def refused(eng, text, data, stream=False) -> str:
 
 def test_damaged_images_are_refused_and_the_engine_keeps_its_state(written, busy_reader):
     eng, data, prefix = busy_reader, written["image"], written["prefix"]
-    h = pi.ImageHeader.unpack(data[:128])
+    h = pf.ImageHeader.unpack(data[:128])
     rng = np.random.default_rng(2024)
     assert refused(eng, prefix, b"") == "empty"
     assert refused(eng, prefix, rng.bytes(100_000)) == "magic"
-    assert refused(eng, prefix, data[: len(data) // 2].replace(pi.MAGIC, b"GGUF\0\0\0\0", 1)) == "magic"
+    assert refused(eng, prefix, data[: len(data) // 2].replace(pf.MAGIC, b"GGUF\0\0\0\0", 1)) == "magic"
     boundaries = sorted(set(section_offsets(h).values()) - {h.image_size})
     cuts = boundaries + [int(c) for c in rng.integers(1, len(data), 6)]
     for cut in cuts:

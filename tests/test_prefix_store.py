@@ -1,4 +1,4 @@
-"""engine/prefix_store.py: images on disk keyed by prefix_key; ensure(); atomic writes; LRU cap;
+"""engine/prefix/store.py: images on disk keyed by prefix_key; ensure(); atomic writes; LRU cap;
 sharing one cache between processes.
 
 Runs the real default model on short prefixes (a few dozen tokens: ~1 MB images, computed in well
@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import prefix_image as pi
 from engine.errors import PrefixImageError
 from engine.kv_cache import KVCache
-from engine.prefix_store import PrefixStore
+from engine.prefix import PrefixStore
+from engine.prefix import format as pf
+from engine.prefix import io as pio
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,13 +81,13 @@ def same_state(a, b) -> bool:
     return a[0] == b[0] and all(np.array_equal(x, y) for p, q in zip(a[1], b[1]) for x, y in zip(p, q))
 
 
-def verify_image_file(path: Path) -> pi.ImageHeader:
+def verify_image_file(path: Path) -> pf.ImageHeader:
     """Check an image's integrity on its own (its header's key and ids, its checksum)."""
     with open(path, "rb") as f:
-        h, _ = pi.read_header(f)
+        h, _ = pio.read_header(f)
         ids = np.frombuffer(f.read(4 * h.n_tokens), np.int32)
         f.seek(0)
-        pi.read_image(f, h, ids, KVCache(h.n_layers, h.n_kv_heads, h.head_dim, h.n_tokens), 0)
+        pio.read_image(f, h, ids, KVCache(h.n_layers, h.n_kv_heads, h.head_dim, h.n_tokens), 0)
     return h
 
 
@@ -98,7 +99,7 @@ def test_ensure_computes_then_is_resident_then_restores_in_a_reset_engine(eng, l
     text = chat_prefix(1)
     r1 = store.ensure(eng, text, label="first")
     assert (r1.action, r1.saved, r1.reason) == ("computed", True, None)
-    assert r1.path == store.image_path(pi.prefix_key(eng, text)) and r1.path.is_file()
+    assert r1.path == store.image_path(eng.prefix_key(text)) and r1.path.is_file()
     assert eng.tokens == eng.tokenize(text)
     written = engine_state(eng)
 
@@ -169,7 +170,7 @@ def test_an_image_of_another_engine_build_is_not_used(eng, lib, tmp_path, monkey
         assert r.action == "computed" and r.path != first_path and r.saved
         eng_tokens = eng.tokens
         with open(first_path, "rb") as f, pytest.raises(PrefixImageError) as e:
-            pi.restore_prefix(eng, text, f)
+            eng.restore_prefix(text, f)
         assert e.value.reason == "key" and eng.tokens == eng_tokens
     finally:
         monkeypatch.undo()
@@ -282,7 +283,7 @@ WORKER = textwrap.dedent("""
     import sys, time, random
     sys.path.insert(0, {root!r})
     from engine import Engine
-    from engine.prefix_store import PrefixStore
+    from engine.prefix import PrefixStore
     store = PrefixStore({cache!r}, cap_bytes={cap})
     eng = Engine.load(n_ctx=256)
     texts = {texts!r}
@@ -308,7 +309,7 @@ def test_two_processes_share_one_cache_without_corrupting_it(eng, tmp_path):
     cache = tmp_path / "shared"
     eng.reset()
     texts = [chat_prefix(30 + i) for i in range(3)]
-    size = pi.expected_header(eng, eng.tokenize(texts[0])).image_size
+    size = eng.prefix_header(eng.tokenize(texts[0])).image_size
     procs = []
     for seed in (1, 2):
         script = WORKER.format(root=str(ROOT), cache=str(cache), cap=int(2.2 * size), texts=texts,

@@ -161,7 +161,7 @@ def test_dequantize_refuses_unsupported_types(type_name):
 def _real_models(default_model_path, reference_dir) -> list[Path]:
     """The default model, the tiny reference models, and Gemma 3 270M Q4_K_M (Q4_K, Q6_K) where
     its test package is installed (./dev installs it)."""
-    from engine.paths import gemma3_model_path
+    from model_paths import gemma3_model_path
     gemma = gemma3_model_path()
     return [default_model_path, *sorted((reference_dir / "tiny").glob("*/*.gguf")), *([gemma] if gemma else [])]
 

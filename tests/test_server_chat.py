@@ -10,10 +10,11 @@ import threading
 import pytest
 
 from engine import Engine
-from engine.prefix_store import PrefixStore
+from engine.chat_turn import prefix_text, template_messages
+from engine.prefix import PrefixStore
 from engine.server import ChatService, RequestError
-from engine.server.chat import ReplyAssembler, template_messages
-from engine.server.presets import PresetPrefixes, prefix_text, read_presets, tools_key
+from engine.server.chat import ReplyAssembler
+from engine.server.presets import PresetPrefixes, read_presets, tools_key
 from engine.server.protocol import parse_chat_request
 from engine.server.worker import JobFailed
 
@@ -128,7 +129,7 @@ def test_presets_are_read_and_matched_on_system_prompt_and_tools(tmp_path):
 
 
 def test_prefix_text_is_the_apps(engine):
-    from app.backends import LocalBackend  # Qt-free: the app's rule for a preset's prefix
+    from app.chat_source import LocalBackend  # Qt-free: the app's rule for a preset's prefix
     app = LocalBackend(cache_dir="unused", cap_bytes=0)
     app.engine = engine
     for system, tools in [("You write code.", []), ("", []), ("Math.", [CALC])]:
@@ -155,6 +156,21 @@ def test_a_matching_request_computes_then_restores_its_preset_prefix(engine, tmp
         assert again.stats.reused_tokens >= first.prefix["tokens"]     # generation started after the prefix
         assert again.content == first.content
         assert service.stats()["generations"][-1]["prefix"]["action"] == "restored"
+    finally:
+        service.close()
+
+
+def test_a_request_matching_a_preset_with_tools_gets_its_prefix_and_a_reply(engine, tmp_path):
+    """The preset's system messages and the reply's head are two things: a match with tools still
+    streams a reply (the head is the client's text, not the preset's messages)."""
+    f = presets_file(tmp_path / "presets.json", ("Calc", "Math.", [CALC]))
+    service = ChatService(engine, presets=PresetPrefixes(f, PrefixStore(tmp_path / "prefixes")))
+    try:
+        engine.reset()
+        items, out = run(service, request([{"role": "system", "content": "Math."},
+                                           {"role": "user", "content": "2+2?"}], tools=[CALC], max_tokens=4))
+        assert out.prefix["preset"] == "Calc" and out.prefix["action"] == "computed"
+        assert out.stop_reason in ("eog", "length", "stop", "tool_calls") and items[0][0] == "start"
     finally:
         service.close()
 

@@ -111,6 +111,20 @@ def test_names_with_dots_and_boolean_schemas_are_accepted():
     assert validate_arguments({"nothing": 1}, params) == ["arguments.nothing: no value is allowed here"]
 
 
+def test_a_name_starting_with_a_digit_is_one_rule_for_requests_and_presets():
+    """'2fa' is a valid name (OpenAI's rule allows a leading digit), so a tool the server accepts in a
+    request can be saved in a preset; a name with a space is refused by both."""
+    from engine.preset_format import Preset, PresetError
+    tool = {"type": "function", "function": {"name": "2fa", "parameters": {"type": "object", "properties": {}}}}
+    assert validate_tool_set([tool])[0]["function"]["name"] == "2fa"
+    assert Preset.from_json({"name": "Codes", "tools": [tool]}).tools == validate_tool_set([tool])
+    bad = {"name": "two fa"}
+    with pytest.raises(ToolSchemaError, match="not a valid function name"):
+        validate_tool_set([bad])
+    with pytest.raises(PresetError, match=r"presets\[0\]\.tools\[0\]\.name: 'two fa' is not a valid function name"):
+        Preset.from_json({"name": "Codes", "tools": [bad]}, "presets[0]")
+
+
 def test_duplicate_names_are_refused():
     with pytest.raises(ToolSchemaError, match=r"tools\[1\].function.name: 'get_weather' is already"):
         validate_tool_set([WEATHER, WEATHER])

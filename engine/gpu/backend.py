@@ -9,12 +9,14 @@ inputs use the tiled matmul plan in chunks of `chunk` tokens.
 
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
 attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
-+ head (final norm fused) + argmax. qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
++ head (final norm fused) + argmax; 6 per layer where merging the splits inside the O projection
+would cost more than a combine pass (large models, long contexts: ops.ATTN_FUSE_BYTES). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
 the whole head), gemma3 two post-norm dispatches per layer.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -129,10 +131,11 @@ class GpuBackend(Backend):
         self.prefill_body = len(pre.ops)
         for buf_, r0, rows in self.out.parts:        # one matvec per part of the output matrix
             hp = dict(ops.matvec_params(head_t, d, [rows], eps=c.rms_eps), y_off=r0)
-            dec.add(ops.matvec(ks, head_t, norm=True), [self.x, self.logits, buf_, self.out_norm],
-                    ops.matvec_groups(rows), "head", **hp)
-            pre.add(ops.matvec(ks, head_t, norm=True), [self.x, self.logits, buf_, self.out_norm],
-                    ops.matvec_groups(rows), "head", **dict(hp, x_off=lambda n, kv: (n - 1) * d))
+            lay = ops.matvec_layout(d, rows)
+            hk = ops.matvec(ks, head_t, norm=True, layout=lay)
+            dec.add(hk, [self.x, self.logits, buf_, self.out_norm], ops.matvec_groups(rows, lay), "head", **hp)
+            pre.add(hk, [self.x, self.logits, buf_, self.out_norm], ops.matvec_groups(rows, lay), "head",
+                    **dict(hp, x_off=lambda n, kv: (n - 1) * d))
         for p in (dec, pre):
             p.add(ops.argmax(ks), [self.logits, self.amax], (1, 1, 1), "argmax", n=nv)
             p.finalize()
@@ -191,34 +194,50 @@ class GpuBackend(Backend):
         bias = L["bqkv"] is not None
         wbufs = [L["wq"].buffer, L["wk"].buffer, L["wv"].buffer, L["attn_norm"]] + ([L["bqkv"]] if bias else [])
         prm = ops.matvec_params(types, d, rows, eps=c.rms_eps)
-        if L["q_norm"] is None and c.n_rot == hd and ((nh + nkv) * hd) % ops.MATVEC_ROWS == 0:
+        lay = ops.matvec_layout(d, sum(rows), math.gcd(rows[0], rows[1]))
+        rpw = ops.matvec_rows(lay)
+        if L["q_norm"] is None and c.n_rot == hd and rpw % 2 == 0:
             # RoPE and the K/V store fused into the Q|K|V product (qk-norm models need the whole head first)
-            P.add(ops.matvec(ks, types, norm=True, bias=bias, rope="neox" if c.rope_neox else "normal"),
+            P.add(ops.matvec(ks, types, norm=True, bias=bias, rope="neox" if c.rope_neox else "normal", layout=lay),
                   [self.x, self.q] + wbufs + [self.kv.k[i], self.kv.v[i], cs, self.step],
-                  ops.matvec_groups(sum(rows)), f"{i}.qkv", **dict(prm, a0=hd, a1=self.kv.max_ctx))
+                  ops.matvec_groups(sum(rows), lay), f"{i}.qkv", **dict(prm, a0=hd, a1=self.kv.max_ctx))
         else:
-            P.add(ops.matvec(ks, types, norm=True, bias=bias), [self.x, self.qkv] + wbufs,
-                  ops.matvec_groups(sum(rows)), f"{i}.qkv", **prm)
+            P.add(ops.matvec(ks, types, norm=True, bias=bias, layout=lay), [self.x, self.qkv] + wbufs,
+                  ops.matvec_groups(sum(rows), lay), f"{i}.qkv", **prm)
             k, bufs, rp = self._rope_args(i, L, cs)
             P.add(k, bufs, ops.rope_groups(1, nh, nkv), f"{i}.rope", **rp)
         ap = dict(self._attn_params(window), max_splits=self.max_splits)
         P.add(ops.attn_split(ks, hd), [self.q, self.kv.k[i], self.kv.v[i], self.part, self.step],
               lambda n, kv: (ops.attn_splits(kv), nh, 1), f"{i}.attn", **ap)
+        # The split merge fused into the O projection while that is cheap (short contexts: one
+        # dispatch less), else a combine pass first; the plan holds both and the step's kv_len picks
+        # (ops whose workgroup count is 0 are not dispatched).
+        o_lay = ops.matvec_layout(nh * hd, d)
+        fuse = 0
         if nh * hd <= ops.ATTN_X_MAX and nh * self.max_splits <= ops.ATTN_WS_MAX and nh <= 256:
-            # the merge of the splits happens inside the o-proj
-            self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True)
-        else:
-            P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step], (nh, 1, 1), f"{i}.combine", **ap)
-            self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o")
+            o_lay_x = ops.matvec_layout(nh * hd, d)
+            fuse = min(self.max_splits, ops.attn_fuse_splits(ops.matvec_groups(d, o_lay_x)[0], nh * hd))
+        if fuse < self.max_splits:
+            on = (lambda n, kv: True) if fuse == 0 else (lambda n, kv: ops.attn_splits(kv) > fuse)
+            P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step],
+                  lambda n, kv: (nh, 1, 1) if on(n, kv) else (0, 0, 0), f"{i}.combine", **ap)
+            self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o", layout=o_lay,
+                              when=on)
+        if fuse > 0:
+            self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True,
+                              layout=o_lay_x, when=lambda n, kv: ops.attn_splits(kv) <= fuse)
         gt = [L["gate"].qtype, L["up"].qtype]
-        P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True),
-              [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff), f"{i}.ffn",
-              **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
-        self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down")
+        f_lay = ops.matvec_layout(d, nff, mats=2)
+        P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
+                         layout=f_lay),
+              [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, f_lay),
+              f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
+        self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down",
+                          layout=ops.matvec_layout(nff, d))
 
-    def _decode_proj(self, P, w, src, k, bias, post_norm, label, attn_x=False) -> None:
+    def _decode_proj(self, P, w, src, k, bias, post_norm, label, attn_x=False, layout=None, when=None) -> None:
         """x += W src (+ bias), or with a post-norm (gemma3): x += norm(W src). attn_x: src is the
-        attention partials, merged inside the product."""
+        attention partials, merged inside the product. when(n, kv): dispatched only if true."""
         c, d = self.cfg, self.cfg.n_embd
         prm = ops.matvec_params([w.qtype], k, [d])
         extra = [bias] if bias is not None else []
@@ -227,13 +246,18 @@ class GpuBackend(Backend):
             prm.update(a0=c.head_dim, a1=self.max_splits)
         ax = k if attn_x else 0
         ws = c.n_head * self.max_splits if attn_x else 1
+        groups = ops.matvec_groups(d, layout)
+        if when is not None:
+            groups = lambda n, kv, g=groups: g if when(n, kv) else (0, 0, 0)  # noqa: E731
         if post_norm is None:
-            P.add(ops.matvec(self.ks, [w.qtype], residual=True, bias=bias is not None, attn_x=ax, attn_ws=ws),
-                  [src, self.x, w.buffer] + extra, ops.matvec_groups(d), label, **prm)
+            P.add(ops.matvec(self.ks, [w.qtype], residual=True, bias=bias is not None, attn_x=ax, attn_ws=ws,
+                             layout=layout),
+                  [src, self.x, w.buffer] + extra, groups, label, **prm)
         else:
-            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax, attn_ws=ws),
-                  [src, self.tmp, w.buffer] + extra, ops.matvec_groups(d), label, **prm)
-            P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], (1, 1, 1), label + ".post",
+            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax, attn_ws=ws, layout=layout),
+                  [src, self.tmp, w.buffer] + extra, groups, label, **prm)
+            post = (1, 1, 1) if when is None else (lambda n, kv: (1, 1, 1) if when(n, kv) else (0, 0, 0))
+            P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], post, label + ".post",
                   d=d, n=1, eps=c.rms_eps)
 
     def _prefill_layer(self, P: Plan, i: int, L: dict, cs, window: int) -> None:

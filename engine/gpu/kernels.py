@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import EngineError
+from .plan import PARAM_BYTES, Plan
 from .shaders import render
 
-PARAM_BYTES = 64          # every Params struct is at most 16 words
 MAX_GROUPS = 65535
 
 
@@ -69,7 +69,6 @@ def grid(n: int) -> tuple[int, int]:
 
 def dispatch_once(dev, kernel: Kernel, buffers, groups, **params) -> None:
     """Run one kernel once (tests and one-off work): a one-op Plan, encoded, submitted, freed."""
-    from .plan import Plan  # noqa: PLC0415  (plan imports this module)
     plan = Plan(dev, kernel.name)
     plan.add(kernel, buffers, tuple(groups), kernel.name, **params)
     plan.finalize()

@@ -6,13 +6,23 @@ pipeline the model runs. Buffer order in each `access` tuple is the order of the
 
 from __future__ import annotations
 
+import math
+
 from ..quants import TYPE_BY_NAME
 from .kernels import grid
 
 # Types with a dequantizing kernel (engine/wgsl/quant.wgsl).
-GPU_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+GPU_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
-MATVEC_ROWS = 8
+# Matvec layout (lanes, rows per thread): LANES threads share a row group, 256 / LANES row groups a
+# workgroup, each thread RPT rows. The default is the small-matrix layout (one 32-lane group a row).
+MATVEC_DEFAULT = (32, 1)
+MATVEC_ROWS = 8                 # rows per workgroup of the default layout
+# A large GPU holds about a thousand workgroups of 256 threads at once (the H200: 132 SMs x 8): more
+# rows per thread (x reused from registers, more loads in flight) only while the grid stays that big.
+MATVEC_TARGET_GROUPS = 1024
+MATVEC_MAX_RPT = 4
+MATVEC_UNROLL = 2
 ATTN_CHUNK = 64       # keys per workgroup of decode attention's split pass
 MATVEC_FIELDS = (("K", "u"), ("M", "u"), ("m0", "u"), ("m1", "u"), ("rb0", "u"), ("rb1", "u"), ("rb2", "u"),
                  ("x_off", "u"), ("y_off", "u"), ("eps", "f"), ("a0", "u"), ("a1", "u"))
@@ -25,16 +35,44 @@ def row_bytes(qtype: str, k: int) -> int:
     return k // t.block_size * t.type_size
 
 
+def matvec_layout(k: int, m: int, mult: int = 0, mats: int = 1) -> tuple[int, int, int]:
+    """(lanes, rows per thread, unroll) for M rows of K weights, `mats` matrices a row (2: glu).
+    Measured on the H200 (bench.gpu_profile --matvec-sweep): 128 lanes for K of 2,048-4,096 and 256
+    past that; as many rows a thread as keep MATVEC_TARGET_GROUPS workgroups; two chunks a step for
+    one matrix (more loads in flight), one for two (the second matrix already doubles them).
+    `mult`: the rows per workgroup must divide it (the Q|K|V boundaries, so a workgroup reads one matrix)."""
+    chunks = k // 8
+    lanes = 32 if chunks < 128 else 64 if chunks < 256 else 128 if chunks < 1024 else 256
+    for rpt in (4, 2, 1):
+        rpw = 256 // lanes * rpt
+        if rpt <= MATVEC_MAX_RPT and (mult == 0 or mult % rpw == 0) and (rpt == 1 or m // rpw >= MATVEC_TARGET_GROUPS):
+            break
+    else:
+        lanes, rpt = 256, 1            # one row a workgroup: divides any boundary
+    unroll = MATVEC_UNROLL if mats == 1 and chunks >= MATVEC_UNROLL * lanes else 1
+    return lanes, rpt, unroll
+
+
+def matvec_rows(layout=None) -> int:
+    lanes, rpt, *rest = layout or MATVEC_DEFAULT
+    unroll = rest[0] if rest else 1
+    return 256 // lanes * rpt
+
+
 def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
-           attn_ws=1):
+           attn_ws=1, layout=None):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
     attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
     params a0 = head dim, a1 = max splits), merged before the product; attn_ws = heads x max splits.
-    rope = "normal" | "neox": Q|K|V with RoPE and the KV store fused (a0 = head dim, a1 = max_ctx)."""
+    rope = "normal" | "neox": Q|K|V with RoPE and the KV store fused (a0 = head dim, a1 = max_ctx).
+    layout: (lanes, rows per thread), see matvec_layout; concat boundaries must be multiples of its
+    rows per workgroup (matvec_rows)."""
+    lanes, rpt, *rest = layout or MATVEC_DEFAULT
+    unroll = rest[0] if rest else 1
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
               + (["r"] if attn_x else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
-                  NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=MATVEC_ROWS,
+                  NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
                   ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope)
 
 
@@ -46,9 +84,19 @@ def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):
     return dict(K=k, M=m, m0=r[0], m1=r[1], rb0=rb[0], rb1=rb[1], rb2=rb[2], x_off=x_off, y_off=y_off, eps=eps)
 
 
-def matvec_groups(m: int):
-    gx, gy = grid(-(-m // MATVEC_ROWS))
+def matvec_groups(m: int, layout=None):
+    gx, gy = grid(-(-m // matvec_rows(layout)))
     return gx, gy, 1
+
+
+# The O projection merges decode attention's splits itself (one dispatch less) while every workgroup
+# re-reading all the partials costs less than this many bytes; past it, a combine pass comes first.
+ATTN_FUSE_BYTES = 4 << 20
+
+
+def attn_fuse_splits(groups: int, k: int) -> int:
+    """The most attention splits for which the fused merge stays under ATTN_FUSE_BYTES."""
+    return ATTN_FUSE_BYTES // max(1, groups * k * 4)
 
 
 MATMUL_FIELDS = (("K", "u"), ("M", "u"), ("n", "u"), ("rb0", "u"), ("rb1", "u"), ("ldy", "u"), ("y_off", "u"),

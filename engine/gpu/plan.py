@@ -4,7 +4,8 @@ the call: n (tokens in this call) and kv_len (positions attended after it).
 Static values are plain numbers; call-dependent ones are functions `f(n, kv_len)`. The parameter
 structs live in one uniform buffer (one slot per op, dynamic offsets); bind groups are made once.
 On a call, only slots whose values changed are rewritten (for decode: none, so a token costs one
-write of the step buffer, one command encoder and one dispatch per op).
+write of the step buffer, one command encoder and one dispatch per op). An op whose workgroup count
+comes out 0 for a call is not dispatched (a plan may hold variants that the context length picks).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import struct
 import numpy as np
 
 from ..errors import EngineError
-from .kernels import PARAM_BYTES, Kernel
+
+PARAM_BYTES = 64          # every Params struct is at most 16 words
 
 
 class Plan:
@@ -28,7 +30,8 @@ class Plan:
         self._key = None
         self._encoded = []
 
-    def add(self, kernel: Kernel, buffers, groups, label: str = "", **params) -> None:
+    def add(self, kernel, buffers, groups, label: str = "", **params) -> None:
+        """`kernel`: a kernels.Kernel; `groups` and any parameter: a value or a function f(n, kv_len)."""
         if len(buffers) != len(kernel.access):
             raise EngineError(f"{kernel.name} ({label}): {len(buffers)} buffers for {len(kernel.access)} bindings")
         unknown = set(params) - {f for f, _ in kernel.fields}
@@ -89,13 +92,11 @@ class Plan:
     def _write_params(self, n, kv_len, force=False) -> None:
         dirty = False
         for i in (range(len(self.ops)) if force else self._dynamic):
-            op = self.ops[i]
-            if True:
-                b = self._pack(op, n if n is not None else 1, kv_len if kv_len is not None else 1)
-                o = i * self.stride
-                if force or self._bytes[o:o + PARAM_BYTES].tobytes() != b:
-                    self._bytes[o:o + PARAM_BYTES] = np.frombuffer(b, np.uint8)
-                    dirty = True
+            b = self._pack(self.ops[i], n if n is not None else 1, kv_len if kv_len is not None else 1)
+            o = i * self.stride
+            if force or self._bytes[o:o + PARAM_BYTES].tobytes() != b:
+                self._bytes[o:o + PARAM_BYTES] = np.frombuffer(b, np.uint8)
+                dirty = True
         if dirty:
             self.dev.queue.write_buffer(self.buffer, 0, self._bytes)
 
@@ -113,6 +114,8 @@ class Plan:
             for pipe, bg, off, g in rows[start:stop]:
                 if callable(g):
                     g = g(n, kv_len)
+                    if not g[0]:
+                        continue
                 if pipe is not last:
                     set_pipe(h, pipe)
                     last = pipe
@@ -127,6 +130,8 @@ class Plan:
             g = op["groups"]
             if callable(g):
                 g = g(n, kv_len)
+                if not g[0]:
+                    continue
             pipe = op["kernel"].pipeline
             if pipe is not last:
                 cp.set_pipeline(pipe)

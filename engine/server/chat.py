@@ -13,23 +13,22 @@ becomes an HTTP error; one raised later ends the stream with an error event.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..chat_turn import prefill_in_chunks, render_prompt, tool_format_of, with_prefill
 from ..errors import ContextFullError, TemplateError
 from ..generation import GenerationStats
-from ..tools import MalformedToolCall, TextDelta, ToolCall, ToolCallParser, detect_format, fallback_system_prompt
+from ..tools import MalformedToolCall, TextDelta, ToolCall, ToolCallParser
 from .presets import PresetPrefixes
 from .protocol import FINISH_REASONS, ChatRequest, RequestError, tool_call_to_wire
 from .worker import EngineWorker, Job
 
 log = logging.getLogger("engine.server")
 HISTORY = 100
-PREFILL_CHUNK = 128   # tokens read between checks for a client that left
 
 
 @dataclass
@@ -60,8 +59,7 @@ class ChatService:
         self.history: collections.deque[dict] = collections.deque(maxlen=HISTORY)
         self.counts = collections.Counter()
         self._lock = threading.Lock()
-        src = engine.gguf.metadata.get("tokenizer.chat_template") if hasattr(engine, "gguf") else None
-        self.tool_format = detect_format(src if isinstance(src, str) else None)
+        self.tool_format = tool_format_of(engine)
 
     def submit(self, cid: str, req: ChatRequest) -> Job:
         submitted = time.perf_counter()
@@ -112,37 +110,10 @@ def default_model_id(engine) -> str:
     return Path(path).name.removesuffix(".gguf") if path else "hearth"
 
 
-def template_messages(req: ChatRequest, tool_format: str) -> list[dict]:
-    """The request's messages as this model's template should see them. A template with no tool
-    support ("generic") gets the tools described in the system prompt, and earlier calls written
-    into the assistant's text in the format that prompt teaches (it would drop `tool_calls`)."""
-    if not req.tools or tool_format != "generic":
-        return req.messages
-    out = [dict(m) for m in req.messages]
-    guide = fallback_system_prompt(req.tools)
-    if out and out[0]["role"] == "system":
-        out[0]["content"] = f"{out[0]['content'].rstrip()}\n\n{guide}" if out[0]["content"].strip() else guide
-    else:
-        out.insert(0, {"role": "system", "content": guide})
-    for m in out:
-        if m.get("tool_calls"):
-            calls = "\n".join("<tool_call>\n" + json.dumps({"name": c["function"]["name"],
-                                                            "arguments": c["function"]["arguments"]},
-                                                           ensure_ascii=False) + "\n</tool_call>"
-                              for c in m.pop("tool_calls"))
-            m["content"] = f"{m['content'].rstrip()}\n{calls}" if m["content"].strip() else calls
-    return out
-
-
 def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: str,
              presets: PresetPrefixes | None = None) -> None:
-    messages = template_messages(req, tool_format)
-    # A last assistant message is a reply begun by the client (a prefill): the model continues it.
-    head = ""
-    if len(messages) > 1 and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls"):
-        head, messages = messages[-1]["content"], messages[:-1]
     try:
-        prompt = engine.render_chat(messages, tools=req.tools or None, add_generation_prompt=True) + head
+        prompt, messages, head = render_prompt(engine, req, tool_format)
     except TemplateError as e:
         raise RequestError(f"the model's chat template refused these messages: {e}",
                            code="invalid_messages") from None
@@ -156,12 +127,12 @@ def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: 
         system = req.messages[0]["content"] if req.messages[0]["role"] == "system" else ""
         preset = presets.match(system, req.tools)
         if preset is not None:
-            head = [messages[0]] if messages[0]["role"] == "system" else []
-            out.prefix = presets.prepare(engine, preset, head, req.tools)
+            system_messages = [messages[0]] if messages[0]["role"] == "system" else []
+            out.prefix = presets.prepare(engine, preset, system_messages, req.tools)
     job.put(("start", {"prompt_tokens": len(ids), "prefix": out.prefix}))
     room = engine.n_ctx - len(ids)
     max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
-    pre = _prefill_in_chunks(engine, ids, job)
+    pre = prefill_in_chunks(engine, ids, job.cancel.is_set)
     if pre is None:
         out.stop_reason = "cancelled"
         return
@@ -175,43 +146,13 @@ def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: 
         items = reply.feed(ev.text) if ev.text else []
         if ev.final:
             items += reply.finish()
-            out.stop_reason, out.stats = ev.stop_reason, _with_prefill(ev.stats, *pre)
+            out.stop_reason, out.stats = ev.stop_reason, with_prefill(ev.stats, *pre)
             if reply.ended and not job.cancel.is_set():
                 out.stop_reason = "tool_calls"
         for item in items:
             job.put(item)
     out.content, out.tool_calls = reply.content, reply.tool_calls
     out.finish_reason = "tool_calls" if out.tool_calls else FINISH_REASONS.get(out.stop_reason, "stop")
-
-
-def _prefill_in_chunks(engine, ids: list[int], job: Job) -> tuple[int, float] | None:
-    """Read a long new part of the prompt in chunks, so a client that leaves during a long prefill
-    frees the engine within one chunk. Returns (tokens computed here, seconds), None if cancelled."""
-    t0 = time.perf_counter()
-    resident = engine.tokens
-    common = 0
-    for a, b in zip(resident, ids):
-        if a != b:
-            break
-        common += 1
-    ends = list(range(common + PREFILL_CHUNK, len(ids) - 1, PREFILL_CHUNK))
-    for end in ends:
-        if job.cancel.is_set():
-            return None
-        engine.prefill(ids[:end])
-    return (ends[-1] - common if ends else 0), time.perf_counter() - t0
-
-
-def _with_prefill(stats: GenerationStats, computed: int, seconds: float) -> GenerationStats:
-    """Stats of a generation whose prompt was partly read by _prefill_in_chunks: those tokens were
-    computed for this request, not reused."""
-    if computed:
-        stats.reused_tokens -= computed
-        stats.computed_tokens += computed
-        stats.prefill_s += seconds
-        stats.ttft_s += seconds
-        stats.prefill_tps = stats.computed_tokens / stats.prefill_s if stats.prefill_s > 0 else 0.0
-    return stats
 
 
 class ReplyAssembler:

@@ -5,13 +5,9 @@ template rendered up to the first user message) is made resident through the Pre
 generating: restored from its image if there is one, else computed and saved. Requests that match no
 preset still reuse whatever prefix the engine holds (the Engine's common-prefix reuse).
 
-The presets file is the app's (`data_dir()/presets.json`, written by app/preset_store.py):
-
-    {"format": "hearth-presets", "version": 1,
-     "presets": [{"id", "name", "system_prompt", "tools": [...], "sampling": {...}, "model"}]}
-
-It is read here without importing the app (engine/ never imports app/), re-read when it changes, and
-a file that cannot be read only turns the matching off (with a log line), never fails a request.
+The presets file is the app's (`data_dir()/presets.json`, written by app/preset_store.py), in the
+format engine/preset_format.py parses. It is re-read when it changes, and a file that cannot be read
+only turns the matching off (with a log line), never fails a request.
 """
 
 from __future__ import annotations
@@ -23,11 +19,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..preset_prefix import prefix_text
+from ..chat_turn import prefix_text
+from ..preset_format import PresetError, parse
 from ..tools import ToolSchemaError, validate_tool_set
 
 log = logging.getLogger("engine.server")
-FORMAT = "hearth-presets"
 
 
 @dataclass(frozen=True)
@@ -48,21 +44,15 @@ def tools_key(tools) -> str:
 
 
 def read_presets(path: Path) -> list[SavedPreset]:
-    """The presets of an app presets file. Raises ValueError naming the file when it is unusable."""
+    """The presets of an app presets file. Raises ValueError naming the file when it is unusable;
+    a preset that is not valid is skipped with a log line (the app moves such a file aside)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        presets, problems = parse(path.read_text(encoding="utf-8"), path.name)
+    except (OSError, UnicodeDecodeError, PresetError) as e:
         raise ValueError(f"{path}: cannot read the presets file ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("presets"), list):
-        raise ValueError(f'{path}: not a Hearth presets file (expected "format": "{FORMAT}" and "presets")')
-    out = []
-    for i, p in enumerate(doc["presets"]):
-        if not isinstance(p, dict) or not isinstance(p.get("system_prompt", ""), str):
-            log.warning("%s: presets[%d] skipped (not a preset object)", path, i)
-            continue
-        out.append(SavedPreset(str(p.get("id", i)), str(p.get("name", f"preset {i}")),
-                               p.get("system_prompt", ""), tools_key(p.get("tools") or [])))
-    return out
+    for problem in problems:
+        log.warning("%s: preset skipped: %s", path, problem)
+    return [SavedPreset(p.id, p.name, p.system_prompt, tools_key(p.tools)) for p in presets]
 
 
 class PresetPrefixes:
@@ -77,7 +67,7 @@ class PresetPrefixes:
 
     def _store_or_default(self):
         if self._store is None:
-            from ..prefix_store import PrefixStore  # noqa: PLC0415
+            from ..prefix import PrefixStore  # noqa: PLC0415
             self._store = PrefixStore()
         return self._store
 

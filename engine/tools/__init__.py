@@ -1,5 +1,5 @@
 """Tool calling: parse calls from streamed model output, run built-in tools safely, and continue
-the conversation with the results (issue 7, engine side). Never imports Qt.
+the conversation with the results (the engine side). Never imports Qt.
 
     fmt = detect_format(template_source)                  # "hermes" | "llama3" | "generic"
     registry = ToolRegistry.for_tool_set(preset_tools)    # or ToolRegistry.builtin()

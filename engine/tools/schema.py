@@ -28,6 +28,8 @@ from typing import Any
 from ..errors import EngineError
 
 JSON_TYPES = ("object", "string", "number", "integer", "boolean", "array", "null")
+# OpenAI's rule for function names, with '.' for namespaced tools ("files.search"). A leading digit
+# ("2fa") is allowed: the API accepts it and every tool-call format quotes the name.
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 ANNOTATIONS = {"description", "title", "default", "examples", "format", "$comment", "nullable"}
 CHECKED = {"type", "properties", "required", "enum", "const", "items", "additionalProperties",
@@ -52,7 +54,8 @@ def normalize_tool_definition(definition: Any, where: str = "tool", strict: bool
     Raises ToolSchemaError naming the field at fault.
     """
     if not isinstance(definition, dict):
-        raise ToolSchemaError(f"{where}: must be a JSON object, got {_json_type_name(definition)}")
+        raise ToolSchemaError(f"{where}: expected an object (a tool must be a JSON object), "
+                              f"got {_json_type_name(definition)}")
     if "function" in definition or "type" in definition:
         if definition.get("type") != "function":
             raise ToolSchemaError(f"{where}.type: must be \"function\", got {definition.get('type')!r}")
@@ -67,21 +70,22 @@ def normalize_tool_definition(definition: Any, where: str = "tool", strict: bool
         raise ToolSchemaError(f"{fwhere}: must be a JSON object with name, description and parameters")
     extra = set(fn) - {"name", "description", "parameters", "strict"}
     if extra:
-        raise ToolSchemaError(f"{fwhere}: unexpected key(s) {_names(extra)}; "
-                              "allowed are name, description, parameters")
+        raise ToolSchemaError(f"{fwhere}: unexpected key(s) {_names(extra)} (unknown field; "
+                              "allowed are name, description, parameters)")
     name = fn.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise ToolSchemaError(f"{fwhere}.name: must be 1-64 letters, digits, '_', '.' or '-', got {name!r}")
+        raise ToolSchemaError(f"{fwhere}.name: {name!r} is not a valid function name; "
+                              "use 1-64 letters, digits, '_', '.' or '-'")
     if "description" in fn and not isinstance(fn["description"], str):
         raise ToolSchemaError(f"{fwhere}.description: must be a string")
     params = fn.get("parameters", {"type": "object", "properties": {}})
     pwhere = f"{fwhere}.parameters"
     if not isinstance(params, dict):
         raise ToolSchemaError(f"{pwhere}: must be a JSON Schema object")
-    if params.get("type", "object") != "object":
-        raise ToolSchemaError(f"{pwhere}.type: the parameters of a tool must be of type \"object\", "
-                              f"got {params.get('type')!r}")
     check_schema(params, pwhere, strict=strict)
+    if params.get("type", "object") != "object":
+        raise ToolSchemaError(f"{pwhere}.type: the parameters of a tool must be an object schema "
+                              f"(type \"object\"), got {params.get('type')!r}")
     out = {"name": name}
     if "description" in fn:
         out["description"] = fn["description"]
@@ -101,7 +105,7 @@ def validate_tool_set(definitions: Any, where: str = "tools", strict: bool = Fal
         name = norm["function"]["name"]
         if name in seen:
             raise ToolSchemaError(f"{where}[{i}].function.name: {name!r} is already the name of "
-                                  f"{where}[{seen[name]}]; tool names must be unique")
+                                  f"{where}[{seen[name]}] (defined twice); tool names must be unique")
         seen[name] = i
         out.append(norm)
     return out
@@ -135,7 +139,8 @@ def check_schema(schema: Any, where: str, depth: int = 0, strict: bool = False) 
             raise ToolSchemaError(f"{where}.required: lists a name twice")
         missing = [r for r in req if props is None or r not in props]
         if missing:
-            raise ToolSchemaError(f"{where}.required: {_names(missing)} not defined in properties; "
+            raise ToolSchemaError(f"{where}.required: {_names(missing)} not defined in properties "
+                                  f"({', '.join(missing)} not in properties); "
                                   "add them to properties or remove them from required")
     if "enum" in schema:
         enum = schema["enum"]
@@ -182,7 +187,8 @@ def _schema_types(schema: dict, where: str) -> list[str]:
         raise ToolSchemaError(f"{where}.type: must be a type name or a list of them")
     for x in types:
         if x not in JSON_TYPES:
-            raise ToolSchemaError(f"{where}.type: unknown type {x!r}; use one of {', '.join(JSON_TYPES)}")
+            raise ToolSchemaError(f"{where}.type: unknown type {x!r} ({x!r} is not a JSON Schema type); "
+                                  f"use one of {', '.join(JSON_TYPES)}")
     return types
 
 

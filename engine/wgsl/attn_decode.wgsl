@@ -17,6 +17,8 @@ struct Params {
 // key groups), then the G groups are summed: short dependent chains instead of one of CHUNK loads.
 const HD4: u32 = HD / 4u;
 const G: u32 = CHUNK / HD4;
+{% set VU = 8 %}
+const VU: u32 = {{VU}}u;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> kc: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> vc: array<vec4<f32>>;
@@ -44,8 +46,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let valid = j < kv_len && j >= lo;
     if (valid) {
         let kb = (kvh * P.max_ctx + j) * HD4;
+        // unrolled: the key's loads are independent and go out together (a loop would wait on each)
         var acc = 0.0;
-        for (var d = 0u; d < HD4; d++) { acc += dot(qs[d], kc[kb + d]); }
+{% for d in range(HD // 4) %}
+        acc += dot(qs[{{d}}u], kc[kb + {{d}}u]);
+{% endfor %}
         sc = acc * P.scale;
     }
     red[t] = sc;
@@ -71,7 +76,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let grp = t / HD4;
     var o = vec4<f32>(0.0);
     let vb = (kvh * P.max_ctx + j0) * HD4 + col;
-    for (var i = grp; i < nj; i += G) { o += p[i] * vc[vb + i * HD4]; }
+    // VU keys a step with independent loads; indices clamped into the chunk's valid keys (p is 0 past them)
+    for (var i0 = grp; i0 < nj; i0 += VU * G) {
+{% for u in range(VU) %}
+        { let i = min(i0 + {{u}}u * G, nj - 1u); o += select(0.0, p[i], i0 + {{u}}u * G < nj) * vc[vb + i * HD4]; }
+{% endfor %}
+    }
     acc4[t] = o;
     workgroupBarrier();
     let base = (h * P.max_splits + s) * PW;

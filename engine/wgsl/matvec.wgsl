@@ -1,45 +1,62 @@
 // Quantized matrix-vector product for decode: y[r] = W[r, :] . x  (one token).
 // Template: QTYPES (one GGUF type per weight buffer w0..), MODE:
-//   "concat": rows [0, M0) from w0, [M0, M0+M1) from w1, ... written to y (e.g. Q|K|V)
+//   "concat": rows [0, M0) from w0, [M0, M0+M1) from w1, ... written to y (e.g. Q|K|V); M0 and M1
+//             are multiples of the rows per workgroup, so a workgroup reads one matrix (no branch
+//             per row in the inner loop)
 //   "glu":    y[r] = act(w0[r].x) * (w1[r].x), act = ACT ("silu" or "gelu")
-// NORM: x is first RMS-normalized with weight g (every workgroup recomputes the norm: K is small).
+// NORM: x is RMS-normalized with weight g; the sum of squares comes from the same x loads as the
+// products (each row group's lanes cover the whole of x), so it costs no extra pass.
 // RESIDUAL: y[r] += result.  BIAS: + b[r].
 // ATTN_X: x is not a vector but decode attention's split partials (attn_decode.wgsl, pass 1); every
 // workgroup merges them into the attention output in workgroup memory first (the combine pass fused
-// into the output projection: one dispatch less per layer). a0 = head dim, a1 = max splits.
-// ROPE ("normal" or "neox"; Q|K|V concat, 8 rows per workgroup): RoPE and the KV-cache store fused in.
-// The q and k rows are dispatched as rotation pairs (a workgroup's rows 0-3 and 4-7 are partners), so
-// after the sums a workgroup rotates its 4 pairs at the current position and writes q to y
+// into the output projection: one dispatch less per layer, for short contexts). a0 = head dim, a1 = max splits.
+// ROPE ("normal" or "neox"; Q|K|V concat): RoPE and the KV-cache store fused in. The q and k rows are
+// dispatched as rotation pairs (dispatch rows i and i + RPW/2 of a workgroup are partners), so after
+// the sums a workgroup rotates its RPW/2 pairs at the current position and writes q to y
 // [n_head * hd] and k, v straight into the cache [n_kv, max_ctx, hd]. a0 = head dim, a1 = max_ctx.
-// Each workgroup of 256 threads computes ROWS rows with 256/ROWS lanes per row; a lane takes
-// 8-weight chunks lane, lane + LANES, ... of its row, then the lanes are summed.
-// SUBGROUPS: sums within a subgroup by shuffles, then one barrier to add the subgroups of a row (a
-// barrier is costly on CPU rasterizers like lavapipe, which run invocations as coroutines); without
-// it, a shared-memory tree.
+//
+// Layout: ROWS rows a workgroup (RPW), RPT (default 1) consecutive rows a thread: 256 threads =
+// 256/LANES row groups of LANES = 256 RPT / ROWS threads. Lane l takes the 8-weight chunks l, l + LANES, ... of its rows: x is
+// loaded once per chunk (two vec4) and used for all RPT rows, and the RPT rows' block loads are
+// independent, so several are in flight per thread. Memory: a warp's lanes read consecutive chunks
+// of one row (contiguous bytes).
+// SUBGROUPS: sums within a subgroup by shuffles, then one barrier to add the subgroups of a row group
+// (a barrier is costly on CPU rasterizers like lavapipe, which run invocations as coroutines);
+// without it, a shared-memory tree.
 {% from "quant.wgsl" import quant_fns %}
 {% include "quant.wgsl" %}
-const ROWS: u32 = {{ROWS}}u;
-const LANES: u32 = 256u / ROWS;
+{% set GLU = MODE == "glu" %}
+{% set RPT = RPT | default(1) %}
+{% set LANES = 256 * RPT // ROWS %}
+{% set NV = RPT * (2 if GLU else 1) + (1 if NORM else 0) %}
+const LANES: u32 = {{LANES}}u;
+const RPT: u32 = {{RPT}}u;
+const RPW: u32 = {{ROWS}}u;      // rows per workgroup
+const NV: u32 = {{NV}}u;        // values each thread reduces: its rows' sums (x2 for glu), + the norm's
 
 struct Params {
     K: u32,          // row length (weights)
     M: u32,          // total output rows
     m0: u32, m1: u32, // rows from w0, w1 (concat); the rest from w2
     rb0: u32, rb1: u32, rb2: u32, // bytes per row of w0, w1, w2
-    x_off: u32,      // first element of x
+    x_off: u32,      // first element of x (a multiple of 4)
     y_off: u32,      // first element of y
     eps: f32,
     a0: u32, a1: u32,
 }
 @group(0) @binding(0) var<uniform> P: Params;
+{% if ATTN_X %}
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+{% else %}
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+{% endif %}
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 {% for t in QTYPES %}
 @group(0) @binding({{3 + loop.index0}}) var<storage, read> w{{loop.index0}}: array<u32>;
 {% endfor %}
 {% set nb = 3 + QTYPES|length %}
 {% if NORM %}
-@group(0) @binding({{nb}}) var<storage, read> g: array<f32>;
+@group(0) @binding({{nb}}) var<storage, read> g: array<vec4<f32>>;
 {% set nb = nb + 1 %}
 {% endif %}
 {% if BIAS %}
@@ -51,13 +68,13 @@ struct Params {
 @group(0) @binding({{nb + 1}}) var<storage, read_write> vc: array<f32>;
 @group(0) @binding({{nb + 2}}) var<storage, read> cs: array<f32>;
 @group(0) @binding({{nb + 3}}) var<storage, read> step: array<u32>;
-var<workgroup> res: array<f32, ROWS>;
+var<workgroup> res: array<f32, RPW>;
 
 // the physical row computed by dispatch row `r` (identity outside the q and k rows)
 fn phys_row(r: u32) -> u32 {
     if (r >= P.m0 + P.m1) { return r; }
-    let pair = (r / 8u) * 4u + (r % 4u);
-    let partner = (r % 8u) / 4u;
+    let pair = (r / RPW) * (RPW / 2u) + (r % (RPW / 2u));
+    let partner = (r % RPW) / (RPW / 2u);
     let half = P.a0 / 2u;
     let head = pair / half;
     let i = pair % half;
@@ -80,34 +97,66 @@ var<workgroup> lh: array<f32, 256>;
 {{ quant_fns("w" ~ loop.index0, t) }}
 {% endfor %}
 
-var<workgroup> red: array<f32, 256>;
-var<workgroup> rn: array<f32, 256>;
-{% if MODE == "glu" %}
-var<workgroup> red2: array<f32, 256>;
-{% endif %}
+var<workgroup> red: array<f32, {{NV * 256}}>;   // [value][thread or subgroup]
 
-fn xin(i: u32) -> vec4<f32> {
-    let o = P.x_off + i;
+struct X8 { lo: vec4<f32>, hi: vec4<f32> }
+
+// chunk c of x (weights 8c .. 8c + 7), unnormalized
+fn xin(c: u32) -> X8 {
 {% if ATTN_X %}
-    return vec4<f32>(xs[i], xs[i + 1u], xs[i + 2u], xs[i + 3u]);
-{% elif NORM %}
-    return vec4<f32>(x[o], x[o + 1u], x[o + 2u], x[o + 3u]) * vec4<f32>(g[i], g[i + 1u], g[i + 2u], g[i + 3u]);
+    let i = c * 8u;
+    return X8(vec4<f32>(xs[i], xs[i + 1u], xs[i + 2u], xs[i + 3u]),
+              vec4<f32>(xs[i + 4u], xs[i + 5u], xs[i + 6u], xs[i + 7u]));
 {% else %}
-    return vec4<f32>(x[o], x[o + 1u], x[o + 2u], x[o + 3u]);
+    let i = (P.x_off >> 2u) + c * 2u;
+    return X8(x[i], x[i + 1u]);
 {% endif %}
 }
+
+{% set UNROLL = UNROLL | default(1) %}
+{% macro dots(src, rowvar, accvar, u) %}
+{% for j in range(RPT) %}
+            { let a = {{src}}_deq8({{rowvar}}{{j}}, c{{u}}); {{accvar}}{{j}} += dot(a.lo, xv{{u}}.lo) + dot(a.hi, xv{{u}}.hi); }
+{% endfor %}
+{% endmacro %}
+
+{% macro load_x(u) %}
+            let c{{u}} = c + {{u}}u * LANES;
+            var xv{{u}} = xin(c{{u}});
+{% if NORM %}
+            ss += dot(xv{{u}}.lo, xv{{u}}.lo) + dot(xv{{u}}.hi, xv{{u}}.hi);
+            xv{{u}} = X8(xv{{u}}.lo * g[c{{u}} * 2u], xv{{u}}.hi * g[c{{u}} * 2u + 1u]);
+{% endif %}
+{% endmacro %}
+
+// UNROLL chunks a lane per step, every load of the step issued before its products (more bytes in
+// flight per thread), then the remaining chunks one at a time. `body(u)` does the products of chunk u.
+{% macro chunk_loop() %}
+        var c = lane;
+{% if UNROLL > 1 %}
+        for (; c + {{UNROLL - 1}}u * LANES < nc; c += {{UNROLL}}u * LANES) {
+{% for u in range(UNROLL) %}
+{{ load_x(u) }}
+{% endfor %}
+{% for u in range(UNROLL) %}
+{{ caller(u) }}
+{% endfor %}
+        }
+{% endif %}
+        for (; c < nc; c += LANES) {
+{{ load_x(0) }}
+{{ caller(0) }}
+        }
+{% endmacro %}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) tid: u32{% if SUBGROUPS %}, @builtin(subgroup_size) sg: u32{% endif %}) {
-    let row_in_wg = tid / LANES;
+    let grp = tid / LANES;
     let lane = tid % LANES;
-{% if ROPE %}
-    let r_dispatch = (wid.x + wid.y * nwg.x) * ROWS + row_in_wg;
-    let r = phys_row(r_dispatch);
-{% else %}
-    let r = (wid.x + wid.y * nwg.x) * ROWS + row_in_wg;
-{% endif %}
+    let wg = wid.x + wid.y * nwg.x;
+    let first = wg * RPW;                  // the workgroup's first dispatch row
+    let d0 = first + grp * RPT;            // this thread's first dispatch row
 {% if ATTN_X %}
     {
         let hd = P.a0;
@@ -141,133 +190,142 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
 {% endif %}
-{% if NORM %}
-    var ss = 0.0;
-    for (var i = tid; i < P.K; i += 256u) { let v = x[P.x_off + i]; ss += v * v; }
-{% if SUBGROUPS %}
-    for (var o = 1u; o < sg; o <<= 1u) { ss += subgroupShuffleXor(ss, o); }
-    rn[tid] = ss;
-    workgroupBarrier();
-    var tot = 0.0;
-    for (var j = 0u; j < 256u; j += sg) { tot += rn[j]; }
-    let inv = inverseSqrt(tot / f32(P.K) + P.eps);
+    // physical rows, clamped into the matrix (rows past M compute a duplicate and are not written)
+{% for j in range(RPT) %}
+{% if ROPE %}
+    let r{{j}} = min(phys_row(d0 + {{j}}u), P.M - 1u);
 {% else %}
-    rn[tid] = ss;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (tid < s) { rn[tid] += rn[tid + s]; }
-        workgroupBarrier();
-    }
-    let inv = inverseSqrt(rn[0] / f32(P.K) + P.eps);
+    let r{{j}} = min(d0 + {{j}}u, P.M - 1u);
 {% endif %}
-{% else %}
-    let inv = 1.0;
-{% endif %}
+{% endfor %}
     let nc = P.K / 8u;
-    var acc = 0.0;
-{% if MODE == "glu" %}
-    var acc2 = 0.0;
+    var ss = 0.0;
+{% for j in range(RPT) %}
+    var acc{{j}} = 0.0;
+{% if GLU %}
+    var acu{{j}} = 0.0;
 {% endif %}
-    if (r < P.M) {
-{% if MODE == "glu" %}
-        let rb0 = r * P.rb0;
-        let rb1 = r * P.rb1;
-        for (var c = lane; c < nc; c += LANES) {
-            let xa = xin(c * 8u); let xb = xin(c * 8u + 4u);
-            let a = w0_deq8(rb0, c);
-            let q = w1_deq8(rb1, c);
-            acc += dot(a.lo, xa) + dot(a.hi, xb);
-            acc2 += dot(q.lo, xa) + dot(q.hi, xb);
-        }
+{% endfor %}
+{% if GLU %}
+    {
+{% for j in range(RPT) %}
+        let ra{{j}} = r{{j}} * P.rb0;
+        let rb{{j}} = r{{j}} * P.rb1;
+{% endfor %}
+{% call(u) chunk_loop() %}{{ dots("w0", "ra", "acc", u) }}{{ dots("w1", "rb", "acu", u) }}{% endcall %}
+    }
 {% else %}
 {% for t in QTYPES %}
 {% set i = loop.index0 %}
-        {% if not loop.first %}else {% endif %}{% if not loop.last %}if (r < {% if i == 0 %}P.m0{% else %}P.m0 + P.m1{% endif %}) {% endif %}{
-            let rr = r{% if i >= 1 %} - P.m0{% endif %}{% if i >= 2 %} - P.m1{% endif %};
-            let rb = rr * P.rb{{i}};
-            for (var c = lane; c < nc; c += LANES) {
-                let a = w{{i}}_deq8(rb, c);
-                acc += dot(a.lo, xin(c * 8u)) + dot(a.hi, xin(c * 8u + 4u));
-            }
-        }
+    {% if not loop.first %}else {% endif %}{% if not loop.last %}if (first < {% if i == 0 %}P.m0{% else %}P.m0 + P.m1{% endif %}) {% endif %}{
+{% for j in range(RPT) %}
+        let ro{{j}} = (r{{j}}{% if i >= 1 %} - P.m0{% endif %}{% if i >= 2 %} - P.m1{% endif %}) * P.rb{{i}};
+{% endfor %}
+{% call(u) chunk_loop() %}{{ dots("w" ~ i, "ro", "acc", u) }}{% endcall %}
+    }
 {% endfor %}
 {% endif %}
-    }
+    // the values to reduce over the row group, in a fixed order (unrolled: no indexed arrays)
+{% set names = [] %}
+{% for j in range(RPT) %}
+{% set _ = names.append("acc" ~ j) %}
+{% if GLU %}{% set _ = names.append("acu" ~ j) %}{% endif %}
+{% endfor %}
+{% if NORM %}{% set _ = names.append("ss") %}{% endif %}
 {% if SUBGROUPS %}
     let w = min(sg, LANES);
     for (var o = 1u; o < w; o <<= 1u) {
-        acc += subgroupShuffleXor(acc, o);
-{% if MODE == "glu" %}
-        acc2 += subgroupShuffleXor(acc2, o);
-{% endif %}
+{% for n in names %}
+        {{n}} += subgroupShuffleXor({{n}}, o);
+{% endfor %}
     }
-    red[tid] = acc;
-{% if MODE == "glu" %}
-    red2[tid] = acc2;
-{% endif %}
+    if (tid % w == 0u) {
+{% for n in names %}
+        red[{{loop.index0 * 256}}u + tid / w] = {{n}};
+{% endfor %}
+    }
     workgroupBarrier();
     if (lane == 0u) {
-        for (var j = w; j < LANES; j += w) {
-            red[tid] += red[tid + j];
-{% if MODE == "glu" %}
-            red2[tid] += red2[tid + j];
-{% endif %}
+        let q0 = tid / w;
+{% for n in names %}
+        {{n}} = 0.0;
+{% endfor %}
+        for (var q = q0; q < q0 + LANES / w; q++) {
+{% for n in names %}
+            {{n}} += red[{{loop.index0 * 256}}u + q];
+{% endfor %}
         }
     }
 {% else %}
-    red[tid] = acc;
-{% if MODE == "glu" %}
-    red2[tid] = acc2;
-{% endif %}
+{% for n in names %}
+    red[{{loop.index0 * 256}}u + tid] = {{n}};
+{% endfor %}
     workgroupBarrier();
     for (var s = LANES / 2u; s > 0u; s >>= 1u) {
         if (lane < s) {
-            red[tid] += red[tid + s];
-{% if MODE == "glu" %}
-            red2[tid] += red2[tid + s];
-{% endif %}
+{% for n in names %}
+            red[{{loop.index0 * 256}}u + tid] += red[{{loop.index0 * 256}}u + tid + s];
+{% endfor %}
         }
         workgroupBarrier();
     }
+{% for n in names %}
+    {{n}} = red[{{loop.index0 * 256}}u + tid];
+{% endfor %}
 {% endif %}
-    var v = 0.0;
-    if (lane == 0u && r < P.M) {
-        v = red[tid] * inv;
-{% if BIAS %}
-        v += b[r];
-{% endif %}
-{% if MODE == "glu" %}
-        let u = red2[tid] * inv;
-{% if ACT == "silu" %}
-        v = v / (1.0 + exp(-v)) * u;
+{% if NORM %}
+    let inv = inverseSqrt(ss / f32(P.K) + P.eps);
 {% else %}
-        v = 0.5 * v * (1.0 + tanh(clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0))) * u;
+    let inv = 1.0;
+{% endif %}
+{% for j in range(RPT) %}
+    {
+        let r = r{{j}};
+        var v = 0.0;
+        if (lane == 0u && d0 + {{j}}u < P.M) {
+{% if GLU %}
+            v = acc{{j}} * inv;
+            let u = acu{{j}} * inv;
+{% else %}
+            v = acc{{j}} * inv;
+{% endif %}
+{% if BIAS %}
+            v += b[r];
+{% endif %}
+{% if GLU %}
+{% if ACT == "silu" %}
+            v = v / (1.0 + exp(-v)) * u;
+{% else %}
+            v = 0.5 * v * (1.0 + tanh(clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0))) * u;
 {% endif %}
 {% endif %}
 {% if not ROPE %}
 {% if RESIDUAL %}
-        y[P.y_off + r] += v;
+            y[P.y_off + r] += v;
 {% else %}
-        y[P.y_off + r] = v;
+            y[P.y_off + r] = v;
 {% endif %}
+{% endif %}
+        }
+{% if ROPE %}
+        if (lane == 0u) { res[grp * RPT + {{j}}u] = v; }
 {% endif %}
     }
+{% endfor %}
 {% if ROPE %}
-    if (lane == 0u) { res[row_in_wg] = v; }
     workgroupBarrier();
     let hd = P.a0;
     let half = hd / 2u;
     let pos = step[0] + step[1] - 1u;
-    let first = (wid.x + wid.y * nwg.x) * ROWS;
     if (first < P.m0 + P.m1) {
-        if (tid < 4u) {
-            let pair = (first / 8u) * 4u + tid;
+        if (tid < RPW / 2u) {
+            let pair = (first / RPW) * (RPW / 2u) + tid;
             let head = pair / half;
             let i = pair % half;
             let c = cs[(pos * half + i) * 2u];
             let sn = cs[(pos * half + i) * 2u + 1u];
             let a = res[tid];
-            let b = res[tid + 4u];
+            let b = res[tid + RPW / 2u];
 {% if ROPE == "neox" %}
             let da = i; let db = i + half;
 {% else %}
@@ -283,9 +341,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 kc[kb + db] = a * sn + b * c;
             }
         }
-    } else if (lane == 0u && r < P.M) {
-        let vr = r - P.m0 - P.m1;
-        vc[((vr / hd) * P.a1 + pos) * hd + vr % hd] = v;
+    } else if (lane == 0u) {
+{% for j in range(RPT) %}
+        if (d0 + {{j}}u < P.M) {
+            let vr = r{{j}} - P.m0 - P.m1;
+            vc[((vr / hd) * P.a1 + pos) * hd + vr % hd] = res[grp * RPT + {{j}}u];
+        }
+{% endfor %}
     }
 {% endif %}
 }

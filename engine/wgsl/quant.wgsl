@@ -8,6 +8,7 @@
 //   Q4_0  18 B / 32: d f16 | qs u8[16]; weight j<16 = low nibble of qs[j], j+16 = high nibble; w = d*(q-8)
 //   Q4_1  20 B / 32: d f16 | m f16 | qs u8[16] (nibbles as Q4_0); w = d*q + m
 //   Q5_0  22 B / 32: d f16 | qh u32 | qs u8[16]; q = nibble | (bit j of qh) << 4; w = d*(q-16)
+//   Q5_1  24 B / 32: d f16 | m f16 | qh u32 | qs u8[16]; q as Q5_0; w = d*q + m
 //   Q8_0  34 B / 32: d f16 | qs i8[32]; w = d*q
 //   Q4_K 144 B / 256: d f16 | dmin f16 | scales u8[12] (6-bit scale+min per 32) | qs u8[128];
 //        64-weight chunk c uses qs[32c..32c+32]: sub-block 2c the low nibbles, 2c+1 the high;
@@ -16,6 +17,12 @@
 //   Q6_K 210 B / 256: ql u8[128] | qh u8[64] | sc i8[16] | d f16; per 128-weight half n and quarter k:
 //        q = (nibble of ql[64n + l + 32(k&1)], shift 4(k>>1)) | ((qh[32n + l] >> 2k) & 3) << 4, minus 32;
 //        w = d * sc[8n + l/16 + 2k] * q
+//   Q2_K  84 B / 256: sc u8[16] (low nibble scale, high nibble min of 16 weights) | qs u8[64] | d f16 |
+//        dmin f16; weight 128n + 32j + l: q = (qs[32n + l] >> 2j) & 3, sub-block 8n + 2j + l/16;
+//        w = d*(sc&15)*q - dmin*(sc>>4)
+//   Q3_K 110 B / 256: hmask u8[32] | qs u8[64] | sc u8[12] | d f16; weight 128n + 32j + l: low bits
+//        as Q2_K, minus 4 when bit 4n + j of hmask[l] is clear; 6-bit scale s of sub-block i =
+//        (sc[i & 7] >> 4(i >> 3)) & 15 | ((sc[8 + (i & 3)] >> 2(i >> 2)) & 3) << 4; w = d*(s-32)*q
 
 struct Deq8 { lo: vec4<f32>, hi: vec4<f32> }
 
@@ -42,8 +49,14 @@ fn bits4(qh: u32, b: u32) -> vec4<f32> {
 fn {{buf}}_u32(off: u32) -> u32 {
     let i = off >> 2u;
     let s = (off & 3u) * 8u;
-    if (s == 0u) { return {{buf}}[i]; }
-    return ({{buf}}[i] >> s) | ({{buf}}[i + 1u] << (32u - s));
+    return ({{buf}}[i] >> s) | (({{buf}}[i + 1u] << (31u - s)) << 1u);
+}
+// 8 bytes from a 2-byte aligned offset: three word loads, no branch (a shift by 32 is avoided)
+fn {{buf}}_u32x2(off: u32) -> vec2<u32> {
+    let i = off >> 2u;
+    let s = (off & 3u) * 8u;
+    let a = {{buf}}[i]; let b = {{buf}}[i + 1u]; let c = {{buf}}[i + 2u];
+    return vec2<u32>((a >> s) | ((b << (31u - s)) << 1u), (b >> s) | ((c << (31u - s)) << 1u));
 }
 fn {{buf}}_f16(off: u32) -> f32 {
     return unpack2x16float({{buf}}[off >> 2u] >> ((off & 2u) * 8u)).x;
@@ -59,18 +72,18 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
                 vec4<f32>(bitcast<f32>({{buf}}[i + 4u]), bitcast<f32>({{buf}}[i + 5u]),
                           bitcast<f32>({{buf}}[i + 6u]), bitcast<f32>({{buf}}[i + 7u])));
 {% elif qtype == "F16" %}
-    let o = rowbase + c * 16u;
-    let a = {{buf}}_u32(o); let b = {{buf}}_u32(o + 4u);
-    let e = {{buf}}_u32(o + 8u); let f = {{buf}}_u32(o + 12u);
+    let o = (rowbase >> 2u) + c * 4u;         // rows of a multiple of 32 weights: 4-byte aligned
+    let a = {{buf}}[o]; let b = {{buf}}[o + 1u];
+    let e = {{buf}}[o + 2u]; let f = {{buf}}[o + 3u];
     return Deq8(vec4<f32>(unpack2x16float(a), unpack2x16float(b)),
                 vec4<f32>(unpack2x16float(e), unpack2x16float(f)));
 {% elif qtype == "Q4_0" %}
     let base = rowbase + (c >> 2u) * 18u;
     let p = c & 3u;
     let d = {{buf}}_f16(base);
-    let o = base + 2u + (p & 1u) * 8u;
+    let q = {{buf}}_u32x2(base + 2u + (p & 1u) * 8u);
     let sh = (p >> 1u) * 4u;
-    return Deq8(d * (nib4({{buf}}_u32(o), sh) - 8.0), d * (nib4({{buf}}_u32(o + 4u), sh) - 8.0));
+    return Deq8(d * (nib4(q.x, sh) - 8.0), d * (nib4(q.y, sh) - 8.0));
 {% elif qtype == "Q4_1" %}
     let base = rowbase + (c >> 2u) * 20u;
     let p = c & 3u;
@@ -83,16 +96,27 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let p = c & 3u;
     let d = {{buf}}_f16(base);
     let qh = {{buf}}_u32(base + 2u);
-    let o = base + 6u + (p & 1u) * 8u;
+    let q = {{buf}}_u32x2(base + 6u + (p & 1u) * 8u);
     let sh = (p >> 1u) * 4u;
     let e0 = p * 8u;
-    return Deq8(d * (nib4({{buf}}_u32(o), sh) + bits4(qh, e0) - 16.0),
-                d * (nib4({{buf}}_u32(o + 4u), sh) + bits4(qh, e0 + 4u) - 16.0));
+    return Deq8(d * (nib4(q.x, sh) + bits4(qh, e0) - 16.0),
+                d * (nib4(q.y, sh) + bits4(qh, e0 + 4u) - 16.0));
+{% elif qtype == "Q5_1" %}
+    let base = rowbase + (c >> 2u) * 24u;
+    let p = c & 3u;
+    let wi = base >> 2u;
+    let dm = unpack2x16float({{buf}}[wi]);
+    let qh = {{buf}}[wi + 1u];
+    let o = wi + 2u + (p & 1u) * 2u;
+    let sh = (p >> 1u) * 4u;
+    let e0 = p * 8u;
+    return Deq8(dm.x * (nib4({{buf}}[o], sh) + bits4(qh, e0)) + dm.y,
+                dm.x * (nib4({{buf}}[o + 1u], sh) + bits4(qh, e0 + 4u)) + dm.y);
 {% elif qtype == "Q8_0" %}
     let base = rowbase + (c >> 2u) * 34u;
     let d = {{buf}}_f16(base);
-    let o = base + 2u + (c & 3u) * 8u;
-    return Deq8(d * i8x4({{buf}}_u32(o)), d * i8x4({{buf}}_u32(o + 4u)));
+    let q = {{buf}}_u32x2(base + 2u + (c & 3u) * 8u);
+    return Deq8(d * i8x4(q.x), d * i8x4(q.y));
 {% elif qtype == "Q4_K" or qtype == "Q5_K" %}
 {% set bb = 144 if qtype == "Q4_K" else 176 %}
 {% set qs_off = 16 if qtype == "Q4_K" else 48 %}
@@ -139,8 +163,41 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let oh = base + 128u + 32u * n + l;
     let shl = (k >> 1u) * 4u;
     let shh = 2u * k;
-    return Deq8(s * (nib4({{buf}}_u32(ol), shl) + 16.0 * two4({{buf}}_u32(oh), shh) - 32.0),
-                s * (nib4({{buf}}_u32(ol + 4u), shl) + 16.0 * two4({{buf}}_u32(oh + 4u), shh) - 32.0));
+    let ql = {{buf}}_u32x2(ol);
+    let qh = {{buf}}_u32x2(oh);
+    return Deq8(s * (nib4(ql.x, shl) + 16.0 * two4(qh.x, shh) - 32.0),
+                s * (nib4(ql.y, shl) + 16.0 * two4(qh.y, shh) - 32.0));
+{% elif qtype == "Q2_K" %}
+    let base = rowbase + (c >> 5u) * 84u;     // 4-byte aligned (84 = 4 * 21)
+    let e0 = (c & 31u) * 8u;
+    let n = e0 >> 7u;
+    let j = (e0 >> 5u) & 3u;
+    let l = e0 & 31u;
+    let sc = {{buf}}_u8(base + 8u * n + 2u * j + (l >> 4u));
+    let dm = unpack2x16float({{buf}}[(base + 80u) >> 2u]);
+    let d = dm.x * f32(sc & 15u);
+    let m = dm.y * f32(sc >> 4u);
+    let o = (base + 16u + 32u * n + l) >> 2u;
+    return Deq8(d * two4({{buf}}[o], 2u * j) - m, d * two4({{buf}}[o + 1u], 2u * j) - m);
+{% elif qtype == "Q3_K" %}
+    let base = rowbase + (c >> 5u) * 110u;    // 2-byte aligned
+    let e0 = (c & 31u) * 8u;
+    let n = e0 >> 7u;
+    let j = (e0 >> 5u) & 3u;
+    let l = e0 & 31u;
+    let i = 8u * n + 2u * j + (l >> 4u);      // sub-block of 16 weights
+    let lo4 = ({{buf}}_u8(base + 96u + (i & 7u)) >> (4u * (i >> 3u))) & 15u;
+    let hi2 = ({{buf}}_u8(base + 104u + (i & 3u)) >> (2u * (i >> 2u))) & 3u;
+    let s = {{buf}}_f16(base + 108u) * f32(i32(lo4 | (hi2 << 4u)) - 32);
+    let q = {{buf}}_u32x2(base + 32u + 32u * n + l);
+    let hm = {{buf}}_u32x2(base + l);
+    let hb = 4u * n + j;
+    // a clear hmask bit subtracts 4: (bit ^ 1) * 4
+    let h0 = vec4<f32>(f32(((hm.x >> hb) & 1u) ^ 1u), f32(((hm.x >> (hb + 8u)) & 1u) ^ 1u),
+                       f32(((hm.x >> (hb + 16u)) & 1u) ^ 1u), f32(((hm.x >> (hb + 24u)) & 1u) ^ 1u));
+    let h1 = vec4<f32>(f32(((hm.y >> hb) & 1u) ^ 1u), f32(((hm.y >> (hb + 8u)) & 1u) ^ 1u),
+                       f32(((hm.y >> (hb + 16u)) & 1u) ^ 1u), f32(((hm.y >> (hb + 24u)) & 1u) ^ 1u));
+    return Deq8(s * (two4(q.x, 2u * j) - 4.0 * h0), s * (two4(q.y, 2u * j) - 4.0 * h1));
 {% else %}
     {{ raise("no GPU kernel for weight type " ~ qtype) }}
 {% endif %}

@@ -2,7 +2,7 @@
 
 `model_digest` identifies the model's weights and tokenizer (cached per GGUFFile); `key_digest` adds
 the format, dtype, engine build, machine, backend and the prefix's token ids. The key is stored in
-the image's header (engine/prefix_format.py) and names its file in the store.
+the image's header (format.py) and names its file in the store.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from hashlib import blake2b
 
 import numpy as np
 
-from . import build_info
-from .prefix_format import DTYPE_F32, DTYPE_NAMES, FORMAT_VERSION, I32
+from .. import build_info
+from .format import DTYPE_F32, DTYPE_NAMES, FORMAT_VERSION, I32
 
 _SAMPLE_BYTES = 4096  # bytes hashed at each end of every tensor (at least one quant block each)
 _model_cache: "weakref.WeakKeyDictionary[object, bytes]" = weakref.WeakKeyDictionary()

@@ -1,7 +1,7 @@
 """The vocabulary as llama.cpp reads it from a GGUF file (`llama_vocab::impl::load`).
 
 `read_vocab` gives the tokens, their llama_token_attr bits, the special ids (BOS, EOS, unknown,
-every end-of-generation id) and the flags that decide how text is encoded; `engine/tokenizer.py`
+every end-of-generation id) and the flags that decide how text is encoded; `tokenizer.py`
 builds the tokenizer on it.
 """
 
@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import GGUFError, UnsupportedModelError
-from .gguf import GGUFFile
+from ..errors import GGUFError, UnsupportedModelError
+from ..gguf import GGUFFile
 from .pretokenizers import PRE_TOKENIZERS, PreTokenizer
 
-log = logging.getLogger("engine.tokenizer")   # the name the tokenizer's warnings always had
+log = logging.getLogger("engine.tokenizer")   # the package's logger, for every tokenizer warning
 
 # tokenizer.ggml.token_type values (gguf-py TokenType)
 # llama.cpp's llama_token_attr bits

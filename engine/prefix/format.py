@@ -1,8 +1,8 @@
 """The prefix image format: its byte layout and its header (`ImageHeader`).
 
 A prefix image is the K/V cache of a prompt prefix written to a file, restored instead of recomputed
-(engine/prefix_image.py is the engine's API; engine/prefix_io.py writes and reads images,
-engine/prefix_key.py computes their key).
+(the Engine's `prefix_key`, `save_prefix` and `restore_prefix` are the API; io.py writes and reads
+images, key.py computes their key).
 
 Image layout (little-endian throughout; `n` = token count, `L`/`H`/`D` = layers, KV heads, head dim):
 
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import PrefixImageError
+from ..errors import PrefixImageError
 
 MAGIC = b"\x89HPX\r\n\x1a\n"
 FORMAT_VERSION = 1

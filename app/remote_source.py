@@ -1,4 +1,4 @@
-"""Remote chat backends (issue 9): an OpenAI-compatible server behind the app's ChatBackend interface.
+"""Remote chat sources: an OpenAI-compatible server behind the app's ChatBackend interface.
 Qt-free; called only from the engine worker thread.
 
 A remote model is named by a path string, so the window's model flow (picker data, settings'
@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .backends import ChatBackend, LocalBackend, ModelInfo, StreamEvent
+from .chat_source import ChatBackend, LocalBackend, ModelInfo, StreamEvent
 
 SCHEME = "remote:"
 # Where servers put the context size in GET /v1/models: Hearth "n_ctx", vLLM "max_model_len",

@@ -4,11 +4,12 @@
     result = store.ensure(engine, text, label="Coding assistant")
     result.action   # "resident" | "restored" | "computed" | "recomputed" (after a refused image)
 
-Layout of the folder: `<key>.hpx` (the image, see prefix_image.py) and `<key>.json` (what it is for:
+Layout of the folder: `<key>.hpx` (the image, see format.py) and `<key>.json` (what it is for:
 model path and name, token count, backend, the caller's label). Nothing else is shared state:
-- writes are atomic: a temporary file in the same folder, fsync, rename over the real name, fsync of
-  the folder. A crash or a full disk mid-write leaves at most a `.tmp` file (removed later), never a
-  half image under a real name, and never touches the previous image of that key;
+- writes are atomic (engine/atomic_file.py): a temporary file in the same folder, fsync, rename over
+  the real name, fsync of the folder. A crash or a full disk mid-write leaves at most a `.tmp` file
+  (removed later), never a half image under a real name, and never touches the previous image of
+  that key;
 - the last use of an image is its file's mtime (set when written, bumped on each restore): no index
   file to corrupt or to lock, and every process sees the others' uses;
 - two processes may write the same key at once (each renames a complete file; the last one wins) and
@@ -18,18 +19,18 @@ The size cap counts image bytes; least recently used images go first, never the 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import prefix_image as pi
-from .errors import PrefixImageError
-from .paths import cache_dir
+from ..atomic_file import write_atomic
+from ..errors import PrefixImageError
+from ..paths import cache_dir
+from .format import FORMAT_VERSION
+from .io import read_header, write_all
 
 DEFAULT_CAP_BYTES = 2 << 30
 IMAGE_SUFFIX = ".hpx"
@@ -97,8 +98,8 @@ class PrefixStore:
 
     def _ensure(self, engine, text, label: str | None) -> EnsureResult:
         t0 = time.perf_counter()
-        ids = pi.prefix_ids(engine, text)
-        key = pi.prefix_key(engine, ids)
+        ids = engine.prefix_ids(text)
+        key = engine.prefix_key(ids)
         path, n = self.image_path(key), len(ids)
         res = EnsureResult("computed", key, n, path=path)
         resident = engine.tokens
@@ -138,7 +139,7 @@ class PrefixStore:
             with f:
                 st = os.fstat(f.fileno())
                 engine.reset()  # the image replaces what is resident: no rollback copy needed
-                pi.restore_prefix(engine, ids, f)
+                engine.restore_prefix(ids, f)
         except PrefixImageError as e:
             res.restore_seconds = time.perf_counter() - t
             self._remove_if_same(path, st)
@@ -164,13 +165,13 @@ class PrefixStore:
     def save(self, engine, text, label: str | None = None, key: str | None = None) -> Path:
         """Write the image of `text` (prefilled first if need be) atomically under its key, then its
         metadata, then evict to the cap. Raises OSError (nothing left behind) if the disk is full."""
-        ids = pi.prefix_ids(engine, text)
-        key = key or pi.prefix_key(engine, ids)
-        size = pi.expected_header(engine, ids).image_size
+        ids = engine.prefix_ids(text)
+        key = key or engine.prefix_key(ids)
+        size = engine.prefix_header(ids).image_size
         if size > self.cap_bytes:
             raise _TooLarge(f"the image of {size} bytes is larger than the cache cap of {self.cap_bytes}")
         path = self.image_path(key)
-        self._write_atomic(path, lambda f: pi.save_prefix(engine, ids, f))
+        self._write_atomic(path, lambda f: engine.save_prefix(ids, f))
         self._write_meta(engine, key, ids, label)
         self.evict(protect={key})
         return path
@@ -179,31 +180,19 @@ class PrefixStore:
         """The image's sidecar: what the cache panel shows and what `remove_missing_models` checks."""
         g = engine.gguf
         meta = {
-            "key": key, "n_tokens": len(ids), "image_size": pi.expected_header(engine, ids).image_size,
+            "key": key, "n_tokens": len(ids), "image_size": engine.prefix_header(ids).image_size,
             "label": label, "model_path": str(Path(g.path).resolve()), "model_size": g.file_size,
             "model_name": str(g.metadata.get("general.name") or Path(g.path).stem),
-            "backend": engine.backend.describe(), "format_version": pi.FORMAT_VERSION, "created": time.time(),
+            "backend": engine.backend.describe(), "format_version": FORMAT_VERSION, "created": time.time(),
         }
         try:
             data = json.dumps(meta, indent=1).encode()
-            self._write_atomic(self._meta_path(key), lambda f: pi.write_all(f, data))
+            self._write_atomic(self._meta_path(key), lambda f: write_all(f, data))
         except OSError:
             pass  # the image is good without it; the listing shows it as of an unknown model
 
     def _write_atomic(self, final: Path, write: Callable) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=self.root)
-        try:
-            with open(fd, "wb", buffering=0) as f:
-                write(f)
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        _fsync_dir(self.root)
+        write_atomic(final, write)
 
     # --- listing and removing ----------------------------------------------------------------
 
@@ -325,18 +314,6 @@ def _touch(path: Path) -> None:
         pass  # a read-only cache still restores; it just cannot record the use
 
 
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.EBADF):  # some filesystems cannot fsync a folder
-            raise
-    finally:
-        os.close(fd)
 
 
 def _read_json(p: Path) -> dict | None:
@@ -350,6 +327,6 @@ def _read_json(p: Path) -> dict | None:
 def _header_tokens(p: Path) -> int | None:
     try:
         with open(p, "rb") as f:
-            return pi.read_header(f)[0].n_tokens
+            return read_header(f)[0].n_tokens
     except (OSError, PrefixImageError):
         return None

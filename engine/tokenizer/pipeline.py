@@ -2,7 +2,7 @@
 and the tokens split out of the text before anything else.
 
 - byte-level BPE (and Gemma 4's BPE over raw UTF-8): the merges are `tokenizer.ggml.merges`, the
-  pre-tokenizer is the regexes `tokenizer.ggml.pre` names (engine/pretokenizers.py);
+  pre-tokenizer is the regexes `tokenizer.ggml.pre` names (pretokenizers.py);
 - SentencePiece: the merges are derived from the token scores (`_spm_merges` says how).
 """
 
@@ -15,8 +15,8 @@ from tokenizers import AddedToken, Regex
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers
 
-from .errors import GGUFError
-from .gguf import GGUFFile
+from ..errors import GGUFError
+from ..gguf import GGUFFile
 from .vocab import ATTR_BYTE, ATTR_LSTRIP, ATTR_RSTRIP, SPACE_MARK, SPECIAL_ATTRS, SPLIT_OUT_ATTRS, Vocab, string_list
 
 

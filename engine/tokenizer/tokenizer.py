@@ -3,7 +3,7 @@
 What llama.cpp does (src/llama-vocab.cpp) is the specification: the same ids for the same text.
 
 - `tokenizer.ggml.model == "gpt2"`: byte-level BPE. The text is split by the regexes that
-  `tokenizer.ggml.pre` names (llama.cpp's table, in engine/pretokenizers.py), each piece is mapped to
+  `tokenizer.ggml.pre` names (llama.cpp's table, in pretokenizers.py), each piece is mapped to
   GPT-2's byte alphabet and merged by the ranks of `tokenizer.ggml.merges`.
 - `tokenizer.ggml.model == "gemma4"`: BPE over raw UTF-8 with spaces written as "▁", split only
   at newlines, `<0xXX>` byte fallback.
@@ -30,8 +30,8 @@ SentencePiece, two different tokens of exactly equal score are ranked by id rath
 position, and a character outside the vocabulary becomes bytes at once rather than after merging.
 A byte with no token of its own (SmolLM2 has none for 0xF1) is dropped, as in llama.cpp.
 
-Where each part lives: engine/vocab.py reads the vocabulary and its special tokens from the GGUF,
-engine/pretokenizers.py holds llama.cpp's pre-tokenizer table, engine/tokenizer_pipeline.py builds the
+Where each part lives: vocab.py reads the vocabulary and its special tokens from the GGUF,
+pretokenizers.py holds llama.cpp's pre-tokenizer table, pipeline.py builds the
 `tokenizers` pipeline (merges for BPE and SentencePiece); this module encodes and decodes.
 """
 
@@ -43,12 +43,11 @@ import threading
 
 from tokenizers import Tokenizer as _HFTokenizer
 
-from .gguf import GGUFFile
+from ..gguf import GGUFFile
+from .pipeline import make_hf_tokenizer
 from .pretokenizers import SUPPORTED_PRE_TOKENIZERS
-from .tokenizer_pipeline import make_hf_tokenizer
 from .vocab import (ATTR_BYTE, ATTR_CONTROL, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_UNUSED,
                     ATTR_USER_DEFINED, SPACE_MARK, SPECIAL_ATTRS, Vocab, read_vocab)
-from .vocab import string_list as _string_list  # noqa: F401  (the name tests/test_tokenizer.py imports)
 
 __all__ = ["Tokenizer", "StreamDecoder", "SUPPORTED_PRE_TOKENIZERS", "SPACE_MARK", "ATTR_UNKNOWN", "ATTR_UNUSED",
            "ATTR_NORMAL", "ATTR_CONTROL", "ATTR_USER_DEFINED", "ATTR_BYTE", "ATTR_LSTRIP", "ATTR_RSTRIP"]

@@ -1,6 +1,6 @@
 """Writing and reading prefix images, one tensor at a time, with a running CRC-32.
 
-The layout and the header are in engine/prefix_format.py.
+The layout and the header are in format.py.
 
 Commit-then-verify, with rollback. A restore validates the header, the key, every size against the
 model and the token ids before it touches the cache, then streams each tensor once: file -> a scratch
@@ -25,8 +25,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from .errors import PrefixImageError
-from .prefix_format import CHECKSUM_SIZE, F32, HEADER_SIZE, I32, ImageHeader
+from ..errors import PrefixImageError
+from .format import CHECKSUM_SIZE, F32, HEADER_SIZE, I32, ImageHeader
 
 _ASYNC_CRC_MIN = 256 * 1024  # smaller buffers are checked inline: a thread hand-off costs more
 

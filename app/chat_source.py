@@ -1,9 +1,11 @@
-"""Chat backends: what the engine worker drives. Qt-free, called only from the worker thread.
+"""Chat sources: what the engine worker drives. Qt-free, called only from the worker thread.
 
-A backend turns (messages, tools, sampling) into a stream of text deltas and a final stats dict, and
-keeps a preset's prefix resident. `LocalBackend` runs Hearth's own engine and keeps prefixes as
-images through the PrefixStore; a remote backend (issue 9: an OpenAI-compatible server) implements
-the same methods, with `prepare_prefix` a no-op because the server caches prefixes itself.
+A chat source (a `ChatBackend`; not to be confused with the engine's compute backends) turns
+(messages, tools, sampling) into a stream of text deltas and a final stats dict, and keeps a
+preset's prefix resident. `LocalBackend` runs Hearth's own engine and keeps prefixes as images
+through the PrefixStore; `RemoteBackend` (remote_source.py: an OpenAI-compatible server) implements
+the same methods, with `prepare_prefix` a no-op because the server caches prefixes itself. How a
+turn becomes a prompt is engine/chat_turn.py's rule, the one the server uses.
 """
 
 from __future__ import annotations
@@ -14,15 +16,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .tool_prompt import (
+from engine.chat_turn import (
+    PREFILL_CHUNK,
+    ChatTurn,
+    prefill_in_chunks,
     prefix_system,
-    split_reply_head,
-    template_messages,
+    prefix_text,
+    render_prompt,
     tool_format_of,
+    with_prefill,
 )
+from engine.generation import common_prefix
 
 Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 = unknown
-PREFILL_CHUNK = 128   # tokens per step when the worker reads a long prompt or prefix itself
 
 
 @dataclass
@@ -184,21 +190,19 @@ class LocalBackend(ChatBackend):
 
     def _prefix_store(self):
         if self._store is None:
-            from engine.prefix_store import PrefixStore
+            from engine.prefix import PrefixStore
             self._store = PrefixStore(self._store_dir, cap_bytes=self._cap)
         return self._store
 
     # -- prompts --------------------------------------------------------------------------------------
     def prefix_text(self, system: str, tools: list) -> str:
         """The chat template rendered up to the first user message: system prompt and tools."""
-        from engine.preset_prefix import prefix_text
         msgs = [{"role": "system", "content": system}] if system else []
         return prefix_text(self.engine, msgs, tools)
 
     def _prefix_ids(self, text: str) -> list[int]:
         if text not in self._prefix_tokens:
-            from engine import prefix_image
-            self._prefix_tokens[text] = list(prefix_image.prefix_ids(self.engine, text))
+            self._prefix_tokens[text] = self.engine.prefix_ids(text)
         return self._prefix_tokens[text]
 
     def prepare_prefix(self, system, tools, progress, label=None, cancel=None):
@@ -206,7 +210,6 @@ class LocalBackend(ChatBackend):
 
         When no image exists yet, the prefix is read here in chunks (so the user sees tokens done /
         total) before `ensure`, which then finds it resident and writes the image."""
-        from engine import prefix_image
         eng = self.engine
         text = self.prefix_text(prefix_system(system, tools, tool_format_of(eng)), tools)
         if not text:
@@ -216,17 +219,16 @@ class LocalBackend(ChatBackend):
             return None
         store = self._prefix_store()
         t0 = time.perf_counter()
-        fresh = not store.image_path(prefix_image.prefix_key(eng, ids)).exists()
+        fresh = not store.image_path(eng.prefix_key(ids)).exists()
         if fresh:
-            common = _common_prefix(eng.tokens, ids)
+            common = common_prefix(eng.tokens, ids)
             if common < len(ids) // 2:
                 eng.reset()
                 common = 0
-            for end in range(common + PREFILL_CHUNK, len(ids), PREFILL_CHUNK):
-                progress("Computing the preset prefix", end, len(ids))
-                if cancel is not None and cancel():
-                    return None   # quitting: the next use starts again
-                eng.prefill(ids[:end])
+            done = prefill_in_chunks(eng, ids, cancel or (lambda: False),
+                                     lambda n, _todo: progress("Computing the preset prefix", common + n, len(ids)))
+            if done is None:
+                return None   # quitting: the next use starts again
             progress("Computing the preset prefix", len(ids), len(ids))
             eng.prefill(ids)
         else:
@@ -241,9 +243,7 @@ class LocalBackend(ChatBackend):
     def stream(self, messages, tools, sampling, cancel, progress=None):
         from engine import Sampling
         eng = self.engine
-        messages, head = split_reply_head(messages)      # a reply begun: the model continues it
-        messages = template_messages(messages, tools, tool_format_of(eng))
-        prompt = eng.render_chat(messages, tools=tools or None, add_generation_prompt=True) + head
+        prompt, _, head = render_prompt(eng, ChatTurn(messages, tools), tool_format_of(eng))
         s = dict(sampling)
         max_tokens = int(s.pop("max_tokens", 512))
         seed = s.pop("seed", -1)
@@ -253,33 +253,18 @@ class LocalBackend(ChatBackend):
         ids = list(eng.tokenize(prompt))
         eng.kv.check_fits(0, len(ids))
         # A long new part of the prompt is read in chunks: progress for the user, and Stop works.
-        pre_computed, pre_s = 0, 0.0
-        common = _common_prefix(eng.tokens, ids)
-        todo = len(ids) - common
-        if todo > 2 * PREFILL_CHUNK and progress is not None:
-            t0 = time.perf_counter()
-            for end in range(common + PREFILL_CHUNK, len(ids) - 1, PREFILL_CHUNK):
-                if cancel():
-                    yield StreamEvent("", True, {"stop_reason": "cancelled", "generated_tokens": 0})
-                    return
-                eng.prefill(ids[:end])
-                progress("Reading the prompt", end - common, todo)
-            pre_computed = len(eng.tokens) - common
-            pre_s = time.perf_counter() - t0
+        pre = prefill_in_chunks(eng, ids, cancel, lambda n, todo: progress("Reading the prompt", n, todo),
+                                min_new=2 * PREFILL_CHUNK) if progress is not None else (0, 0.0)
+        if pre is None:
+            yield StreamEvent("", True, {"stop_reason": "cancelled", "generated_tokens": 0})
+            return
         if head:
             yield StreamEvent(head)
         for ev in eng.generate(ids, max_tokens=max_tokens, sampling=Sampling(**kw), cancel=cancel):
             if getattr(ev, "final", False):
-                st = ev.stats
+                st = with_prefill(ev.stats, *pre)
                 stats = {k: getattr(st, k) for k in ("reused_tokens", "computed_tokens", "generated_tokens",
-                                                     "ttft_s", "prefill_tps", "decode_tps")
-                         if hasattr(st, k)}
-                if pre_computed:
-                    stats["reused_tokens"] -= pre_computed
-                    stats["computed_tokens"] += pre_computed
-                    stats["ttft_s"] += pre_s
-                    total_s = pre_s + getattr(st, "prefill_s", 0.0)
-                    stats["prefill_tps"] = stats["computed_tokens"] / total_s if total_s > 0 else 0.0
+                                                     "ttft_s", "prefill_tps", "decode_tps")}
                 stats["stop_reason"] = str(getattr(ev, "stop_reason", ""))
                 yield StreamEvent(ev.text or "", True, stats)
             elif ev.text:
@@ -314,15 +299,6 @@ class LocalBackend(ChatBackend):
         if self.engine is not None and hasattr(self.engine, "close"):
             self.engine.close()
         self.engine = None
-
-
-def _common_prefix(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _describe(eng) -> dict:
