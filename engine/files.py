@@ -56,7 +56,7 @@ def file_kind(path: str | os.PathLike) -> str:
     return kind_of(os.lstat(path).st_mode)
 
 
-def open_regular(path: str | os.PathLike) -> BinaryIO:
+def open_regular(path: str | os.PathLike, buffering: int = -1) -> BinaryIO:
     """`path` opened for reading, if it is (or links to) a regular file; NotRegularFile otherwise."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -64,7 +64,7 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
         if not stat.S_ISREG(mode):
             raise NotRegularFile(path, kind_of(mode))
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
+        return os.fdopen(fd, "rb", buffering=buffering)
     except BaseException:
         os.close(fd)
         raise
