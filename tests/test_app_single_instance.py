@@ -72,3 +72,29 @@ def test_the_socket_name_is_per_folder_not_per_spelling(tmp_path):
     (tmp_path / "d").mkdir()
     assert socket_name(tmp_path / "d") == socket_name(tmp_path / "x" / ".." / "d")
     assert socket_name(tmp_path / "d") != socket_name(tmp_path / "e")
+
+
+def test_starting_hearth_twice_brings_the_first_window_forward(tmp_path):
+    """`python -m app` twice on one data folder: the second exits at once, the first comes forward."""
+    import os
+    import signal
+    import time
+    env = {**os.environ, "HEARTH_DATA_DIR": str(tmp_path / "data"), "HEARTH_CACHE_DIR": str(tmp_path / "cache"),
+           "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "data" / "hearth.lock").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first Hearth did not start"
+            time.sleep(0.1)
+        second = subprocess.run([sys.executable, "-m", "app"], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 0 and "already running" in second.stderr and "brought forward" in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        try:
+            _, err = first.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            first.kill()
+            _, err = first.communicate()
+    assert "Hearth was started again: bringing the window forward" in err
