@@ -48,6 +48,10 @@ def test_a_full_disk_during_a_chat_keeps_the_reply_and_saves_it_when_space_retur
         assert shown[2].id == 0 and shown[3].id == 0                         # kept, not saved yet
         assert len(w.chats.messages(chat)) == 2
         assert not w.conversation.save_unsaved()                              # still full
+        w.delete_chat(chat)                                                   # refused, and said so
+        assert "Could not delete the chat" in w.bannerLabel.text() and w.sidebar.has(chat)
+        assert not w.chatModel.setData(w.chatModel.index(w.chatModel.row_of(chat)), "Renamed")
+        assert w.chatModel.chat(w.chatModel.row_of(chat)).title != "Renamed"
 
         filler.unlink()
         assert w.conversation.save_unsaved()
