@@ -17,28 +17,30 @@ def test_a_hostile_chat_template_is_an_error_and_the_app_goes_on(qtbot, tmp_path
     bad = patch_metadata(default_model_path, tmp_path / "hostile.gguf", "tokenizer.chat_template", HOSTILE)
     w = open_window(tmp_path / "data", tmp_path / "cache")
     try:
-        loaded = []
-        w.modelReady.connect(loaded.append)
-        w.load_model(str(bad))
-        wait_until(lambda: loaded, 120)
-        wait_until(lambda: not w.client.busy, 120)
-        w.new_chat()
-        w.messageInput.setPlainText("Hello")
-        qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
-        wait_until(lambda: not w.conversation.generating, 60)
+        load(w, str(bad))
+        say(qtbot, w, "Hello")
         shown = w.conversation.model.messages()
         assert "the chat template renders too much" in w.bannerLabel.text()
         assert [m.role for m in shown] == ["user", "assistant"] and shown[1].stats["stop_reason"] == "error"
         assert w.sendButton.isVisible() and not w.conversation.generating
-
-        loaded.clear()
-        w.load_model("")                                    # the default model: the app works again
-        wait_until(lambda: loaded, 120)
-        wait_until(lambda: not w.client.busy, 120)
-        w.new_chat()
-        w.messageInput.setPlainText("Hi")
-        qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
-        wait_until(lambda: not w.conversation.generating, 120)
+        load(w, "")                                          # the default model: the app works again
+        say(qtbot, w, "Hi")
         assert w.conversation.model.message(1).content
     finally:
         w.close()
+
+
+def load(w, path: str) -> None:
+    loaded = []
+    w.modelReady.connect(loaded.append)
+    w.load_model(path)
+    wait_until(lambda: loaded, 120)
+    wait_until(lambda: not w.client.busy, 120)
+    w.modelReady.disconnect(loaded.append)
+
+
+def say(qtbot, w, text: str) -> None:
+    w.new_chat()
+    w.messageInput.setPlainText(text)
+    qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+    wait_until(lambda: not w.conversation.generating, 120)

@@ -241,7 +241,7 @@ def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_image(li
     assert [p.name for p in store.root.iterdir()] == [path.name]
 
 
-def test_a_full_disk_mid_write_keeps_the_good_image_and_the_engine(eng, lib, small_tmpfs):
+def test_a_full_disk_mid_write_keeps_the_good_image_and_the_engine(eng, lib, small_tmpfs, fill_disk):
     from engine import Sampling
     size = len(lib.get(2)[0])
     mnt = small_tmpfs(int(1.6 * size))  # room for one image, not two
@@ -260,13 +260,7 @@ def test_a_full_disk_mid_write_keeps_the_good_image_and_the_engine(eng, lib, sma
     assert reply[-1].final and reply[-1].stats.reused_tokens == len(eng.tokenize(chat_prefix(4)))
 
     # Rewriting the same key on a full disk: the old image survives whole.
-    filler = mnt / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-        except OSError:
-            pass
+    filler = fill_disk(mnt)
     lib.make_resident(2)
     with pytest.raises(OSError) as e:
         store.save(eng, chat_prefix(2))
