@@ -22,7 +22,7 @@ from engine.chat_turn import (
     prefill_in_chunks,
     prefix_system,
     prefix_text,
-    render_prompt,
+    prompt_ids,
     tool_format_of,
     with_prefill,
 )
@@ -230,14 +230,13 @@ class LocalBackend(ChatBackend):
     def stream(self, messages, tools, sampling, cancel, progress=None):
         from engine import Sampling
         eng = self.engine
-        prompt, _, head = render_prompt(eng, ChatTurn(messages, tools), tool_format_of(eng))
+        ids, _, _, head = prompt_ids(eng, ChatTurn(messages, tools), tool_format_of(eng))
         s = dict(sampling)
         max_tokens = int(s.pop("max_tokens", 512))
         seed = s.pop("seed", -1)
         kw = {k: v for k, v in s.items() if k in Sampling.__dataclass_fields__}
         if "seed" in Sampling.__dataclass_fields__:
             kw["seed"] = None if seed is None or seed < 0 else int(seed)
-        ids = list(eng.tokenize(prompt))
         eng.kv.check_fits(0, len(ids))
         # A long new part of the prompt is read in chunks: progress for the user, and Stop works.
         pre = prefill_in_chunks(eng, ids, cancel, lambda n, todo: progress("Reading the prompt", n, todo),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import (QAbstractListModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt)
 
-from .chat_store import Chat, ChatStore, Message
+from .chat_store import Chat, ChatStore, ChatStoreError, Message
 from .preset_store import PresetStore
 
 IdRole = Qt.ItemDataRole.UserRole + 1
@@ -54,7 +54,10 @@ class ChatListModel(QAbstractListModel):
         if not title:
             return False
         c = self._chats[index.row()]
-        self._store.rename_chat(c.id, title)
+        try:
+            self._store.rename_chat(c.id, title)
+        except ChatStoreError:        # a full disk: the old title stays, as shown
+            return False
         c.title = title
         self.dataChanged.emit(index, index, [Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole])
         return True

@@ -18,7 +18,7 @@ from . import theme
 from .chat_source import human_bytes, human_params
 from .cache_panel import CachePanel
 from .chat_sidebar import ChatSidebar
-from .chat_store import ChatStore
+from .chat_store import ChatStore, ChatStoreError
 from .conversation import Conversation
 from .message_input import MessageInput
 from .message_view import MessageView
@@ -256,6 +256,9 @@ class MainWindow(QMainWindow):
         cv.replyFinished.connect(self._on_reply_finished)
         cv.chatCreated.connect(self._on_chat_created)
         cv.chatChanged.connect(self._on_chat_changed)
+        cv.storageFailed.connect(lambda message: self.show_banner(message, "error"))
+        self.sidebar.storageFailed.connect(lambda message: self.show_banner(message, "error"))
+        cv.storageRecovered.connect(lambda message: self.show_banner(message, "notice"))
         self.sendButton.clicked.connect(self.send)
         self.stopButton.clicked.connect(self.stop)
         self.messageInput.sendRequested.connect(self.send)
@@ -467,7 +470,11 @@ class MainWindow(QMainWindow):
         pid = self.presetPicker.itemData(index)
         self.settings.set("preset/last", pid)
         if self.conversation.chat_id is not None:
-            self.chats.set_chat_preset(self.conversation.chat_id, pid)
+            try:
+                self.chats.set_chat_preset(self.conversation.chat_id, pid)
+            except ChatStoreError as e:
+                self.show_banner(f"Could not change the chat's preset: {e}. Free some space and pick it again.",
+                                 "error")
         self._show_sampling()
         self._update_empty_hint()
         self.use_preset_model_or_warm()
