@@ -152,19 +152,16 @@ def _row_thread() -> None:
     no_parallel_kernels()
 
 
-class ThreadedRows(RowRunner):
-    """Splits row ranges between this thread and n - 1 pool threads, each with one BLAS thread.
+class SplitRows(RowRunner):
+    """Row ranges of a chunk cut for `n_split` threads, run one after another on this thread.
 
-    Why not OpenBLAS's own threads: numpy's element-wise work (norms, RoPE, softmax exp, SiLU:
-    ~25-40% of a prefill) runs on one core whatever BLAS does, while row ranges on our own
-    threads parallelize everything; and our threads wait on futexes instead of spinning, so an
-    oversubscribed machine slows down gently instead of collapsing.
+    A chunk is cut the same way whether one or several threads run it, so a prefill gives the
+    same bits whatever thread count the machine's load picked (a prefix image written on a busy
+    machine restores into the same state a quiet one computes).
     """
 
-    def __init__(self, n_threads: int):
-        self.n_threads = n_threads
-        self.pool = ThreadPoolExecutor(max_workers=n_threads - 1, thread_name_prefix="hearth-cpu",
-                                       initializer=_row_thread)
+    def __init__(self, n_split: int):
+        self.n_split = n_split
 
     def split(self, n: int, pos: int = 0, fixed: int = 0, window: int = 0) -> list[tuple[int, int]]:
         if n < MIN_PARALLEL_ROWS:
@@ -174,9 +171,25 @@ class ThreadedRows(RowRunner):
         if window > 0:
             span = np.minimum(span, window)
         cost = np.cumsum(fixed + span)
-        cuts = np.searchsorted(cost, cost[-1] * np.arange(1, self.n_threads) / self.n_threads)
+        cuts = np.searchsorted(cost, cost[-1] * np.arange(1, self.n_split) / self.n_split)
         edges = [0, *sorted(set(int(c) for c in cuts if 0 < c < n)), n]
         return list(zip(edges[:-1], edges[1:]))
+
+
+class ThreadedRows(SplitRows):
+    """Splits row ranges between this thread and n - 1 pool threads, each with one BLAS thread.
+
+    Why not OpenBLAS's own threads: numpy's element-wise work (norms, RoPE, softmax exp, SiLU:
+    ~25-40% of a prefill) runs on one core whatever BLAS does, while row ranges on our own
+    threads parallelize everything; and our threads wait on futexes instead of spinning, so an
+    oversubscribed machine slows down gently instead of collapsing.
+    """
+
+    def __init__(self, n_threads: int):
+        super().__init__(n_threads)
+        self.n_threads = n_threads
+        self.pool = ThreadPoolExecutor(max_workers=n_threads - 1, thread_name_prefix="hearth-cpu",
+                                       initializer=_row_thread)
 
     def run(self, fn, ranges) -> None:
         if len(ranges) == 1:
@@ -261,10 +274,12 @@ class CpuBackend(Backend):
         """Decode and short inputs: this thread, with BLAS on all free cores; longer chunks:
         row ranges on our own threads (ThreadedRows)."""
         # Row threads only where each can be held to one BLAS thread (numpy's bundled OpenBLAS).
-        if self.threads > 1 and n_rows >= MIN_PARALLEL_ROWS and _BLAS.can_set:
+        if n_rows >= MIN_PARALLEL_ROWS and _BLAS.can_set and _BLAS.cores > 1:
+            _BLAS.set(1)
+            if self.threads == 1:
+                return SplitRows(_BLAS.cores)   # the same cuts, one after another
             if self._rows is None or self._rows.n_threads != self.threads:
                 self._rows = ThreadedRows(self.threads)
-            _BLAS.set(1)
             return self._rows
         _BLAS.set(self.threads)
         set_threads(self.threads)

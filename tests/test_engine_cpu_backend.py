@@ -33,6 +33,22 @@ def test_threaded_rows_equal_serial(backend, smollm2_reference, monkeypatch):
     np.testing.assert_allclose(backend.kv.read_prefix(7, len(ids))[0], k_serial, atol=1e-4)
 
 
+def test_prefill_is_bit_identical_on_one_or_all_threads(backend, smollm2_reference, monkeypatch):
+    """The thread count a chunk runs on follows the machine's load; its bits must not."""
+    if cb._BLAS.cores < 2 or not cb._BLAS.can_set:
+        pytest.skip("needs two cores and a settable BLAS thread count")
+    ids = next(p for p in smollm2_reference["prompts"] if p["name"] == "english")["ids"]
+    runs = []
+    for n in (1, cb._BLAS.cores, 1):
+        monkeypatch.setattr(cb._BLAS, "fixed", n)
+        backend.kv.clear()
+        logits = backend.forward(ids, 0, all_logits=True)
+        assert backend.threads == n
+        runs.append((logits, backend.kv.read_prefix(3, len(ids))[0].copy()))
+    for logits, k in runs[1:]:
+        assert np.array_equal(logits, runs[0][0]) and np.array_equal(k, runs[0][1])
+
+
 def test_split_balances_attention_work():
     rows = cb.ThreadedRows(2)
     try:
