@@ -22,10 +22,10 @@ from engine.chat_turn import (
     prefill_in_chunks,
     prefix_system,
     prefix_text,
-    render_prompt,
     tool_format_of,
     with_prefill,
 )
+from engine.context_policy import fit_turn
 from engine.generation import common_prefix
 
 Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 = unknown
@@ -71,7 +71,10 @@ class ChatBackend:
         return None
 
     def stream(self, messages: list[dict], tools: list, sampling: dict,
-               cancel: Callable[[], bool], progress: Progress | None = None) -> Iterator[StreamEvent]:
+               cancel: Callable[[], bool], progress: Progress | None = None,
+               policy: str = "stop") -> Iterator[StreamEvent]:
+        """`policy`: what to do when the conversation does not fit the context
+        (engine/context_policy.py); a remote server applies its own."""
         raise NotImplementedError
 
     def context(self) -> dict:
@@ -240,17 +243,16 @@ class LocalBackend(ChatBackend):
                 "saved": bool(getattr(res, "saved", False)), "key": res.key,
                 "path": str(res.path or ""), "save_error": getattr(res, "save_error", None) or ""}
 
-    def stream(self, messages, tools, sampling, cancel, progress=None):
+    def stream(self, messages, tools, sampling, cancel, progress=None, policy="stop"):
         from engine import Sampling
         eng = self.engine
-        prompt, _, head = render_prompt(eng, ChatTurn(messages, tools), tool_format_of(eng))
         s = dict(sampling)
         max_tokens = int(s.pop("max_tokens", 512))
         seed = s.pop("seed", -1)
         kw = {k: v for k, v in s.items() if k in Sampling.__dataclass_fields__}
         if "seed" in Sampling.__dataclass_fields__:
             kw["seed"] = None if seed is None or seed < 0 else int(seed)
-        ids = list(eng.tokenize(prompt))
+        _, ids, head, dropped = fit_turn(eng, ChatTurn(messages, tools), tool_format_of(eng), policy, max_tokens)
         eng.kv.check_fits(0, len(ids))
         # A long new part of the prompt is read in chunks: progress for the user, and Stop works.
         pre = prefill_in_chunks(eng, ids, cancel, lambda n, todo: progress("Reading the prompt", n, todo),
@@ -266,6 +268,9 @@ class LocalBackend(ChatBackend):
                 stats = {k: getattr(st, k) for k in ("reused_tokens", "computed_tokens", "generated_tokens",
                                                      "ttft_s", "prefill_tps", "decode_tps")}
                 stats["stop_reason"] = str(getattr(ev, "stop_reason", ""))
+                stats["dropped_messages"] = dropped
+                stats["prompt_tokens"] = len(ids)
+                stats["n_ctx"] = int(eng.n_ctx)
                 yield StreamEvent(ev.text or "", True, stats)
             elif ev.text:
                 yield StreamEvent(ev.text)

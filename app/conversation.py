@@ -172,7 +172,7 @@ class Conversation(QObject):
         round_no = self._tool_round_no()
         row = self.model.append(Message("assistant", ""), streaming=True)
         rid = self.client.generate(history, p.tools, dict(p.sampling), system=p.system_prompt,
-                                   preset_id=p.id, label=p.name)
+                                   preset_id=p.id, label=p.name, context_policy=p.context_policy)
         self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": "",
                      "parse": self.tools.parse_reply(self.tool_format, p.tools), "tools": list(p.tools),
                      "round": round_no}

@@ -100,7 +100,7 @@ class EngineWorker(QObject):
                 self.prefixReady.emit(res)
             stats = {}
             for ev in self.backend.stream(req["messages"], req.get("tools", []), req["sampling"], cancel,
-                                          self._progress):
+                                          self._progress, req.get("context_policy", "stop")):
                 if ev.text:
                     self.delta.emit(rid, ev.text)
                 if ev.final:
@@ -140,11 +140,8 @@ class EngineWorker(QObject):
 
 
 def _readable(e: Exception) -> str:
-    from engine import ContextFullError, EngineError
-    if isinstance(e, ContextFullError):
-        return (f"{e}. The conversation no longer fits in the model's context: start a new chat, or edit "
-                "an earlier message to shorten it.")
-    if isinstance(e, EngineError):
+    from engine import EngineError
+    if isinstance(e, EngineError):   # a ContextFullError says what the user can do
         return str(e)
     if isinstance(e, (OSError, ValueError)):
         return str(e) or type(e).__name__
@@ -206,13 +203,13 @@ class EngineClient(QObject):
         self._prefixRequested.emit({"preset": preset_id, "system": system, "tools": tools, "label": label})
 
     def generate(self, messages: list[dict], tools: list, sampling: dict, system: str = "",
-                 preset_id: str = "", label: str = "") -> int:
+                 preset_id: str = "", label: str = "", context_policy: str = "stop") -> int:
         self._next_id += 1
         self._cancel = threading.Event()
         self._queued()
         self._generateRequested.emit({"id": self._next_id, "messages": messages, "tools": tools,
                                       "sampling": sampling, "system": system, "preset": preset_id, "label": label,
-                                      "cancel": self._cancel})
+                                      "context_policy": context_policy, "cancel": self._cancel})
         return self._next_id
 
     def stop(self) -> None:
