@@ -268,7 +268,8 @@ class LocalBackend(ChatBackend):
                 stats = {k: getattr(st, k) for k in ("reused_tokens", "computed_tokens", "generated_tokens",
                                                      "ttft_s", "prefill_tps", "decode_tps")}
                 stats["stop_reason"] = str(getattr(ev, "stop_reason", ""))
-                stats["dropped_messages"] = dropped
+                if dropped:
+                    stats.update(dropped_messages=dropped, context_policy=policy)
                 stats["prompt_tokens"] = len(ids)
                 stats["n_ctx"] = int(eng.n_ctx)
                 yield StreamEvent(ev.text or "", True, stats)

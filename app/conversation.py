@@ -149,8 +149,13 @@ class Conversation(QObject):
         p = self.preset()
         msgs = [{"role": "system", "content": p.system_prompt}] if p.system_prompt else []
         for m in self.model.messages():
+            if m.role == "assistant" and not m.content and (m.stats or {}).get("error"):
+                continue   # a failed reply: the model never wrote it
             if m.role == "assistant" and m.tool_calls:
                 msgs = with_round(msgs, m.content, m.tool_calls)
+            elif m.role == "user" and msgs and msgs[-1]["role"] == "user":
+                # after a failed reply: templates want user and assistant turns to alternate
+                msgs[-1] = {"role": "user", "content": f"{msgs[-1]['content']}\n\n{m.content}"}
             elif m.role in ("user", "assistant"):
                 msgs.append({"role": m.role, "content": m.content})
         return msgs
@@ -214,11 +219,13 @@ class Conversation(QObject):
         if calls and not error:
             self._end_with_calls(g, stats, calls)
             return
-        saved = None
-        if g["text"] or not error:
-            saved = self.chats.add_message(g["chat"], Message("assistant", g["text"], stats=dict(stats),
-                                                              model=self.model_name))
-            self.chatChanged.emit(g["chat"])
+        # A failed reply is kept too, with its error: after a restart the chat still ends with a
+        # reply that says what went wrong and can be regenerated, never with an unanswered message.
+        if error:
+            stats = {**stats, "error": error}
+        saved = self.chats.add_message(g["chat"], Message("assistant", g["text"], stats=dict(stats),
+                                                          model=self.model_name))
+        self.chatChanged.emit(g["chat"])
         if g["row"] >= 0:
             self.model.finish(g["row"], stats, error)
             if saved is not None:

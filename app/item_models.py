@@ -141,7 +141,7 @@ class MessageModel(QAbstractListModel):
         if role == IdRole:
             return m.id
         if role == ErrorRole:
-            return self._errors.get(index.row(), "")
+            return self._errors.get(index.row(), "") or (m.stats or {}).get("error", "")
         if role == ToolCallsRole:
             return [dict(c) for c in m.tool_calls]
         return None

@@ -137,9 +137,12 @@ class MessageView(QScrollArea):
         self._rows[row].refit()
 
     def _refresh_actions(self) -> None:
-        """Only the last reply can be regenerated."""
+        """Only the last reply can be regenerated, and only while no message comes after it."""
         self.empty.setVisible(not self._bubbles)
         last_assistant = max((i for i, b in enumerate(self._bubbles) if b.role == "assistant"), default=-1)
+        last_user = max((i for i, b in enumerate(self._bubbles) if b.role == "user"), default=-1)
+        if last_user > last_assistant:
+            last_assistant = -1
         for i, b in enumerate(self._bubbles):
             if b.role == "assistant":
                 b.regenerateButton.setVisible(i == last_assistant)
