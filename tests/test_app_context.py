@@ -1,0 +1,148 @@
+"""The context controls on the real window and engine (default model, a small context): the
+context-full policies, why a reply was cut off, and a failed reply across a restart."""
+
+from __future__ import annotations
+
+import pytest
+from app_fixtures import open_window, wait_until
+from PySide6.QtCore import Qt
+
+from app.chat_store import ChatStore
+from engine.context_policy import POLICY_NAMES
+from engine.preset_format import Preset, check_sampling
+
+SYSTEM = "You are a helpful assistant. Answer in one short sentence."
+GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
+                         "max_tokens": 8})
+N_CTX = 384
+TIMEOUT = 120_000
+# About 70 tokens a message: a few exchanges fill the context.
+LONG = ("Here is a note about my garden: the tomatoes are ripe, the beans climb the fence, the roses "
+        "need water every morning and the apple tree has many small green apples this year. ")
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hearth-ctx")
+    (d / "data").mkdir()
+    (d / "data" / "settings.ini").write_text(f"[model]\nn_ctx={N_CTX}\n", encoding="utf-8")
+    return d / "data", d / "cache"
+
+
+@pytest.fixture(scope="module")
+def window(qapp, dirs):
+    w = open_window(*dirs)
+    for policy in ("stop", "truncate_middle", "rolling_window"):
+        w.presets.add(Preset(f"p-{policy}", f"Policy {policy}", SYSTEM, [], dict(GREEDY), "", policy))
+    w._fill_presets()
+    yield w
+    w.close()
+
+
+def send(qtbot, w, text: str):
+    """Type and send `text`; the reply's stats dict, or its error message when it failed."""
+    got = []
+    w.conversation.replyFinished.connect(got.append)
+    w.conversation.replyFailed.connect(got.append)
+    try:
+        qtbot.keyClicks(w.messageInput, text)
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+        wait_until(lambda: got, 120)
+    finally:
+        w.conversation.replyFinished.disconnect(got.append)
+        w.conversation.replyFailed.disconnect(got.append)
+    return got[0]
+
+
+def start_chat(w, pid: str) -> None:
+    w.select_preset(pid)
+    wait_until(lambda: not w.client.busy)
+    w.conversation.new_chat(pid)
+
+
+@pytest.mark.parametrize("policy", ["truncate_middle", "rolling_window"])
+def test_filling_the_context_the_chat_goes_on_and_the_preset_prefix_is_kept(qtbot, window, policy):
+    w = window
+    start_chat(w, f"p-{policy}")
+    prefixes = []
+    w.client.worker.prefixReady.connect(prefixes.append)
+    stats = []
+    for i in range(8):
+        st = send(qtbot, w, f"Message {i}. {LONG}")
+        assert isinstance(st, dict), f"turn {i} failed: {st}"
+        stats.append(st)
+        if st.get("dropped_messages"):
+            break
+    w.client.worker.prefixReady.disconnect(prefixes.append)
+    last = stats[-1]
+    assert last.get("dropped_messages", 0) >= 2, "the chat never filled the context"
+    assert last["context_policy"] == policy and last["prompt_tokens"] + GREEDY["max_tokens"] <= N_CTX
+    assert not prefixes, f"the preset prefix was recomputed: {prefixes}"
+    local = w.client.worker.backend.local
+    prefix_len = len(local._prefix_ids(local.prefix_text(SYSTEM, [])))
+    assert last["reused_tokens"] >= prefix_len, "the trimmed prompt must reuse the resident preset prefix"
+    info = w.messageView.bubbles()[-1].stats.text()
+    assert "earlier messages left out" in info and POLICY_NAMES[policy].lower() in info
+    assert f"{last['computed_tokens']} computed" in info   # what was recomputed
+    # Every message is still in the chat; only the prompt left some out.
+    assert w.conversation.model.rowCount() == 2 * len(stats)
+
+
+def test_stop_policy_refuses_readably_and_keeps_the_failure(qtbot, window):
+    w = window
+    start_chat(w, "p-stop")
+    for i in range(8):
+        st = send(qtbot, w, f"Message {i}. {LONG}")
+        if not isinstance(st, dict):
+            break
+    assert isinstance(st, str) and "context is full" in st and "rolling window" in st
+    bubble = w.messageView.bubbles()[-1]
+    assert bubble.error.isVisible() and "context is full" in bubble.error.text()
+    assert bubble.regenerateButton.isVisible()
+    assert not any(b.regenerateButton.isVisible() for b in w.messageView.bubbles()[:-1] if b.role == "assistant")
+
+
+def test_a_reply_cut_off_by_max_tokens_says_so(qtbot, window):
+    w = window
+    start_chat(w, "p-rolling_window")
+    st = send(qtbot, w, "Write a long poem about the sea.")
+    assert st["stop_reason"] == "length"
+    assert "cut off: max tokens reached" in w.messageView.bubbles()[-1].stats.text()
+
+
+def test_a_reply_cut_off_by_the_context_says_so(qtbot, window):
+    w = window
+    w.presets.add(Preset("p-long", "Long replies", SYSTEM, [], {**GREEDY, "max_tokens": 4096}, "", "rolling_window"))
+    w._fill_presets()
+    start_chat(w, "p-long")
+    # A reply begun as a count: greedy decoding goes on counting until the context is full.
+    w.conversation.reply_prefixes.append(", ".join(str(i) for i in range(1, 21)) + ",")
+    st = send(qtbot, w, "Count from 1 to 1000, separated by commas.")
+    assert st["stop_reason"] == "context_full", st
+    assert "cut off: the context is full" in w.messageView.bubbles()[-1].stats.text()
+
+
+def test_a_failed_send_survives_a_restart_as_a_failed_reply(qtbot, qapp, window, dirs):
+    w = window
+    start_chat(w, "p-stop")
+    st = send(qtbot, w, "word " * (N_CTX + 50))
+    assert isinstance(st, str) and "context is full" in st
+    cid = w.conversation.chat_id
+    store = ChatStore(dirs[0] / "chats.sqlite3")
+    msgs = store.messages(cid)
+    store.close()
+    assert [m.role for m in msgs] == ["user", "assistant"] and "context is full" in msgs[1].stats["error"]
+    w2 = open_window(*dirs)
+    try:
+        w2._show_chat(cid)
+        bubbles = w2.messageView.bubbles()
+        assert [b.role for b in bubbles] == ["user", "assistant"]
+        wait_until(lambda: bubbles[1].isVisible(), 10)
+        assert bubbles[1].error.isVisible() and "context is full" in bubbles[1].error.text()
+        assert bubbles[1].regenerateButton.isVisible()
+        # A new message after the failed one: the prompt still alternates user and assistant.
+        w2.conversation.model.append(msgs[0].__class__("user", "hello"))
+        roles = [m["role"] for m in w2.conversation.history()]
+        assert roles == ["system", "user"]
+    finally:
+        w2.close()
