@@ -14,11 +14,16 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHB
                                QProgressBar, QPushButton, QSizePolicy, QSplitter, QToolButton,
                                QVBoxLayout, QWidget)
 
+from engine.errors import EngineError
+from engine.library.model_facts import read_facts
+from engine.library.model_settings import ModelSettingsStore
+
 from . import theme
 from .chat_source import human_bytes, human_params
 from .cache_panel import CachePanel
 from .chat_sidebar import ChatSidebar
 from .chat_store import ChatStore
+from .context_length import ContextLengthDialog, n_ctx_for, real_model_path, set_n_ctx
 from .conversation import Conversation
 from .message_input import MessageInput
 from .message_view import MessageView
@@ -52,6 +57,7 @@ class MainWindow(QMainWindow):
         self.chats = chats
         self.presets = presets
         self.client = EngineClient(backend, self)
+        self.modelSettings = ModelSettingsStore()
         self.conversation = Conversation(chats, presets, self.client, self)
         self.conversation.tools.use_settings(settings)
         self.model_info: dict = {}
@@ -224,6 +230,7 @@ class MainWindow(QMainWindow):
         v.addAction("Sampling panel", self.samplingToggle.toggle)
         s = mb.addMenu("&Settings")
         s.addAction("Prefix cache…", self.open_cache_panel)
+        self.contextLengthAction = s.addAction("Context length…", self.open_context_length)
         self.serveToggle = ServeToggle(self.settings, self.client, s, self.statusBar(), self)
         self.serveToggle.problem.connect(self.show_banner)
         self.modelReady.connect(self.serveToggle.on_model_ready)
@@ -361,7 +368,8 @@ class MainWindow(QMainWindow):
         self._info_text = self.modelInfo.text()
         self.modelInfo.setText("loading…")
         self._loading_backend = self.backendPicker.currentData()
-        self.client.load_model(path, self._loading_backend, self.settings.get("model/n_ctx"))
+        self.client.load_model(path, self._loading_backend,
+                               n_ctx_for(self.modelSettings, path, self.settings.get("model/n_ctx")))
 
     def _open_model_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", os.path.expanduser("~"),
@@ -511,6 +519,35 @@ class MainWindow(QMainWindow):
         dlg.refresh()
         dlg.show()
         return dlg
+
+    def open_context_length(self) -> ContextLengthDialog | None:
+        """The loaded model's context length, with the memory it needs; Apply reloads the model."""
+        if self.model_info.get("backend") == "remote":
+            self.show_banner("The context length of a model on a server is set on that server.")
+            return None
+        try:
+            facts = read_facts(real_model_path(self.model_info.get("path_setting", "")))
+        except Exception as e:  # noqa: BLE001  the file went away or broke since it was loaded
+            self.show_banner(f"Cannot read the model file: {e}")
+            return None
+        dlg = ContextLengthDialog(facts, int(self.model_info.get("n_ctx") or 0), self)
+        dlg.chosen.connect(self.set_context_length)
+        self.contextLengthDialog = dlg
+        dlg.show()
+        return dlg
+
+    def set_context_length(self, n_ctx: int) -> None:
+        """Remember `n_ctx` for the loaded model and load it again with a KV cache that size."""
+        if self.conversation.generating:
+            self.show_banner("Wait for the reply to finish before changing the context length.")
+            return
+        path = self.model_info.get("path_setting", "")
+        try:
+            set_n_ctx(self.modelSettings, path, n_ctx)
+        except EngineError as e:
+            self.show_banner(str(e))
+            return
+        self.load_model(path)
 
     # -- chats ----------------------------------------------------------------------------------------
     def new_chat(self) -> None:

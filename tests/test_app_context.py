@@ -146,3 +146,34 @@ def test_a_failed_send_survives_a_restart_as_a_failed_reply(qtbot, qapp, window,
         assert roles == ["system", "user"]
     finally:
         w2.close()
+
+
+def test_context_length_per_model_reloads_the_kv_cache_and_is_remembered(qtbot, window, dirs):
+    w = window
+    assert w.model_info["n_ctx"] == N_CTX            # the app's default, from settings.ini
+    dlg = w.open_context_length()
+    trained = 8192                                   # SmolLM2's llama.context_length
+    assert dlg.lengthBox.maximum() == trained and dlg.lengthBox.value() == N_CTX
+    small = dlg.memoryLabel.text()
+    dlg.lengthBox.setValue(trained)
+    big = dlg.memoryLabel.text()
+    assert small.startswith("needs about") and big != small   # the KV cache grows with the length
+    dlg.lengthBox.setValue(1024)
+    loaded = []
+    w.modelReady.connect(loaded.append)
+    qtbot.mouseClick(dlg.applyButton, Qt.MouseButton.LeftButton)
+    wait_until(lambda: loaded and not w.client.busy, 120)
+    assert loaded[0]["n_ctx"] == 1024 and w.statusContext.maximum() == 1024
+    assert w.client.worker.backend.local.engine.n_ctx == 1024
+    # A send on the new context works, and the length is this model's setting from now on.
+    start_chat(w, "p-stop")
+    assert isinstance(send(qtbot, w, "Hello!"), dict)
+    w2 = open_window(*dirs)
+    try:
+        assert w2.model_info["n_ctx"] == 1024
+    finally:
+        w2.close()
+    # More than the model was trained for is refused with the reason, and nothing reloads.
+    w.set_context_length(trained * 2)
+    assert w.banner.isVisible() and "trained for (8192)" in w.bannerLabel.text()
+    assert w.model_info["n_ctx"] == 1024
