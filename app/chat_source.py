@@ -22,6 +22,7 @@ from engine.chat_turn import (
     prefill_in_chunks,
     prefix_system,
     prefix_text,
+    render_prompt,
     tool_format_of,
     with_prefill,
 )
@@ -80,6 +81,11 @@ class ChatBackend:
     def context(self) -> dict:
         """{"used": tokens resident, "n_ctx": size, "kv_bytes": memory of the KV cache}"""
         return {"used": 0, "n_ctx": 0, "kv_bytes": 0}
+
+    def count_tokens(self, messages: list[dict], tools: list, text: str) -> dict:
+        """Tokens of a draft user message `text` after `messages`: {"message", "prompt" (the
+        whole chat with it), "alone" (the system prompt and it), "n_ctx"}; {} when unknown."""
+        return {}
 
     def cache_images(self) -> dict:
         return {"images": [], "total": 0, "cap": 0}
@@ -275,6 +281,19 @@ class LocalBackend(ChatBackend):
                 yield StreamEvent(ev.text or "", True, stats)
             elif ev.text:
                 yield StreamEvent(ev.text)
+
+    def count_tokens(self, messages, tools, text):
+        eng = self.engine
+        if eng is None:
+            return {}
+        fmt = tool_format_of(eng)
+        user = {"role": "user", "content": text}
+        system = [m for m in messages[:1] if m.get("role") == "system"]
+
+        def n(msgs: list[dict]) -> int:
+            return len(eng.tokenize(render_prompt(eng, ChatTurn(msgs, tools), fmt)[0]))
+        return {"message": len(eng.tokenizer.encode(text, add_special=False, parse_special=False)), "prompt": n(list(messages) + [user]),
+                "alone": n(system + [user]), "n_ctx": int(eng.n_ctx)}
 
     def context(self):
         eng = self.engine

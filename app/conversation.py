@@ -145,10 +145,11 @@ class Conversation(QObject):
             self.chats.truncate_from(self.chat_id, m.id)
         self.model.truncate(row)
 
-    def history(self) -> list[dict]:
+    def history(self, upto: int | None = None) -> list[dict]:
+        """The chat as template messages (the messages before row `upto`, all by default)."""
         p = self.preset()
         msgs = [{"role": "system", "content": p.system_prompt}] if p.system_prompt else []
-        for m in self.model.messages():
+        for m in self.model.messages()[:upto]:
             if m.role == "assistant" and not m.content and (m.stats or {}).get("error"):
                 continue   # a failed reply: the model never wrote it
             if m.role == "assistant" and m.tool_calls:

@@ -197,6 +197,9 @@ class RoutingBackend(ChatBackend):
     def context(self) -> dict:
         return self.active.context()
 
+    def count_tokens(self, messages, tools, text) -> dict:
+        return self.active.count_tokens(messages, tools, text)
+
     def cache_images(self) -> dict:
         return self.local.cache_images()
 

@@ -25,6 +25,7 @@ from .chat_sidebar import ChatSidebar
 from .chat_store import ChatStore
 from .context_length import ContextLengthDialog, n_ctx_for, real_model_path, set_n_ctx
 from .conversation import Conversation
+from .draft_tokens import DraftTokens
 from .message_input import MessageInput
 from .message_view import MessageView
 from .preset_manager import PresetManager
@@ -164,7 +165,9 @@ class MainWindow(QMainWindow):
         self.stopButton = QPushButton("Stop", objectName="stopButton")
         self.stopButton.setToolTip("Stop the reply (Esc)")
         self.stopButton.hide()
+        self.tokenCount = QLabel("", objectName="tokenCount")
         il.addWidget(self.messageInput, 1)
+        il.addWidget(self.tokenCount, 0, Qt.AlignmentFlag.AlignBottom)
         il.addWidget(self.sendButton, 0, Qt.AlignmentFlag.AlignBottom)
         il.addWidget(self.stopButton, 0, Qt.AlignmentFlag.AlignBottom)
         self.editHint = QLabel("", objectName="hint")
@@ -257,6 +260,8 @@ class MainWindow(QMainWindow):
         self.sendButton.clicked.connect(self.send)
         self.stopButton.clicked.connect(self.stop)
         self.messageInput.sendRequested.connect(self.send)
+        self.draftTokens = DraftTokens(self.messageInput, self.conversation, self.client, self.tokenCount,
+                                       lambda: self._edit_row, self)
         self.sidebar.newChatRequested.connect(self.new_chat)
         self.sidebar.chatSelected.connect(self._on_chat_selected)
         self.sidebar.deleteRequested.connect(self.delete_chat)
@@ -608,6 +613,10 @@ class MainWindow(QMainWindow):
     def send(self) -> bool:
         text = self.messageInput.toPlainText()
         if not text.strip() or self.conversation.generating:
+            return False
+        refusal = self.draftTokens.refusal(text)
+        if refusal:
+            self.show_banner(refusal, "warning")
             return False
         had_chat = self.conversation.chat_id is not None
         ok = self.conversation.send(text, self.current_preset().id, self._edit_row)

@@ -15,6 +15,7 @@ Worker signals (all delivered queued to the GUI thread):
     failed(int request, str message)          an engine error; the app stays usable
     contextChanged(dict {"used", "n_ctx", "kv_bytes"})
     cacheListed(dict {"images", "total", "cap"})
+    tokensCounted(dict {"seq", "message", "prompt", "alone", "n_ctx"})   a draft's tokens ({} unknown)
     idle()                                    a request is done, nothing is running
 """
 
@@ -41,6 +42,7 @@ class EngineWorker(QObject):
     failed = Signal(int, str)
     contextChanged = Signal(dict)
     cacheListed = Signal(dict)
+    tokensCounted = Signal(dict)
     idle = Signal()
 
     def __init__(self, backend: ChatBackend, shutdown: threading.Event):
@@ -114,6 +116,18 @@ class EngineWorker(QObject):
         self.contextChanged.emit(self.backend.context())
         self.idle.emit()
 
+    @Slot(object)
+    def count_tokens(self, req: dict) -> None:
+        """Not a request the client waits for: no `idle` (a count never makes the app busy)."""
+        if self._shutdown.is_set() or req["seq"] != req["latest"]():
+            return   # a newer draft is queued behind this one
+        try:
+            res = self.backend.count_tokens(req["messages"], req.get("tools", []), req["text"])
+        except Exception:  # noqa: BLE001  a count is advice: the send itself reports real errors
+            log.warning("token count failed: %s", traceback.format_exc())
+            res = {}
+        self.tokensCounted.emit({**res, "seq": req["seq"]})
+
     @Slot()
     def close_backend(self) -> None:
         """Connected directly to QThread.finished, which the worker thread emits as it ends: the
@@ -160,6 +174,7 @@ class EngineClient(QObject):
     _prefixRequested = Signal(object)
     _generateRequested = Signal(object)
     _cacheRequested = Signal(str)
+    _countRequested = Signal(object)
 
     def __init__(self, backend: ChatBackend, parent=None):
         super().__init__(parent)
@@ -176,6 +191,8 @@ class EngineClient(QObject):
         self._prefixRequested.connect(self.worker.prepare_prefix)
         self._generateRequested.connect(self.worker.generate)
         self._cacheRequested.connect(self.worker.cache)
+        self._countRequested.connect(self.worker.count_tokens)
+        self._count_seq = 0
         self.worker.idle.connect(self._on_idle)
         self.thread.finished.connect(self.worker.close_backend, Qt.ConnectionType.DirectConnection)
         self.thread.start()
@@ -211,6 +228,13 @@ class EngineClient(QObject):
                                       "sampling": sampling, "system": system, "preset": preset_id, "label": label,
                                       "context_policy": context_policy, "cancel": self._cancel})
         return self._next_id
+
+    def count_tokens(self, messages: list[dict], tools: list, text: str) -> int:
+        """Count a draft's tokens on the worker; the answer is `worker.tokensCounted` with this seq."""
+        self._count_seq += 1
+        self._countRequested.emit({"seq": self._count_seq, "messages": messages, "tools": tools, "text": text,
+                                   "latest": lambda: self._count_seq})
+        return self._count_seq
 
     def stop(self) -> None:
         """Ask the reply in progress to end after the current token (thread-safe: only sets a flag)."""

@@ -137,3 +137,22 @@ def fit_turn(engine, turn, tool_format: str, policy: str, max_tokens: int):
                           room_for_reply(int(engine.n_ctx), max_tokens), policy)
     prompt, ids, head = render(fitted.messages)
     return prompt, ids, head, fitted.dropped
+
+
+def draft_verdict(prompt_tokens: int, alone_tokens: int, n_ctx: int, max_tokens: int, policy: str) -> tuple[str, str]:
+    """Before sending: ("fits" | "trimmed" | "too_long", a sentence for the user) for a draft whose
+    prompt would be `prompt_tokens` with the whole chat and `alone_tokens` with only the system
+    prompt, under `policy`."""
+    room = room_for_reply(n_ctx, max_tokens)
+    if prompt_tokens + room <= n_ctx:
+        return "fits", ""
+    if policy != "stop" and alone_tokens + room <= n_ctx:
+        return "trimmed", (f"The chat is longer than the context ({n_ctx:,} tokens): older messages will be "
+                           f"left out ({POLICY_NAMES[policy].lower()}).")
+    if policy != "stop" or alone_tokens + room > n_ctx:
+        return "too_long", (f"This message does not fit: it needs {alone_tokens:,} tokens with the system "
+                            f"prompt and {room:,} for the reply, and the context holds {n_ctx:,}. Shorten "
+                            "it or choose a larger context length.")
+    return "too_long", (f"This will not fit: the chat and this message need {prompt_tokens:,} tokens and "
+                        f"{room:,} for the reply, and the context holds {n_ctx:,}. Start a new chat, or set "
+                        "the preset's context policy to truncate the middle or to a rolling window.")

@@ -148,6 +148,29 @@ def test_a_failed_send_survives_a_restart_as_a_failed_reply(qtbot, qapp, window,
         w2.close()
 
 
+def test_the_input_box_counts_tokens_and_warns_before_sending_what_will_not_fit(qtbot, window):
+    w = window
+    start_chat(w, "p-stop")
+    qtbot.keyClicks(w.messageInput, "Hello there")
+    wait_until(lambda: "tokens · prompt" in w.tokenCount.text(), 30)
+    n_msg, prompt, n_ctx = [int(x.replace(",", "")) for x in
+                            w.tokenCount.text().replace("tokens · prompt", "").replace("/", "").split()]
+    assert n_msg == 2 and prompt > n_msg and n_ctx == N_CTX
+    assert w.draftTokens.kind == "fits"
+    w.messageInput.clear()
+    qtbot.keyClicks(w.messageInput, "word " * (N_CTX + 10))
+    wait_until(lambda: w.draftTokens.kind == "too_long", 30)
+    assert w.tokenCount.text().startswith("⚠") and "does not fit" in w.tokenCount.toolTip()
+    rows = w.conversation.model.rowCount()
+    qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+    assert w.banner.isVisible() and "does not fit" in w.bannerLabel.text()
+    assert w.conversation.model.rowCount() == rows and not w.conversation.generating
+    assert w.messageInput.toPlainText().startswith("word word")   # nothing typed is lost
+    w.messageInput.clear()
+    w.banner.hide()
+    wait_until(lambda: w.draftTokens.kind == "" and w.tokenCount.text() == "", 10)
+
+
 def test_context_length_per_model_reloads_the_kv_cache_and_is_remembered(qtbot, window, dirs):
     w = window
     assert w.model_info["n_ctx"] == N_CTX            # the app's default, from settings.ini

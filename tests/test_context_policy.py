@@ -108,3 +108,14 @@ def test_on_the_real_template_the_trimmed_prompt_fits_and_starts_with_the_preset
 def test_on_the_real_template_stop_refuses(engine):
     with pytest.raises(ContextFullError, match="context is full"):
         fit_turn(engine, ChatTurn(long_chat(12)), "generic", "stop", max_tokens=32)
+
+
+def test_draft_verdicts_under_each_policy():
+    from engine.context_policy import draft_verdict
+    assert draft_verdict(100, 50, 1000, 100, "stop") == ("fits", "")
+    kind, text = draft_verdict(950, 50, 1000, 100, "stop")
+    assert kind == "too_long" and "950 tokens" in text and "rolling window" in text
+    kind, text = draft_verdict(950, 50, 1000, 100, "rolling_window")
+    assert kind == "trimmed" and "older messages will be left out (rolling window)" in text
+    kind, text = draft_verdict(1200, 980, 1000, 100, "truncate_middle")
+    assert kind == "too_long" and "This message does not fit" in text and "980" in text
