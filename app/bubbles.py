@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSiz
                                QVBoxLayout, QWidget)
 
 from .markdown_text import format_stats, split_markdown
+from .thinking_block import ThinkingBlock
 from .tool_block import ToolBlocks
 
 
@@ -191,6 +192,9 @@ class MessageBubble(QFrame):
         else:
             head.addWidget(self.regenerateButton)
         outer.addLayout(head)
+        self.thinking = ThinkingBlock()         # a reasoning model's thinking, above the answer
+        self.thinking.toggled.connect(lambda _on: self._on_tools_changed())
+        outer.addWidget(self.thinking)
         self.body = SegmentColumn()
         outer.addWidget(self.body)
         self.toolBlocks = ToolBlocks()          # the reply's tool calls
@@ -258,6 +262,7 @@ class MessageBubble(QFrame):
 
     def set_state(self, stats: dict, streaming: bool, error: str) -> None:
         self.stats.setText(format_stats(stats))
+        self.thinking.set_thinking(stats.get("thinking"))
         typing = streaming and not self._content and not self.toolBlocks.blocks
         if typing == self.typing.isHidden():
             self.typing.setVisible(typing)

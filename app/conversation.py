@@ -14,9 +14,12 @@ Signals:
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.preset_format import Preset
+from engine.reasoning import ThinkingSplitter
 
 from .chat_store import Chat, ChatStore, Message
 from .item_models import MessageModel
@@ -54,6 +57,7 @@ class Conversation(QObject):
         self.tools.recordsChanged.connect(self._on_records)
         self.tool_format = "generic"
         self.reply_prefixes: list[str] = []
+        self.template_vars: dict = {}        # extra chat-template variables: enable_thinking
         self._closing = False
         self._round_msg: dict | None = None   # {"chat", "row", "msg", "stopped"} while a round runs
         client.worker.modelLoaded.connect(lambda info: setattr(self, "tool_format", info.get("tool_format", "generic")))
@@ -154,6 +158,10 @@ class Conversation(QObject):
                 continue   # a failed reply: the model never wrote it
             if m.role == "assistant" and m.tool_calls:
                 msgs = with_round(msgs, m.content, m.tool_calls)
+            elif m.role == "assistant" and (m.stats or {}).get("thinking"):
+                # the template decides whether earlier thinking goes back into the prompt
+                msgs.append({"role": "assistant", "content": m.content,
+                             "reasoning_content": m.stats["thinking"].get("text", "")})
             elif m.role == "user" and msgs and msgs[-1]["role"] == "user":
                 # after a failed reply: templates want user and assistant turns to alternate
                 msgs[-1] = {"role": "user", "content": f"{msgs[-1]['content']}\n\n{m.content}"}
@@ -178,16 +186,22 @@ class Conversation(QObject):
         round_no = self._tool_round_no()
         row = self.model.append(Message("assistant", ""), streaming=True)
         rid = self.client.generate(history, p.tools, dict(p.sampling), system=p.system_prompt,
-                                   preset_id=p.id, label=p.name, context_policy=p.context_policy)
+                                   preset_id=p.id, label=p.name, context_policy=p.context_policy,
+                                   template_vars=dict(self.template_vars))
         self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": "",
                      "parse": self.tools.parse_reply(self.tool_format, p.tools), "tools": list(p.tools),
-                     "round": round_no}
+                     "round": round_no, "think": ThinkingSplitter(),
+                     "thinking": {"text": "", "tokens": 0, "seconds": 0.0, "done": False}, "think_t0": None}
         self.generatingChanged.emit(True)
 
     # -- worker signals -------------------------------------------------------------------------------
     def _on_delta(self, rid: int, text: str) -> None:
         g = self._gen
         if g is None or rid != g["rid"]:
+            return
+        thought, text = g["think"].feed(text)
+        self._add_thinking(g, thought)
+        if not text:
             return
         text = g["parse"].feed(text)
         if g["parse"].ended and not g.get("tool_stop"):
@@ -198,11 +212,28 @@ class Conversation(QObject):
         if not self._flush.isActive():
             self._flush.start()
 
+    def _add_thinking(self, g: dict, thought: str) -> None:
+        """Count and time the thinking (a delta is a token) and show it as it streams."""
+        th = g["thinking"]
+        if thought or g["think"].state == "thinking":
+            th["tokens"] += 1
+            g["think_t0"] = g["think_t0"] or time.monotonic()
+        th["text"] += thought
+        if g["think_t0"] is not None and not th["done"]:
+            th["seconds"] = time.monotonic() - g["think_t0"]
+            th["done"] = g["think"].thinking_done
+            g["think_dirty"] = True
+            if not self._flush.isActive():
+                self._flush.start()
+
     def _on_flush(self) -> None:
         self._flush_now()
 
     def _flush_now(self) -> None:
         g = self._gen
+        if g is not None and g.get("think_dirty") and g["row"] >= 0:
+            g["think_dirty"] = False
+            self.model.set_thinking(g["row"], g["thinking"])
         if g is None or not g["pending"]:
             return
         if g["row"] >= 0:
@@ -211,7 +242,11 @@ class Conversation(QObject):
 
     def _end(self, stats: dict, error: str = "") -> None:
         g = self._gen
-        rest = g["parse"].finish()
+        thought, rest = g["think"].finish()
+        self._add_thinking(g, thought)
+        if g["thinking"]["text"].strip():
+            stats = {**stats, "thinking": {**g["thinking"], "done": True}}
+        rest = g["parse"].feed(rest) + g["parse"].finish()
         g["text"] += rest
         g["pending"] += rest
         self._flush_now()

@@ -187,6 +187,12 @@ class MessageModel(QAbstractListModel):
         i = self.index(row)
         self.dataChanged.emit(i, i, [StatsRole, StreamingRole, ErrorRole])
 
+    def set_thinking(self, row: int, thinking: dict) -> None:
+        """The reply's thinking so far (stats["thinking"]), while it streams."""
+        self._rows[row].stats = {**(self._rows[row].stats or {}), "thinking": dict(thinking)}
+        i = self.index(row)
+        self.dataChanged.emit(i, i, [StatsRole])
+
     def set_tool_calls(self, row: int, calls: list) -> None:
         self._rows[row].tool_calls = [dict(c) for c in calls]
         i = self.index(row)

@@ -166,8 +166,13 @@ class MainWindow(QMainWindow):
         self.stopButton.setToolTip("Stop the reply (Esc)")
         self.stopButton.hide()
         self.tokenCount = QLabel("", objectName="tokenCount")
+        self.thinkingToggle = QToolButton(text="Think", objectName="thinkingToggle", checkable=True, checked=True)
+        self.thinkingToggle.setToolTip("Let the model think before it answers (its template's enable_thinking)")
+        self.thinkingToggle.toggled.connect(self._on_thinking_toggled)
+        self.thinkingToggle.hide()
         il.addWidget(self.messageInput, 1)
         il.addWidget(self.tokenCount, 0, Qt.AlignmentFlag.AlignBottom)
+        il.addWidget(self.thinkingToggle, 0, Qt.AlignmentFlag.AlignBottom)
         il.addWidget(self.sendButton, 0, Qt.AlignmentFlag.AlignBottom)
         il.addWidget(self.stopButton, 0, Qt.AlignmentFlag.AlignBottom)
         self.editHint = QLabel("", objectName="hint")
@@ -424,6 +429,8 @@ class MainWindow(QMainWindow):
             if data == info.get("backend_setting"):
                 text = f"Auto ({runs_on})" if data == "auto" else f"GPU · {device}" if data == "gpu" else label
             self.backendPicker.setItemText(i, text)
+        self.thinkingToggle.setVisible(bool(info.get("thinking_switch")))
+        self._on_thinking_toggled(self.thinkingToggle.isChecked())
         self._update_empty_hint()
         self.modelReady.emit(info)
         self.warm_preset()
@@ -540,6 +547,10 @@ class MainWindow(QMainWindow):
         self.contextLengthDialog = dlg
         dlg.show()
         return dlg
+
+    def _on_thinking_toggled(self, on: bool) -> None:
+        """Only a template that takes enable_thinking gets it."""
+        self.conversation.template_vars = {"enable_thinking": on} if self.model_info.get("thinking_switch") else {}
 
     def set_context_length(self, n_ctx: int) -> None:
         """Remember `n_ctx` for the loaded model and load it again with a KV cache that size."""

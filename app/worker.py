@@ -102,7 +102,8 @@ class EngineWorker(QObject):
                 self.prefixReady.emit(res)
             stats = {}
             for ev in self.backend.stream(req["messages"], req.get("tools", []), req["sampling"], cancel,
-                                          self._progress, req.get("context_policy", "stop")):
+                                          self._progress, req.get("context_policy", "stop"),
+                                          req.get("template_vars") or {}):
                 if ev.text:
                     self.delta.emit(rid, ev.text)
                 if ev.final:
@@ -220,13 +221,15 @@ class EngineClient(QObject):
         self._prefixRequested.emit({"preset": preset_id, "system": system, "tools": tools, "label": label})
 
     def generate(self, messages: list[dict], tools: list, sampling: dict, system: str = "",
-                 preset_id: str = "", label: str = "", context_policy: str = "stop") -> int:
+                 preset_id: str = "", label: str = "", context_policy: str = "stop",
+                 template_vars: dict | None = None) -> int:
         self._next_id += 1
         self._cancel = threading.Event()
         self._queued()
         self._generateRequested.emit({"id": self._next_id, "messages": messages, "tools": tools,
                                       "sampling": sampling, "system": system, "preset": preset_id, "label": label,
-                                      "context_policy": context_policy, "cancel": self._cancel})
+                                      "context_policy": context_policy, "template_vars": dict(template_vars or {}),
+                                      "cancel": self._cancel})
         return self._next_id
 
     def count_tokens(self, messages: list[dict], tools: list, text: str) -> int:

@@ -33,6 +33,7 @@ class ChatTurn:
     The server's ChatRequest has the same two fields and is passed as is."""
     messages: list[dict]
     tools: list = field(default_factory=list)
+    template_vars: dict = field(default_factory=dict)   # extra template variables: enable_thinking
 
 
 def tool_format_of(engine) -> str:
@@ -77,7 +78,8 @@ def render_prompt(engine, turn, tool_format: str) -> tuple[str, list[dict], str]
     The template's TemplateError goes to the caller."""
     messages, head = split_reply_head(list(turn.messages))
     messages = template_messages(ChatTurn(messages, list(turn.tools or [])), tool_format)
-    prompt = engine.render_chat(messages, tools=turn.tools or None, add_generation_prompt=True) + head
+    prompt = engine.render_chat(messages, tools=turn.tools or None, add_generation_prompt=True,
+                                **(getattr(turn, "template_vars", None) or {})) + head
     return prompt, messages, head
 
 

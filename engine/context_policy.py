@@ -124,12 +124,13 @@ def fit_turn(engine, turn, tool_format: str, policy: str, max_tokens: int):
     `engine` under `policy`: chat_turn's prompt, with the conversation trimmed to fit."""
     from .chat_turn import ChatTurn, render_prompt
     tools = list(turn.tools or [])
+    template_vars = dict(getattr(turn, "template_vars", None) or {})
     rendered: dict[int, tuple[str, list[int], str]] = {}
 
     def render(msgs: list[dict]) -> tuple[str, list[int], str]:
         key = tuple(map(id, msgs))
         if key not in rendered:
-            prompt, _, head = render_prompt(engine, ChatTurn(msgs, tools), tool_format)
+            prompt, _, head = render_prompt(engine, ChatTurn(msgs, tools, template_vars), tool_format)
             rendered[key] = (prompt, list(engine.tokenize(prompt)), head)
         return rendered[key]
 

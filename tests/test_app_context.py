@@ -200,3 +200,60 @@ def test_context_length_per_model_reloads_the_kv_cache_and_is_remembered(qtbot, 
     w.set_context_length(trained * 2)
     assert w.banner.isVisible() and "trained for (8192)" in w.bannerLabel.text()
     assert w.model_info["n_ctx"] == 1024
+
+
+THOUGHT = "<think>\nThe user says hello. A short, friendly greeting back is best here.\n</think>\n\nHello"
+
+
+def test_a_scripted_reasoning_reply_streams_into_a_thinking_block(qtbot, window, dirs):
+    w = window
+    start_chat(w, "p-stop")
+    assert not w.thinkingToggle.isVisible()        # SmolLM2's template has no enable_thinking
+    shown = []
+    w.conversation.model.dataChanged.connect(
+        lambda a, b, roles: shown.append(dict((w.conversation.model.message(a.row()).stats or {}).get("thinking")
+                                              or {})))
+    w.conversation.reply_prefixes.append(THOUGHT)  # the reply begins with thinking, token by token
+    st = send(qtbot, w, "Hello!")
+    assert isinstance(st, dict), st
+    reply = w.conversation.model.message(w.conversation.model.rowCount() - 1)
+    th = reply.stats["thinking"]
+    assert th["text"].startswith("The user says hello.") and "<think>" not in th["text"]
+    assert th["tokens"] > 5 and th["seconds"] >= 0 and th["done"]
+    assert reply.content.startswith("Hello") and "think>" not in reply.content
+    block = w.messageView.bubbles()[-1].thinking
+    assert block.isVisible() and not block.is_open            # closed once the answer came
+    assert f"{th['tokens']} tokens" in block.header.text() and " s" in block.header.text()
+    qtbot.mouseClick(block.header, Qt.MouseButton.LeftButton)
+    assert block.is_open and block.body.isVisible() and "friendly greeting" in block.body.text()
+    # The thinking goes back to the template as reasoning_content, which decides what to keep.
+    hist = w.conversation.history()
+    assert hist[-1]["reasoning_content"] == th["text"] and hist[-1]["content"] == reply.content
+    # After a restart the block is there, closed.
+    cid = w.conversation.chat_id
+    w2 = open_window(*dirs)
+    try:
+        w2._show_chat(cid)
+        b2 = w2.messageView.bubbles()[-1].thinking
+        wait_until(lambda: b2.isVisible(), 10)
+        assert not b2.is_open and f"{th['tokens']} tokens" in b2.header.text()
+    finally:
+        w2.close()
+
+
+def test_thinking_the_model_writes_streams_open_and_counts_its_tokens(qtbot, window):
+    w = window
+    start_chat(w, "p-stop")
+    shown = []
+    w.conversation.model.dataChanged.connect(
+        lambda a, b, roles: shown.append(dict((w.conversation.model.message(a.row()).stats or {}).get("thinking")
+                                              or {})))
+    w.conversation.reply_prefixes.append("<think>\nFive facts about gardens: 1.")
+    st = send(qtbot, w, "Tell me about gardens.")
+    assert isinstance(st, dict), st
+    streaming = [s for s in shown if s and not s.get("done")]
+    assert len(streaming) >= 2 and len(streaming[-1]["text"]) > len(streaming[0]["text"])
+    th = w.conversation.model.message(w.conversation.model.rowCount() - 1).stats["thinking"]
+    assert th["text"].startswith("Five facts about gardens: 1.") and len(th["text"]) > 30
+    assert th["tokens"] > st["generated_tokens"]      # the scripted head's tokens and the model's
+    assert w.messageView.bubbles()[-1].thinking.isVisible()
