@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSiz
                                QVBoxLayout, QWidget)
 
 from .markdown_text import format_stats, split_markdown
+from .reply_versions import count as version_count
 from .thinking_block import ThinkingBlock
 from .tool_block import ToolBlocks
 
@@ -58,6 +59,12 @@ class CodeBlock(QFrame):
 
     def code(self) -> str:
         return self.text.toPlainText()
+
+    def show_versions(self, on: bool) -> None:
+        """The < n/m > control, for a reply with more than one version."""
+        on = on and getattr(self, "versions", (1, 1))[1] > 1
+        for w in (self.prevVersionButton, self.versionLabel, self.nextVersionButton):
+            w.setVisible(on)
 
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self.code())
@@ -157,10 +164,12 @@ class MessageBubble(QFrame):
     Signals:
         editClicked(): the user message's Edit was clicked
         regenerateClicked(): the reply's Regenerate was clicked
+        versionClicked(int step): the reply's < (-1) or > (+1) was clicked
     """
 
     editClicked = Signal()
     regenerateClicked = Signal()
+    versionClicked = Signal(int)
 
     def __init__(self, role: str, parent=None):
         super().__init__(parent)
@@ -190,6 +199,16 @@ class MessageBubble(QFrame):
         if role == "user":
             head.addWidget(self.editButton)
         else:
+            self.prevVersionButton = self._action("<", "The previous version of this reply")
+            self.prevVersionButton.setObjectName("prevVersionButton")
+            self.versionLabel = QLabel("", objectName="versionLabel")
+            self.nextVersionButton = self._action(">", "The next version of this reply")
+            self.nextVersionButton.setObjectName("nextVersionButton")
+            self.prevVersionButton.clicked.connect(lambda: self.versionClicked.emit(-1))
+            self.nextVersionButton.clicked.connect(lambda: self.versionClicked.emit(1))
+            for w in (self.prevVersionButton, self.versionLabel, self.nextVersionButton):
+                head.addWidget(w)
+                w.hide()
             head.addWidget(self.regenerateButton)
         outer.addLayout(head)
         self.thinking = ThinkingBlock()         # a reasoning model's thinking, above the answer
@@ -263,6 +282,12 @@ class MessageBubble(QFrame):
     def set_state(self, stats: dict, streaming: bool, error: str) -> None:
         self.stats.setText(format_stats(stats))
         self.thinking.set_thinking(stats.get("thinking"))
+        if self.role == "assistant":
+            shown, n = version_count(stats)
+            self.versions = (shown, n)
+            self.versionLabel.setText(f"{shown}/{n}")
+            self.prevVersionButton.setEnabled(shown > 1 and not streaming)
+            self.nextVersionButton.setEnabled(shown < n and not streaming)
         typing = streaming and not self._content and not self.toolBlocks.blocks
         if typing == self.typing.isHidden():
             self.typing.setVisible(typing)
@@ -272,6 +297,12 @@ class MessageBubble(QFrame):
                 b.setEnabled(not streaming)
         self.error.setText(error)
         self.error.setVisible(bool(error))
+
+    def show_versions(self, on: bool) -> None:
+        """The < n/m > control, for a reply with more than one version."""
+        on = on and getattr(self, "versions", (1, 1))[1] > 1
+        for w in (self.prevVersionButton, self.versionLabel, self.nextVersionButton):
+            w.setVisible(on)
 
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self._content or "")

@@ -286,6 +286,7 @@ class LocalBackend(ChatBackend):
                     stats.update(dropped_messages=dropped, context_policy=policy)
                 stats["prompt_tokens"] = len(ids)
                 stats["n_ctx"] = int(eng.n_ctx)
+                stats["backend"] = self.info.backend if self.info else ""
                 yield StreamEvent(ev.text or "", True, stats)
             elif ev.text:
                 yield StreamEvent(ev.text)

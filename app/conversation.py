@@ -23,6 +23,8 @@ from engine.reasoning import ThinkingSplitter
 
 from .chat_store import Chat, ChatStore, Message
 from .item_models import MessageModel
+from .reply_versions import count as version_count
+from .reply_versions import kept_for_regenerate, showing, with_versions
 from .preset_store import PresetStore
 from .remote_source import remote_tool_calls
 from .tool_flow import ToolFlow, record_of, with_round
@@ -128,11 +130,30 @@ class Conversation(QObject):
         msgs = self.model.messages()
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
         rows = [i for i, m in enumerate(msgs) if m.role == "assistant" and i > last_user]
-        if rows:   # the whole reply goes, tool rounds included
+        kept = kept_for_regenerate(msgs[rows[0]]) if len(rows) == 1 else []
+        if rows:   # the whole reply goes, tool rounds included (a plain reply stays as a version)
             self._truncate(rows[0])
         if not self.model.rowCount() or self.model.message(self.model.rowCount() - 1).role != "user":
             return False
         self._start()
+        self._gen["versions"] = kept
+        return True
+
+    def switch_version(self, row: int, step: int) -> bool:
+        """Show the previous (step -1) or next (+1) version of the last reply; the chat goes on
+        from the one shown."""
+        if self.generating or self.chat_id is None or row != self.model.rowCount() - 1:
+            return False
+        m = self.model.message(row)
+        shown, n = version_count(m.stats)
+        k = shown - 1 + step
+        if m.role != "assistant" or not 0 <= k < n:
+            return False
+        new = showing(m, k)
+        self._truncate(row)
+        saved = self.chats.add_message(self.chat_id, new)
+        self.model.append(saved)
+        self.chatChanged.emit(self.chat_id)
         return True
 
     def stop(self) -> None:
@@ -184,7 +205,7 @@ class Conversation(QObject):
         if self.reply_prefixes:
             history.append({"role": "assistant", "content": self.reply_prefixes.pop(0)})
         round_no = self._tool_round_no()
-        row = self.model.append(Message("assistant", ""), streaming=True)
+        row = self.model.append(Message("assistant", "", model=self.model_name), streaming=True)
         rid = self.client.generate(history, p.tools, dict(p.sampling), system=p.system_prompt,
                                    preset_id=p.id, label=p.name, context_policy=p.context_policy,
                                    template_vars=dict(self.template_vars))
@@ -259,6 +280,7 @@ class Conversation(QObject):
         # reply that says what went wrong and can be regenerated, never with an unanswered message.
         if error:
             stats = {**stats, "error": error}
+        stats = with_versions(stats, g.get("versions") or [])
         saved = self.chats.add_message(g["chat"], Message("assistant", g["text"], stats=dict(stats),
                                                           model=self.model_name))
         self.chatChanged.emit(g["chat"])

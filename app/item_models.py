@@ -134,8 +134,8 @@ class MessageModel(QAbstractListModel):
             return m.content
         if role == RoleRole:
             return m.role
-        if role == StatsRole:
-            return dict(m.stats)
+        if role == StatsRole:   # with the model that wrote it, for the info line
+            return {**({"model": m.model} if m.model else {}), **m.stats}
         if role == StreamingRole:
             return index.row() == self._streaming
         if role == IdRole:

@@ -75,6 +75,10 @@ def format_stats(stats: dict) -> str:
     cut = CUT_OFF.get(stats.get("stop_reason", ""))
     if cut:
         parts.append(cut)
+    if stats.get("model"):
+        where = f" at {stats['remote']}" if stats.get("remote") else \
+            f" on {stats['backend'].upper()}" if stats.get("backend") in ("cpu", "gpu") else ""
+        parts.append(f"{stats['model']}{where}")
     return "  ·  ".join(parts)
 
 

@@ -272,6 +272,8 @@ class MainWindow(QMainWindow):
         self.sidebar.deleteRequested.connect(self.delete_chat)
         self.messageView.editRequested.connect(self.edit_message)
         self.messageView.regenerateRequested.connect(self.regenerate)
+        self.messageView.versionRequested.connect(
+            lambda step: self.conversation.switch_version(self.conversation.model.rowCount() - 1, step))
         self.presetPicker.activated.connect(self._on_preset_picked)
         self.modelPicker.activated.connect(self._on_model_picked)
         self.backendPicker.activated.connect(self._on_backend_picked)

@@ -257,3 +257,48 @@ def test_thinking_the_model_writes_streams_open_and_counts_its_tokens(qtbot, win
     assert th["text"].startswith("Five facts about gardens: 1.") and len(th["text"]) > 30
     assert th["tokens"] > st["generated_tokens"]      # the scripted head's tokens and the model's
     assert w.messageView.bubbles()[-1].thinking.isVisible()
+
+
+def _reply_done(qtbot, w, action) -> dict:
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT) as blocker:
+        action()
+    return blocker.args[0]
+
+
+def test_regenerate_keeps_versions_that_survive_a_restart_and_the_chat_goes_on_from_the_shown_one(
+        qtbot, window, dirs):
+    w = window
+    start_chat(w, "p-stop")
+    cv = w.conversation
+    cv.reply_prefixes.append("Alpha.")
+    send(qtbot, w, "Say something.")
+    cv.reply_prefixes.append("Beta.")
+    _reply_done(qtbot, w, w.regenerate)
+    last = lambda ww: ww.conversation.model.message(ww.conversation.model.rowCount() - 1)  # noqa: E731
+    assert cv.model.rowCount() == 2 and last(w).content.startswith("Beta.")
+    bubble = w.messageView.bubbles()[-1]
+    assert bubble.versionLabel.text() == "2/2" and not bubble.versionLabel.isHidden()
+    assert bubble.prevVersionButton.isEnabled() and not bubble.nextVersionButton.isEnabled()
+    info = bubble.stats.text()
+    assert "SmolLM2" in info and ("on CPU" in info or "on GPU" in info)   # who wrote it
+    qtbot.mouseClick(bubble.prevVersionButton, Qt.MouseButton.LeftButton)
+    assert last(w).content.startswith("Alpha.") and w.messageView.bubbles()[-1].versionLabel.text() == "1/2"
+    assert cv.history()[-1]["content"].startswith("Alpha.")
+    cid = cv.chat_id
+    w2 = open_window(*dirs)
+    try:
+        w2._show_chat(cid)
+        b = w2.messageView.bubbles()[-1]
+        assert last(w2).content.startswith("Alpha.") and b.versionLabel.text() == "1/2"
+        qtbot.mouseClick(b.nextVersionButton, Qt.MouseButton.LeftButton)
+        assert last(w2).content.startswith("Beta.")
+        # The chat continues from the version shown; the older reply's control goes away.
+        w2.select_preset("p-stop")
+        wait_until(lambda: not w2.client.busy)
+        send(qtbot, w2, "Go on.")
+        msgs = w2.conversation.model.messages()
+        assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"]
+        assert msgs[1].content.startswith("Beta.") and w2.conversation.history()[2]["content"].startswith("Beta.")
+        assert w2.messageView.bubbles()[1].versionLabel.isHidden()
+    finally:
+        w2.close()
