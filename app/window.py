@@ -26,6 +26,8 @@ from .chat_store import ChatStore
 from .context_length import ContextLengthDialog, n_ctx_for, real_model_path, set_n_ctx
 from .conversation import Conversation
 from .draft_tokens import DraftTokens
+from .export import ChatImportError, import_json
+from .export import export as export_chats
 from .message_input import MessageInput
 from .message_view import MessageView
 from .preset_manager import PresetManager
@@ -217,6 +219,10 @@ class MainWindow(QMainWindow):
         self.newChatAction = f.addAction("New chat", self.new_chat)
         self.newChatAction.setShortcut(QKeySequence.StandardKey.New)
         f.addAction("Open model file…", self._open_model_file)
+        f.addSeparator()
+        f.addAction("Export chat…", lambda: self._export_dialog(False))
+        f.addAction("Export all chats…", lambda: self._export_dialog(True))
+        f.addAction("Import chats…", self._import_dialog)
         f.addSeparator()
         f.addAction("Quit", QKeySequence.StandardKey.Quit, self.close)
         c = mb.addMenu("&Chat")
@@ -566,6 +572,50 @@ class MainWindow(QMainWindow):
             self.show_banner(str(e))
             return
         self.load_model(path)
+
+    # -- export and import ----------------------------------------------------------------------------
+    def export_chats(self, path: str, fmt: str, all_chats: bool = False) -> bool:
+        """The open chat (or every chat) to `path` as "json" or "markdown"."""
+        ids = [c.id for c in self.chats.chats()] if all_chats else \
+            [self.conversation.chat_id] if self.conversation.chat_id else []
+        if not ids:
+            self.show_banner("There is no chat to export.", "warning")
+            return False
+        try:
+            export_chats(self.chats, ids, path, fmt)
+        except OSError as e:
+            self.show_banner(f"Could not export to {path}: {e.strerror or e}")
+            return False
+        return True
+
+    def import_chats(self, path: str) -> list:
+        """The chats of a Hearth JSON export, added as new chats; the first is opened."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                added = import_json(self.chats, f.read(), os.path.basename(path))
+        except (OSError, UnicodeDecodeError, ChatImportError) as e:
+            self.show_banner(f"Could not import {path}: {e}")
+            return []
+        for chat in added:
+            self.sidebar.add(chat)
+        if added:
+            self.sidebar.select(added[0].id)
+            self._show_chat(added[0].id)
+        return added
+
+    def _export_dialog(self, all_chats: bool) -> None:
+        path, kind = QFileDialog.getSaveFileName(self, "Export chats" if all_chats else "Export chat",
+                                                 os.path.expanduser("~"),
+                                                 "Markdown (*.md);;JSON, to import again (*.json)")
+        if path:
+            self.export_chats(path, "json" if path.endswith(".json") or "json" in kind.lower() else "markdown",
+                              all_chats)
+
+    def _import_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import chats", os.path.expanduser("~"),
+                                              "Hearth chats (*.json);;All files (*)")
+        if path:
+            self.import_chats(path)
 
     # -- chats ----------------------------------------------------------------------------------------
     def new_chat(self) -> None:

@@ -302,3 +302,38 @@ def test_regenerate_keeps_versions_that_survive_a_restart_and_the_chat_goes_on_f
         assert w2.messageView.bubbles()[1].versionLabel.isHidden()
     finally:
         w2.close()
+
+
+def test_export_then_import_gives_the_same_chat_tool_calls_and_thinking_included(qtbot, window, tmp_path):
+    w = window
+    start_chat(w, "p-stop")
+    w.conversation.reply_prefixes.append(THOUGHT)
+    send(qtbot, w, "Hello!")
+    cid = w.conversation.chat_id
+    # A tool round as the tool flow saves it, with its result.
+    call = {"id": "call_1", "name": "calculator", "arguments": {"expression": "6*7"}, "status": "done",
+            "result": "42", "is_error": False}
+    w.chats.add_message(cid, w.chats.messages(cid)[0].__class__("assistant", "Let me compute.",
+                                                                 stats={"stop_reason": "tool_calls"},
+                                                                 tool_calls=[call], model="SmolLM2"))
+    before = w.chats.messages(cid)
+    w._show_chat(cid)
+    assert w.export_chats(str(tmp_path / "chat.json"), "json")
+    assert w.export_chats(str(tmp_path / "chat.md"), "markdown")
+    md = (tmp_path / "chat.md").read_text(encoding="utf-8")
+    assert "### You" in md and "Hello!" in md and "<summary>Thinking</summary>" in md and '"6*7"' in md
+    added = w.import_chats(str(tmp_path / "chat.json"))
+    assert len(added) == 1 and added[0].id != cid and added[0].title == w.chats.chat(cid).title
+    after = w.chats.messages(added[0].id)
+    strip = lambda ms: [(m.role, m.content, m.stats, m.tool_calls, m.model) for m in ms]  # noqa: E731
+    assert strip(after) == strip(before)
+    assert w.conversation.chat_id == added[0].id and w.conversation.model.rowCount() == len(before)
+    # All chats at once, and a file that is not an export is refused whole.
+    assert w.export_chats(str(tmp_path / "all.json"), "json", all_chats=True)
+    n = len(w.chats.chats())
+    (tmp_path / "bad.json").write_text('{"format": "hearth-chats", "version": 1, "chats": [{"title": "x", '
+                                       '"messages": [{"role": "wizard", "content": "hi"}]}]}', encoding="utf-8")
+    assert w.import_chats(str(tmp_path / "bad.json")) == []
+    assert "messages[0]" in w.bannerLabel.text() and len(w.chats.chats()) == n
+    w.banner.hide()
+    assert len(w.import_chats(str(tmp_path / "all.json"))) == n
