@@ -22,9 +22,10 @@ class DraftTokens(QObject):
     verdictChanged = Signal(str)
 
     def __init__(self, editor, conversation, client, label: QLabel, edit_row: Callable[[], int | None],
-                 parent=None):
+                 draft: Callable[[], str], parent=None):
         super().__init__(parent)
         self.editor, self.conversation, self.client, self.label = editor, conversation, client, label
+        self._draft = draft   # the message as it would be sent: attachments and typed text
         self._edit_row = edit_row
         self._seq = 0
         self._asked_text = ""
@@ -37,7 +38,7 @@ class DraftTokens(QObject):
         label.clear()
 
     def recount(self) -> None:
-        text = self.editor.toPlainText()
+        text = self._draft()
         if not text.strip():
             self._seq = 0
             self._show("", "", "", None)
@@ -47,7 +48,7 @@ class DraftTokens(QObject):
         self._seq = self.client.count_tokens(self.conversation.history(self._edit_row()), list(p.tools), text)
 
     def _on_counted(self, res: dict) -> None:
-        if res.get("seq") != self._seq or self._seq == 0:
+        if res.get("tag") or res.get("seq") != self._seq or self._seq == 0:
             return
         if not res.get("n_ctx"):
             self._show("", "", "", self._asked_text)

@@ -25,6 +25,8 @@ from .chat_sidebar import ChatSidebar
 from .chat_store import ChatStore
 from .context_length import ContextLengthDialog, n_ctx_for, real_model_path, set_n_ctx
 from .conversation import Conversation
+from .attachment_bar import AttachmentBar
+from .attachments import message_text
 from .draft_tokens import DraftTokens
 from .export import ChatImportError, import_json
 from .export import export as export_chats
@@ -168,10 +170,14 @@ class MainWindow(QMainWindow):
         self.stopButton.setToolTip("Stop the reply (Esc)")
         self.stopButton.hide()
         self.tokenCount = QLabel("", objectName="tokenCount")
+        self.attachButton = QToolButton(text="Attach", objectName="attachButton")
+        self.attachButton.setToolTip("Attach text, code or PDF files (or drop them on the message box)")
+        self.attachmentBar = AttachmentBar(self.conversation, self.client)
         self.thinkingToggle = QToolButton(text="Think", objectName="thinkingToggle", checkable=True, checked=True)
         self.thinkingToggle.setToolTip("Let the model think before it answers (its template's enable_thinking)")
         self.thinkingToggle.toggled.connect(self._on_thinking_toggled)
         self.thinkingToggle.hide()
+        il.addWidget(self.attachButton, 0, Qt.AlignmentFlag.AlignBottom)
         il.addWidget(self.messageInput, 1)
         il.addWidget(self.tokenCount, 0, Qt.AlignmentFlag.AlignBottom)
         il.addWidget(self.thinkingToggle, 0, Qt.AlignmentFlag.AlignBottom)
@@ -193,6 +199,7 @@ class MainWindow(QMainWindow):
         self.toolConfirm = ToolConfirmBar(self.conversation.tools)
         bo.addWidget(self.toolConfirm)
         bo.addWidget(self.editHint)
+        bo.addWidget(self.attachmentBar)
         bo.addWidget(inputFrame)
         cl.addWidget(bottom)
         return centre
@@ -272,7 +279,11 @@ class MainWindow(QMainWindow):
         self.stopButton.clicked.connect(self.stop)
         self.messageInput.sendRequested.connect(self.send)
         self.draftTokens = DraftTokens(self.messageInput, self.conversation, self.client, self.tokenCount,
-                                       lambda: self._edit_row, self)
+                                       lambda: self._edit_row, self.draft_text, self)
+        self.attachmentBar.changed.connect(self.draftTokens.recount)
+        self.attachmentBar.refused.connect(lambda why: self.show_banner(why, "warning"))
+        self.messageInput.filesDropped.connect(self.attachmentBar.add_files)
+        self.attachButton.clicked.connect(self._attach_dialog)
         self.sidebar.newChatRequested.connect(self.new_chat)
         self.sidebar.chatSelected.connect(self._on_chat_selected)
         self.sidebar.deleteRequested.connect(self.delete_chat)
@@ -673,8 +684,18 @@ class MainWindow(QMainWindow):
         self.sidebar.undo()
 
     # -- sending --------------------------------------------------------------------------------------
+    def draft_text(self) -> str:
+        """The message as Send would send it: the attached files, then the typed text."""
+        return message_text(self.messageInput.toPlainText(), self.attachmentBar.attachments)
+
+    def _attach_dialog(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach files", os.path.expanduser("~"),
+                                                "Text, code and PDF files (*);;PDF (*.pdf)")
+        if paths:
+            self.attachmentBar.add_files(paths)
+
     def send(self) -> bool:
-        text = self.messageInput.toPlainText()
+        text = self.draft_text()
         if not text.strip() or self.conversation.generating:
             return False
         refusal = self.draftTokens.refusal(text)
@@ -685,6 +706,7 @@ class MainWindow(QMainWindow):
         ok = self.conversation.send(text, self.current_preset().id, self._edit_row)
         if ok:
             self.messageInput.clear()
+            self.attachmentBar.clear()
             self.cancel_edit()
             self.messageView.scroll_to_bottom()
             if not had_chat:

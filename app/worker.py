@@ -120,14 +120,14 @@ class EngineWorker(QObject):
     @Slot(object)
     def count_tokens(self, req: dict) -> None:
         """Not a request the client waits for: no `idle` (a count never makes the app busy)."""
-        if self._shutdown.is_set() or req["seq"] != req["latest"]():
+        if self._shutdown.is_set() or (req.get("latest") and req["seq"] != req["latest"]()):
             return   # a newer draft is queued behind this one
         try:
             res = self.backend.count_tokens(req["messages"], req.get("tools", []), req["text"])
         except Exception:  # noqa: BLE001  a count is advice: the send itself reports real errors
             log.warning("token count failed: %s", traceback.format_exc())
             res = {}
-        self.tokensCounted.emit({**res, "seq": req["seq"]})
+        self.tokensCounted.emit({**res, "seq": req["seq"], "tag": req.get("tag", "")})
 
     @Slot()
     def close_backend(self) -> None:
@@ -238,6 +238,10 @@ class EngineClient(QObject):
         self._countRequested.emit({"seq": self._count_seq, "messages": messages, "tools": tools, "text": text,
                                    "latest": lambda: self._count_seq})
         return self._count_seq
+
+    def count_text(self, text: str, tag: str) -> None:
+        """Count the tokens of `text` alone (an attachment); the answer carries `tag`."""
+        self._countRequested.emit({"seq": -1, "tag": tag, "messages": [], "tools": [], "text": text})
 
     def stop(self) -> None:
         """Ask the reply in progress to end after the current token (thread-safe: only sets a flag)."""

@@ -337,3 +337,70 @@ def test_export_then_import_gives_the_same_chat_tool_calls_and_thinking_included
     assert "messages[0]" in w.bannerLabel.text() and len(w.chats.chats()) == n
     w.banner.hide()
     assert len(w.import_chats(str(tmp_path / "all.json"))) == n
+
+
+def _pdf_with_text(path, text: str) -> None:
+    """A one-page PDF whose page shows `text` (Helvetica), written by hand with its xref."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+            b"/Resources << /Font << /F1 5 0 R >> >> >>",
+            b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for i, o in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + o + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % off for off in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    path.write_bytes(bytes(out))
+
+
+def test_dropped_files_become_chips_with_token_counts_and_go_into_the_message(qtbot, window, tmp_path):
+    from PySide6.QtCore import QMimeData, QUrl
+    w = window
+    start_chat(w, "p-stop")
+    code = tmp_path / "hello.py"
+    code.write_text("def hello():\n    return 'hi'\n", encoding="utf-8")
+    pdf = tmp_path / "paper.pdf"
+    _pdf_with_text(pdf, "Gardens need water")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(code)), QUrl.fromLocalFile(str(pdf))])
+    assert w.messageInput.canInsertFromMimeData(mime)
+    w.messageInput.insertFromMimeData(mime)          # what a drop on the box does
+    wait_until(lambda: len(w.attachmentBar.chips()) == 2, 30)
+    texts = [c.text() for c in w.attachmentBar.chips()]
+    assert texts[0].startswith("hello.py · ") and "tokens" in texts[0] and texts[1].startswith("paper.pdf · ")
+    assert w.messageInput.toPlainText() == ""        # a dropped file is not pasted as its path
+    assert w.attachmentBar.attachments[1].text.strip() == "Gardens need water"
+    # The count in the input box covers the files too.
+    qtbot.keyClicks(w.messageInput, "What do these say?")
+    wait_until(lambda: w.draftTokens.counted_text == w.draft_text(), 30)
+    n_msg = int(w.tokenCount.text().split()[0].replace(",", ""))
+    assert n_msg > sum(a.tokens for a in w.attachmentBar.attachments)
+    # Removing a chip, then sending: the file goes into the message as the template takes text.
+    qtbot.mouseClick(w.attachmentBar.chips()[1], Qt.MouseButton.LeftButton)
+    assert [a.name for a in w.attachmentBar.attachments] == ["hello.py"]
+    st = send(qtbot, w, "")
+    assert isinstance(st, dict), st
+    user = w.conversation.model.message(w.conversation.model.rowCount() - 2)
+    assert user.content.startswith("File: hello.py\n```py\ndef hello():") and user.content.endswith("What do these say?")
+    assert not w.attachmentBar.chips() and w.attachmentBar.isHidden()
+
+
+def test_too_large_and_binary_files_are_refused_with_why(qtbot, window, tmp_path):
+    w = window
+    big = tmp_path / "big.txt"
+    big.write_text("word " * 3000, encoding="utf-8")
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x00\x01\x02" * 100)
+    w.banner.hide()
+    w.attachmentBar.add_files([str(binary)])
+    assert w.banner.isVisible() and "blob.bin: not a text file" in w.bannerLabel.text()
+    w.banner.hide()
+    w.attachmentBar.add_files([str(big)])
+    wait_until(lambda: w.banner.isVisible(), 30)
+    assert "big.txt is 14.6 KB (" in w.bannerLabel.text() and "more than the context holds" in w.bannerLabel.text()
+    assert not w.attachmentBar.chips()
