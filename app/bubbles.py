@@ -6,13 +6,14 @@ re-measures one paragraph, not the conversation (see SegmentColumn and BubbleRow
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextOption
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolButton,
                                QVBoxLayout, QWidget)
 
 from .markdown_text import format_stats, split_markdown
 from .reply_versions import count as version_count
+from .code_highlight import CodeHighlighter
 from .thinking_block import ThinkingBlock
 from .tool_block import ToolBlocks
 
@@ -45,12 +46,14 @@ class CodeBlock(QFrame):
         self.text.setFrameShape(QFrame.Shape.NoFrame)
         self.text.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         lay.addWidget(self.text)
+        self.highlighter = CodeHighlighter(self.text.document(), lang)
         self.set_code(lang, code)
 
     def set_code(self, lang: str, code: str) -> None:
         self.lang.setText(lang or "code")
-        if self.text.toPlainText() != code:
+        if self.text.toPlainText() != code or lang != self.highlighter.lang:
             self.text.setPlainText(code)
+            self.highlighter.set_code(lang, code)
         lines = max(1, code.count("\n") + 1)
         fm = self.text.fontMetrics()
         longest = max((fm.horizontalAdvance(line) for line in code.split("\n")), default=0)
@@ -60,11 +63,10 @@ class CodeBlock(QFrame):
     def code(self) -> str:
         return self.text.toPlainText()
 
-    def show_versions(self, on: bool) -> None:
-        """The < n/m > control, for a reply with more than one version."""
-        on = on and getattr(self, "versions", (1, 1))[1] > 1
-        for w in (self.prevVersionButton, self.versionLabel, self.nextVersionButton):
-            w.setVisible(on)
+    def changeEvent(self, e) -> None:
+        if e.type() == QEvent.Type.PaletteChange:   # the theme changed: its colours
+            self.highlighter.recolour()
+        super().changeEvent(e)
 
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self.code())

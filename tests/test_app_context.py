@@ -404,3 +404,30 @@ def test_too_large_and_binary_files_are_refused_with_why(qtbot, window, tmp_path
     wait_until(lambda: w.banner.isVisible(), 30)
     assert "big.txt is 14.6 KB (" in w.bannerLabel.text() and "more than the context holds" in w.bannerLabel.text()
     assert not w.attachmentBar.chips()
+
+
+def _colours(block) -> dict[str, str]:
+    """word of the code -> the colour the highlighter gave it (first line of the block)."""
+    doc_block = block.text.document().firstBlock()
+    text = doc_block.text()
+    return {text[r.start:r.start + r.length]: r.format.foreground().color().name()
+            for r in doc_block.layout().formats()}
+
+
+def test_code_blocks_are_highlighted_in_both_themes(qtbot, window):
+    from app.bubbles import CodeBlock
+    w = window
+    start_chat(w, "p-stop")
+    w.set_theme("light")
+    w.conversation.reply_prefixes.append("Here:\n\n```python\ndef add(a, b):\n    return a + b\n```\n")
+    send(qtbot, w, "Show me a function.")
+    block = next(s for s in w.messageView.bubbles()[-1]._segments if isinstance(s, CodeBlock))
+    light = _colours(block)
+    assert "def" in light and "add" in light and light["def"] != light["add"]
+    w.set_theme("dark")
+    try:
+        wait_until(lambda: _colours(block).get("def") not in (None, light["def"]), 10)
+        dark = _colours(block)
+        assert dark["add"] != light["add"]
+    finally:
+        w.set_theme("light")
