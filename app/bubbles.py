@@ -283,6 +283,7 @@ class MessageBubble(QFrame):
 
     def set_state(self, stats: dict, streaming: bool, error: str) -> None:
         self.stats.setText(format_stats(stats))
+        self.stats.setToolTip(self.stats.text().replace("  ·  ", "\n"))   # all of it, where the line is cut
         self.thinking.set_thinking(stats.get("thinking"))
         if self.role == "assistant":
             shown, n = version_count(stats)
