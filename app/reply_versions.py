@@ -36,7 +36,7 @@ def kept_for_regenerate(m: Message) -> list[dict]:
     if m.role != "assistant" or m.tool_calls:
         return []
     versions, _ = all_versions(m)
-    return versions
+    return [v for v in versions if v["content"] or not v["stats"].get("error")]   # a failure is no version
 
 
 def with_versions(stats: dict, kept: list[dict]) -> dict:
