@@ -34,6 +34,7 @@ class DraftTokens(QObject):
         self._timer.timeout.connect(self.recount)
         editor.textChanged.connect(self._timer.start)
         conversation.replyFinished.connect(self._timer.start)   # the prompt grew by a reply
+        conversation.model.modelReset.connect(self._timer.start)  # another chat was opened
         client.worker.tokensCounted.connect(self._on_counted)
         label.clear()
 

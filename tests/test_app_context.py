@@ -152,7 +152,8 @@ def test_the_input_box_counts_tokens_and_warns_before_sending_what_will_not_fit(
     w = window
     start_chat(w, "p-stop")
     qtbot.keyClicks(w.messageInput, "Hello there")
-    wait_until(lambda: "tokens · prompt" in w.tokenCount.text(), 30)
+    wait_until(lambda: w.draftTokens.counted_text == "Hello there", 30)
+    assert w.draftTokens.kind == "fits", (w.tokenCount.text(), w.tokenCount.toolTip(), w.conversation.history())
     n_msg, prompt, n_ctx = [int(x.replace(",", "")) for x in
                             w.tokenCount.text().replace("tokens · prompt", "").replace("/", "").split()]
     assert n_msg == 2 and prompt > n_msg and n_ctx == N_CTX
