@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from engine.hub import job_for
 from engine.library.fit import Fit, fit_before_download, fit_for
 
-from .backends import human_bytes
+from .chat_source import human_bytes
 from .hub_tasks import HubTasks
 
 REPO_COLUMNS = ("Model", "Author", "Downloads", "Likes", "Updated")

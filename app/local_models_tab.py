@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPu
 from engine.errors import EngineError
 from engine.library.registry import LocalModel, ModelRegistry
 
-from .backends import human_bytes
+from .chat_source import human_bytes
 from .hub_search_tab import _item, _table
 
 COLUMNS = ("Name", "Size", "Architecture", "Quant", "Context", "Last used")

@@ -19,7 +19,7 @@ from engine.errors import EngineError
 from engine.hub.download import Outcome
 from engine.library.registry import ModelRegistry
 
-from .backends import human_bytes
+from .chat_source import human_bytes
 from .download_panel import DownloadPanel
 from .hub_search_tab import HubSearchTab
 from .hub_tasks import HubTasks

@@ -68,6 +68,14 @@ def _row(w):
     return r
 
 
+def _download_llama(qtbot, w):
+    """Search, open the tiny Llama's repository, download its model; the download's row."""
+    _open_repo(qtbot, w, "llama", "Tiny-Llama-GGUF")
+    _select_file(w, "tiny-llama-Q8_0.gguf")
+    w.hub.download_button.click()
+    return _row(w)
+
+
 def test_search_open_and_files(qtbot, make_window):
     w = make_window()
     w.hub.query.setText("tiny")
@@ -94,10 +102,7 @@ def test_download_use_and_the_local_list(qtbot, make_window, tiny_models, local_
     changed, chosen, infos = [], [], []
     w.modelsChanged.connect(lambda: changed.append(1))
     w.modelChosen.connect(chosen.append)
-    _open_repo(qtbot, w, "llama", "Tiny-Llama-GGUF")
-    _select_file(w, "tiny-llama-Q8_0.gguf")
-    w.hub.download_button.click()
-    row = _row(w)
+    row = _download_llama(qtbot, w)
     row.bar.valueChanged.connect(lambda v: infos.append((v, row.info.text())))
     qtbot.waitUntil(lambda: row.state == "done", timeout=60_000)
     assert changed and infos and infos[-1][0] == 1000 and "MB of 12.1 MB" in infos[-1][1]
@@ -118,10 +123,7 @@ def test_download_use_and_the_local_list(qtbot, make_window, tiny_models, local_
 def test_pause_and_resume_in_a_new_window(qtbot, make_window, local_hub, tiny_models):
     local_hub.faults["tiny-llama-Q8_0.gguf"] = Fault(delay=0.01)
     w = make_window()
-    _open_repo(qtbot, w, "llama", "Tiny-Llama-GGUF")
-    _select_file(w, "tiny-llama-Q8_0.gguf")
-    w.hub.download_button.click()
-    row = _row(w)
+    row = _download_llama(qtbot, w)
     qtbot.waitUntil(lambda: row.bar.value() > 50, timeout=30_000)
     row.pause.click()
     qtbot.waitUntil(lambda: row.state == "paused", timeout=30_000)
@@ -142,10 +144,7 @@ def test_pause_and_resume_in_a_new_window(qtbot, make_window, local_hub, tiny_mo
 def test_checksum_mismatch_is_said_and_nothing_kept(qtbot, make_window, local_hub):
     local_hub.faults["tiny-llama-Q8_0.gguf"] = Fault(corrupt=True)
     w = make_window()
-    _open_repo(qtbot, w, "llama", "Tiny-Llama-GGUF")
-    _select_file(w, "tiny-llama-Q8_0.gguf")
-    w.hub.download_button.click()
-    row = _row(w)
+    row = _download_llama(qtbot, w)
     qtbot.waitUntil(lambda: row.state == "failed", timeout=60_000)
     assert "does not match the Hub's SHA-256" in row.info.text() and "deleted" in row.info.text()
     assert not [p for p in w.registry.models_dir.rglob("*") if p.is_file()]
@@ -155,10 +154,7 @@ def test_checksum_mismatch_is_said_and_nothing_kept(qtbot, make_window, local_hu
 def test_cancel(qtbot, make_window, local_hub):
     local_hub.faults["tiny-llama-Q8_0.gguf"] = Fault(delay=0.01)
     w = make_window()
-    _open_repo(qtbot, w, "llama", "Tiny-Llama-GGUF")
-    _select_file(w, "tiny-llama-Q8_0.gguf")
-    w.hub.download_button.click()
-    row = _row(w)
+    row = _download_llama(qtbot, w)
     qtbot.waitUntil(lambda: row.bar.value() > 20, timeout=30_000)
     row.cancel.click()
     qtbot.waitUntil(lambda: not w.downloads.rows, timeout=30_000)
@@ -169,10 +165,7 @@ def test_disk_full_is_said(qtbot, make_window, registry, small_disk):
     registry.set_models_dir(small_disk / "models")
     (small_disk / "filler").write_bytes(b"\0" * (8 << 20))
     w = make_window()
-    _open_repo(qtbot, w, "llama", "Tiny-Llama-GGUF")
-    _select_file(w, "tiny-llama-Q8_0.gguf")
-    w.hub.download_button.click()
-    row = _row(w)
+    row = _download_llama(qtbot, w)
     qtbot.waitUntil(lambda: row.state == "failed", timeout=30_000)
     assert "GB more in" in row.info.text() and "free some space" in row.info.text()
 

@@ -1,5 +1,6 @@
-"""Take the README's Models window screenshots against a local Hub on 127.0.0.1 (the tests' server,
-serving the tiny reference models and the default model), light and dark, large and small.
+"""Take the README's Models window screenshots: the real window, its Models window against a local
+Hub on 127.0.0.1 (the tests' server, serving the tiny reference models and the default model),
+light and dark, large and small.
 
 Needs an X display with nothing else on it (`Xvfb :98 -screen 0 1400x900x24 &`, `DISPLAY=:98`) and
 ImageMagick's `import`. Uses temporary data/cache folders.
@@ -14,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from shot_helpers import ROOT, shot, spin, use_temp_dirs
+from shot_helpers import ROOT, open_window, shot, spin, use_temp_dirs
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -54,24 +55,20 @@ def main() -> int:
     os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hearth-shots-hf-")
     os.environ.pop("HF_TOKEN", None)
     from hub_server import Fault, LocalHub
-    from PySide6.QtWidgets import QApplication
 
-    from app import theme
-    from app.models_window import ModelsWindow
-    from engine.library.registry import ModelRegistry
-
-    app = QApplication(sys.argv[:1])
     with LocalHub(repos()) as hub:
-        registry = ModelRegistry()
+        os.environ["HF_ENDPOINT"] = hub.endpoint
+        main_window, ready = open_window()
         for dark, size, name in ((False, (1100, 720), "models-light"), (True, (1100, 720), "models-dark"),
                                  (False, (760, 560), "models-small-light"), (True, (760, 560), "models-small-dark")):
-            theme.apply(app, "dark" if dark else "light")
+            main_window.set_theme("dark" if dark else "light")
             hub.faults.clear()
             hub.faults["SmolLM2-135M-Instruct-Q4_1.gguf"] = Fault(delay=0.05)
-            w = ModelsWindow(registry, endpoint=hub.endpoint, n_ctx=4096)
+            main_window.modelsButton.click()
+            w = main_window.library.window
+            w.tabs.setCurrentIndex(0)
             w.resize(*size)
             w.move(0, 0)
-            w.show()
             w.hub.query.setText("GGUF")
             w.hub.search()
             spin(lambda: w.hub.repos.rowCount() > 0, 20)
@@ -82,33 +79,36 @@ def main() -> int:
             w.hub.download()
             spin(lambda: any(r.bar.value() > 150 for r in w.downloads.rows.values()), 60)
             shot(name, w)
-            if not dark and size[0] > 1000:
-                hub.faults.clear()
-                for r in list(w.downloads.rows.values()):
-                    r.pause.click()
-                spin(lambda: all(r.state == "paused" for r in w.downloads.rows.values()), 30)
             w.tasks.downloads.cancel(("hearth-test/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct-Q4_1.gguf"))
-            spin(lambda: not w.tasks.downloads.running(), 30)
-            w.shutdown()
+            spin(lambda: not w.downloads.rows, 30)
             w.close()
-        # The local list, after one finished download.
-        theme.apply(app, "dark")
-        w = ModelsWindow(registry, endpoint=hub.endpoint)
+        # Two finished downloads: the local list (one Hearth cannot run), then the picker uses one.
+        main_window.set_theme("dark")
+        main_window.modelsButton.click()
+        w = main_window.library.window
         w.resize(1100, 720)
         w.move(0, 0)
-        w.show()
         from engine.hub import HubClient, job_for
         c = HubClient(hub.endpoint, token="")
         for repo in ("hearth-test/Qwen3-Tiny-GGUF", "hearth-test/Phi-Tiny-GGUF"):
             d = c.repo(repo)
             w.start_download(job_for(d.models[0], repo, d.commit))
         spin(lambda: all(r.state == "done" for r in w.downloads.rows.values()), 60)
-        w.tabs.setCurrentIndex(1)
         for r in list(w.downloads.rows.values()):
             r.cancel.click()  # "Dismiss"
+        w.tabs.setCurrentIndex(1)
         w.local.table.selectRow(next(i for i, m in enumerate(w.local._models) if m.facts.runs is False))
         shot("models-local-dark", w)
-        w.shutdown()
+        w.local.table.selectRow(next(i for i, m in enumerate(w.local._models) if m.facts.runs is not False))
+        w.local.use()
+        spin(lambda: len(ready) > 1)
+        spin(lambda: not main_window.client.busy)
+        w.close()
+        main_window.set_theme("light")
+        main_window.resize(1100, 640)
+        main_window.move(0, 0)
+        shot("models-picker-light", main_window)
+        main_window.close()
     return 0
 
 

@@ -1,6 +1,6 @@
 """The library's small JSON files (registry, per-model settings, download sidecars): written
-atomically (a temporary file renamed over the old one, so a crash leaves the old or the new file,
-never half of one), read with a version check."""
+through `engine.atomic_file` (a crash leaves the old or the new file, never half of one), read
+with a version check."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ import json
 import os
 from pathlib import Path
 
+from ..atomic_file import write_text_atomic
+
 
 def write_json(file: Path, obj) -> None:
-    file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(file.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, file)
+    write_text_atomic(file, json.dumps(obj, indent=1, sort_keys=True))
 
 
 def read_versioned(file: Path, version: int) -> dict | None:

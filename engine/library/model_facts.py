@@ -91,7 +91,8 @@ def sampling_defaults(g: GGUFFile) -> tuple[dict, tuple[str, ...]]:
     return used, tuple(sorted(unused))
 
 
-def _quant(g: GGUFFile) -> str | None:
+def quant_of(g: GGUFFile) -> str | None:
+    """The mix label: general.file_type, else the file name's label, else the type with most bytes."""
     ft = g.get("general.file_type")
     if isinstance(ft, int) and ft in FILE_TYPES:
         return FILE_TYPES[ft]
@@ -115,7 +116,7 @@ def facts_from_gguf(g: GGUFFile, split_ok: bool = False) -> ModelFacts:
     verdict = verdict_for_gguf(g, split_ok)
     return ModelFacts(
         path=str(g.path), size=g.file_size, name=str(g.get("general.name") or g.path.stem),
-        architecture=arch, quant=_quant(g), context_length=_int(g.arch_get("context_length")),
+        architecture=arch, quant=quant_of(g), context_length=_int(g.arch_get("context_length")),
         n_layer=_int(g.arch_get("block_count")), n_head_kv=_int(g.arch_get("attention.head_count_kv")) or n_head,
         head_dim=head_dim, head_dim_v=head_dim_v,
         n_vocab=_int(g.arch_get("vocab_size")) or (len(tokens) if tokens is not None else None),
