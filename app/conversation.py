@@ -20,13 +20,17 @@ Signals:
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.preset_format import Preset
+from engine.reasoning import ThinkingSplitter
 
 from .chat_store import Chat, ChatStore, ChatStoreError, Message
 from .item_models import MessageModel
+from .reply_versions import count as version_count
+from .reply_versions import kept_for_regenerate, showing, with_versions
 from .preset_store import PresetStore
 from .remote_source import remote_tool_calls
 from .tool_flow import ToolFlow, record_of, with_round
@@ -64,6 +68,7 @@ class Conversation(QObject):
         self.tools.recordsChanged.connect(self._on_records)
         self.tool_format = "generic"
         self.reply_prefixes: list[str] = []
+        self.template_vars: dict = {}        # extra chat-template variables: enable_thinking
         self._closing = False
         self._unsaved: list[dict] = []        # {"chat", "msg", "row_msg"}: to write, in this order
         self._retry = QTimer(self, interval=RETRY_MS)
@@ -153,11 +158,30 @@ class Conversation(QObject):
         msgs = self.model.messages()
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
         rows = [i for i, m in enumerate(msgs) if m.role == "assistant" and i > last_user]
+        kept = kept_for_regenerate(msgs[rows[0]]) if len(rows) == 1 else []
         if rows and not self._truncate(rows[0]):   # the whole reply goes, tool rounds included
-            return False
+            return False                           # (a plain reply stays as a version)
         if not self.model.rowCount() or self.model.message(self.model.rowCount() - 1).role != "user":
             return False
         self._start()
+        self._gen["versions"] = kept
+        return True
+
+    def switch_version(self, row: int, step: int) -> bool:
+        """Show the previous (step -1) or next (+1) version of the last reply; the chat goes on
+        from the one shown."""
+        if self.generating or self.chat_id is None or row != self.model.rowCount() - 1:
+            return False
+        m = self.model.message(row)
+        shown, n = version_count(m.stats)
+        k = shown - 1 + step
+        if m.role != "assistant" or not 0 <= k < n:
+            return False
+        new = showing(m, k)
+        self._truncate(row)
+        saved = self.chats.add_message(self.chat_id, new)
+        self.model.append(saved)
+        self.chatChanged.emit(self.chat_id)
         return True
 
     def stop(self) -> None:
@@ -225,12 +249,22 @@ class Conversation(QObject):
                 self.chatChanged.emit(u["chat"])
         return None
 
-    def history(self) -> list[dict]:
+    def history(self, upto: int | None = None) -> list[dict]:
+        """The chat as template messages (the messages before row `upto`, all by default)."""
         p = self.preset()
         msgs = [{"role": "system", "content": p.system_prompt}] if p.system_prompt else []
-        for m in self.model.messages():
+        for m in self.model.messages()[:upto]:
+            if m.role == "assistant" and not m.content and (m.stats or {}).get("error"):
+                continue   # a failed reply: the model never wrote it
             if m.role == "assistant" and m.tool_calls:
                 msgs = with_round(msgs, m.content, m.tool_calls)
+            elif m.role == "assistant" and (m.stats or {}).get("thinking"):
+                # the template decides whether earlier thinking goes back into the prompt
+                msgs.append({"role": "assistant", "content": m.content,
+                             "reasoning_content": m.stats["thinking"].get("text", "")})
+            elif m.role == "user" and msgs and msgs[-1]["role"] == "user":
+                # after a failed reply: templates want user and assistant turns to alternate
+                msgs[-1] = {"role": "user", "content": f"{msgs[-1]['content']}\n\n{m.content}"}
             elif m.role in ("user", "assistant"):
                 msgs.append({"role": m.role, "content": m.content})
         return msgs
@@ -250,18 +284,24 @@ class Conversation(QObject):
         if self.reply_prefixes:
             history.append({"role": "assistant", "content": self.reply_prefixes.pop(0)})
         round_no = self._tool_round_no()
-        row = self.model.append(Message("assistant", ""), streaming=True)
+        row = self.model.append(Message("assistant", "", model=self.model_name), streaming=True)
         rid = self.client.generate(history, p.tools, dict(p.sampling), system=p.system_prompt,
-                                   preset_id=p.id, label=p.name)
+                                   preset_id=p.id, label=p.name, context_policy=p.context_policy,
+                                   template_vars=dict(self.template_vars))
         self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": "",
                      "parse": self.tools.parse_reply(self.tool_format, p.tools), "tools": list(p.tools),
-                     "round": round_no}
+                     "round": round_no, "think": ThinkingSplitter(),
+                     "thinking": {"text": "", "tokens": 0, "seconds": 0.0, "done": False}, "think_t0": None}
         self.generatingChanged.emit(True)
 
     # -- worker signals -------------------------------------------------------------------------------
     def _on_delta(self, rid: int, text: str) -> None:
         g = self._gen
         if g is None or rid != g["rid"]:
+            return
+        thought, text = g["think"].feed(text)
+        self._add_thinking(g, thought)
+        if not text:
             return
         text = g["parse"].feed(text)
         if g["parse"].ended and not g.get("tool_stop"):
@@ -272,11 +312,28 @@ class Conversation(QObject):
         if not self._flush.isActive():
             self._flush.start()
 
+    def _add_thinking(self, g: dict, thought: str) -> None:
+        """Count and time the thinking (a delta is a token) and show it as it streams."""
+        th = g["thinking"]
+        if thought or g["think"].state == "thinking":
+            th["tokens"] += 1
+            g["think_t0"] = g["think_t0"] or time.monotonic()
+        th["text"] += thought
+        if g["think_t0"] is not None and not th["done"]:
+            th["seconds"] = time.monotonic() - g["think_t0"]
+            th["done"] = g["think"].thinking_done
+            g["think_dirty"] = True
+            if not self._flush.isActive():
+                self._flush.start()
+
     def _on_flush(self) -> None:
         self._flush_now()
 
     def _flush_now(self) -> None:
         g = self._gen
+        if g is not None and g.get("think_dirty") and g["row"] >= 0:
+            g["think_dirty"] = False
+            self.model.set_thinking(g["row"], g["thinking"])
         if g is None or not g["pending"]:
             return
         if g["row"] >= 0:
@@ -285,7 +342,11 @@ class Conversation(QObject):
 
     def _end(self, stats: dict, error: str = "") -> None:
         g = self._gen
-        rest = g["parse"].finish()
+        thought, rest = g["think"].finish()
+        self._add_thinking(g, thought)
+        if g["thinking"]["text"].strip():
+            stats = {**stats, "thinking": {**g["thinking"], "done": True}}
+        rest = g["parse"].feed(rest) + g["parse"].finish()
         g["text"] += rest
         g["pending"] += rest
         self._flush_now()
@@ -294,12 +355,16 @@ class Conversation(QObject):
         if calls and not error:
             self._end_with_calls(g, stats, calls)
             return
+        # A failed reply is kept too, with its error: after a restart the chat still ends with a
+        # reply that says what went wrong and can be regenerated, never with an unanswered message.
+        if error:
+            stats = {**stats, "error": error}
+        stats = with_versions(stats, g.get("versions") or [])
         if g["row"] >= 0:
             self.model.finish(g["row"], stats, error)
         self._gen = None
-        if g["text"] or not error:
-            self._save(g["chat"], Message("assistant", g["text"], stats=dict(stats), model=self.model_name),
-                       self.model.message(g["row"]) if g["row"] >= 0 else None)
+        self._save(g["chat"], Message("assistant", g["text"], stats=dict(stats), model=self.model_name),
+                   self.model.message(g["row"]) if g["row"] >= 0 else None)
         self.generatingChanged.emit(False)
 
     def _end_with_calls(self, g: dict, stats: dict, calls: list) -> None:

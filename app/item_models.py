@@ -137,14 +137,14 @@ class MessageModel(QAbstractListModel):
             return m.content
         if role == RoleRole:
             return m.role
-        if role == StatsRole:
-            return dict(m.stats)
+        if role == StatsRole:   # with the model that wrote it, for the info line
+            return {**({"model": m.model} if m.model else {}), **m.stats}
         if role == StreamingRole:
             return index.row() == self._streaming
         if role == IdRole:
             return m.id
         if role == ErrorRole:
-            return self._errors.get(index.row(), "")
+            return self._errors.get(index.row(), "") or (m.stats or {}).get("error", "")
         if role == ToolCallsRole:
             return [dict(c) for c in m.tool_calls]
         return None
@@ -189,6 +189,12 @@ class MessageModel(QAbstractListModel):
             self._streaming = -1
         i = self.index(row)
         self.dataChanged.emit(i, i, [StatsRole, StreamingRole, ErrorRole])
+
+    def set_thinking(self, row: int, thinking: dict) -> None:
+        """The reply's thinking so far (stats["thinking"]), while it streams."""
+        self._rows[row].stats = {**(self._rows[row].stats or {}), "thinking": dict(thinking)}
+        i = self.index(row)
+        self.dataChanged.emit(i, i, [StatsRole])
 
     def set_tool_calls(self, row: int, calls: list) -> None:
         self._rows[row].tool_calls = [dict(c) for c in calls]

@@ -34,6 +34,7 @@ class ChatTurn:
     The server's ChatRequest has the same two fields and is passed as is."""
     messages: list[dict]
     tools: list = field(default_factory=list)
+    template_vars: dict = field(default_factory=dict)   # extra template variables: enable_thinking
 
 
 def tool_format_of(engine) -> str:
@@ -94,7 +95,8 @@ def _prompt_parts(engine, turn, tool_format: str):
     messages = template_messages(ChatTurn(messages, list(turn.tools or [])), tool_format)
 
     def render(msgs: list[dict]) -> str:
-        return engine.render_chat(msgs, tools=turn.tools or None, add_generation_prompt=True) + head
+        return engine.render_chat(msgs, tools=turn.tools or None, add_generation_prompt=True,
+                                  **(getattr(turn, "template_vars", None) or {})) + head
     return messages, head, render
 
 

@@ -114,14 +114,17 @@ class Engine:
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(ids)
 
-    def render_chat(self, messages, tools=None, add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages, tools=None, add_generation_prompt: bool = True, **template_vars) -> str:
+        """The chat as the model's template renders it; `template_vars` are extra template
+        variables (enable_thinking=False for Qwen3)."""
         if self._template is None:
             try:
                 from .chat_template import ChatTemplate  # noqa: PLC0415
             except ImportError:  # a build without the template module: plain ChatML
                 return _chatml(messages, add_generation_prompt)
             self._template = ChatTemplate.from_gguf(self.gguf)
-        return self._template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt)
+        return self._template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                     **template_vars)
 
     # --- the resident sequence -------------------------------------------------------------
 
