@@ -287,7 +287,7 @@ class LocalBackend(ChatBackend):
         system = [m for m in messages[:1] if m.get("role") == "system"]
 
         def n(msgs: list[dict]) -> int:
-            return len(eng.tokenize(render_prompt(eng, ChatTurn(msgs, tools), fmt)[0]))
+            return len(prompt_ids(eng, ChatTurn(msgs, tools), fmt)[0])
         return {"message": len(eng.tokenizer.encode(text, add_special=False, parse_special=False)), "prompt": n(list(messages) + [user]),
                 "alone": n(system + [user]), "n_ctx": int(eng.n_ctx)}
 
