@@ -18,6 +18,7 @@ Worker signals (all delivered queued to the GUI thread):
     chatContext(dict)                         a chat's context restored/computed ({"action": ..., "tokens",
                                               "restored", "computed", "ms"}) or saved ({"action": "saved",
                                               "saved", "bytes", "tokens", "ms", "error"})
+    tokensCounted(dict {"seq", "message", "prompt", "alone", "n_ctx"})   a draft's tokens ({} unknown)
     idle()                                    a request is done, nothing is running
 """
 
@@ -45,6 +46,7 @@ class EngineWorker(QObject):
     contextChanged = Signal(dict)
     cacheListed = Signal(dict)
     chatContext = Signal(dict)
+    tokensCounted = Signal(dict)
     idle = Signal()
 
     def __init__(self, backend: ChatBackend, shutdown: threading.Event):
@@ -105,7 +107,8 @@ class EngineWorker(QObject):
                 self.prefixReady.emit(res)
             stats = {}
             for ev in self.backend.stream(req["messages"], req.get("tools", []), req["sampling"], cancel,
-                                          self._progress):
+                                          self._progress, req.get("context_policy", "stop"),
+                                          req.get("template_vars") or {}):
                 if ev.text:
                     self.delta.emit(rid, ev.text)
                 if ev.final:
@@ -168,6 +171,18 @@ class EngineWorker(QObject):
         if report is not None:
             self.chatContext.emit({"action": "saved", **report})
 
+    @Slot(object)
+    def count_tokens(self, req: dict) -> None:
+        """Not a request the client waits for: no `idle` (a count never makes the app busy)."""
+        if self._shutdown.is_set() or (req.get("latest") and req["seq"] != req["latest"]()):
+            return   # a newer draft is queued behind this one
+        try:
+            res = self.backend.count_tokens(req["messages"], req.get("tools", []), req["text"])
+        except Exception:  # noqa: BLE001  a count is advice: the send itself reports real errors
+            log.warning("token count failed: %s", traceback.format_exc())
+            res = {}
+        self.tokensCounted.emit({**res, "seq": req["seq"], "tag": req.get("tag", "")})
+
     @Slot()
     def close_backend(self) -> None:
         """Connected directly to QThread.finished, which the worker thread emits as it ends: the
@@ -197,11 +212,8 @@ class EngineWorker(QObject):
 
 
 def _readable(e: Exception) -> str:
-    from engine import ContextFullError, EngineError
-    if isinstance(e, ContextFullError):
-        return (f"{e}. The conversation no longer fits in the model's context: start a new chat, or edit "
-                "an earlier message to shorten it.")
-    if isinstance(e, EngineError):
+    from engine import EngineError
+    if isinstance(e, EngineError):   # a ContextFullError says what the user can do
         return str(e)
     if isinstance(e, (OSError, ValueError)):
         return str(e) or type(e).__name__
@@ -222,6 +234,7 @@ class EngineClient(QObject):
     _cacheRequested = Signal(str)
     _openRequested = Signal(object)
     _forgetRequested = Signal(str)
+    _countRequested = Signal(object)
 
     def __init__(self, backend: ChatBackend, parent=None):
         super().__init__(parent)
@@ -241,6 +254,8 @@ class EngineClient(QObject):
         self._openRequested.connect(self.worker.open_chat)
         self._forgetRequested.connect(self.worker.forget_chat)
         self._epoch = 0   # bumped by every open/generate: an open request older than the latest is skipped
+        self._countRequested.connect(self.worker.count_tokens)
+        self._count_seq = 0
         self.worker.idle.connect(self._on_idle)
         self.thread.finished.connect(self.worker.close_backend, Qt.ConnectionType.DirectConnection)
         self.thread.start()
@@ -268,7 +283,8 @@ class EngineClient(QObject):
         self._prefixRequested.emit({"preset": preset_id, "system": system, "tools": tools, "label": label})
 
     def generate(self, messages: list[dict], tools: list, sampling: dict, system: str = "",
-                 preset_id: str = "", label: str = "", chat: dict | None = None) -> int:
+                 preset_id: str = "", label: str = "", context_policy: str = "stop",
+                 template_vars: dict | None = None, chat: dict | None = None) -> int:
         """`chat` ({"id", "title"}) names the conversation, whose context is saved after the reply."""
         self._epoch += 1
         self._next_id += 1
@@ -276,6 +292,7 @@ class EngineClient(QObject):
         self._queued()
         self._generateRequested.emit({"id": self._next_id, "messages": messages, "tools": tools,
                                       "sampling": sampling, "system": system, "preset": preset_id, "label": label,
+                                      "context_policy": context_policy, "template_vars": dict(template_vars or {}),
                                       "cancel": self._cancel, "chat": chat})
         return self._next_id
 
@@ -290,6 +307,17 @@ class EngineClient(QObject):
 
     def forget_chat(self, chat_id) -> None:
         self._forgetRequested.emit(str(chat_id))
+
+    def count_tokens(self, messages: list[dict], tools: list, text: str) -> int:
+        """Count a draft's tokens on the worker; the answer is `worker.tokensCounted` with this seq."""
+        self._count_seq += 1
+        self._countRequested.emit({"seq": self._count_seq, "messages": messages, "tools": tools, "text": text,
+                                   "latest": lambda: self._count_seq})
+        return self._count_seq
+
+    def count_text(self, text: str, tag: str) -> None:
+        """Count the tokens of `text` alone (an attachment); the answer carries `tag`."""
+        self._countRequested.emit({"seq": -1, "tag": tag, "messages": [], "tools": [], "text": text})
 
     def stop(self) -> None:
         """Ask the reply in progress to end after the current token (thread-safe: only sets a flag)."""
