@@ -10,12 +10,12 @@ import os
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow,
-                               QProgressBar, QPushButton, QSizePolicy, QSplitter, QToolButton,
+from PySide6.QtWidgets import (QApplication, QComboBox, QFrame, QHBoxLayout, QLabel, QMainWindow,
+                               QProgressBar, QPushButton, QSplitter, QToolButton,
                                QVBoxLayout, QWidget)
 
 from . import theme
-from .chat_source import human_bytes, human_params
+from .chat_source import human_bytes
 from .cache_panel import CachePanel
 from .chat_sidebar import ChatSidebar
 from .chat_store import ChatStore
@@ -24,14 +24,13 @@ from .message_input import MessageInput
 from .message_view import MessageView
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
-from .remote_ui import REMOTE_DIALOG, RemoteUI
+from .model_picker import ModelPicker
+from .remote_ui import RemoteUI
 from .sampling_panel import SamplingPanel
 from .server_toggle import ServeToggle
 from .tool_confirm import ToolConfirmBar
 from .settings import Settings
 from .worker import EngineClient
-
-OPEN_GGUF = "__open__"
 
 
 class MainWindow(QMainWindow):
@@ -54,18 +53,14 @@ class MainWindow(QMainWindow):
         self.client = EngineClient(backend, self)
         self.conversation = Conversation(chats, presets, self.client, self)
         self.conversation.tools.use_settings(settings)
-        self.model_info: dict = {}
         self.last_prefix_result: dict | None = None
         self.last_error = ""
-        self._loading_path: str | None = None
-        self._loading_backend = "auto"
         self._edit_row: int | None = None
         self._closed = False
 
         self._build()
         self._wire()
-        self.remote = RemoteUI(self)
-        self.remote.dialogClosed.connect(lambda: self._fill_models(self.model_info.get("path_setting", "")))
+        self.remote = RemoteUI(self, self.picker)
         self.remote.loadRequested.connect(self.load_model)
         self.remote.notice.connect(lambda text: self.show_banner(text, "notice"))
         self._restore()
@@ -106,16 +101,10 @@ class MainWindow(QMainWindow):
         tl.setContentsMargins(12, 6, 12, 6)
         self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=12)
         self.presetPicker.setToolTip("Preset: system prompt, tools and sampling for this chat")
-        self.modelPicker = QComboBox(objectName="modelPicker", minimumContentsLength=16)
-        self.modelPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.backendPicker = QComboBox(objectName="backendPicker")
-        self.backendPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        for label, data in (("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu")):
-            self.backendPicker.addItem(label, data)
-        self.modelInfo = QLabel("", objectName="modelInfo")
-        # It may be long (the adapter, the auto choice): it shrinks instead of widening the window.
-        self.modelInfo.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.modelInfo.setMinimumWidth(80)
+        self.picker = ModelPicker(self.settings, self.client, self)
+        # The picker's widgets, also attributes here for tests and scripts.
+        self.modelPicker, self.backendPicker, self.modelInfo = (self.picker.combo, self.picker.backendBox,
+                                                                self.picker.infoLabel)
         self.samplingToggle = QToolButton(text="Sampling", objectName="samplingToggle", checkable=True)
         tl.addWidget(QLabel("Preset"))
         tl.addWidget(self.presetPicker)
@@ -202,7 +191,7 @@ class MainWindow(QMainWindow):
         f = mb.addMenu("&File")
         self.newChatAction = f.addAction("New chat", self.new_chat)
         self.newChatAction.setShortcut(QKeySequence.StandardKey.New)
-        f.addAction("Open model file…", self._open_model_file)
+        f.addAction("Open model file…", self.picker.open_file)
         f.addSeparator()
         f.addAction("Quit", QKeySequence.StandardKey.Quit, self.close)
         c = mb.addMenu("&Chat")
@@ -234,8 +223,8 @@ class MainWindow(QMainWindow):
 
     def _wire(self) -> None:
         w = self.client.worker
-        w.modelLoaded.connect(self._on_model_loaded)
-        w.modelFailed.connect(self._on_model_failed)
+        self.picker.modelReady.connect(self._on_model_loaded)
+        self.picker.problem.connect(self.show_banner)
         w.prefixReady.connect(self._on_prefix)
         w.progress.connect(self._on_progress)
         w.contextChanged.connect(self._on_context)
@@ -256,8 +245,6 @@ class MainWindow(QMainWindow):
         self.messageView.editRequested.connect(self.edit_message)
         self.messageView.regenerateRequested.connect(self.regenerate)
         self.presetPicker.activated.connect(self._on_preset_picked)
-        self.modelPicker.activated.connect(self._on_model_picked)
-        self.backendPicker.activated.connect(self._on_backend_picked)
         self.samplingPanel.samplingEdited.connect(self._on_sampling_edited)
         self.samplingToggle.toggled.connect(self._on_sampling_toggled)
         QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
@@ -277,9 +264,8 @@ class MainWindow(QMainWindow):
         self._apply_theme()
         self.samplingToggle.setChecked(s.get("ui/sampling_panel"))
         self.samplingPanel.setVisible(s.get("ui/sampling_panel"))
-        self.backendPicker.setCurrentIndex(max(0, self.backendPicker.findData(s.get("model/backend"))))
         self._fill_presets()
-        self._fill_models(s.get("model/path"))
+        self.picker.refresh()
         last = s.get("chat/last")
         chat_id = last if last and self.sidebar.has(last) else self.sidebar.first_id()
         if chat_id is None or not self.sidebar.select(chat_id):
@@ -340,97 +326,23 @@ class MainWindow(QMainWindow):
         self.prefixResult.emit(res)
 
     # -- models ---------------------------------------------------------------------------------------
-    def _fill_models(self, current: str) -> None:
-        mp = self.modelPicker
-        mp.clear()
-        mp.addItem("SmolLM2-135M (default)", "")
-        mp.setItemData(0, "The default model: SmolLM2-135M-Instruct Q4_1, installed with Hearth",
-                       Qt.ItemDataRole.ToolTipRole)
-        for r in self.settings.get("model/recent"):
-            if r.get("path") and os.path.exists(r["path"]):
-                mp.addItem(os.path.basename(r["path"]), r["path"])
-                mp.setItemData(mp.count() - 1, r["path"], Qt.ItemDataRole.ToolTipRole)
-        self.remote.add_picker_items(mp)
-        mp.insertSeparator(mp.count())
-        mp.addItem("Open GGUF file…", OPEN_GGUF)
-        self.remote.add_dialog_item(mp)
-        mp.setCurrentIndex(max(0, mp.findData(current)))
+    @property
+    def model_info(self) -> dict:
+        """The model that runs (ModelInfo as a dict, with "path_setting" and "backend_setting"); {} before
+        the first load."""
+        return self.picker.info
 
     def load_model(self, path: str) -> None:
-        self._loading_path = path
-        self._info_text = self.modelInfo.text()
-        self.modelInfo.setText("loading…")
-        self._loading_backend = self.backendPicker.currentData()
-        self.client.load_model(path, self._loading_backend, self.settings.get("model/n_ctx"))
-
-    def _open_model_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", os.path.expanduser("~"),
-                                              "GGUF models (*.gguf);;All files (*)")
-        if path:
-            self.load_model(path)
-        else:
-            self._fill_models(self.model_info.get("path_setting", ""))
-
-    def _on_model_picked(self, index: int) -> None:
-        data = self.modelPicker.itemData(index)
-        if data == OPEN_GGUF:
-            self._open_model_file()
-        elif data == REMOTE_DIALOG:
-            self.remote.open_dialog()
-        elif data != self.model_info.get("path_setting"):
-            self.load_model(data)
-
-    def _on_backend_picked(self, index: int) -> None:
-        self.settings.set("model/backend", self.backendPicker.itemData(index))
-        self.load_model(self.model_info.get("path_setting", self.settings.get("model/path")))
+        self.picker.load(path)
 
     def _on_model_loaded(self, info: dict) -> None:
-        path = self._loading_path or ""
-        info["path_setting"] = path
-        info["backend_setting"] = self._loading_backend
-        self.model_info = info
+        # A new model's figures come with its first prefix and reply; the last model's are not its own.
+        self.statusSpeed.setText("")
+        self.statusPrefix.setText("")
         self.conversation.model_name = info.get("name", "")
-        self.settings.set("model/path", path)
-        if path and info.get("backend") != "remote":
-            recent = [r for r in self.settings.get("model/recent") if r.get("path") != path]
-            recent.insert(0, {"path": path, "name": info.get("name"), "arch": info.get("arch"),
-                              "quant": info.get("quant"), "size": info.get("size_bytes")})
-            self.settings.set("model/recent", recent[:8])
-        self._fill_models(path)
-        runs_on = "GPU" if info.get("backend") == "gpu" else "CPU"
-        self.modelInfo.setText(f"{info.get('arch', '?')} · {human_params(info.get('params', 0))} · "
-                               f"{info.get('quant', '?')} · {runs_on}")
-        self.modelInfo.setToolTip(f"{info.get('path')} ({human_bytes(info.get('size_bytes', 0))})\n"
-                                  f"runs on {info.get('adapter', '')}\n"
-                                  f"loaded in {info.get('load_s', 0):.2f} s, context {info.get('n_ctx')} tokens")
-        self.backendPicker.setToolTip(f"Running on: {info.get('adapter', '')}")
-        # The picker names what runs: "Auto (CPU)", "GPU · <adapter>".
-        device = info.get("adapter", "").removeprefix("GPU: ").split(" [")[0]
-        for i, (label, data) in enumerate((("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu"))):
-            text = label
-            if data == info.get("backend_setting"):
-                text = f"Auto ({runs_on})" if data == "auto" else f"GPU · {device}" if data == "gpu" else label
-            self.backendPicker.setItemText(i, text)
         self._update_empty_hint()
         self.modelReady.emit(info)
         self.warm_preset()
-
-    def _on_model_failed(self, message: str) -> None:
-        still = self.model_info.get("name")
-        if self.model_info:   # the picker goes back to what is really running
-            self.backendPicker.setCurrentIndex(max(0, self.backendPicker.findData(self.model_info["backend_setting"])))
-            self.settings.set("model/backend", self.model_info["backend_setting"])
-        elif self._loading_path or self._loading_backend != "cpu":
-            # Nothing loaded yet (a remembered model that is gone, a GPU that is not there): fall back to
-            # the default model on the CPU so the app is usable, and say why in the banner.
-            self.show_banner(f"Could not load the model: {message}  Falling back to the default model on the CPU.")
-            self.backendPicker.setCurrentIndex(self.backendPicker.findData("cpu"))
-            self.load_model("")
-            return
-        self.show_banner(f"Could not load the model: {message}"
-                         + (f"  {still} is still loaded." if still else ""))
-        self.modelInfo.setText(getattr(self, "_info_text", "") if still else "no model loaded")
-        self._fill_models(self.model_info.get("path_setting", ""))
 
     # -- presets --------------------------------------------------------------------------------------
     def _fill_presets(self) -> None:
@@ -534,6 +446,7 @@ class MainWindow(QMainWindow):
     def _show_chat(self, chat_id: int | None) -> None:
         self.cancel_edit()
         self.conversation.open_chat(chat_id)
+        self.sidebar.open_id = chat_id
         self.settings.set("chat/last", chat_id or 0)
         chat = self.chats.chat(chat_id) if chat_id else None
         if chat and self.presets.get(chat.preset_id):
@@ -612,6 +525,8 @@ class MainWindow(QMainWindow):
         self.editHint.hide()
 
     def _on_escape(self) -> None:
+        if self.chatSearch.hasFocus() and self.sidebar.clear_search():
+            return
         if self.conversation.generating:
             self.stop()
         elif self._edit_row is not None:
