@@ -11,15 +11,18 @@ class MessageInput(QPlainTextEdit):
 
     Signals:
         sendRequested()
+        focusChanged(bool): it got or lost the keyboard focus (its frame shows it).
     """
 
     sendRequested = Signal()
+    focusChanged = Signal(bool)
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("messageInput")
         self.setPlaceholderText("Message Hearth…  (Enter to send, Shift+Enter for a new line)")
         self.setTabChangesFocus(True)
+        self.setAccessibleName("Message")
         self.document().contentsChanged.connect(self._fit)
         self._fit()
 
@@ -31,6 +34,14 @@ class MessageInput(QPlainTextEdit):
                 self.sendRequested.emit()
             return
         super().keyPressEvent(e)
+
+    def focusInEvent(self, e) -> None:
+        super().focusInEvent(e)
+        self.focusChanged.emit(True)
+
+    def focusOutEvent(self, e) -> None:
+        super().focusOutEvent(e)
+        self.focusChanged.emit(False)
 
     def _fit(self) -> None:
         lines = max(1, min(8, int(self.document().size().height())))

@@ -24,6 +24,7 @@ from .message_input import MessageInput
 from .message_view import MessageView
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
+from .about import AboutDialog
 from .model_picker import ModelPicker
 from .remote_ui import RemoteUI
 from .sampling_panel import SamplingPanel
@@ -31,6 +32,15 @@ from .server_toggle import ServeToggle
 from .tool_confirm import ToolConfirmBar
 from .settings import Settings
 from .worker import EngineClient
+
+MIN_SIZE = QSize(760, 520)
+
+
+def _set_state(widget: QWidget, name: str, on: bool) -> None:
+    """A dynamic property the stylesheet reads, re-applied at once."""
+    widget.setProperty(name, "true" if on else "false")
+    widget.style().unpolish(widget)
+    widget.style().polish(widget)
 
 
 class MainWindow(QMainWindow):
@@ -89,6 +99,8 @@ class MainWindow(QMainWindow):
         self.splitter.setCollapsible(1, False)
         self.splitter.setSizes([250, 800, 230])
         self.setCentralWidget(self.splitter)
+        self.setMinimumSize(MIN_SIZE)
+        self._auto_hidden: set[str] = set()     # panels hidden because the window is too narrow for them
 
         self._build_status_bar()
         self._menus()
@@ -101,15 +113,28 @@ class MainWindow(QMainWindow):
         tl.setContentsMargins(12, 6, 12, 6)
         self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=12)
         self.presetPicker.setToolTip("Preset: system prompt, tools and sampling for this chat")
+        self.presetPicker.setAccessibleName("Preset")
         self.picker = ModelPicker(self.settings, self.client, self)
         # The picker's widgets, also attributes here for tests and scripts.
         self.modelPicker, self.backendPicker, self.modelInfo = (self.picker.combo, self.picker.backendBox,
                                                                 self.picker.infoLabel)
         self.samplingToggle = QToolButton(text="Sampling", objectName="samplingToggle", checkable=True)
-        tl.addWidget(QLabel("Preset"))
+        self.samplingToggle.setToolTip("Show or hide the sampling panel (Ctrl+Shift+S)")
+        self.samplingToggle.setAccessibleName("Sampling panel")
+        self.samplingToggle.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.sidebarToggle = QToolButton(text="☰", objectName="sidebarToggle", checkable=True, checked=True)
+        self.sidebarToggle.setToolTip("Show or hide the chat list (Ctrl+B)")
+        self.sidebarToggle.setAccessibleName("Chat list")
+        self.sidebarToggle.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        tl.addWidget(self.sidebarToggle)
+        presetLabel = QLabel("Preset")
+        presetLabel.setBuddy(self.presetPicker)
+        tl.addWidget(presetLabel)
         tl.addWidget(self.presetPicker)
-        tl.addSpacing(10)
-        tl.addWidget(QLabel("Model"))
+        tl.addSpacing(6)
+        modelLabel = QLabel("Model")
+        modelLabel.setBuddy(self.modelPicker)
+        tl.addWidget(modelLabel)
         tl.addWidget(self.modelPicker)
         tl.addWidget(self.backendPicker)
         tl.addWidget(self.modelInfo, 1)
@@ -142,10 +167,13 @@ class MainWindow(QMainWindow):
         il = QHBoxLayout(inputFrame)
         il.setContentsMargins(10, 6, 6, 6)
         self.messageInput = MessageInput()
+        self.messageInput.focusChanged.connect(lambda on: _set_state(inputFrame, "focused", on))
         self.sendButton = QPushButton("Send", objectName="sendButton")
         self.sendButton.setToolTip("Send (Enter or Ctrl+Enter)")
+        self.sendButton.setAccessibleName("Send")
         self.stopButton = QPushButton("Stop", objectName="stopButton")
         self.stopButton.setToolTip("Stop the reply (Esc)")
+        self.stopButton.setAccessibleName("Stop the reply")
         self.stopButton.hide()
         il.addWidget(self.messageInput, 1)
         il.addWidget(self.sendButton, 0, Qt.AlignmentFlag.AlignBottom)
@@ -178,6 +206,7 @@ class MainWindow(QMainWindow):
         self.statusContext.setFormat("context %v / %m")
         self.statusContext.setRange(0, 1)
         self.statusContext.setValue(0)
+        self.statusContext.hide()                 # until a model says its context size
         self.statusKv = QLabel("", objectName="statusKv")
         self.statusSpeed = QLabel("", objectName="statusSpeed")
         self.statusPrefix = QLabel("", objectName="statusPrefix")
@@ -210,7 +239,8 @@ class MainWindow(QMainWindow):
             v.addAction(a)
         self.themeGroup.triggered.connect(lambda a: self.set_theme(a.data()))
         v.addSeparator()
-        v.addAction("Sampling panel", self.samplingToggle.toggle)
+        v.addAction("Chat list", QKeySequence("Ctrl+B"), self.sidebarToggle.toggle)
+        v.addAction("Sampling panel", QKeySequence("Ctrl+Shift+S"), self.samplingToggle.toggle)
         s = mb.addMenu("&Settings")
         s.addAction("Prefix cache…", self.open_cache_panel)
         self.serveToggle = ServeToggle(self.settings, self.client, s, self.statusBar(), self)
@@ -220,6 +250,8 @@ class MainWindow(QMainWindow):
         self.allowFetchAction.setCheckable(True)
         self.allowFetchAction.setChecked(self.settings.get("tools/allow_fetch"))
         self.allowFetchAction.toggled.connect(lambda on: self.settings.set("tools/allow_fetch", on))
+        h = mb.addMenu("&Help")
+        h.addAction("About Hearth…", self.open_about)
 
     def _wire(self) -> None:
         w = self.client.worker
@@ -247,6 +279,7 @@ class MainWindow(QMainWindow):
         self.presetPicker.activated.connect(self._on_preset_picked)
         self.samplingPanel.samplingEdited.connect(self._on_sampling_edited)
         self.samplingToggle.toggled.connect(self._on_sampling_toggled)
+        self.sidebarToggle.toggled.connect(self._on_sidebar_toggled)
         QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
         QShortcut(QKeySequence("Ctrl+Enter"), self, self.send)
         QShortcut(QKeySequence("Escape"), self, self._on_escape)
@@ -255,8 +288,12 @@ class MainWindow(QMainWindow):
 
     def _restore(self) -> None:
         s = self.settings
-        if s.get("window/geometry"):
-            self.restoreGeometry(s.get("window/geometry"))
+        rect = s.get("window/rect")
+        if len(rect) == 4:
+            # The frame's position and the client's size: both come back as they were under a window
+            # manager (restoreGeometry adds the frame once more on X11: a shift and a smaller window).
+            self.resize(max(MIN_SIZE.width(), int(rect[2])), max(MIN_SIZE.height(), int(rect[3])))
+            self.move(int(rect[0]), int(rect[1]))
         if s.get("window/splitter"):
             self.splitter.restoreState(s.get("window/splitter"))
         for a in self.themeGroup.actions():
@@ -264,6 +301,8 @@ class MainWindow(QMainWindow):
         self._apply_theme()
         self.samplingToggle.setChecked(s.get("ui/sampling_panel"))
         self.samplingPanel.setVisible(s.get("ui/sampling_panel"))
+        self.sidebarToggle.setChecked(s.get("ui/sidebar"))
+        self.sidebar.setVisible(s.get("ui/sidebar"))
         self._fill_presets()
         self.picker.refresh()
         last = s.get("chat/last")
@@ -313,6 +352,7 @@ class MainWindow(QMainWindow):
 
     def _on_context(self, d: dict) -> None:
         n = max(1, d.get("n_ctx", 0))
+        self.statusContext.setVisible(bool(d.get("n_ctx")))
         self.statusContext.setRange(0, n)
         self.statusContext.setValue(min(n, d.get("used", 0)))
         self.statusKv.setText(f"KV cache {human_bytes(d.get('kv_bytes', 0))}" if d.get("kv_bytes") else "")
@@ -399,13 +439,43 @@ class MainWindow(QMainWindow):
         self.presets.update(p)
 
     def _on_sampling_toggled(self, on: bool) -> None:
+        self._auto_hidden.discard("sampling")
         self.samplingPanel.setVisible(on)
         self.settings.set("ui/sampling_panel", on)
+        self._fit_panels()
+
+    def _on_sidebar_toggled(self, on: bool) -> None:
+        self._auto_hidden.discard("sidebar")
+        self.sidebar.setVisible(on)
+        self.settings.set("ui/sidebar", on)
+        self._fit_panels()
+
+    def _fit_panels(self) -> None:
+        """The conversation keeps at least its minimum width: the sampling panel, then the chat list, are
+        hidden while the window is too narrow for them, and come back when it is wide enough (the
+        user's choice in View stays as it was)."""
+        centre = self.splitter.widget(1).minimumSizeHint().width() + 40
+        want = {"sidebar": self.sidebarToggle.isChecked(), "sampling": self.samplingToggle.isChecked()}
+        panels = {"sidebar": self.sidebar, "sampling": self.samplingPanel}
+        room = self.width() - centre
+        for name in ("sidebar", "sampling"):          # the chat list has the first claim on the room
+            need = panels[name].minimumSizeHint().width()
+            show = want[name] and room >= need
+            if show:
+                room -= need
+            if show != panels[name].isVisible():
+                panels[name].setVisible(show)
+            (self._auto_hidden.add if want[name] and not show else self._auto_hidden.discard)(name)
+
+    def resizeEvent(self, e) -> None:
+        super().resizeEvent(e)
+        self._fit_panels()
 
     def open_preset_manager(self) -> PresetManager:
         dlg = PresetManager(self.presets, self)
         dlg.select(self.current_preset().id)
         dlg.presetsChanged.connect(self._on_presets_changed)
+        dlg.finished.connect(self._focus_input)     # the window's shortcuts work again at once
         self.presetManager = dlg
         dlg.show()
         return dlg
@@ -417,6 +487,16 @@ class MainWindow(QMainWindow):
         if pid == before or self.presetPicker.currentData() != before:
             self.warm_preset()   # an edited preset has a new key: its image is computed on demand
 
+    def _focus_input(self, *_) -> None:
+        self.activateWindow()
+        self.messageInput.setFocus()
+
+    def open_about(self) -> AboutDialog:
+        dlg = AboutDialog(self)
+        self.aboutDialog = dlg
+        dlg.show()
+        return dlg
+
     def open_cache_panel(self) -> CachePanel:
         dlg = CachePanel(self.client, self.settings, self)
         self.cachePanel = dlg
@@ -426,11 +506,18 @@ class MainWindow(QMainWindow):
 
     # -- chats ----------------------------------------------------------------------------------------
     def new_chat(self) -> None:
+        """A new chat, or the empty one already there (empty chats do not pile up)."""
         cv = self.conversation
         if cv.chat_id is not None and cv.model.rowCount() == 0:
             self.messageInput.setFocus()
             return
-        cv.new_chat(self.current_preset().id)
+        empty = self.chats.empty_chat()
+        if empty is not None and self.sidebar.has(empty):
+            self.chats.set_chat_preset(empty, self.current_preset().id)
+            self.sidebar.clear_search()
+            self.sidebar.select(empty)
+        else:
+            cv.new_chat(self.current_preset().id)
         self.messageInput.setFocus()
 
     def _on_chat_created(self, chat) -> None:
@@ -458,7 +545,10 @@ class MainWindow(QMainWindow):
 
     def _update_empty_hint(self) -> None:
         p = self.current_preset()
-        model = self.model_info.get("name") or "the model"
+        if not self.model_info:
+            self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Loading the model…")
+            return
+        model = self.model_info.get("name")
         where = ("runs entirely on this computer; nothing leaves it." if self.model_info.get("backend") != "remote"
                  else f"runs on the {self.model_info.get('adapter')}; your messages are sent there.")
         self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Ask anything. {model} {where}")
@@ -550,7 +640,7 @@ class MainWindow(QMainWindow):
         if not self._closed:
             self._closed = True
             s = self.settings
-            s.set("window/geometry", bytes(self.saveGeometry().data()))
+            s.set("window/rect", [self.pos().x(), self.pos().y(), self.width(), self.height()])
             s.set("window/splitter", bytes(self.splitter.saveState().data()))
             self.serveToggle.stop()
             self.client.shutdown()

@@ -20,9 +20,11 @@ Worker signals (all delivered queued to the GUI thread):
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import traceback
+import weakref
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
@@ -50,6 +52,20 @@ class EngineWorker(QObject):
 
     def _progress(self, what: str, done: int, total: int) -> None:
         self.progress.emit(what, done, total)
+
+    @Slot()
+    def warm_up(self) -> None:
+        """Start-up work that would otherwise come with the first message and hold the interpreter lock
+        there (native imports, hashing the engine's sources for prefix keys): done first, before the
+        first model load, while the window is only starting."""
+        from engine import build_info
+        build_info.engine_build_hash()
+        build_info.machine_fingerprint()
+        try:
+            import cffi  # noqa: F401, PLC0415  (wgpu's native binding)
+            import wgpu  # noqa: F401, PLC0415
+        except Exception:  # noqa: BLE001  (no GPU stack: the CPU backend does not need it)
+            pass
 
     @Slot(object)
     def load_model(self, req: dict) -> None:
@@ -151,6 +167,15 @@ def _readable(e: Exception) -> str:
     return f"Internal error ({type(e).__name__}: {e}). The app is still usable; details are in the log."
 
 
+def _shutdown_at_exit(ref) -> None:
+    client = ref()
+    if client is not None:
+        try:
+            client.shutdown()
+        except RuntimeError:   # its Qt object is already gone (and with it the thread)
+            pass
+
+
 class EngineClient(QObject):
     """GUI-thread handle on the worker thread. Call its methods; connect to `worker`'s signals.
 
@@ -163,6 +188,7 @@ class EngineClient(QObject):
     _prefixRequested = Signal(object)
     _generateRequested = Signal(object)
     _cacheRequested = Signal(str)
+    _warmRequested = Signal()
 
     def __init__(self, backend: ChatBackend, parent=None):
         super().__init__(parent)
@@ -179,9 +205,15 @@ class EngineClient(QObject):
         self._prefixRequested.connect(self.worker.prepare_prefix)
         self._generateRequested.connect(self.worker.generate)
         self._cacheRequested.connect(self.worker.cache)
+        self._warmRequested.connect(self.worker.warm_up)
         self.worker.idle.connect(self._on_idle)
         self.thread.finished.connect(self.worker.close_backend, Qt.ConnectionType.DirectConnection)
         self.thread.start()
+        self._warmRequested.emit()
+        # However the window goes away (closed, dropped, the interpreter exiting), the thread is stopped
+        # before Qt destroys it: a QThread destroyed while it runs aborts the process.
+        ref = weakref.ref(self)
+        atexit.register(_shutdown_at_exit, ref)
 
     @property
     def busy(self) -> bool:
