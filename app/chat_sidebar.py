@@ -29,7 +29,7 @@ class ChatSidebar(QWidget):
     def __init__(self, chats: ChatStore, parent=None):
         super().__init__(parent)
         self.setObjectName("sidebar")
-        self.setMinimumWidth(220)
+        self.setMinimumWidth(200)
         self.chats = chats
         self._undo: tuple[int, int, Chat] | None = None
         self._filtering = False

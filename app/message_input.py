@@ -20,7 +20,7 @@ class MessageInput(QPlainTextEdit):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("messageInput")
-        self.setPlaceholderText("Message Hearth…  (Enter to send, Shift+Enter for a new line)")
+        self.set_short_hint(False)
         self.setTabChangesFocus(True)
         self.setAccessibleName("Message")
         self.document().contentsChanged.connect(self._fit)
@@ -34,6 +34,11 @@ class MessageInput(QPlainTextEdit):
                 self.sendRequested.emit()
             return
         super().keyPressEvent(e)
+
+    def set_short_hint(self, short: bool) -> None:
+        """The placeholder in one line: the keys are left out when the box is narrow."""
+        self.setPlaceholderText("Message Hearth…" if short else
+                                "Message Hearth…  (Enter to send, Shift+Enter for a new line)")
 
     def focusInEvent(self, e) -> None:
         super().focusInEvent(e)

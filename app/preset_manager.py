@@ -263,11 +263,16 @@ class PresetManager(QDialog):
             text, ok = (f"✓ {len(tools)} valid tool(s): {names}" if tools else "No tools."), True
         except PresetError as e:
             text, ok = f"✗ {e}", False
+        self._set_tools_status(text, ok)
+        if self.errorLabel.text().startswith("Not saved. Tool"):   # a failed save's tools error is now stale
+            self.errorLabel.clear()
+        return ok
+
+    def _set_tools_status(self, text: str, ok: bool) -> None:
         self.toolsStatus.setText(text)
         self.toolsStatus.setProperty("ok", "true" if ok else "false")
         self.toolsStatus.style().unpolish(self.toolsStatus)
         self.toolsStatus.style().polish(self.toolsStatus)
-        return ok
 
     def edited_preset(self) -> Preset:
         """The preset as the editor shows it, validated; raises PresetError with a readable message."""
@@ -277,13 +282,14 @@ class PresetManager(QDialog):
                                  "sampling": self.sampling.sampling(), "model": self.modelEdit.text().strip()})
 
     def save(self, select: bool = True) -> bool:
-        """Validate and save the edited preset; on error show it and save nothing. A tools error is
-        already shown under the tools editor, so the line under the form only says it was not saved."""
+        """Validate and save the edited preset; on error show it and save nothing."""
         try:
             p = self.edited_preset()
             self.store.update(p)
         except PresetError as e:
-            self.errorLabel.setText("Not saved: fix the tools above." if not self.check_tools() else str(e))
+            if not self.check_tools():    # the error is said once: below, not also under the editor
+                self._set_tools_status("✗ Not valid: see below.", False)
+            self.errorLabel.setText(f"Not saved. {e}")
             return False
         self.errorLabel.setText("")
         self._shown = self._editor_state()

@@ -25,6 +25,7 @@ from .message_view import MessageView
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
 from .about import AboutDialog
+from .elided_label import ElidedLabel
 from .model_picker import ModelPicker
 from .remote_ui import RemoteUI
 from .sampling_panel import SamplingPanel
@@ -34,6 +35,7 @@ from .settings import Settings
 from .worker import EngineClient
 
 MIN_SIZE = QSize(760, 520)
+WIDE = 1000     # below this the top bar drops its "Preset" and "Model" labels
 
 
 def _set_state(widget: QWidget, name: str, on: bool) -> None:
@@ -97,7 +99,7 @@ class MainWindow(QMainWindow):
         self.splitter.setHandleWidth(1)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setCollapsible(1, False)
-        self.splitter.setSizes([250, 800, 230])
+        self.splitter.setSizes([230, 820, 230])
         self.setCentralWidget(self.splitter)
         self.setMinimumSize(MIN_SIZE)
         self._auto_hidden: set[str] = set()     # panels hidden because the window is too narrow for them
@@ -108,10 +110,11 @@ class MainWindow(QMainWindow):
 
     def _build_top_bar(self) -> QWidget:
         """Preset, model, backend, model info, sampling toggle."""
-        top = QWidget(objectName="topBar")
+        top = self.topBar = QWidget(objectName="topBar")
         tl = QHBoxLayout(top)
         tl.setContentsMargins(12, 6, 12, 6)
-        self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=12)
+        self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=10)
+        self.presetPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.presetPicker.setToolTip("Preset: system prompt, tools and sampling for this chat")
         self.presetPicker.setAccessibleName("Preset")
         self.picker = ModelPicker(self.settings, self.client, self)
@@ -127,12 +130,12 @@ class MainWindow(QMainWindow):
         self.sidebarToggle.setAccessibleName("Chat list")
         self.sidebarToggle.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         tl.addWidget(self.sidebarToggle)
-        presetLabel = QLabel("Preset")
+        presetLabel = self.presetLabel = QLabel("Preset")
         presetLabel.setBuddy(self.presetPicker)
         tl.addWidget(presetLabel)
         tl.addWidget(self.presetPicker)
         tl.addSpacing(6)
-        modelLabel = QLabel("Model")
+        modelLabel = self.modelLabel = QLabel("Model")
         modelLabel.setBuddy(self.modelPicker)
         tl.addWidget(modelLabel)
         tl.addWidget(self.modelPicker)
@@ -209,7 +212,7 @@ class MainWindow(QMainWindow):
         self.statusContext.hide()                 # until a model says its context size
         self.statusKv = QLabel("", objectName="statusKv")
         self.statusSpeed = QLabel("", objectName="statusSpeed")
-        self.statusPrefix = QLabel("", objectName="statusPrefix")
+        self.statusPrefix = ElidedLabel("", objectName="statusPrefix")
         sb.addWidget(self.statusPrefix, 1)
         sb.addPermanentWidget(self.statusSpeed)
         sb.addPermanentWidget(self.statusKv)
@@ -454,12 +457,22 @@ class MainWindow(QMainWindow):
         """The conversation keeps at least its minimum width: the sampling panel, then the chat list, are
         hidden while the window is too narrow for them, and come back when it is wide enough (the
         user's choice in View stays as it was)."""
-        centre = self.splitter.widget(1).minimumSizeHint().width() + 40
+        narrow = self.width() < WIDE
+        for label in (self.presetLabel, self.modelLabel):   # the boxes say what they are (tooltip, name)
+            label.setVisible(not narrow)
+        self.messageInput.set_short_hint(narrow)
+        for box, chars in ((self.presetPicker, 8 if narrow else 10), (self.modelPicker, 12 if narrow else 18)):
+            if box.minimumContentsLength() != chars:
+                box.setMinimumContentsLength(chars)
+                box.setMinimumWidth(box.sizeHint().width())   # its minimumSizeHint keeps the first length
+        self.topBar.layout().activate()
+        self.splitter.widget(1).layout().activate()
+        centre = self.splitter.widget(1).minimumSizeHint().width() + 8
         want = {"sidebar": self.sidebarToggle.isChecked(), "sampling": self.samplingToggle.isChecked()}
         panels = {"sidebar": self.sidebar, "sampling": self.samplingPanel}
         room = self.width() - centre
         for name in ("sidebar", "sampling"):          # the chat list has the first claim on the room
-            need = panels[name].minimumSizeHint().width()
+            need = max(panels[name].minimumWidth(), panels[name].minimumSizeHint().width())
             show = want[name] and room >= need
             if show:
                 room -= need
