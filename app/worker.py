@@ -56,8 +56,12 @@ class EngineWorker(QObject):
     @Slot()
     def warm_up(self) -> None:
         """Start-up work that would otherwise come with the first message and hold the interpreter lock
-        there (native imports, hashing the engine's sources for prefix keys): done first, before the
-        first model load, while the window is only starting."""
+        there for 0.1-0.5 s, stalling the window: native imports (numpy.random, which numpy loads on first
+        use and a sampler's generator needs; wgpu and cffi) and hashing the engine's sources for prefix
+        keys. Done first, before the first model load, while the window is only starting."""
+        import numpy.random  # noqa: PLC0415
+
+        numpy.random.default_rng(0)
         from engine import build_info
         build_info.engine_build_hash()
         build_info.machine_fingerprint()

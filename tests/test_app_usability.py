@@ -319,10 +319,29 @@ def test_an_explicit_software_gpu_says_so(qtbot, window, monkeypatch):
 
 
 # -- 9: start-up work ---------------------------------------------------------------------------------
-def test_startup_does_the_first_message_work_on_the_engine_thread(window):
-    from engine import build_info
-    assert "build" in build_info._cache and "machine" in build_info._cache
-    assert "cffi" in sys.modules
+def test_startup_does_the_first_message_work_on_the_engine_thread(tmp_path):
+    """What the first message would otherwise import or compute while holding the interpreter lock is
+    done by the engine thread as soon as it starts, before any model is loaded or message sent."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        from PySide6.QtWidgets import QApplication
+        app = QApplication([])
+        from app_fixtures import wait_until
+        from app.chat_source import LocalBackend
+        from app.worker import EngineClient
+        from pathlib import Path
+        assert "numpy.random._generator" not in sys.modules
+        c = EngineClient(LocalBackend(Path({str(tmp_path)!r}), 1 << 20))
+        from engine import build_info
+        wait_until(lambda: "numpy.random._generator" in sys.modules and "machine" in build_info._cache, 60)
+        assert "build" in build_info._cache
+        c.shutdown()
+        print("warm", flush=True)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), QT_QPA_PLATFORM="offscreen")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert "warm" in r.stdout, r.stderr[-2000:]
 
 
 # -- 10: smaller ----------------------------------------------------------------------------------------
