@@ -21,6 +21,7 @@ Signals:
         "backend_setting": what was asked for).
     actionPicked(str key): the user picked an entry added with `set_actions` (for example the
         remote server dialog); the box is already back on the running model.
+    fileOpened(str path): a file was chosen with "Open GGUF file…" (before its load).
     problem(str text, str kind): a sentence for the banner; kind "error" or "notice".
 
 Public methods (slots):
@@ -28,7 +29,9 @@ Public methods (slots):
     add_model(path, load=False): remember a local GGUF file in the list (and load it).
     open_file(): the "Open GGUF file…" dialog; a chosen file is loaded.
     load(path): load a model (as if chosen).
-    set_entries(list of (label, path, tooltip)): other sources' models, listed after the local ones.
+    set_entries(source, list of (label, path, tooltip)): a source's models ("library": the Models
+        window's local models, "remote": remembered servers'), listed after the recent files in the
+        order the sources first gave entries; a path already listed is not listed twice.
     set_actions(list of (label, key)): actions listed after "Open GGUF file…".
     show_info(text, tooltip): what the info label says (a remote source names its server).
 """
@@ -53,6 +56,7 @@ class ModelPicker(QObject):
     modelChosen = Signal(str)
     modelReady = Signal(dict)
     actionPicked = Signal(str)
+    fileOpened = Signal(str)
     problem = Signal(str, str)
 
     def __init__(self, settings, client, parent=None):
@@ -62,7 +66,7 @@ class ModelPicker(QObject):
         self.info: dict = {}
         self._loading_path: str | None = None
         self._loading_backend = "auto"
-        self._entries: list[tuple[str, str, str]] = []
+        self._entries: dict[str, list[tuple[str, str, str]]] = {}
         self._actions: list[tuple[str, str]] = []
         self._info_text = ""
 
@@ -105,8 +109,10 @@ class ModelPicker(QObject):
         for r in self.settings.get("model/recent"):
             if r.get("path") and os.path.exists(r["path"]):
                 self._add(os.path.basename(r["path"]), r["path"], r["path"])
-        for label, path, tip in self._entries:
-            self._add(label, path, tip)
+        for entries in self._entries.values():
+            for label, path, tip in entries:
+                if mp.findData(path) < 0:
+                    self._add(label, path, tip)
         if current and mp.findData(current) < 0:     # a file being loaded that is not remembered yet
             self._add(os.path.basename(current), current, current)
         mp.insertSeparator(mp.count())
@@ -119,8 +125,8 @@ class ModelPicker(QObject):
         self.combo.addItem(label, path)
         self.combo.setItemData(self.combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
 
-    def set_entries(self, entries: list[tuple[str, str, str]]) -> None:
-        self._entries = list(entries)
+    def set_entries(self, source: str, entries: list[tuple[str, str, str]]) -> None:
+        self._entries[source] = list(entries)
         self.refresh()
 
     def set_actions(self, actions: list[tuple[str, str]]) -> None:
@@ -155,6 +161,7 @@ class ModelPicker(QObject):
         path, _ = QFileDialog.getOpenFileName(self.combo.window(), "Open a GGUF model", os.path.expanduser("~"),
                                               "GGUF models (*.gguf);;All files (*)")
         if path:
+            self.fileOpened.emit(path)
             self.modelChosen.emit(path)
             self.load(path)
 

@@ -56,7 +56,7 @@ class RemoteUI(QObject):
         """The remembered servers' models as picker entries, and "Remote server…" as its action."""
         if not self.available:
             return
-        self.picker.set_entries([(f"{model} · {host_of(s['url'])}", remote_path(s["url"], model),
+        self.picker.set_entries("remote", [(f"{model} · {host_of(s['url'])}", remote_path(s["url"], model),
                                   f"{model} on the server {s['url']}")
                                  for s in self.servers.all() for model in s.get("models", [])])
         self.picker.set_actions([("Remote server…", REMOTE_DIALOG)])

@@ -22,6 +22,7 @@ from .chat_store import ChatStore
 from .conversation import Conversation
 from .message_input import MessageInput
 from .message_view import MessageView
+from .models_ui import ModelsUI
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
 from .about import AboutDialog
@@ -75,6 +76,12 @@ class MainWindow(QMainWindow):
         self.remote = RemoteUI(self, self.picker)
         self.remote.loadRequested.connect(self.load_model)
         self.remote.notice.connect(lambda text: self.show_banner(text, "notice"))
+        self.library = ModelsUI(self)
+        self.library.loadRequested.connect(self.load_model)
+        self.library.modelsChanged.connect(self._list_library_models)
+        self.picker.fileOpened.connect(self.library.opened)
+        self._list_library_models()
+        self.modelsButton.clicked.connect(self.library.open)
         self._restore()
         if presets.notice:
             self.show_banner(presets.notice, "notice")
@@ -129,6 +136,10 @@ class MainWindow(QMainWindow):
         self.sidebarToggle.setToolTip("Show or hide the chat list (Ctrl+B)")
         self.sidebarToggle.setAccessibleName("Chat list")
         self.sidebarToggle.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.modelsButton = QToolButton(text="Models", objectName="modelsButton")
+        self.modelsButton.setToolTip("Find, download and manage models (Ctrl+Shift+M)")
+        self.modelsButton.setAccessibleName("Models window")
+        self.modelsButton.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         tl.addWidget(self.sidebarToggle)
         presetLabel = self.presetLabel = QLabel("Preset")
         presetLabel.setBuddy(self.presetPicker)
@@ -140,6 +151,7 @@ class MainWindow(QMainWindow):
         tl.addWidget(modelLabel)
         tl.addWidget(self.modelPicker)
         tl.addWidget(self.backendPicker)
+        tl.addWidget(self.modelsButton)
         tl.addWidget(self.modelInfo, 1)
         tl.addWidget(self.samplingToggle)
         return top
@@ -224,6 +236,7 @@ class MainWindow(QMainWindow):
         self.newChatAction = f.addAction("New chat", self.new_chat)
         self.newChatAction.setShortcut(QKeySequence.StandardKey.New)
         f.addAction("Open model file…", self.picker.open_file)
+        f.addAction("Models…", QKeySequence("Ctrl+Shift+M"), lambda: self.library.open())
         f.addSeparator()
         f.addAction("Quit", QKeySequence.StandardKey.Quit, self.close)
         c = mb.addMenu("&Chat")
@@ -377,6 +390,9 @@ class MainWindow(QMainWindow):
 
     def load_model(self, path: str) -> None:
         self.picker.load(path)
+
+    def _list_library_models(self) -> None:
+        self.picker.set_entries("library", self.library.picker_entries())
 
     def _on_model_loaded(self, info: dict) -> None:
         # A new model's figures come with its first prefix and reply; the last model's are not its own.
@@ -656,6 +672,7 @@ class MainWindow(QMainWindow):
             s.set("window/rect", [self.pos().x(), self.pos().y(), self.width(), self.height()])
             s.set("window/splitter", bytes(self.splitter.saveState().data()))
             self.serveToggle.stop()
+            self.library.shutdown()
             self.client.shutdown()
             self.conversation.close()
             s.sync()
