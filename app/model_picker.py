@@ -70,7 +70,7 @@ class ModelPicker(QObject):
         self._actions: list[tuple[str, str]] = []
         self._info_text = ""
 
-        self.combo = QComboBox(objectName="modelPicker", minimumContentsLength=20)
+        self.combo = QComboBox(objectName="modelPicker", minimumContentsLength=16)
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.combo.setAccessibleName("Model")
         self.combo.setToolTip("The model that answers")

@@ -36,7 +36,8 @@ from .settings import Settings
 from .worker import EngineClient
 
 MIN_SIZE = QSize(760, 520)
-WIDE = 1000     # below this the top bar drops its "Preset" and "Model" labels
+WIDE = 1300     # below this the top bar drops its "Preset" and "Model" labels
+NARROW = 1000   # below this the sampling panel has no room: its toggle goes too (Ctrl+Shift+S stays)
 
 
 def _set_state(widget: QWidget, name: str, on: bool) -> None:
@@ -106,7 +107,7 @@ class MainWindow(QMainWindow):
         self.splitter.setHandleWidth(1)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setCollapsible(1, False)
-        self.splitter.setSizes([230, 820, 230])
+        self.splitter.setSizes([210, 840, 230])
         self.setCentralWidget(self.splitter)
         self.setMinimumSize(MIN_SIZE)
         self._auto_hidden: set[str] = set()     # panels hidden because the window is too narrow for them
@@ -476,8 +477,10 @@ class MainWindow(QMainWindow):
         narrow = self.width() < WIDE
         for label in (self.presetLabel, self.modelLabel):   # the boxes say what they are (tooltip, name)
             label.setVisible(not narrow)
+        self.samplingToggle.setVisible(self.width() >= NARROW)
+        narrow = self.width() < NARROW
         self.messageInput.set_short_hint(narrow)
-        for box, chars in ((self.presetPicker, 8 if narrow else 10), (self.modelPicker, 12 if narrow else 18)):
+        for box, chars in ((self.presetPicker, 8 if narrow else 10), (self.modelPicker, 12 if narrow else 16)):
             if box.minimumContentsLength() != chars:
                 box.setMinimumContentsLength(chars)
                 box.setMinimumWidth(box.sizeHint().width())   # its minimumSizeHint keeps the first length
