@@ -122,6 +122,18 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GB"
 
 
+def _percent(progress: Progress, label: str) -> Callable[[float, str], None]:
+    """The engine's load progress (a fraction) as `progress(label, percent, 100)`, once per percent."""
+    last = [0]
+
+    def report(fraction: float, what: str) -> None:
+        pct = max(1, min(100, round(100 * fraction)))
+        if pct != last[0]:
+            last[0] = pct
+            progress(label, pct, 100)
+    return report
+
+
 class LocalBackend(ChatBackend):
     """Hearth's own engine (CPU numpy or GPU wgpu) with prefix images from the PrefixStore."""
 
@@ -144,7 +156,8 @@ class LocalBackend(ChatBackend):
         info = inspect_gguf(real)               # a broken file fails here, before anything is replaced
         progress(f"Loading {info.name}", 0, 0)
         t0 = time.perf_counter()
-        eng = Engine.load(path=str(real), backend=backend, n_ctx=n_ctx)
+        eng = Engine.load(path=str(real), backend=backend, n_ctx=n_ctx,
+                          progress=_percent(progress, f"Loading {info.name}"))
         info.load_s = time.perf_counter() - t0
         old, self.engine = self.engine, eng
         if old is not None and hasattr(old, "close"):

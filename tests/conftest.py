@@ -11,6 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # CI lays shared/ beside the clone; sessions have it at ../shared.
 REFERENCE = Path(os.environ.get("HEARTH_REFERENCE", ROOT.parent / "shared" / "reference"))
+# The compiled CPU kernels: one cache for the whole run and the processes it starts (the per-test
+# HEARTH_CACHE_DIR below would make each process compile them again); inside build/, never the
+# user's cache folder. engine.cpu keys it by its own sources, so an edit still recompiles.
+os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / "build" / "numba-cache"))
 
 
 @pytest.fixture(scope="session")

@@ -126,3 +126,17 @@ def test_decode_times_both_thread_counts(backend, monkeypatch):
         backend.forward([7], 20 + i)
     if cb._BLAS.can_set and cb._BLAS.cores > 1:
         assert set(backend._decode.cost) == {1, cb._BLAS.cores}
+
+
+def test_a_slow_pass_drops_to_one_thread():
+    """A one-token pass past its deadline (a descheduled worker) finishes on one thread."""
+    import numba  # noqa: PLC0415
+    from engine.cpu.linear import set_threads  # noqa: PLC0415
+    set_threads(2)
+    runner = cb.DeadlineRunner()
+    calls = []
+    runner.run(lambda r0, r1: calls.append((r0, r1)), [(0, 1)])
+    assert not runner.dropped and numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+    runner.deadline = 0.0  # long past
+    runner.run(lambda r0, r1: calls.append((r0, r1)), [(0, 1)])
+    assert runner.dropped and numba.get_num_threads() == 1 and calls == [(0, 1), (0, 1)]
