@@ -1,0 +1,83 @@
+"""A small MCP server for the tests, written with the official SDK.
+
+    python tests/mcp_test_server.py                       # stdio
+    python tests/mcp_test_server.py --http PORT --lifetime S   # streamable HTTP on 127.0.0.1, exits after S s
+
+Tools: add (numbers), slow_echo (sleeps `seconds` first), huge (a result of `n` characters), crash
+(the process dies mid-call), picture (an image result), fail (an error result). With MCP_TEST_STATE
+naming a file that holds "v2", the list also has `multiply`: a server whose tool list changes
+between runs. MCP_TEST_PIDFILE: the process writes its pid there (the tests check it is gone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import threading
+import time
+from pathlib import Path
+
+from mcp.server.mcpserver import Image, MCPServer
+
+server = MCPServer("hearth-test")
+
+
+@server.tool(description="Add two numbers and return the sum.")
+def add(a: float, b: float) -> str:
+    s = a + b
+    return str(int(s)) if s == int(s) else str(s)
+
+
+@server.tool(description="Wait the given number of seconds, then echo the text.")
+def slow_echo(text: str, seconds: float) -> str:
+    time.sleep(seconds)
+    return text
+
+
+@server.tool(description="Return a text of n characters.")
+def huge(n: int) -> str:
+    return ("0123456789" * (n // 10 + 1))[:n]
+
+
+@server.tool(description="Crash the server.")
+def crash() -> str:
+    os._exit(3)
+
+
+@server.tool(description="Return a small picture.")
+def picture() -> Image:
+    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+    return Image(data=png, format="png")
+
+
+@server.tool(description="Always fails.")
+def fail(reason: str) -> str:
+    raise ValueError(f"failed on purpose: {reason}")
+
+
+def multiply(a: float, b: float) -> str:
+    return str(a * b)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--http", type=int, default=0)
+    ap.add_argument("--lifetime", type=float, default=120.0)
+    args = ap.parse_args()
+    state = os.environ.get("MCP_TEST_STATE")
+    if state and Path(state).is_file() and Path(state).read_text().strip() == "v2":
+        server.add_tool(multiply, description="Multiply two numbers.")
+    pidfile = os.environ.get("MCP_TEST_PIDFILE")
+    if pidfile:
+        Path(pidfile).write_text(str(os.getpid()))
+    # A test server never outlives its test run, whatever happens to the client.
+    threading.Timer(args.lifetime, lambda: os._exit(0)).start()
+    if args.http:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()
