@@ -10,7 +10,7 @@ import os
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow,
+from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
                                QProgressBar, QPushButton, QSizePolicy, QSplitter, QToolButton,
                                QVBoxLayout, QWidget)
 
@@ -21,6 +21,8 @@ from .chat_sidebar import ChatSidebar
 from .chat_store import ChatStore
 from .conversation import Conversation
 from .message_input import MessageInput
+from .mcp_servers import McpServers
+from .mcp_tools import McpTools
 from .message_view import MessageView
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
@@ -54,6 +56,10 @@ class MainWindow(QMainWindow):
         self.client = EngineClient(backend, self)
         self.conversation = Conversation(chats, presets, self.client, self)
         self.conversation.tools.use_settings(settings)
+        self.mcp = McpTools(McpServers(settings), parent=self)
+        self.conversation.tools_of = self.mcp.tools_for
+        self.conversation.tools.runs = self.mcp.runs
+        self.mcpApproval = None
         self.model_info: dict = {}
         self.last_prefix_result: dict | None = None
         self.last_error = ""
@@ -68,6 +74,9 @@ class MainWindow(QMainWindow):
         self.remote.dialogClosed.connect(lambda: self._fill_models(self.model_info.get("path_setting", "")))
         self.remote.loadRequested.connect(self.load_model)
         self.remote.notice.connect(lambda text: self.show_banner(text, "notice"))
+        self.mcp.toolsChanged.connect(self.warm_preset)
+        self.mcp.notice.connect(lambda text: self.show_banner(text, "notice"))
+        self.mcp.approvalNeeded.connect(self._ask_mcp_approval)
         self._restore()
         if presets.notice:
             self.show_banner(presets.notice, "notice")
@@ -459,6 +468,7 @@ class MainWindow(QMainWindow):
             self.chats.set_chat_preset(self.conversation.chat_id, pid)
         self._show_sampling()
         self._update_empty_hint()
+        self.mcp.forget_failures()
         self.use_preset_model_or_warm()
 
     def use_preset_model_or_warm(self) -> None:
@@ -471,11 +481,30 @@ class MainWindow(QMainWindow):
             self.warm_preset()
 
     def warm_preset(self) -> None:
-        """Ask the worker to make the current preset's prefix resident (restore or compute)."""
+        """Ask the worker to make the current preset's prefix resident (restore or compute). Its
+        MCP servers start (or stop) here; their tools are in the prefix once they are up."""
+        p = self.current_preset()
+        self.mcp.use(p)
         if not self.model_info:
             return
-        p = self.current_preset()
-        self.client.prepare_prefix(p.id, p.system_prompt, p.tools, p.name)
+        self.client.prepare_prefix(p.id, p.system_prompt, self.mcp.tools_for(p), p.name)
+
+    def _ask_mcp_approval(self, name: str, command_line: str) -> None:
+        """A preset's local MCP server runs a command on this computer: the user allows it once."""
+        box = QMessageBox(QMessageBox.Icon.Question, "Start an MCP server?",
+                          f"The preset <b>{self.current_preset().name}</b> uses the MCP tool server "
+                          f"<b>{name}</b>, which runs this command on your computer:", parent=self)
+        box.setObjectName("mcpApproval")
+        box.setInformativeText(command_line)
+        box.setDetailedText(None)
+        box.allowButton = box.addButton("Allow and start", QMessageBox.ButtonRole.AcceptRole)
+        box.denyButton = box.addButton("Don't start", QMessageBox.ButtonRole.RejectRole)
+        box.setDefaultButton(box.denyButton)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        box.buttonClicked.connect(lambda b: self.mcp.approve(name) if b is box.allowButton else self.mcp.deny(name))
+        box.finished.connect(lambda _: setattr(self, "mcpApproval", None))
+        self.mcpApproval = box
+        box.open()
 
     def _show_sampling(self) -> None:
         p = self.current_preset()
@@ -491,7 +520,7 @@ class MainWindow(QMainWindow):
         self.settings.set("ui/sampling_panel", on)
 
     def open_preset_manager(self) -> PresetManager:
-        dlg = PresetManager(self.presets, self)
+        dlg = PresetManager(self.presets, self, mcp=self.mcp.servers)
         dlg.select(self.current_preset().id)
         dlg.presetsChanged.connect(self._on_presets_changed)
         self.presetManager = dlg
@@ -640,6 +669,7 @@ class MainWindow(QMainWindow):
             self.serveToggle.stop()
             self.client.shutdown()
             self.conversation.close()
+            self.mcp.close()
             s.sync()
         super().closeEvent(e)
 

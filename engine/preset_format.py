@@ -14,8 +14,9 @@ corrupt one aside and says so) and the server's preset matching both parse with 
           "tools": [ {"type": "function", "function": {"name", "description", "parameters"}} ],
           "sampling": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05,
                        "repeat_penalty": 1.1, "seed": -1, "max_tokens": 1024},   # seed -1: random
-          "model": ""                             # preferred model path, "" = any
-        }
+          "model": "",                            # preferred model path, "" = any
+          "mcp_servers": ["files"]                # names of the app's MCP servers whose tools join
+        }                                         # (the app runs them; the server ignores this)
       ]
     }
 
@@ -56,6 +57,7 @@ class Preset:
     tools: list = field(default_factory=list)
     sampling: dict = field(default_factory=lambda: dict(DEFAULT_SAMPLING))
     model: str = ""
+    mcp_servers: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -81,7 +83,10 @@ class Preset:
         model = d.get("model", "") or ""
         if not isinstance(model, str):
             raise PresetError(f"{where}.model: must be a path string")
-        return cls(pid, name.strip(), system, tools, sampling, model)
+        mcp = d.get("mcp_servers", []) or []
+        if not isinstance(mcp, list) or not all(isinstance(n, str) and n for n in mcp):
+            raise PresetError(f"{where}.mcp_servers: must be a list of MCP server names")
+        return cls(pid, name.strip(), system, tools, sampling, model, list(dict.fromkeys(mcp)))
 
     def copy(self) -> "Preset":
         return copy.deepcopy(self)

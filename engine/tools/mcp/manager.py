@@ -80,8 +80,11 @@ class McpManager:
             fut.cancel()
             return ToolResult(f"Error: the MCP server {server} did not answer within {timeout_s:g} s", True)
 
-    def stop(self, server: str, timeout_s: float = 10.0) -> None:
+    def stop(self, server: str, timeout_s: float = 10.0, wait: bool = True) -> None:
+        """Stop a server (its process ends); `wait`: until it has, at most `timeout_s`."""
         fut = asyncio.run_coroutine_threadsafe(self._stop(server), self._loop)
+        if not wait:
+            return
         with contextlib.suppress(concurrent.futures.TimeoutError):
             fut.result(timeout_s)
 
