@@ -14,6 +14,8 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHB
                                QProgressBar, QPushButton, QSizePolicy, QSplitter, QToolButton,
                                QVBoxLayout, QWidget)
 
+from engine.paths import cache_dir
+
 from . import theme
 from .chat_source import human_bytes, human_params
 from .cache_panel import CachePanel
@@ -56,7 +58,7 @@ class MainWindow(QMainWindow):
         self.client = EngineClient(backend, self)
         self.conversation = Conversation(chats, presets, self.client, self)
         self.conversation.tools.use_settings(settings)
-        self.mcp = McpTools(McpServers(settings), parent=self)
+        self.mcp = McpTools(McpServers(settings), log_dir=cache_dir() / "logs", parent=self)
         self.conversation.tools_of = self.mcp.tools_for
         self.conversation.tools.runs = self.mcp.runs
         self.mcpApproval = None
