@@ -498,7 +498,6 @@ class MainWindow(QMainWindow):
                           f"<b>{name}</b>, which runs this command on your computer:", parent=self)
         box.setObjectName("mcpApproval")
         box.setInformativeText(command_line)
-        box.setDetailedText(None)
         box.allowButton = box.addButton("Allow and start", QMessageBox.ButtonRole.AcceptRole)
         box.denyButton = box.addButton("Don't start", QMessageBox.ButtonRole.RejectRole)
         box.setDefaultButton(box.denyButton)

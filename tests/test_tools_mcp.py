@@ -197,3 +197,37 @@ def test_close_stops_every_server(tmp_path):
     assert all(alive(p) for p in pids)
     m.close()
     assert all(wait_gone(p) for p in pids)
+
+
+# -- presets and the server -------------------------------------------------------------------------
+
+def test_a_preset_names_its_mcp_servers():
+    from engine.preset_format import Preset, PresetError
+    p = Preset.from_json({"name": "P", "mcp_servers": ["files", "files", "web"]})
+    assert p.mcp_servers == ["files", "web"]
+    assert Preset.from_json(p.to_json()).mcp_servers == ["files", "web"]
+    assert Preset.from_json({"name": "Q"}).mcp_servers == []
+    with pytest.raises(PresetError, match="mcp_servers"):
+        Preset.from_json({"name": "P", "mcp_servers": "files"})
+
+
+def test_the_server_never_loads_the_mcp_client():
+    import subprocess
+    code = ("import sys, engine.server, engine.server.cli, engine.tools; "
+            "bad = [m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'engine.tools.mcp'))]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_server_that_dies_while_idle_is_noticed(manager, tmp_path):
+    import os
+    import signal
+    import time
+    exits = []
+    manager.start(stdio_config("idle", tmp_path), on_exit=lambda n, m: exits.append(m)).result(60)
+    os.kill(pid_of("idle", tmp_path), signal.SIGKILL)
+    end = time.monotonic() + 30                      # the next ping (every 5 s) finds it gone
+    while not exits and time.monotonic() < end:
+        time.sleep(0.1)
+    assert exits and "idle ended unexpectedly" in exits[0]
+    assert "idle" not in manager.running()

@@ -164,7 +164,11 @@ class McpManager:
             try:
                 with anyio.fail_after(PING_TIMEOUT_S):
                     await s.session.send_ping()
-            except Exception:  # noqa: BLE001  dead or hung: the caller says which
+            except TimeoutError:
+                s.failure = f"the MCP server {s.config.name} stopped answering (no answer in {PING_TIMEOUT_S:g} s)"
+                return
+            except Exception as e:  # noqa: BLE001  the process ended or the connection broke
+                s.failure = f"the MCP server {s.config.name} ended unexpectedly ({_short(e)})"
                 return
 
     async def _call(self, server, tool, arguments, timeout_s, max_chars) -> ToolResult:
