@@ -59,11 +59,11 @@ def free_port() -> int:
 class HttpServer:
     """The test server over streamable HTTP; it exits by itself after `lifetime_s` whatever happens."""
 
-    def __init__(self, lifetime_s: float = 90.0):
+    def __init__(self, lifetime_s: float = 90.0, token: str = ""):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.proc = subprocess.Popen([sys.executable, SERVER, "--http", str(self.port), "--lifetime", str(lifetime_s)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, MCP_TEST_TOKEN=token))
         end = time.monotonic() + 60
         while True:
             try:

@@ -7,6 +7,7 @@ Tools: add (numbers), slow_echo (sleeps `seconds` first), huge (a result of `n` 
 (the process dies mid-call), picture (an image result), fail (an error result). With MCP_TEST_STATE
 naming a file that holds "v2", the list also has `multiply`: a server whose tool list changes
 between runs. MCP_TEST_PIDFILE: the process writes its pid there (the tests check it is gone).
+MCP_TEST_TOKEN: over HTTP, the bearer token every request must carry.
 """
 
 from __future__ import annotations
@@ -18,9 +19,22 @@ import threading
 import time
 from pathlib import Path
 
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Image, MCPServer
 
-server = MCPServer("hearth-test")
+TOKEN = os.environ.get("MCP_TEST_TOKEN", "")
+
+
+class _Verifier:
+    """Over HTTP with MCP_TEST_TOKEN set, a request needs that bearer token."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return AccessToken(token=token, client_id="hearth-test", scopes=[]) if token == TOKEN else None
+
+
+server = MCPServer("hearth-test", token_verifier=_Verifier() if TOKEN else None,
+                   auth=AuthSettings(issuer_url="http://127.0.0.1:9", resource_server_url=None) if TOKEN else None)
 
 
 @server.tool(description="Add two numbers and return the sum.")

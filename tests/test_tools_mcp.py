@@ -176,8 +176,12 @@ def test_a_server_that_hangs_at_start_times_out_and_is_stopped(manager, tmp_path
 
 
 def test_streamable_http_server_with_a_token(manager):
-    srv = HttpServer()
+    srv = HttpServer(token="t0k")
     try:
+        with pytest.raises(McpError, match=r"web refused the connection \(HTTP 401\): its token is wrong"):
+            manager.start(McpServerConfig("web", url=srv.url), token="wrong").result(60)
+        with pytest.raises(McpError, match="its token is missing"):
+            manager.start(McpServerConfig("web", url=srv.url)).result(60)
         tools = manager.start(McpServerConfig("web", url=srv.url), token="t0k").result(60)
         assert "add" in {t.name for t in tools}
         assert manager.call("web", "add", {"a": 0.5, "b": 2}).content == "2.5"

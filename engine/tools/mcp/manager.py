@@ -47,6 +47,7 @@ class _Session:
         self.stop: anyio.Event | None = None
         self.stopping = False
         self.failure = ""                  # why a call found the session dead
+        self.refused = 0                   # an HTTP server's 401/403: the token is wrong or missing
         self.task: asyncio.Task | None = None
 
 
@@ -114,7 +115,7 @@ class McpManager:
         s.stop = anyio.Event()
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(self._transport(s.config, token, stack))
+                read, write = await stack.enter_async_context(self._transport(s, token, stack))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 with anyio.fail_after(timeout_s):
                     await session.initialize()
@@ -126,6 +127,9 @@ class McpManager:
                     message = s.failure or f"the MCP server {name} stopped answering"
         except Exception as e:  # noqa: BLE001  any failure of a session is the user's to read
             message = _readable(name, e, timeout_s, started=ready.done())
+            if s.refused:
+                message = (f"the MCP server {name} refused the connection (HTTP {s.refused}): its token is "
+                           f"{'wrong' if token else 'missing'}")
             log.warning("MCP server %s: %s", name, message, exc_info=True)
         finally:
             s.session = None
@@ -137,12 +141,18 @@ class McpManager:
             elif not s.stopping and on_exit is not None:
                 on_exit(name, message or f"the MCP server {name} ended")
 
-    def _transport(self, config: McpServerConfig, token: str, stack: contextlib.AsyncExitStack):
+    def _transport(self, session: _Session, token: str, stack: contextlib.AsyncExitStack):
+        config = session.config
         if config.url:
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
             headers = {"Authorization": f"Bearer {token}"} if token else None
             client = create_mcp_http_client(headers=headers)
+
+            async def note_refusal(response) -> None:     # the SDK keeps only "an error response"
+                if response.status_code in (401, 403):
+                    session.refused = response.status_code
+            client.event_hooks["response"].append(note_refusal)
             return streamable_http_client(config.url, http_client=client)
         from mcp import StdioServerParameters, stdio_client
         errlog = stack.enter_context(open(self._log_path(config.name), "a", encoding="utf-8")) \
