@@ -103,6 +103,11 @@ class McpTools(QObject):
             return {}
         return {t.name: self._runner(t.server, t.mcp_name) for t in self._mcp_tools(self._preset)}
 
+    def origin(self, tool_name: str) -> str:
+        """Where a tool of the chosen preset runs, in words; "" for the app's own."""
+        t = next((t for t in self._mcp_tools(self._preset) if t.name == tool_name), None) if self._preset else None
+        return f"MCP server {t.server}" if t else ""
+
     def _mcp_tools(self, preset) -> list:
         taken = {t["function"]["name"] for t in preset.tools}
         out = []

@@ -120,6 +120,7 @@ class ToolFlow(QObject):
         self.max_rounds = MAX_ROUNDS
         self.allow_fetch = False
         self.runs = dict          # () -> {tool name: run} for tools run outside the app (MCP servers)
+        self.origin = lambda name: ""   # where such a tool runs, in words ("MCP server files")
         self._always: dict[int, set[str]] = {}      # chat id -> tools always allowed in it
         self._round: dict | None = None
         self._serial = 0

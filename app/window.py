@@ -61,6 +61,7 @@ class MainWindow(QMainWindow):
         self.mcp = McpTools(McpServers(settings), log_dir=cache_dir() / "logs", parent=self)
         self.conversation.tools_of = self.mcp.tools_for
         self.conversation.tools.runs = self.mcp.runs
+        self.conversation.tools.origin = self.mcp.origin
         self.mcpApproval = None
         self.model_info: dict = {}
         self.last_prefix_result: dict | None = None

@@ -125,7 +125,7 @@ def test_a_full_round_runs_the_mcp_tool_after_allow(qtbot, window):
     w = window
     ask(qtbot, w, "What is 2 plus 40?", call("add", '{"a": 2, "b": 40}'))
     wait_confirm(w)
-    assert "add" in w.toolConfirm.text.text() and "40" in w.toolConfirm.text.text()
+    assert "<b>add</b> of the MCP server calc" in w.toolConfirm.text.text() and "40" in w.toolConfirm.text.text()
     qtbot.mouseClick(w.toolConfirm.allowButton, Qt.MouseButton.LeftButton)
     wait_done(w)
     b = w.messageView.bubbles()[1].toolBlocks.blocks[0]
