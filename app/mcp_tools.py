@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.tools import ToolError
+from engine.tools import BUILTIN_TOOLS, ToolError
 from engine.tools.mcp import CALL_TIMEOUT_S, MAX_RESULT_CHARS, McpManager, hearth_tools
 
 from .mcp_servers import McpServers
@@ -109,7 +109,7 @@ class McpTools(QObject):
         return f"MCP server {t.server}" if t else ""
 
     def _mcp_tools(self, preset) -> list:
-        taken = {t["function"]["name"] for t in preset.tools}
+        taken = set(BUILTIN_TOOLS) | {t["function"]["name"] for t in preset.tools}   # never shadow a built-in
         out = []
         for n in preset.mcp_servers:
             if n in self._listed:

@@ -100,3 +100,18 @@ def test_the_preset_manager_adds_a_server_and_a_preset_keeps_it(qtbot, qapp, tmp
     assert PresetStore(tmp_path / "presets.json").get(pid).mcp_servers == ["notes", "search"]
     dlg.select(pid)
     assert dlg.mcpServers.checked() == ["notes", "search"]
+
+
+def test_mcp_tools_never_shadow_a_built_in_or_the_presets_own(qapp):
+    from app.mcp_tools import McpTools
+    from engine.preset_format import Preset
+    t = McpTools(McpServers(Settings()))
+    own = {"type": "function", "function": {"name": "lookup_order", "parameters": {"type": "object"}}}
+    preset = Preset("p", "P", "", [own], mcp_servers=["srv"])
+    t._preset = preset                      # as use(preset) leaves it once srv is up
+    t._listed["srv"] = [{"name": n, "inputSchema": {"type": "object"}} for n in ("calculator", "lookup_order", "add")]
+    names = [d["function"]["name"] for d in t.tools_for(preset)]
+    assert names == ["lookup_order", "srv_calculator", "srv_lookup_order", "add"]
+    assert set(t.runs()) == {"srv_calculator", "srv_lookup_order", "add"}
+    assert t.origin("add") == "MCP server srv" and t.origin("lookup_order") == ""
+    t.close()
