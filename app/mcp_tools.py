@@ -31,6 +31,7 @@ class McpTools(QObject):
     approvalNeeded = Signal(str, str)
     _started = Signal(str, int, object, str)    # (name, serial, tool list or None, error) from the loop
     _exited = Signal(str, int, str)
+    _relisted = Signal(str, int, object)
 
     def __init__(self, servers: McpServers, log_dir=None, parent=None):
         super().__init__(parent)
@@ -50,6 +51,7 @@ class McpTools(QObject):
         self._closed = False
         self._started.connect(self._on_started)
         self._exited.connect(self._on_exited)
+        self._relisted.connect(self._on_relisted)
 
     @property
     def manager(self) -> McpManager:
@@ -167,9 +169,25 @@ class McpTools(QObject):
         if self._manager is not None:
             self._manager.stop(name, wait=False)
 
-    def forget_failures(self) -> None:
-        """Choosing a preset again retries its servers that failed or were denied."""
+    def chosen(self) -> None:
+        """The user chose a preset: its servers that failed or were denied are tried again, and the
+        running ones list their tools again (a changed list changes the prefix: toolsChanged)."""
         self._denied.clear()
+        for name in self.running():
+            serial = self._serial_of.get(name)
+
+            def done(fut, name=name, serial=serial) -> None:     # the loop thread
+                if fut.exception() is None:
+                    self._relisted.emit(name, serial, fut.result())
+            self.manager.list_tools(name).add_done_callback(done)
+
+    def _on_relisted(self, name: str, serial: int, tools) -> None:
+        if self._serial_of.get(name) != serial or name not in self._listed:
+            return
+        before = [t.model_dump() for t in self._listed[name]]
+        if [t.model_dump() for t in tools] != before:
+            self._listed[name] = list(tools)
+            self.toolsChanged.emit()
 
     def close(self) -> None:
         """At quit: every server stops (its process ends)."""

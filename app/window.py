@@ -471,7 +471,7 @@ class MainWindow(QMainWindow):
             self.chats.set_chat_preset(self.conversation.chat_id, pid)
         self._show_sampling()
         self._update_empty_hint()
-        self.mcp.forget_failures()
+        self.mcp.chosen()
         self.use_preset_model_or_warm()
 
     def use_preset_model_or_warm(self) -> None:

@@ -4,7 +4,7 @@
     python tests/mcp_test_server.py --http PORT --lifetime S   # streamable HTTP on 127.0.0.1, exits after S s
 
 Tools: add (numbers), slow_echo (sleeps `seconds` first), huge (a result of `n` characters), crash
-(the process dies mid-call), picture (an image result), fail (an error result). With MCP_TEST_STATE
+(the process dies mid-call), picture (an image result), fail (an error result), grow (adds the tool `grown` while running). With MCP_TEST_STATE
 naming a file that holds "v2", the list also has `multiply`: a server whose tool list changes
 between runs. MCP_TEST_PIDFILE: the process writes its pid there (the tests check it is gone).
 MCP_TEST_TOKEN: over HTTP, the bearer token every request must carry.
@@ -68,6 +68,12 @@ def picture() -> Image:
 @server.tool(description="Always fails.")
 def fail(reason: str) -> str:
     raise ValueError(f"failed on purpose: {reason}")
+
+
+@server.tool(description="Add the tool `grown` to this server's list.")
+def grow() -> str:
+    server.add_tool(lambda: "grown", name="grown", description="A tool added while running.")
+    return "ok"
 
 
 def multiply(a: float, b: float) -> str:

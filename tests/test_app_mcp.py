@@ -175,6 +175,19 @@ def test_a_huge_result_is_cut_before_the_model_reads_it(qtbot, window):
     assert len(rec["result"]) < 300 and "49800 more characters cut" in rec["result"]
 
 
+def test_choosing_the_preset_again_reads_a_running_servers_changed_list(qtbot, window, tmp):
+    w = window
+    pid = pid_of("calc", tmp)
+    assert w.mcp.manager.call("calc", "grow", {}).content == "ok"     # the server's list changes
+    assert '"name": "grown"' not in prompt_text(w)
+    n = len(w.prefixes)
+    w.select_preset("test-mcp")                            # chosen again, while it runs
+    wait_until(lambda: '"name": "grown"' in prompt_text(w))
+    settle(w)
+    assert pid_of("calc", tmp) == pid and alive(pid)       # the same process, not restarted
+    assert [r["action"] for r in w.prefixes[n:] if r["preset"] == "test-mcp"][-1] == "computed"
+
+
 def test_a_changed_tool_list_recomputes_the_prefix(qtbot, window, tmp):
     w = window
     choose(w)                                            # the same list again: the image is restored

@@ -99,7 +99,7 @@ def stdio(manager, tmp_path_factory):
 
 
 def test_stdio_server_lists_its_tools_and_adds(manager, stdio):
-    assert {t.name for t in stdio["tools"]} == {"add", "slow_echo", "huge", "crash", "picture", "fail"}
+    assert {t.name for t in stdio["tools"]} == {"add", "slow_echo", "huge", "crash", "picture", "fail", "grow"}
     add = next(t for t in stdio["tools"] if t.name == "add")
     assert add.description == "Add two numbers and return the sum."
     r = manager.call("calc", "add", {"a": 2, "b": 40})
@@ -235,3 +235,12 @@ def test_a_server_that_dies_while_idle_is_noticed(manager, tmp_path):
         time.sleep(0.1)
     assert exits and "idle ended unexpectedly" in exits[0]
     assert "idle" not in manager.running()
+
+
+def test_a_running_server_lists_its_tools_again(manager, stdio):
+    assert "grown" not in {t.name for t in manager.list_tools("calc").result(30)}
+    assert manager.call("calc", "grow", {}).content == "ok"
+    assert "grown" in {t.name for t in manager.list_tools("calc").result(30)}
+    assert manager.call("calc", "grown", {}).content == "grown"
+    with pytest.raises(McpError, match="not running"):
+        manager.list_tools("nobody").result(30)

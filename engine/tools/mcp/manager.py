@@ -5,6 +5,7 @@ through it with timeouts and never block on the loop for longer than they asked.
     mgr = McpManager()
     fut = mgr.start(config, token, on_exit=cb)   # concurrent Future -> list[mcp_types.Tool]
     mgr.call("files", "read", {"path": ...}, timeout_s=30) # ToolResult, never raises
+    mgr.list_tools("files")                       # Future -> the tool list, read again
     mgr.stop("files"); mgr.close()                # close: every server stopped, the thread ended
 
 A server that dies or stops answering ends its session: `on_exit(name, message)` is called (on the
@@ -70,6 +71,10 @@ class McpManager:
         """Start a server's session; the future gets its tool list, or McpError. A server of that
         name already running is stopped first."""
         return asyncio.run_coroutine_threadsafe(self._start(config, token, on_exit, timeout_s), self._loop)
+
+    def list_tools(self, server: str, timeout_s: float = START_TIMEOUT_S) -> concurrent.futures.Future:
+        """A running server's tool list, read again (it may have changed); McpError if it is not running."""
+        return asyncio.run_coroutine_threadsafe(self._list(server, timeout_s), self._loop)
 
     def call(self, server: str, tool: str, arguments: dict, timeout_s: float = CALL_TIMEOUT_S,
              max_chars: int = MAX_RESULT_CHARS) -> ToolResult:
@@ -180,6 +185,17 @@ class McpManager:
             except Exception as e:  # noqa: BLE001  the process ended or the connection broke
                 s.failure = f"the MCP server {s.config.name} ended unexpectedly ({_short(e)})"
                 return
+
+    async def _list(self, server: str, timeout_s: float) -> list:
+        with self._lock:
+            s = self._sessions.get(server)
+        if s is None or s.session is None:
+            raise McpError(f"the MCP server {server} is not running")
+        try:
+            with anyio.fail_after(timeout_s):
+                return await _all_tools(s.session)
+        except Exception as e:  # noqa: BLE001
+            raise McpError(f"the MCP server {server} did not list its tools ({_short(e)})") from None
 
     async def _call(self, server, tool, arguments, timeout_s, max_chars) -> ToolResult:
         with self._lock:
