@@ -36,7 +36,7 @@ def tmp(tmp_path_factory):
 @pytest.fixture(scope="module")
 def window(qapp, tmp):
     w = open_window(tmp / "data", tmp / "cache")
-    w.mcp.servers.add(stdio_config("calc", tmp))
+    w.mcp.servers.add(stdio_config("calc", tmp, lifetime_s=900))
     w.presets.add(Preset("test-mcp", "MCP test", SYSTEM, TOOLS, dict(GREEDY), mcp_servers=["calc"]))
     w.presets.add(Preset("plain", "Plain", SYSTEM, [], dict(GREEDY)))
     w._fill_presets()
