@@ -27,6 +27,7 @@ from engine.chat_turn import (
     with_prefill,
 )
 from engine.generation import common_prefix
+from engine.library.file_names import display_name
 
 Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 = unknown
 
@@ -91,48 +92,21 @@ class ChatBackend:
         pass
 
 
-# llama.cpp's `general.file_type` values (LLAMA_FTYPE_MOSTLY_*), for the model picker.
-_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-               17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
-
-
-_QUANT_NAMES = sorted({*_FILE_TYPES.values(), "Q4_K", "Q5_K", "Q3_K", "Q2_K_S", "IQ4_XS", "IQ4_NL"},
-                      key=len, reverse=True)
-
-
 def inspect_gguf(path: str | Path) -> ModelInfo:
-    """Architecture, parameter count, quantization and size of a GGUF file (header only)."""
+    """Architecture, parameter count, quantization and size of a GGUF file (header only). The
+    name shown is the file's (`display_name`), which users recognise, where `general.name` is
+    often a training-run label."""
     from engine.gguf import GGUFFile
+    from engine.library.model_facts import quant_of
     path = Path(path)
     g = GGUFFile.open(path, check_types=False)
     try:
         params = sum(int(t.n_elements) if not callable(t.n_elements) else int(t.n_elements())
                      for t in g.tensors.values())
-        quant = _FILE_TYPES.get(g.get("general.file_type"), "")
-        if not quant:
-            by_type: dict[str, int] = {}
-            for t in g.tensors.values():
-                by_type[t.type.name] = by_type.get(t.type.name, 0) + t.n_bytes
-            quant = max(by_type, key=by_type.get) if by_type else "?"
-        name = _display_name(path)
-        return ModelInfo(str(path), name, g.architecture, params, quant, g.file_size)
+        return ModelInfo(str(path), display_name(path.name), g.architecture, params, quant_of(g) or "?",
+                         g.file_size)
     finally:
         g.close()
-
-
-def _display_name(path: Path) -> str:
-    """The file name without the quantization suffix ("SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-
-    Instruct"): what users recognise, where `general.name` is often a training-run label."""
-    stem = path.stem
-    head, dot, tail = stem.rpartition(".")
-    if dot and tail.upper().replace("_", "").isalnum() and tail.upper() in _QUANT_NAMES:
-        return head
-    for q in _QUANT_NAMES:
-        for sep in ("-", "_"):
-            if stem.upper().endswith(sep + q):
-                return stem[:-len(q) - 1]
-    return stem
 
 
 def human_params(n: int) -> str:
@@ -281,7 +255,7 @@ class LocalBackend(ChatBackend):
         store = self._prefix_store()
         images = [{"key": e.key, "path": str(e.path), "size": int(e.size), "last_used": float(e.last_used),
                    "tokens": e.n_tokens or 0,
-                   "model": _display_name(Path(e.model_path)) if e.model_path else (e.model_name or ""),
+                   "model": display_name(Path(e.model_path).name) if e.model_path else (e.model_name or ""),
                    "preset": e.label or ""} for e in store.entries()]
         return {"images": images, "total": sum(i["size"] for i in images), "cap": store.cap_bytes}
 

@@ -87,6 +87,22 @@ QStatusBar QLabel {{ color: {muted}; padding: 0 6px; }}
 #workLabel {{ color: {muted}; }}
 QComboBox {{ padding: 3px 8px; border: 1px solid {border}; border-radius: 6px; background: {button}; }}
 QSplitter::handle {{ background: {border}; }}
+#modelsButton {{ border: 1px solid {border}; background: {button}; color: {text}; padding: 3px 10px; }}
+#modelsButton:hover {{ border-color: {accent}; }}
+#modelsWindow QTableWidget {{ background: {base}; alternate-background-color: {alt}; border: 1px solid {border};
+                              border-radius: 6px; }}
+#modelsWindow QTableWidget::item {{ padding: 2px 6px; }}
+#modelsWindow QTableWidget::item:selected {{ background: {selection}; color: {text}; }}
+#modelsWindow QHeaderView::section {{ background: {window}; color: {muted}; border: none;
+                                      border-bottom: 1px solid {border}; padding: 4px 6px; font-weight: 600; }}
+#modelsWindow QLineEdit {{ background: {base}; border: 1px solid {border}; border-radius: 6px; padding: 4px 8px; }}
+#modelsWindow QLineEdit:focus {{ border-color: {accent}; }}
+#hubDownload, #localUse {{ background: {accent}; color: {accentText}; border: none; border-radius: 6px;
+                           padding: 5px 16px; font-weight: 600; }}
+#hubDownload:disabled, #localUse:disabled {{ background: {border}; color: {muted}; }}
+#downloadRow {{ background: {base}; border: 1px solid {border}; border-radius: 8px; }}
+#downloadBar {{ border: none; background: {alt}; max-height: 6px; border-radius: 3px; }}
+#downloadBar::chunk {{ background: {accent}; border-radius: 3px; }}
 """
 
 

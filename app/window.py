@@ -26,6 +26,7 @@ from .message_input import MessageInput
 from .mcp_servers import McpServers
 from .mcp_tools import McpTools
 from .message_view import MessageView
+from .models_ui import ModelsUI
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
 from .remote_ui import REMOTE_DIALOG, RemoteUI
@@ -80,6 +81,10 @@ class MainWindow(QMainWindow):
         self.mcp.toolsChanged.connect(self.warm_preset)
         self.mcp.notice.connect(lambda text: self.show_banner(text, "notice"))
         self.mcp.approvalNeeded.connect(self._ask_mcp_approval)
+        self.library = ModelsUI(self)
+        self.library.loadRequested.connect(self.load_model)
+        self.library.modelsChanged.connect(lambda: self._fill_models(self.model_info.get("path_setting", "")))
+        self.modelsButton.clicked.connect(self.library.open)
         self._restore()
         if presets.notice:
             self.show_banner(presets.notice, "notice")
@@ -129,12 +134,15 @@ class MainWindow(QMainWindow):
         self.modelInfo.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.modelInfo.setMinimumWidth(80)
         self.samplingToggle = QToolButton(text="Sampling", objectName="samplingToggle", checkable=True)
+        self.modelsButton = QToolButton(text="Models", objectName="modelsButton")
+        self.modelsButton.setToolTip("Find, download and manage models")
         tl.addWidget(QLabel("Preset"))
         tl.addWidget(self.presetPicker)
         tl.addSpacing(10)
         tl.addWidget(QLabel("Model"))
         tl.addWidget(self.modelPicker)
         tl.addWidget(self.backendPicker)
+        tl.addWidget(self.modelsButton)
         tl.addWidget(self.modelInfo, 1)
         tl.addWidget(self.samplingToggle)
         return top
@@ -215,6 +223,7 @@ class MainWindow(QMainWindow):
         self.newChatAction = f.addAction("New chat", self.new_chat)
         self.newChatAction.setShortcut(QKeySequence.StandardKey.New)
         f.addAction("Open model file…", self._open_model_file)
+        f.addAction("Models…", QKeySequence("Ctrl+Shift+M"), lambda: self.library.open())
         f.addSeparator()
         f.addAction("Quit", QKeySequence.StandardKey.Quit, self.close)
         c = mb.addMenu("&Chat")
@@ -362,6 +371,7 @@ class MainWindow(QMainWindow):
             if r.get("path") and os.path.exists(r["path"]):
                 mp.addItem(os.path.basename(r["path"]), r["path"])
                 mp.setItemData(mp.count() - 1, r["path"], Qt.ItemDataRole.ToolTipRole)
+        self.library.add_picker_items(mp)
         self.remote.add_picker_items(mp)
         mp.insertSeparator(mp.count())
         mp.addItem("Open GGUF file…", OPEN_GGUF)
@@ -379,6 +389,7 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", os.path.expanduser("~"),
                                               "GGUF models (*.gguf);;All files (*)")
         if path:
+            self.library.opened(path)
             self.load_model(path)
         else:
             self._fill_models(self.model_info.get("path_setting", ""))
@@ -669,6 +680,7 @@ class MainWindow(QMainWindow):
             s.set("window/geometry", bytes(self.saveGeometry().data()))
             s.set("window/splitter", bytes(self.splitter.saveState().data()))
             self.serveToggle.stop()
+            self.library.shutdown()
             self.client.shutdown()
             self.conversation.close()
             self.mcp.close()

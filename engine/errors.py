@@ -29,3 +29,13 @@ class PrefixImageError(EngineError):
     def __init__(self, reason: str, message: str):
         super().__init__(message)
         self.reason = reason
+
+
+class HubError(EngineError):
+    """The model Hub or a download failed. `reason` is a short machine-readable code
+    ('gated', 'auth', 'not_found', 'network', 'checksum', 'disk_full', 'interrupted', 'cancelled',
+    'changed', 'bad_response'); the message says what happened and what to do."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason

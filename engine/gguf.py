@@ -223,6 +223,7 @@ class GGUFFile:
         self.version = 0
         self.metadata: dict[str, object] = {}
         self.metadata_types: dict[str, int] = {}
+        self.metadata_spans: dict[str, tuple[int, int]] = {}  # key -> its kv's (start, end) bytes
         self.tensors: dict[str, TensorInfo] = {}
         self.alignment = DEFAULT_ALIGNMENT
         self.data_offset = 0
@@ -250,6 +251,17 @@ class GGUFFile:
         self._parse()
         if check_types:
             self.check_supported()
+        return self
+
+    @classmethod
+    def from_header(cls, name: str, data: bytes, file_size: int) -> "GGUFFile":
+        """Parse the first bytes of a file that is not all here (a model still on the Hub):
+        `data` holds at least its header, `file_size` is the whole file's length. Metadata and
+        tensor infos are checked as in `open`; the tensors' `data` is empty. A header that does not
+        fit in `data` is a GGUFError saying it is truncated."""
+        self = cls(Path(name), None, memoryview(data))
+        self._parse(file_size=file_size)
+        self.file_size = file_size
         return self
 
     @property
@@ -285,8 +297,10 @@ class GGUFFile:
             except BufferError:
                 pass  # numpy views still alive; the map closes when they go
 
-    def _parse(self) -> None:
+    def _parse(self, file_size: int | None = None) -> None:
+        """`file_size`: the whole file's length when `self._buf` holds only its start."""
         c = _Cursor(self.path, self._buf)
+        total = c.size if file_size is None else file_size
         c.need(4, "the magic number")
         magic = bytes(self._buf[:4])
         if magic != GGUF_MAGIC:
@@ -306,6 +320,7 @@ class GGUFFile:
             raise c.fail(f"absurd header counts ({n_tensors} tensors, {n_kv} metadata keys) "
                          f"for a file of {c.size} bytes: truncated or corrupt")
         for _ in range(n_kv):
+            kv_start = c.pos
             key = c.string("a metadata key")
             vtype = c.unpack("<I", f"the type of {key}")
             if vtype not in _TYPE_NAMES:
@@ -314,6 +329,7 @@ class GGUFFile:
                 raise c.fail(f"metadata key {key} appears twice")
             self.metadata[key] = c.value(vtype, key)
             self.metadata_types[key] = vtype
+            self.metadata_spans[key] = (kv_start, c.pos)
         align = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if type(align) is not int or align <= 0 or align & (align - 1):
             raise c.fail(f"general.alignment {align!r} is not a power of two")
@@ -332,12 +348,12 @@ class GGUFFile:
                 raise UnsupportedModelError(f"{self.path.name}: tensor {name} has unknown type id {type_id}")
             infos.append((name, shape, GGML_TYPES[type_id], offset))
         self.data_offset = -(-c.pos // align) * align
-        if self.data_offset > c.size:
+        if self.data_offset > total:
             if infos:
                 raise c.fail("file is truncated before its tensor data")
             # A vocabulary-only file may end without the padding: it is all header.
-            self.data_offset = c.size
-        data_size = c.size - self.data_offset
+            self.data_offset = total
+        data_size = total - self.data_offset
         for name, shape, gtype, offset in infos:
             n_el = 1
             for d in shape:
@@ -355,7 +371,8 @@ class GGUFFile:
                              f"lies beyond the end of the file: truncated or corrupt")
             if name in self.tensors:
                 raise c.fail(f"tensor {name} appears twice")
-            data = np.frombuffer(self._buf, np.uint8, n_bytes, self.data_offset + offset)
+            data = (np.frombuffer(self._buf, np.uint8, n_bytes, self.data_offset + offset)
+                    if file_size is None else np.empty(0, np.uint8))
             self.tensors[name] = TensorInfo(name, shape, gtype, offset, n_bytes, data)
         self._check_no_overlap(c)
 

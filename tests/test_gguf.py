@@ -517,3 +517,19 @@ def test_fuzz_flipped_header_bytes_open_or_raise_gguf_errors(flips, cut):
         assert t.data.size == t.n_bytes
         assert g.data_offset + t.offset + t.n_bytes <= g.file_size
     assert len(g.header_bytes) == g.data_offset
+
+
+def test_from_header_reads_the_start_of_a_file(reference_dir):
+    path = reference_dir / "tiny" / "llama" / "tiny-llama.gguf"
+    whole = GGUFFile.open(path)
+    data = path.read_bytes()
+    head = GGUFFile.from_header("tiny-llama.gguf", data[:whole.data_offset], len(data))
+    assert head.metadata_types == whole.metadata_types and head.file_size == whole.file_size
+    assert [(t.name, t.shape, t.type, t.offset, t.n_bytes) for t in head.tensors.values()] == [
+        (t.name, t.shape, t.type, t.offset, t.n_bytes) for t in whole.tensors.values()]
+    assert all(len(t.data) == 0 for t in head.tensors.values())
+    assert head.metadata_spans == whole.metadata_spans
+    with pytest.raises(GGUFError, match="truncated"):
+        GGUFFile.from_header("tiny-llama.gguf", data[:whole.data_offset // 2], len(data))
+    with pytest.raises(GGUFError, match="beyond the end of the file"):
+        GGUFFile.from_header("tiny-llama.gguf", data[:whole.data_offset], len(data) - 4096)

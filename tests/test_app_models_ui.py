@@ -1,0 +1,86 @@
+"""The Models window from the real main window (menu and top-bar entry), against a local Hub on
+127.0.0.1: a model downloaded there shows in the model picker, is loaded from "Use" and replies;
+a file opened from disk joins the local models; last use is recorded."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app_fixtures import open_window, wait_until
+from hub_fixtures import _no_hf_login, local_hub, split_llama, tiny_models  # noqa: F401
+from test_app_models_window import _cell, _open_repo, _row, _select_file
+
+
+@pytest.fixture
+def window(qtbot, local_hub, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", local_hub.endpoint)
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    (data / "settings.ini").write_text("[model]\nbackend=cpu\nn_ctx=512\n")
+    w = open_window(data, tmp_path / "cache")
+    yield w
+    w.close()
+
+
+def test_menu_and_top_bar_open_the_models_window(qtbot, window):
+    w = window
+    assert w.library.window is None  # nothing of the Hub is made before the user asks
+    [action] = [a for m in w.menuBar().actions() for a in m.menu().actions() if a.text() == "Models…"]
+    action.trigger()
+    mw = w.library.window
+    assert mw is not None and mw.isVisible()
+    mw.close()
+    w.modelsButton.click()
+    assert w.library.window is mw and mw.isVisible()
+
+
+def test_download_then_use_and_reply(qtbot, window, local_hub):
+    w = window
+    w.modelsButton.click()
+    mw = w.library.window
+    _open_repo(qtbot, mw, "llama", "Tiny-Llama-GGUF")
+    _select_file(mw, "tiny-llama-Q8_0.gguf")
+    mw.hub.download_button.click()
+    row = _row(mw)
+    qtbot.waitUntil(lambda: row.state == "done", timeout=60_000)
+    path = str(w.library.registry.models_dir / "alice" / "Tiny-Llama-GGUF" / "tiny-llama-Q8_0.gguf")
+    # The picker lists the downloaded model.
+    i = w.modelPicker.findData(path)
+    assert i >= 0 and w.modelPicker.itemText(i) == "tiny-llama · Q8_0"
+    loaded = []
+    w.modelReady.connect(loaded.append)
+    mw.local.use_button.click()
+    wait_until(lambda: loaded, 120)
+    assert loaded[0]["path_setting"] == path and loaded[0]["arch"] == "llama"
+    wait_until(lambda: not w.client.busy, 120)
+    assert w.modelPicker.currentData() == path
+    assert _cell(mw.local.table, 0, 5) == "just now"  # last use recorded
+    # The downloaded model replies.
+    got = []
+    w.conversation.replyFinished.connect(got.append)
+    w.conversation.replyFailed.connect(got.append)
+    qtbot.keyClicks(w.messageInput, "Hello")
+    qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+    wait_until(lambda: got, 120)
+    assert isinstance(got[0], dict), f"the reply failed: {got[0]}"
+    assert got[0]["generated_tokens"] >= 1 and w.model_info["path_setting"] == path
+
+
+def test_a_file_opened_from_disk_joins_the_local_models(qtbot, window, tiny_models, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+    w = window
+    f = tmp_path / "elsewhere" / "tiny-qwen2.gguf"
+    f.parent.mkdir()
+    f.write_bytes(tiny_models["qwen2"].read_bytes())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(f), ""))
+    loaded = []
+    w.modelReady.connect(loaded.append)
+    w._open_model_file()
+    wait_until(lambda: loaded, 120)
+    wait_until(lambda: not w.client.busy, 120)
+    [m] = w.library.registry.models()
+    assert (str(m.path), m.source, m.facts.architecture) == (str(f), "opened", "qwen2") and m.last_used
+    w.modelsButton.click()
+    w.library.window.tabs.setCurrentIndex(1)
+    assert _cell(w.library.window.local.table, 0, 2) == "qwen2"
