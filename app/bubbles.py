@@ -6,12 +6,15 @@ re-measures one paragraph, not the conversation (see SegmentColumn and BubbleRow
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextOption
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolButton,
                                QVBoxLayout, QWidget)
 
 from .markdown_text import format_stats, split_markdown
+from .reply_versions import count as version_count
+from .code_highlight import CodeHighlighter
+from .thinking_block import ThinkingBlock
 from .tool_block import ToolBlocks
 
 
@@ -43,12 +46,14 @@ class CodeBlock(QFrame):
         self.text.setFrameShape(QFrame.Shape.NoFrame)
         self.text.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         lay.addWidget(self.text)
+        self.highlighter = CodeHighlighter(self.text.document(), lang)
         self.set_code(lang, code)
 
     def set_code(self, lang: str, code: str) -> None:
         self.lang.setText(lang or "code")
-        if self.text.toPlainText() != code:
+        if self.text.toPlainText() != code or lang != self.highlighter.lang:
             self.text.setPlainText(code)
+            self.highlighter.set_code(lang, code)
         lines = max(1, code.count("\n") + 1)
         fm = self.text.fontMetrics()
         longest = max((fm.horizontalAdvance(line) for line in code.split("\n")), default=0)
@@ -57,6 +62,11 @@ class CodeBlock(QFrame):
 
     def code(self) -> str:
         return self.text.toPlainText()
+
+    def changeEvent(self, e) -> None:
+        if e.type() == QEvent.Type.PaletteChange:   # the theme changed: its colours
+            self.highlighter.recolour()
+        super().changeEvent(e)
 
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self.code())
@@ -156,10 +166,12 @@ class MessageBubble(QFrame):
     Signals:
         editClicked(): the user message's Edit was clicked
         regenerateClicked(): the reply's Regenerate was clicked
+        versionClicked(int step): the reply's < (-1) or > (+1) was clicked
     """
 
     editClicked = Signal()
     regenerateClicked = Signal()
+    versionClicked = Signal(int)
 
     def __init__(self, role: str, parent=None):
         super().__init__(parent)
@@ -189,8 +201,21 @@ class MessageBubble(QFrame):
         if role == "user":
             head.addWidget(self.editButton)
         else:
+            self.prevVersionButton = self._action("<", "The previous version of this reply")
+            self.prevVersionButton.setObjectName("prevVersionButton")
+            self.versionLabel = QLabel("", objectName="versionLabel")
+            self.nextVersionButton = self._action(">", "The next version of this reply")
+            self.nextVersionButton.setObjectName("nextVersionButton")
+            self.prevVersionButton.clicked.connect(lambda: self.versionClicked.emit(-1))
+            self.nextVersionButton.clicked.connect(lambda: self.versionClicked.emit(1))
+            for w in (self.prevVersionButton, self.versionLabel, self.nextVersionButton):
+                head.addWidget(w)
+                w.hide()
             head.addWidget(self.regenerateButton)
         outer.addLayout(head)
+        self.thinking = ThinkingBlock()         # a reasoning model's thinking, above the answer
+        self.thinking.toggled.connect(lambda _on: self._on_tools_changed())
+        outer.addWidget(self.thinking)
         self.body = SegmentColumn()
         outer.addWidget(self.body)
         self.toolBlocks = ToolBlocks()          # the reply's tool calls
@@ -258,6 +283,14 @@ class MessageBubble(QFrame):
 
     def set_state(self, stats: dict, streaming: bool, error: str) -> None:
         self.stats.setText(format_stats(stats))
+        self.stats.setToolTip(self.stats.text().replace("  ·  ", "\n"))   # all of it, where the line is cut
+        self.thinking.set_thinking(stats.get("thinking"))
+        if self.role == "assistant":
+            shown, n = version_count(stats)
+            self.versions = (shown, n)
+            self.versionLabel.setText(f"{shown}/{n}")
+            self.prevVersionButton.setEnabled(shown > 1 and not streaming)
+            self.nextVersionButton.setEnabled(shown < n and not streaming)
         typing = streaming and not self._content and not self.toolBlocks.blocks
         if typing == self.typing.isHidden():
             self.typing.setVisible(typing)
@@ -267,6 +300,12 @@ class MessageBubble(QFrame):
                 b.setEnabled(not streaming)
         self.error.setText(error)
         self.error.setVisible(bool(error))
+
+    def show_versions(self, on: bool) -> None:
+        """The < n/m > control, for a reply with more than one version."""
+        on = on and getattr(self, "versions", (1, 1))[1] > 1
+        for w in (self.prevVersionButton, self.versionLabel, self.nextVersionButton):
+            w.setVisible(on)
 
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self._content or "")

@@ -4,6 +4,7 @@ Signals:
     chatSelected(int): the user picked a chat in the list.
     newChatRequested()
     deleteRequested(int): the user asked to delete a chat (the window decides, then calls `remove`).
+    storageFailed(str): a delete or an undo could not be written (a full disk); nothing changed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QLineEdit, QListView, QMenu, QPushButton, QToolButton,
                                QVBoxLayout, QWidget)
 
-from .chat_store import Chat, ChatStore
+from .chat_store import Chat, ChatStore, ChatStoreError
 from .item_models import ChatFilterModel, ChatListModel, IdRole
 
 
@@ -21,6 +22,7 @@ class ChatSidebar(QWidget):
     chatSelected = Signal(int)
     newChatRequested = Signal()
     deleteRequested = Signal(int)
+    storageFailed = Signal(str)
 
     def __init__(self, chats: ChatStore, parent=None):
         super().__init__(parent)
@@ -96,8 +98,13 @@ class ChatSidebar(QWidget):
             self.chatModel.move_to_top(chat_id)
 
     def remove(self, chat_id: int) -> int | None:
-        """Soft-delete a chat and offer Undo. Returns the id of the chat that takes its place, if any."""
-        self.chats.delete_chat(chat_id)
+        """Soft-delete a chat and offer Undo. Returns the id of the chat that takes its place, if any
+        (the chat itself when the store could not write the deletion)."""
+        try:
+            self.chats.delete_chat(chat_id)
+        except ChatStoreError as e:
+            self.storageFailed.emit(f"Could not delete the chat: {e}. Free some space and try again.")
+            return chat_id
         removed = self.chatModel.remove_chat(chat_id)
         if removed is None:
             return None
@@ -113,8 +120,12 @@ class ChatSidebar(QWidget):
         if self._undo is None:
             return None
         chat_id, row, chat = self._undo
+        try:
+            self.chats.undelete_chat(chat_id)
+        except ChatStoreError as e:           # Undo stays offered
+            self.storageFailed.emit(f"Could not bring the chat back: {e}. Free some space and try Undo again.")
+            return None
         self._undo = None
-        self.chats.undelete_chat(chat_id)
         self.chatModel.insert_chat(chat, min(row, self.chatModel.rowCount()))
         self.undoBar.hide()
         if not self.select(chat_id):

@@ -22,12 +22,14 @@ from engine.chat_turn import (
     prefill_in_chunks,
     prefix_system,
     prefix_text,
-    render_prompt,
+    prompt_ids,
     tool_format_of,
     with_prefill,
 )
+from engine.context_policy import fit_turn
 from engine.generation import common_prefix
 from engine.library.file_names import display_name
+from engine.reasoning import has_thinking_switch, open_tag_at_end
 
 Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 = unknown
 
@@ -45,6 +47,7 @@ class ModelInfo:
     adapter: str = ""            # what runs it, in words
     load_s: float = 0.0
     tool_format: str = "generic"  # how its template writes tool calls: hermes / llama3 / generic
+    thinking_switch: bool = False  # its template takes enable_thinking
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -72,12 +75,21 @@ class ChatBackend:
         return None
 
     def stream(self, messages: list[dict], tools: list, sampling: dict,
-               cancel: Callable[[], bool], progress: Progress | None = None) -> Iterator[StreamEvent]:
+               cancel: Callable[[], bool], progress: Progress | None = None,
+               policy: str = "stop", template_vars: dict | None = None) -> Iterator[StreamEvent]:
+        """`policy`: what to do when the conversation does not fit the context
+        (engine/context_policy.py); a remote server applies its own. `template_vars`: extra chat
+        template variables (enable_thinking)."""
         raise NotImplementedError
 
     def context(self) -> dict:
         """{"used": tokens resident, "n_ctx": size, "kv_bytes": memory of the KV cache}"""
         return {"used": 0, "n_ctx": 0, "kv_bytes": 0}
+
+    def count_tokens(self, messages: list[dict], tools: list, text: str) -> dict:
+        """Tokens of a draft user message `text` after `messages`: {"message", "prompt" (the
+        whole chat with it), "alone" (the system prompt and it), "n_ctx"}; {} when unknown."""
+        return {}
 
     def cache_images(self) -> dict:
         return {"images": [], "total": 0, "cap": 0}
@@ -121,6 +133,18 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GB"
 
 
+def _percent(progress: Progress, label: str) -> Callable[[float, str], None]:
+    """The engine's load progress (a fraction) as `progress(label, percent, 100)`, once per percent."""
+    last = [0]
+
+    def report(fraction: float, what: str) -> None:
+        pct = max(1, min(100, round(100 * fraction)))
+        if pct != last[0]:
+            last[0] = pct
+            progress(label, pct, 100)
+    return report
+
+
 class LocalBackend(ChatBackend):
     """Hearth's own engine (CPU numpy or GPU wgpu) with prefix images from the PrefixStore."""
 
@@ -143,7 +167,8 @@ class LocalBackend(ChatBackend):
         info = inspect_gguf(real)               # a broken file fails here, before anything is replaced
         progress(f"Loading {info.name}", 0, 0)
         t0 = time.perf_counter()
-        eng = Engine.load(path=str(real), backend=backend, n_ctx=n_ctx)
+        eng = Engine.load(path=str(real), backend=backend, n_ctx=n_ctx,
+                          progress=_percent(progress, f"Loading {info.name}"))
         info.load_s = time.perf_counter() - t0
         old, self.engine = self.engine, eng
         if old is not None and hasattr(old, "close"):
@@ -151,6 +176,8 @@ class LocalBackend(ChatBackend):
         self._prefix_tokens.clear()
         info.n_ctx = int(getattr(eng, "n_ctx", n_ctx))
         info.tool_format = tool_format_of(eng)
+        source = eng.gguf.metadata.get("tokenizer.chat_template") if getattr(eng, "gguf", None) else None
+        info.thinking_switch = has_thinking_switch(source if isinstance(source, str) else None)
         desc = _describe(eng)
         info.backend = desc.get("backend", backend)
         if info.backend == "gpu":
@@ -214,17 +241,17 @@ class LocalBackend(ChatBackend):
                 "saved": bool(getattr(res, "saved", False)), "key": res.key,
                 "path": str(res.path or ""), "save_error": getattr(res, "save_error", None) or ""}
 
-    def stream(self, messages, tools, sampling, cancel, progress=None):
+    def stream(self, messages, tools, sampling, cancel, progress=None, policy="stop", template_vars=None):
         from engine import Sampling
         eng = self.engine
-        prompt, _, head = render_prompt(eng, ChatTurn(messages, tools), tool_format_of(eng))
         s = dict(sampling)
         max_tokens = int(s.pop("max_tokens", 512))
         seed = s.pop("seed", -1)
         kw = {k: v for k, v in s.items() if k in Sampling.__dataclass_fields__}
         if "seed" in Sampling.__dataclass_fields__:
             kw["seed"] = None if seed is None or seed < 0 else int(seed)
-        ids = list(eng.tokenize(prompt))
+        prompt, ids, head, dropped = fit_turn(eng, ChatTurn(messages, tools, dict(template_vars or {})),
+                                              tool_format_of(eng), policy, max_tokens)
         eng.kv.check_fits(0, len(ids))
         # A long new part of the prompt is read in chunks: progress for the user, and Stop works.
         pre = prefill_in_chunks(eng, ids, cancel, lambda n, todo: progress("Reading the prompt", n, todo),
@@ -232,17 +259,37 @@ class LocalBackend(ChatBackend):
         if pre is None:
             yield StreamEvent("", True, {"stop_reason": "cancelled", "generated_tokens": 0})
             return
-        if head:
-            yield StreamEvent(head)
+        if head:   # a begun reply streams in its tokens, as if the model wrote them
+            yield from (StreamEvent(piece) for piece in _token_pieces(eng, head))
+        elif open_tag_at_end(prompt):   # the template began the reply inside the thinking
+            yield StreamEvent(open_tag_at_end(prompt) + "\n")
         for ev in eng.generate(ids, max_tokens=max_tokens, sampling=Sampling(**kw), cancel=cancel):
             if getattr(ev, "final", False):
                 st = with_prefill(ev.stats, *pre)
                 stats = {k: getattr(st, k) for k in ("reused_tokens", "computed_tokens", "generated_tokens",
                                                      "ttft_s", "prefill_tps", "decode_tps")}
                 stats["stop_reason"] = str(getattr(ev, "stop_reason", ""))
+                if dropped:
+                    stats.update(dropped_messages=dropped, context_policy=policy)
+                stats["prompt_tokens"] = len(ids)
+                stats["n_ctx"] = int(eng.n_ctx)
+                stats["backend"] = self.info.backend if self.info else ""
                 yield StreamEvent(ev.text or "", True, stats)
             elif ev.text:
                 yield StreamEvent(ev.text)
+
+    def count_tokens(self, messages, tools, text):
+        eng = self.engine
+        if eng is None:
+            return {}
+        fmt = tool_format_of(eng)
+        user = {"role": "user", "content": text}
+        system = [m for m in messages[:1] if m.get("role") == "system"]
+
+        def n(msgs: list[dict]) -> int:
+            return len(eng.tokenize(render_prompt(eng, ChatTurn(msgs, tools), fmt)[0]))
+        return {"message": len(eng.tokenizer.encode(text, add_special=False, parse_special=False)), "prompt": n(list(messages) + [user]),
+                "alone": n(system + [user]), "n_ctx": int(eng.n_ctx)}
 
     def context(self):
         eng = self.engine
@@ -273,6 +320,18 @@ class LocalBackend(ChatBackend):
         if self.engine is not None and hasattr(self.engine, "close"):
             self.engine.close()
         self.engine = None
+
+
+def _token_pieces(eng, text: str) -> Iterator[str]:
+    """`text` in the pieces its tokens decode to (utf-8 sequences split across tokens held back)."""
+    dec = eng.tokenizer.stream_decoder()
+    for tid in eng.tokenizer.encode(text, add_special=False, parse_special=True):
+        piece = dec.feed(tid)
+        if piece:
+            yield piece
+    rest = dec.flush()
+    if rest:
+        yield rest
 
 
 def _describe(eng) -> dict:

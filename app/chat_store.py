@@ -7,18 +7,33 @@ reply is written only once it is finished or stopped, so a crash or kill at any 
 the reply in progress.
 
 Tables (version 2):
-    chats(id, title, preset_id, created, updated, deleted)   deleted = 1 while an undo is possible;
-                                                             such rows are purged at the next open
+    chats(id, title, preset_id, created, updated, deleted)   deleted: 0, or the id of the process that
+                                                             deleted it (undo is possible while it
+                                                             runs); purged when that process closes
+                                                             the store or is found gone at an open
     messages(id, chat_id, seq, role, content, created, stats JSON, tool_calls JSON, model)
+
+What survives what: WAL with synchronous=NORMAL keeps every committed transaction through a crash or
+kill of the process; a power cut may lose the last transactions committed before it (never a
+half-written one, and the file stays consistent). A full disk makes the write fail as a whole
+(StorageFullError) and the database stays as it was; the caller keeps what it could not write.
+
+`open_or_move_aside` checks the file (`PRAGMA quick_check`): damage is reported, the readable chats
+are copied into a new database (app/chat_recovery.py) and the damaged file is kept beside it; a
+database from a newer Hearth is left untouched and the app runs on an in-memory store meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from engine.files import move_aside
 
 
 @dataclass
@@ -66,37 +81,73 @@ class ChatStoreError(Exception):
     pass
 
 
+class StorageFullError(ChatStoreError):
+    """A write failed because the disk is full; nothing of it was written."""
+
+
+class NewerDatabaseError(ChatStoreError):
+    """The database was written by a newer Hearth (its user_version is above SCHEMA_VERSION)."""
+
+
 class ChatStore:
     """All chats of one user. Methods are small transactions; nothing here knows about Qt."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        memory = str(path) == ":memory:"
+        if not memory:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: we open transactions ourselves, so DDL in migrations is transactional too.
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.execute("PRAGMA foreign_keys = ON")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        self._migrate()
-        self._tx("DELETE FROM chats WHERE deleted = 1")
+        self._db = sqlite3.connect(str(path) if memory else self.path, isolation_level=None)
+        try:
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._refuse_newer()                  # before anything writes to a file that is not ours to change
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+            self._purge_deleted()
+        except BaseException:
+            self._db.close()
+            raise
 
     @classmethod
     def open_or_move_aside(cls, path: str | Path) -> tuple["ChatStore", str]:
-        """Open the store; a file that is not a readable SQLite database is moved aside (never
-        deleted) and a fresh one started. Returns (store, a notice for the user or "")."""
+        """Open the store, never stopping the app. A file that is not a sound SQLite database is
+        moved aside (never deleted), a fresh one started, and whatever chats can still be read from
+        the old file copied into it; a database from a newer Hearth is left alone and an in-memory
+        store used. Returns (store, a notice for the user or "")."""
+        from .chat_recovery import read_recoverable  # noqa: PLC0415
         path = Path(path)
         try:
             store = cls(path)
-            store._db.execute("PRAGMA quick_check").fetchone()
-            return store, ""
+            problems = store.check()
+            if not problems:
+                return store, ""
+            store.close()
+        except NewerDatabaseError as e:
+            return cls(":memory:"), (f"{e}. It was left untouched; chats you start now are not saved. "
+                                     "Update Hearth to see your chats.")
         except sqlite3.DatabaseError as e:
-            aside = path.with_name(f"{path.stem}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
-            for suffix in ("", "-wal", "-shm"):
-                src = Path(str(path) + suffix)
-                if src.exists():
-                    src.replace(Path(str(aside) + suffix))
-            return cls(path), (f"Your chats database could not be read ({e}). It was moved to {aside} "
-                               "and a new, empty one was started.")
+            problems = [str(e)]
+        aside = _move_db_aside(path, "corrupt")
+        fresh = cls(path)
+        chats, messages, lost = read_recoverable(aside)
+        if not chats:
+            return fresh, (f"Your chats database could not be read ({problems[0]}). It was moved to {aside} "
+                           "and a new, empty one was started.")
+        fresh.import_rows(chats, messages)
+        lost_note = f" Some of it could not be read: {lost}." if lost else ""
+        return fresh, (f"Your chats database is damaged ({problems[0]}). {len(chats)} chats with {len(messages)} "
+                       f"messages were recovered into a new database.{lost_note} The damaged file was kept "
+                       f"as {aside}.")
+
+    def check(self) -> list[str]:
+        """What `PRAGMA quick_check` finds wrong (an empty list when the database is sound)."""
+        try:
+            rows = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
+        except sqlite3.DatabaseError as e:
+            return [str(e)]
+        return [] if rows == ["ok"] else rows
 
     # -- schema ---------------------------------------------------------------------------------------
     @property
@@ -104,31 +155,53 @@ class ChatStore:
         return self._db.execute("PRAGMA user_version").fetchone()[0]
 
     def _migrate(self) -> None:
-        v = self.version
-        if v > SCHEMA_VERSION:
-            raise ChatStoreError(f"{self.path}: chat database version {v} is newer than this Hearth "
-                                 f"understands ({SCHEMA_VERSION}); update Hearth")
-        for i in range(v, SCHEMA_VERSION):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+        self._refuse_newer()
+        for i in range(self.version, SCHEMA_VERSION):
+            with self._transaction():
                 MIGRATIONS[i](self._db)
                 self._db.execute(f"PRAGMA user_version = {i + 1}")
+
+    def _refuse_newer(self) -> None:
+        v = self.version
+        if v > SCHEMA_VERSION:
+            raise NewerDatabaseError(f"{self.path}: this chats database is version {v}, from a newer Hearth "
+                                     f"(this one reads up to version {SCHEMA_VERSION}); update Hearth")
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        """BEGIN IMMEDIATE ... COMMIT. On failure: ROLLBACK if SQLite has not already rolled back (it
+        does itself after a full disk), and the real error raised, a full disk as StorageFullError."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
                 raise
-
-    def _tx(self, sql: str, args=()) -> sqlite3.Cursor:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            cur = self._db.execute(sql, args)
-            self._db.execute("COMMIT")
-            return cur
-        except BaseException:
-            self._db.execute("ROLLBACK")
+        except sqlite3.OperationalError as e:
+            if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e):
+                raise StorageFullError(f"the disk holding {self.path} is full; nothing was written") from e
             raise
 
+    def _tx(self, sql: str, args=()) -> sqlite3.Cursor:
+        with self._transaction():
+            return self._db.execute(sql, args)
+
+    def _purge_deleted(self, only_mine: bool = False) -> None:
+        """Chats soft-deleted by this process (at close), or by processes that are gone (at open);
+        never those another running Hearth may still undo."""
+        rows = self._db.execute("SELECT DISTINCT deleted FROM chats WHERE deleted != 0").fetchall()
+        owners = [o for (o,) in rows if o == os.getpid() or (not only_mine and not _process_alive(o))]
+        for owner in owners:
+            with contextlib.suppress(ChatStoreError):      # a full disk: purged another time
+                self._tx("DELETE FROM chats WHERE deleted = ?", (owner,))
+
     def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._purge_deleted(only_mine=True)
         self._db.close()
 
     # -- chats ----------------------------------------------------------------------------------------
@@ -156,8 +229,8 @@ class ChatStore:
         self._tx("UPDATE chats SET preset_id = ? WHERE id = ?", (preset_id, chat_id))
 
     def delete_chat(self, chat_id: int) -> None:
-        """Soft delete: `undelete_chat` brings it back until the store is next opened."""
-        self._tx("UPDATE chats SET deleted = 1 WHERE id = ?", (chat_id,))
+        """Soft delete: `undelete_chat` brings it back until this store is closed."""
+        self._tx("UPDATE chats SET deleted = ? WHERE id = ?", (os.getpid(), chat_id))
 
     def undelete_chat(self, chat_id: int) -> None:
         self._tx("UPDATE chats SET deleted = 0 WHERE id = ?", (chat_id,))
@@ -179,8 +252,7 @@ class ChatStore:
 
     def add_message(self, chat_id: int, msg: Message) -> Message:
         now = time.time()
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             seq = self._db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM messages WHERE chat_id = ?",
                                    (chat_id,)).fetchone()[0]
             cur = self._db.execute(
@@ -189,22 +261,49 @@ class ChatStore:
                 (chat_id, seq, msg.role, msg.content, now, json.dumps(msg.stats), json.dumps(msg.tool_calls),
                  msg.model))
             self._db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
         msg.id = cur.lastrowid
         return msg
 
+    def import_rows(self, chats: list[dict], messages: list[dict]) -> None:
+        """Chats and messages read from another database (`chat_recovery`), ids kept, in one transaction."""
+        with self._transaction():
+            for c in chats:
+                self._db.execute("INSERT INTO chats(id, title, preset_id, created, updated) VALUES (?, ?, ?, ?, ?)",
+                                 (c["id"], c["title"], c["preset_id"], c["created"], c["updated"]))
+            for m in messages:
+                self._db.execute(
+                    "INSERT INTO messages(id, chat_id, seq, role, content, created, stats, tool_calls, model) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (m["id"], m["chat_id"], m["seq"], m["role"], m["content"], m["created"], m["stats"],
+                     m["tool_calls"], m["model"]))
+
     def truncate_from(self, chat_id: int, message_id: int) -> None:
         """Delete `message_id` and every later message of the chat (edit-and-resend, regenerate)."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             row = self._db.execute("SELECT seq FROM messages WHERE id = ? AND chat_id = ?",
                                    (message_id, chat_id)).fetchone()
             if row is not None:
                 self._db.execute("DELETE FROM messages WHERE chat_id = ? AND seq >= ?", (chat_id, row[0]))
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+
+
+def _move_db_aside(path: Path, label: str) -> Path:
+    """The database file and its -wal and -shm companions, renamed together to one unique name."""
+    aside = move_aside(path, label)
+    for suffix in ("-wal", "-shm"):
+        src = Path(str(path) + suffix)
+        if src.exists():
+            src.replace(Path(str(aside) + suffix))
+    return aside
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether a process with this id runs (1: a deletion whose process is not known, never alive)."""
+    if not isinstance(pid, int) or pid <= 1:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:          # another user's process
+        return True
+    return True

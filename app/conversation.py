@@ -5,21 +5,32 @@ every FLUSH_MS, so a fast model cannot flood the event loop with layout work. A 
 the ChatStore when it ends (finished or stopped), in one transaction; while it streams it lives only
 here, so a crash loses at most that reply.
 
+A message the store cannot write (the disk is full) is kept here, shown as usual, and written, in
+order with any later ones, as soon as a retry every RETRY_MS succeeds; the chat goes on meanwhile.
+
 Signals:
     generatingChanged(bool)
-    replyFinished(dict stats)         a reply ended and was saved (stats has stop_reason)
+    replyFinished(dict stats)         a reply ended (stats has stop_reason)
     replyFailed(str message)          an engine error ended the reply; shown in its bubble
     chatCreated(object Chat), chatChanged(int id)   for the chat list
+    storageFailed(str message)        a write failed: what is kept and what the user can do
+    storageRecovered(str message)     every kept message is saved now
 """
 
 from __future__ import annotations
 
+import sqlite3
+import time
+
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.preset_format import Preset
+from engine.reasoning import ThinkingSplitter
 
-from .chat_store import Chat, ChatStore, Message
+from .chat_store import Chat, ChatStore, ChatStoreError, Message
 from .item_models import MessageModel
+from .reply_versions import count as version_count
+from .reply_versions import kept_for_regenerate, showing, with_versions
 from .preset_store import PresetStore
 from .remote_source import remote_tool_calls
 from .tool_flow import ToolFlow, record_of, with_round
@@ -27,6 +38,7 @@ from .worker import EngineClient
 
 FLUSH_MS = 30
 TITLE_LEN = 48
+RETRY_MS = 5000
 
 
 class Conversation(QObject):
@@ -35,6 +47,8 @@ class Conversation(QObject):
     replyFailed = Signal(str)
     chatCreated = Signal(object)
     chatChanged = Signal(int)
+    storageFailed = Signal(str)
+    storageRecovered = Signal(str)
 
     def __init__(self, chats: ChatStore, presets: PresetStore, client: EngineClient, parent=None):
         super().__init__(parent)
@@ -55,7 +69,11 @@ class Conversation(QObject):
         self.tool_format = "generic"
         self.tools_of = lambda preset: preset.tools    # a preset's tools; the window adds its MCP tools
         self.reply_prefixes: list[str] = []
+        self.template_vars: dict = {}        # extra chat-template variables: enable_thinking
         self._closing = False
+        self._unsaved: list[dict] = []        # {"chat", "msg", "row_msg"}: to write, in this order
+        self._retry = QTimer(self, interval=RETRY_MS)
+        self._retry.timeout.connect(self.save_unsaved)
         self._round_msg: dict | None = None   # {"chat", "row", "msg", "stopped"} while a round runs
         client.worker.modelLoaded.connect(lambda info: setattr(self, "tool_format", info.get("tool_format", "generic")))
         w = client.worker
@@ -80,8 +98,16 @@ class Conversation(QObject):
 
     def open_chat(self, chat_id: int | None) -> None:
         self.chat_id = chat_id
-        msgs = self.chats.messages(chat_id) if chat_id else []
+        try:
+            msgs = self.chats.messages(chat_id) if chat_id else []
+        except sqlite3.DatabaseError as e:     # damaged since the check at start
+            msgs = []
+            self.storageFailed.emit(f"This chat could not be read ({e}). Restart Hearth: it checks the chats "
+                                    "database at start and recovers what can be read.")
         self.model.set_messages(msgs)
+        for u in self._unsaved:               # kept in memory until the disk has room: shown too
+            if u["chat"] == chat_id:
+                u["row_msg"] = self.model.message(self.model.append(u["msg"]))
         g = self._gen
         if g is not None and g["chat"] == chat_id:
             self._flush_now()
@@ -92,8 +118,12 @@ class Conversation(QObject):
         if rm is not None:
             rm["row"] = self.model.append(rm["msg"]) if rm["chat"] == chat_id else -1
 
-    def new_chat(self, preset_id: str) -> Chat:
-        chat = self.chats.create_chat("New chat", preset_id)
+    def new_chat(self, preset_id: str) -> Chat | None:
+        try:
+            chat = self.chats.create_chat("New chat", preset_id)
+        except ChatStoreError as e:
+            self.storageFailed.emit(f"Could not start a chat: {e}. Free some space and try again.")
+            return None
         self.chatCreated.emit(chat)
         self.open_chat(chat.id)
         return chat
@@ -104,16 +134,20 @@ class Conversation(QObject):
         text = text.strip()
         if not text or self.generating:
             return False
-        if self.chat_id is None:
-            self.new_chat(preset_id)
-        if edit_row is not None and 0 <= edit_row < self.model.rowCount():
-            self._truncate(edit_row)
-        msg = self.chats.add_message(self.chat_id, Message("user", text))
+        if self.chat_id is None and self.new_chat(preset_id) is None:
+            return False
+        if edit_row is not None and 0 <= edit_row < self.model.rowCount() and not self._truncate(edit_row):
+            return False
+        msg = Message("user", text)
+        self._save(self.chat_id, msg, msg)     # saved (or kept) first, so the row appears with its id
         self.model.append(msg)
         chat = self.chats.chat(self.chat_id)
         if chat and chat.title == "New chat":
             title = " ".join(text.split())
-            self.chats.rename_chat(self.chat_id, title[:TITLE_LEN] + ("…" if len(title) > TITLE_LEN else ""))
+            try:
+                self.chats.rename_chat(self.chat_id, title[:TITLE_LEN] + ("…" if len(title) > TITLE_LEN else ""))
+            except ChatStoreError:
+                pass                          # the title stays "New chat"; the message itself is kept
         self.chatChanged.emit(self.chat_id)
         self._start()
         return True
@@ -125,11 +159,30 @@ class Conversation(QObject):
         msgs = self.model.messages()
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
         rows = [i for i, m in enumerate(msgs) if m.role == "assistant" and i > last_user]
-        if rows:   # the whole reply goes, tool rounds included
-            self._truncate(rows[0])
+        kept = kept_for_regenerate(msgs[rows[0]]) if len(rows) == 1 else []
+        if rows and not self._truncate(rows[0]):   # the whole reply goes, tool rounds included
+            return False                           # (a plain reply stays as a version)
         if not self.model.rowCount() or self.model.message(self.model.rowCount() - 1).role != "user":
             return False
         self._start()
+        self._gen["versions"] = kept
+        return True
+
+    def switch_version(self, row: int, step: int) -> bool:
+        """Show the previous (step -1) or next (+1) version of the last reply; the chat goes on
+        from the one shown."""
+        if self.generating or self.chat_id is None or row != self.model.rowCount() - 1:
+            return False
+        m = self.model.message(row)
+        shown, n = version_count(m.stats)
+        k = shown - 1 + step
+        if m.role != "assistant" or not 0 <= k < n:
+            return False
+        new = showing(m, k)
+        self._truncate(row)
+        saved = self.chats.add_message(self.chat_id, new)
+        self.model.append(saved)
+        self.chatChanged.emit(self.chat_id)
         return True
 
     def stop(self) -> None:
@@ -140,18 +193,79 @@ class Conversation(QObject):
             self._round_msg["stopped"] = True
             self.tools.stop()
 
-    def _truncate(self, row: int) -> None:
+    def _truncate(self, row: int) -> bool:
+        """Drop `row` and all after it, stored and kept; False (and nothing dropped) when the store
+        cannot write."""
         m = self.model.message(row)
         if m.id:
-            self.chats.truncate_from(self.chat_id, m.id)
+            try:
+                self.chats.truncate_from(self.chat_id, m.id)
+            except ChatStoreError as e:
+                self.storageFailed.emit(f"Could not change the chat: {e}. Free some space and try again.")
+                return False
+        gone = {id(x) for x in self.model.messages()[row:]}
+        self._unsaved = [u for u in self._unsaved if id(u["row_msg"]) not in gone]
         self.model.truncate(row)
+        return True
 
-    def history(self) -> list[dict]:
+    # -- writing --------------------------------------------------------------------------------------
+    def _save(self, chat_id: int, msg: Message, row_msg: Message | None) -> None:
+        """Write `msg` (shown as `row_msg`, which gets its id), after any messages still kept; when
+        the store cannot write, keep it and say so once."""
+        self._unsaved.append({"chat": chat_id, "msg": msg, "row_msg": row_msg})
+        error = self._write_unsaved()
+        if error is None:
+            return
+        if not self._retry.isActive():
+            self._retry.start()
+            self.storageFailed.emit(f"Could not save the chat: {error}. What you see is kept and will be saved "
+                                    "as soon as there is room; free some space (you can also copy the reply).")
+
+    def save_unsaved(self) -> bool:
+        """Try again to write what is kept; True when nothing is left."""
+        had = bool(self._unsaved)
+        if self._write_unsaved() is not None:
+            return False
+        self._retry.stop()
+        if had:
+            self.storageRecovered.emit("There is room again: every message is saved.")
+        return True
+
+    def _write_unsaved(self) -> ChatStoreError | None:
+        while self._unsaved:
+            u = self._unsaved[0]
+            try:
+                saved = self.chats.add_message(u["chat"], u["msg"])
+            except ChatStoreError as e:
+                return e
+            except sqlite3.IntegrityError:    # its chat was deleted meanwhile: nothing to keep it in
+                saved = None
+            self._unsaved.pop(0)
+            if saved is not None and u["row_msg"] is not None:
+                u["row_msg"].id = saved.id
+                for row, m in enumerate(self.model.messages()):
+                    if m is u["row_msg"]:
+                        self.model.set_id(row, saved.id)
+            if saved is not None:
+                self.chatChanged.emit(u["chat"])
+        return None
+
+    def history(self, upto: int | None = None) -> list[dict]:
+        """The chat as template messages (the messages before row `upto`, all by default)."""
         p = self.preset()
         msgs = [{"role": "system", "content": p.system_prompt}] if p.system_prompt else []
-        for m in self.model.messages():
+        for m in self.model.messages()[:upto]:
+            if m.role == "assistant" and not m.content and (m.stats or {}).get("error"):
+                continue   # a failed reply: the model never wrote it
             if m.role == "assistant" and m.tool_calls:
                 msgs = with_round(msgs, m.content, m.tool_calls)
+            elif m.role == "assistant" and (m.stats or {}).get("thinking"):
+                # the template decides whether earlier thinking goes back into the prompt
+                msgs.append({"role": "assistant", "content": m.content,
+                             "reasoning_content": m.stats["thinking"].get("text", "")})
+            elif m.role == "user" and msgs and msgs[-1]["role"] == "user":
+                # after a failed reply: templates want user and assistant turns to alternate
+                msgs[-1] = {"role": "user", "content": f"{msgs[-1]['content']}\n\n{m.content}"}
             elif m.role in ("user", "assistant"):
                 msgs.append({"role": m.role, "content": m.content})
         return msgs
@@ -171,19 +285,25 @@ class Conversation(QObject):
         if self.reply_prefixes:
             history.append({"role": "assistant", "content": self.reply_prefixes.pop(0)})
         round_no = self._tool_round_no()
-        row = self.model.append(Message("assistant", ""), streaming=True)
+        row = self.model.append(Message("assistant", "", model=self.model_name), streaming=True)
         tools = self.tools_of(p)
         rid = self.client.generate(history, tools, dict(p.sampling), system=p.system_prompt,
-                                   preset_id=p.id, label=p.name)
+                                   preset_id=p.id, label=p.name, context_policy=p.context_policy,
+                                   template_vars=dict(self.template_vars))
         self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": "",
                      "parse": self.tools.parse_reply(self.tool_format, tools), "tools": list(tools),
-                     "round": round_no}
+                     "round": round_no, "think": ThinkingSplitter(),
+                     "thinking": {"text": "", "tokens": 0, "seconds": 0.0, "done": False}, "think_t0": None}
         self.generatingChanged.emit(True)
 
     # -- worker signals -------------------------------------------------------------------------------
     def _on_delta(self, rid: int, text: str) -> None:
         g = self._gen
         if g is None or rid != g["rid"]:
+            return
+        thought, text = g["think"].feed(text)
+        self._add_thinking(g, thought)
+        if not text:
             return
         text = g["parse"].feed(text)
         if g["parse"].ended and not g.get("tool_stop"):
@@ -194,11 +314,28 @@ class Conversation(QObject):
         if not self._flush.isActive():
             self._flush.start()
 
+    def _add_thinking(self, g: dict, thought: str) -> None:
+        """Count and time the thinking (a delta is a token) and show it as it streams."""
+        th = g["thinking"]
+        if thought or g["think"].state == "thinking":
+            th["tokens"] += 1
+            g["think_t0"] = g["think_t0"] or time.monotonic()
+        th["text"] += thought
+        if g["think_t0"] is not None and not th["done"]:
+            th["seconds"] = time.monotonic() - g["think_t0"]
+            th["done"] = g["think"].thinking_done
+            g["think_dirty"] = True
+            if not self._flush.isActive():
+                self._flush.start()
+
     def _on_flush(self) -> None:
         self._flush_now()
 
     def _flush_now(self) -> None:
         g = self._gen
+        if g is not None and g.get("think_dirty") and g["row"] >= 0:
+            g["think_dirty"] = False
+            self.model.set_thinking(g["row"], g["thinking"])
         if g is None or not g["pending"]:
             return
         if g["row"] >= 0:
@@ -207,7 +344,11 @@ class Conversation(QObject):
 
     def _end(self, stats: dict, error: str = "") -> None:
         g = self._gen
-        rest = g["parse"].finish()
+        thought, rest = g["think"].finish()
+        self._add_thinking(g, thought)
+        if g["thinking"]["text"].strip():
+            stats = {**stats, "thinking": {**g["thinking"], "done": True}}
+        rest = g["parse"].feed(rest) + g["parse"].finish()
         g["text"] += rest
         g["pending"] += rest
         self._flush_now()
@@ -216,16 +357,16 @@ class Conversation(QObject):
         if calls and not error:
             self._end_with_calls(g, stats, calls)
             return
-        saved = None
-        if g["text"] or not error:
-            saved = self.chats.add_message(g["chat"], Message("assistant", g["text"], stats=dict(stats),
-                                                              model=self.model_name))
-            self.chatChanged.emit(g["chat"])
+        # A failed reply is kept too, with its error: after a restart the chat still ends with a
+        # reply that says what went wrong and can be regenerated, never with an unanswered message.
+        if error:
+            stats = {**stats, "error": error}
+        stats = with_versions(stats, g.get("versions") or [])
         if g["row"] >= 0:
             self.model.finish(g["row"], stats, error)
-            if saved is not None:
-                self.model.set_id(g["row"], saved.id)
         self._gen = None
+        self._save(g["chat"], Message("assistant", g["text"], stats=dict(stats), model=self.model_name),
+                   self.model.message(g["row"]) if g["row"] >= 0 else None)
         self.generatingChanged.emit(False)
 
     def _end_with_calls(self, g: dict, stats: dict, calls: list) -> None:
@@ -265,12 +406,10 @@ class Conversation(QObject):
         if rm is None:
             return
         rm["msg"].tool_calls = records
-        saved = self.chats.add_message(rm["chat"], rm["msg"])
         if rm["row"] >= 0:
             self.model.set_tool_calls(rm["row"], records)
-            self.model.set_id(rm["row"], saved.id)
-        self.chatChanged.emit(rm["chat"])
         self._round_msg = None
+        self._save(rm["chat"], rm["msg"], self.model.message(rm["row"]) if rm["row"] >= 0 else None)
         go_on = (not rm["stopped"] and rm["chat"] == self.chat_id and not self._closing
                  and rm["round"] <= self.tools.max_rounds)
         if go_on:
@@ -291,10 +430,11 @@ class Conversation(QObject):
         self.replyFailed.emit(message)
 
     def close(self) -> None:
-        """At quit: keep what was streamed of a reply in progress."""
+        """At quit: keep what was streamed of a reply in progress (and a last try at what is kept)."""
         self._closing = True
         if self._gen is not None:
             self._gen["user_stop"] = True
             self._end({"stop_reason": "interrupted"})
         if self._round_msg is not None:
             self.stop()
+        self.save_unsaved()

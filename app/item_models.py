@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import (QAbstractListModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt)
 
-from .chat_store import Chat, ChatStore, Message
+from .chat_store import Chat, ChatStore, ChatStoreError, Message
 from .preset_store import PresetStore
 
 IdRole = Qt.ItemDataRole.UserRole + 1
@@ -54,7 +54,10 @@ class ChatListModel(QAbstractListModel):
         if not title:
             return False
         c = self._chats[index.row()]
-        self._store.rename_chat(c.id, title)
+        try:
+            self._store.rename_chat(c.id, title)
+        except ChatStoreError:        # a full disk: the old title stays, as shown
+            return False
         c.title = title
         self.dataChanged.emit(index, index, [Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole])
         return True
@@ -134,14 +137,14 @@ class MessageModel(QAbstractListModel):
             return m.content
         if role == RoleRole:
             return m.role
-        if role == StatsRole:
-            return dict(m.stats)
+        if role == StatsRole:   # with the model that wrote it, for the info line
+            return {**({"model": m.model} if m.model else {}), **m.stats}
         if role == StreamingRole:
             return index.row() == self._streaming
         if role == IdRole:
             return m.id
         if role == ErrorRole:
-            return self._errors.get(index.row(), "")
+            return self._errors.get(index.row(), "") or (m.stats or {}).get("error", "")
         if role == ToolCallsRole:
             return [dict(c) for c in m.tool_calls]
         return None
@@ -186,6 +189,12 @@ class MessageModel(QAbstractListModel):
             self._streaming = -1
         i = self.index(row)
         self.dataChanged.emit(i, i, [StatsRole, StreamingRole, ErrorRole])
+
+    def set_thinking(self, row: int, thinking: dict) -> None:
+        """The reply's thinking so far (stats["thinking"]), while it streams."""
+        self._rows[row].stats = {**(self._rows[row].stats or {}), "thinking": dict(thinking)}
+        i = self.index(row)
+        self.dataChanged.emit(i, i, [StatsRole])
 
     def set_tool_calls(self, row: int, calls: list) -> None:
         self._rows[row].tool_calls = [dict(c) for c in calls]

@@ -17,6 +17,7 @@ from .chat_store import ChatStore
 from .preset_store import RESOURCES, PresetStore
 from .remote_source import RemoteBackend, RoutingBackend
 from .settings import Settings
+from .single_instance import SingleInstance
 from .window import MainWindow
 
 
@@ -46,7 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv if argv is None else argv)
     app.setApplicationDisplayName("Hearth")
     app.setDesktopFileName("hearth")
+    # One window per data folder: a second start brings the first forward instead of opening a
+    # second window that would rewrite the same presets and purge the same deleted chats.
+    guard = SingleInstance(data_dir())
+    if not guard.claim():
+        print(f"Hearth is already running on {data_dir()}; its window was brought forward.", file=sys.stderr)
+        return 0
     win = create_window()
+    guard.activated.connect(lambda: _bring_forward(win))
     win.show()
     # Ctrl+C in the terminal or a SIGTERM closes the window the normal way (settings saved, the
     # engine thread stopped, a reply in progress kept). Python runs signal handlers only between
@@ -56,4 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     wake = QTimer(interval=250)
     wake.timeout.connect(lambda: None)
     wake.start()
-    return app.exec()
+    try:
+        return app.exec()
+    finally:
+        guard.release()
+
+
+def _bring_forward(win: MainWindow) -> None:
+    logging.getLogger("app").info("Hearth was started again: bringing the window forward")
+    if win.isMinimized():
+        win.showNormal()
+    win.show()
+    win.raise_()
+    win.activateWindow()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from engine.context_policy import POLICY_NAMES
+
 _FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)[ \t]*([\w+#.-]*)[^\n]*$", re.M)
 
 
@@ -66,9 +68,21 @@ def format_stats(stats: dict) -> str:
         parts.append(f"first token {stats['ttft_s'] * 1000:.0f} ms")
     if stats.get("reused_tokens") is not None and stats.get("computed_tokens") is not None:
         parts.append(f"prompt {stats['reused_tokens']} reused + {stats['computed_tokens']} computed")
-    reason = stats.get("stop_reason", "")
-    if reason in ("stopped", "cancel", "cancelled"):
-        parts.append("stopped")
-    elif reason in ("length", "max_tokens"):
-        parts.append("hit max tokens")
+    dropped = stats.get("dropped_messages")
+    if dropped:
+        how = POLICY_NAMES.get(stats.get("context_policy", ""), "context policy").lower()
+        parts.append(f"{dropped} earlier message{'s' if dropped != 1 else ''} left out ({how})")
+    cut = CUT_OFF.get(stats.get("stop_reason", ""))
+    if cut:
+        parts.append(cut)
+    if stats.get("model"):
+        where = f" at {stats['remote']}" if stats.get("remote") else \
+            f" on {stats['backend'].upper()}" if stats.get("backend") in ("cpu", "gpu") else ""
+        parts.append(f"{stats['model']}{where}")
     return "  ·  ".join(parts)
+
+
+# Why a reply ended before the model finished it, in the reply's info line.
+CUT_OFF = {"stopped": "stopped by you", "cancel": "stopped by you", "cancelled": "stopped by you",
+           "length": "cut off: max tokens reached", "max_tokens": "cut off: max tokens reached",
+           "context_full": "cut off: the context is full", "interrupted": "cut off: Hearth was closed"}

@@ -11,9 +11,11 @@ class MessageInput(QPlainTextEdit):
 
     Signals:
         sendRequested()
+        filesDropped(list paths)   files dropped (or pasted) on the box: attachments, not text
     """
 
     sendRequested = Signal()
+    filesDropped = Signal(list)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -31,6 +33,16 @@ class MessageInput(QPlainTextEdit):
                 self.sendRequested.emit()
             return
         super().keyPressEvent(e)
+
+    def canInsertFromMimeData(self, source) -> bool:
+        return source.hasUrls() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source) -> None:
+        files = [u.toLocalFile() for u in source.urls() if u.isLocalFile()] if source.hasUrls() else []
+        if files:
+            self.filesDropped.emit(files)
+        else:
+            super().insertFromMimeData(source)
 
     def _fit(self) -> None:
         lines = max(1, min(8, int(self.document().size().height())))

@@ -8,6 +8,7 @@ already) and existing segment widgets are reused, so an update touches only the 
 Signals:
     editRequested(int row)        the user wants to edit and resend a user message
     regenerateRequested()         the user wants a new last reply
+    versionRequested(int step)    the user wants the last reply's previous (-1) / next (+1) version
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .item_models import ErrorRole, RoleRole, StatsRole, StreamingRole, ToolCall
 class MessageView(QScrollArea):
     editRequested = Signal(int)
     regenerateRequested = Signal()
+    versionRequested = Signal(int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -107,6 +109,7 @@ class MessageView(QScrollArea):
             bubble = MessageBubble(idx.data(RoleRole))
             bubble.editClicked.connect(lambda b=bubble: self.editRequested.emit(self.row_of(b)))
             bubble.regenerateClicked.connect(self.regenerateRequested)
+            bubble.versionClicked.connect(self.versionRequested)
             holder = BubbleRow(bubble)
             self._layout.insertWidget(1 + row, holder)
             self._bubbles.insert(row, bubble)
@@ -137,12 +140,16 @@ class MessageView(QScrollArea):
         self._rows[row].refit()
 
     def _refresh_actions(self) -> None:
-        """Only the last reply can be regenerated."""
+        """Only the last reply can be regenerated, and only while no message comes after it."""
         self.empty.setVisible(not self._bubbles)
         last_assistant = max((i for i, b in enumerate(self._bubbles) if b.role == "assistant"), default=-1)
+        last_user = max((i for i, b in enumerate(self._bubbles) if b.role == "user"), default=-1)
+        if last_user > last_assistant:
+            last_assistant = -1
         for i, b in enumerate(self._bubbles):
             if b.role == "assistant":
                 b.regenerateButton.setVisible(i == last_assistant)
+                b.show_versions(i == last_assistant == len(self._bubbles) - 1)
 
     # -- follow the bottom while the user has not scrolled up -----------------------------------------
     def _on_scrolled(self, value: int) -> None:

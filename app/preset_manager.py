@@ -14,10 +14,11 @@ from pathlib import Path
 
 from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
 from PySide6.QtGui import QFontDatabase
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
-                               QLineEdit, QListView, QMenu, QMessageBox, QPlainTextEdit, QPushButton,
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
+                               QLabel, QLineEdit, QListView, QMenu, QMessageBox, QPlainTextEdit, QPushButton,
                                QSplitter, QToolButton, QVBoxLayout, QWidget)
 
+from engine.context_policy import POLICIES, POLICY_NAMES
 from engine.preset_format import Preset, PresetError, new_id
 from engine.tools import ToolSchemaError, validate_tool_set
 
@@ -92,6 +93,13 @@ class PresetManager(QDialog):
         form.addRow("Name", self.nameEdit)
         form.addRow("System prompt", self.systemEdit)
         form.addRow("Preferred model", self.modelEdit)
+        self.policyPicker = QComboBox(objectName="presetContextPolicy")
+        for key in POLICIES:
+            self.policyPicker.addItem(POLICY_NAMES[key], key)
+        self.policyPicker.setToolTip("When the chat no longer fits the model's context: stop with a message, "
+                                     "leave out the oldest exchanges after the first one, or keep only the "
+                                     "latest ones. The system prompt is always kept.")
+        form.addRow("When the context is full", self.policyPicker)
         rl.addLayout(form, 3)
         toolsHead = QHBoxLayout()
         toolsHead.addWidget(QLabel("Tools (JSON list of function definitions)", objectName="panelTitle"))
@@ -169,6 +177,7 @@ class PresetManager(QDialog):
         self.nameEdit.setText(p.name)
         self.systemEdit.setPlainText(p.system_prompt)
         self.modelEdit.setText(p.model)
+        self.policyPicker.setCurrentIndex(max(0, self.policyPicker.findData(p.context_policy)))
         self.toolsEdit.setPlainText(json.dumps(p.tools, indent=2) if p.tools else "[]")
         self.sampling.set_sampling(p.sampling)
         if self.mcpServers is not None:
@@ -223,6 +232,7 @@ class PresetManager(QDialog):
         return Preset.from_json({"id": self._current or new_id(), "name": self.nameEdit.text(),
                                  "system_prompt": self.systemEdit.toPlainText(), "tools": tools,
                                  "sampling": self.sampling.sampling(), "model": self.modelEdit.text().strip(),
+                                 "context_policy": self.policyPicker.currentData(),
                                  "mcp_servers": self.mcpServers.checked() if self.mcpServers is not None
                                  else self.store.get(self._current).mcp_servers if self.store.get(self._current)
                                  else []})

@@ -2,18 +2,26 @@
 
 The format (parse, validate, dump) is engine/preset_format.py's; this module owns the file: written
 atomically, and a file that cannot be read (bad JSON, another format, a newer version, an invalid
-preset) is never silently dropped: it is moved aside to `presets.corrupt-<time>.json`, every preset
-in it that is still valid is kept, and `notice` says what happened so the window can show it.
+preset) is never silently dropped: it is moved aside to `presets.corrupt-<time>-<pid>-<random>.json`
+(a name no other process picks), every preset in it that is still valid is kept, and `notice` says
+what happened so the window can show it.
+
+Another process may save the file too (a second Hearth on the same data folder, which the app's
+single-instance guard normally prevents, or a script): every save takes a lock on `presets.json.lock`,
+reads the file again and merges what changed there since this store last read or wrote it
+(app/preset_merge.py) before writing, so neither side's new, edited or deleted presets are lost.
+Temporary files left by a writer that died are removed at load.
 """
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 from engine.atomic_file import write_text_atomic
+from engine.files import file_lock, move_aside, orphaned
 from engine.preset_format import Preset, PresetError, dumps, new_id, parse
+
+from .preset_merge import merge
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 
@@ -29,29 +37,33 @@ class PresetStore:
         self.shipped = Path(shipped) if shipped else RESOURCES / "presets.json"
         self.notice = ""
         self.presets: list[Preset] = []
-        self._load()
+        self._base: dict[str, dict] = {}     # the file's presets as last read or written, by id
+        with file_lock(self.path):
+            self._load()
 
     def _load(self) -> None:
+        for tmp in orphaned(self.path.parent.glob(f".{self.path.name}.*.tmp")):
+            tmp.unlink(missing_ok=True)
         if not self.path.exists():
             self.presets = self._shipped()
-            self.save()
+            self._write()
             return
         try:
             presets, problems = parse(self.path.read_text(encoding="utf-8"), self.path.name)
         except (PresetError, UnicodeDecodeError, OSError) as e:
             presets, problems = [], [str(e)]
         if problems:
-            aside = self.path.with_name(f"presets.corrupt-{time.strftime('%Y%m%d-%H%M%S')}.json")
-            os.replace(self.path, aside)
+            aside = move_aside(self.path, "corrupt")
             kept = f"kept {len(presets)} preset(s) that were valid" if presets else "loaded the shipped presets"
             self.notice = (f"Your presets file could not be read fully ({problems[0]}). It was moved to "
                            f"{aside} and Hearth {kept}.")
             if not presets:
                 presets = self._shipped()
             self.presets = presets
-            self.save()
+            self._write()
             return
         self.presets = presets or self._shipped()
+        self._base = {p.id: p.to_json() for p in presets}
 
     def _shipped(self) -> list[Preset]:
         try:
@@ -60,7 +72,25 @@ class PresetStore:
             return [Preset("assistant", "Assistant", "You are a helpful assistant.")]
 
     def save(self) -> None:
+        """Write the presets, merged with what another process saved since this store last did."""
+        with file_lock(self.path):
+            theirs = self._read_current()
+            if theirs is not None:
+                self.presets = merge(self._base, self.presets, theirs, key=lambda p: p.id,
+                                     same=lambda base, p: base == p.to_json())
+            self._write()
+
+    def _read_current(self) -> list[Preset] | None:
+        """The file as it is now, or None when it is missing or unreadable (then ours is written)."""
+        try:
+            presets, problems = parse(self.path.read_text(encoding="utf-8"), self.path.name)
+        except (PresetError, UnicodeDecodeError, OSError):
+            return None
+        return None if problems else presets
+
+    def _write(self) -> None:
         write_text_atomic(self.path, dumps(self.presets))
+        self._base = {p.id: p.to_json() for p in self.presets}
 
     # -- queries --------------------------------------------------------------------------------------
     def get(self, pid: str) -> Preset | None:

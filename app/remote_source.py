@@ -124,7 +124,7 @@ class RemoteBackend(ChatBackend):
                               adapter=f"server {client.base_url}", load_s=time.perf_counter() - t0)
         return self.info
 
-    def stream(self, messages, tools, sampling, cancel, progress=None):
+    def stream(self, messages, tools, sampling, cancel, progress=None, policy="stop", template_vars=None):
         s = dict(sampling)
         max_tokens = int(s.pop("max_tokens", 512) or 512)
         reply = self.client.chat(messages, self.model, tools=tools or None, sampling=s, max_tokens=max_tokens,
@@ -191,11 +191,14 @@ class RoutingBackend(ChatBackend):
     def prepare_prefix(self, system, tools, progress, label=None, cancel=None):
         return self.active.prepare_prefix(system, tools, progress, label, cancel)
 
-    def stream(self, messages, tools, sampling, cancel, progress=None):
-        return self.active.stream(messages, tools, sampling, cancel, progress)
+    def stream(self, messages, tools, sampling, cancel, progress=None, policy="stop", template_vars=None):
+        return self.active.stream(messages, tools, sampling, cancel, progress, policy, template_vars)
 
     def context(self) -> dict:
         return self.active.context()
+
+    def count_tokens(self, messages, tools, text) -> dict:
+        return self.active.count_tokens(messages, tools, text)
 
     def cache_images(self) -> dict:
         return self.local.cache_images()

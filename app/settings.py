@@ -30,6 +30,8 @@ DECLARED: dict[str, tuple[type, object, str]] = {
     "ui/sampling_panel": (bool, True, "sampling panel shown"),
     "cache/cap_gib": (float, 2.0, "prefix image cache cap in GiB"),
     "tools/allow_fetch": (bool, False, "the fetch_url tool may reach the network (off unless the user turns it on)"),
+    "tools/fetch_allowed_hosts": (list, [], "hosts fetch_url may reach although they are this machine or a "
+                                            "private network (a local wiki): host names as written in URLs"),
     "tools/max_rounds": (int, 5, "tool rounds per reply before the calls are no longer run"),
     "remote/servers": (list, [], "remote servers used, most recent first: {url, models, key}"),
     "remote/keys": (list, [], "API keys kept here when no system keyring is usable: {url, key}"),

@@ -45,6 +45,8 @@ QMainWindow, QDialog {{ background: {window}; }}
 #bubbleRole {{ font-weight: 600; color: {text}; }}
 #bubbleStats {{ color: {muted}; font-size: 8.5pt; }}
 #bubbleError {{ color: {error}; }}
+#tokenCount {{ color: {muted}; font-size: 11px; }}
+#tokenCount[kind="too_long"] {{ color: {error}; }}
 #typingIndicator {{ color: {muted}; font-size: 14pt; }}
 #markdownText {{ color: {text}; font-size: 10.5pt; }}
 #emptyHint {{ color: {muted}; font-size: 12pt; padding: 60px; }}

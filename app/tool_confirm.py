@@ -2,6 +2,8 @@
 
     Allow / Deny / Always allow for this chat     a built-in tool (calculator, date, units, fetch)
     Pick a file… / Deny                           read_file: only the file picked can be read
+    Read it / Pick another… / Deny                read_file, when the file picked is a link: the bar
+                                                  says where it leads before anything is read
     [type the result] Send result / Deny          a custom tool with no implementation
 
 It follows a ToolFlow: shown on confirmRequested, hidden on confirmCleared; its buttons answer
@@ -23,6 +25,8 @@ from PySide6.QtWidgets import (
     QPushButton,
     QVBoxLayout,
 )
+
+from engine.files import link_target
 
 from .tool_flow import ToolFlow
 
@@ -47,7 +51,7 @@ class ToolConfirmBar(QFrame):
         self.pickFileButton = QPushButton("Pick a file…", objectName="toolPickFileButton")
         self.pickFileButton.clicked.connect(self._on_pick_file)
         self.allowButton = QPushButton("Allow", objectName="toolAllowButton")
-        self.allowButton.clicked.connect(lambda: flow.allow())
+        self.allowButton.clicked.connect(self._on_allow)
         self.alwaysButton = QPushButton("Always allow for this chat", objectName="toolAlwaysButton")
         self.alwaysButton.setToolTip("Run this tool without asking again in this chat")
         self.alwaysButton.clicked.connect(lambda: flow.allow(always=True))
@@ -60,12 +64,15 @@ class ToolConfirmBar(QFrame):
             row.addWidget(b)
         lay.addLayout(row)
         self.kind = ""
+        self.picked = ""          # a picked link waiting for "Read it"
         self.hide()
         flow.confirmRequested.connect(self._on_request)
         flow.confirmCleared.connect(self._on_cleared)
 
     def _on_request(self, rec: dict, kind: str) -> None:
-        self.kind = kind
+        self.kind, self.picked = kind, ""
+        self.allowButton.setText("Allow")
+        self.pickFileButton.setText("Pick a file…")
         name = rec.get("name", "?")
         args = rec.get("arguments") or {}
         shown = "<br>".join(f"&nbsp;&nbsp;<code>{_esc(k)}</code> = <code>{_esc(json.dumps(v, ensure_ascii=False))}</code>"
@@ -92,10 +99,31 @@ class ToolConfirmBar(QFrame):
         if self.kind == "type":
             self.flow.give_result(self.resultEdit.text())
 
+    def _on_allow(self) -> None:
+        if self.kind == "link":
+            self.flow.allow_file(self.picked)
+        else:
+            self.flow.allow()
+
     def _on_pick_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Pick the file the assistant may read", os.path.expanduser("~"))
         if path:
+            self.take_pick(path)
+
+    def take_pick(self, path: str) -> None:
+        """The file the user picked. A link is not read through unseen: the bar names its target and
+        waits for "Read it"."""
+        target = link_target(path)
+        if target is None:
             self.flow.allow_file(path)
+            return
+        self.kind, self.picked = "link", path
+        self.text.setText(f"<b>{_esc(os.path.basename(path))}</b> is a link to <b>{_esc(str(target))}</b>.<br>"
+                          "The assistant will read that file. Read it?")
+        self.allowButton.setText("Read it")
+        self.pickFileButton.setText("Pick another…")
+        self.allowButton.setVisible(True)
+        self.allowButton.setFocus()
 
 
 def _esc(s: str) -> str:

@@ -121,6 +121,7 @@ class ToolFlow(QObject):
         self.allow_fetch = False
         self.runs = dict          # () -> {tool name: run} for tools run outside the app (MCP servers)
         self.origin = lambda name: ""   # where such a tool runs, in words ("MCP server files")
+        self.fetch_allowed_hosts: frozenset = frozenset()
         self._always: dict[int, set[str]] = {}      # chat id -> tools always allowed in it
         self._round: dict | None = None
         self._serial = 0
@@ -138,8 +139,10 @@ class ToolFlow(QObject):
 
     def use_settings(self, settings) -> None:
         def read(name: str = "") -> None:
-            if name in ("", "tools/allow_fetch", "tools/max_rounds"):
+            if name in ("", "tools/allow_fetch", "tools/fetch_allowed_hosts", "tools/max_rounds"):
                 self.allow_fetch = bool(settings.get("tools/allow_fetch"))
+                self.fetch_allowed_hosts = frozenset(str(h).strip() for h in settings.get("tools/fetch_allowed_hosts")
+                                                     if str(h).strip())
                 self.max_rounds = max(1, int(settings.get("tools/max_rounds")))
         read()
         settings.changed.connect(read)
@@ -182,7 +185,7 @@ class ToolFlow(QObject):
         rec = recs[r["i"]]
         if rec["name"] in self._always.get(r["chat"], ()) and rec["name"] != "read_file" \
                 and not r["registry"].needs_user_result(rec["name"]):
-            self._run(rec, dict(rec["arguments"]), ToolContext(allow_fetch=self.allow_fetch))
+            self._run(rec, dict(rec["arguments"]), self._context())
             return
         kind = "file" if rec["name"] == "read_file" else "type" if r["registry"].needs_user_result(rec["name"]) \
             else "run"
@@ -196,7 +199,7 @@ class ToolFlow(QObject):
             return
         if always:
             self._always.setdefault(self._round["chat"], set()).add(rec["name"])
-        self._run(rec, dict(rec["arguments"]), ToolContext(allow_fetch=self.allow_fetch))
+        self._run(rec, dict(rec["arguments"]), self._context())
 
     def allow_file(self, path: str) -> None:
         """read_file with the file the user picked: only that file can be read."""
@@ -204,7 +207,7 @@ class ToolFlow(QObject):
         if rec is None:
             return
         args = dict(rec["arguments"], path=path)
-        self._run(rec, args, ToolContext(allowed_files=frozenset({path}), allow_fetch=self.allow_fetch))
+        self._run(rec, args, self._context(allowed_files=frozenset({path})))
 
     def give_result(self, text: str) -> None:
         """A custom tool's result, typed by the user."""
@@ -232,6 +235,9 @@ class ToolFlow(QObject):
         r["i"] = len(r["records"]) - 1
         r["stopped"] = True
         self._next()
+
+    def _context(self, **kw) -> ToolContext:
+        return ToolContext(allow_fetch=self.allow_fetch, fetch_allowed_hosts=self.fetch_allowed_hosts, **kw)
 
     def _take_waiting(self) -> dict | None:
         r = self._round

@@ -14,14 +14,23 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHB
                                QProgressBar, QPushButton, QSizePolicy, QSplitter, QToolButton,
                                QVBoxLayout, QWidget)
 
+from engine.errors import EngineError
+from engine.library.model_facts import read_facts
+from engine.library.model_settings import ModelSettingsStore
 from engine.paths import cache_dir
 
 from . import theme
 from .chat_source import human_bytes, human_params
 from .cache_panel import CachePanel
 from .chat_sidebar import ChatSidebar
-from .chat_store import ChatStore
+from .chat_store import ChatStore, ChatStoreError
+from .context_length import ContextLengthDialog, n_ctx_for, real_model_path, set_n_ctx
 from .conversation import Conversation
+from .attachment_bar import AttachmentBar
+from .attachments import message_text
+from .draft_tokens import DraftTokens
+from .export import ChatImportError, import_json
+from .export import export as export_chats
 from .message_input import MessageInput
 from .mcp_servers import McpServers
 from .mcp_tools import McpTools
@@ -57,6 +66,7 @@ class MainWindow(QMainWindow):
         self.chats = chats
         self.presets = presets
         self.client = EngineClient(backend, self)
+        self.modelSettings = ModelSettingsStore()
         self.conversation = Conversation(chats, presets, self.client, self)
         self.conversation.tools.use_settings(settings)
         self.mcp = McpTools(McpServers(settings), log_dir=cache_dir() / "logs", parent=self)
@@ -178,7 +188,18 @@ class MainWindow(QMainWindow):
         self.stopButton = QPushButton("Stop", objectName="stopButton")
         self.stopButton.setToolTip("Stop the reply (Esc)")
         self.stopButton.hide()
+        self.tokenCount = QLabel("", objectName="tokenCount")
+        self.attachButton = QToolButton(text="Attach", objectName="attachButton")
+        self.attachButton.setToolTip("Attach text, code or PDF files (or drop them on the message box)")
+        self.attachmentBar = AttachmentBar(self.conversation, self.client)
+        self.thinkingToggle = QToolButton(text="Think", objectName="thinkingToggle", checkable=True, checked=True)
+        self.thinkingToggle.setToolTip("Let the model think before it answers (its template's enable_thinking)")
+        self.thinkingToggle.toggled.connect(self._on_thinking_toggled)
+        self.thinkingToggle.hide()
+        il.addWidget(self.attachButton, 0, Qt.AlignmentFlag.AlignBottom)
         il.addWidget(self.messageInput, 1)
+        il.addWidget(self.tokenCount, 0, Qt.AlignmentFlag.AlignBottom)
+        il.addWidget(self.thinkingToggle, 0, Qt.AlignmentFlag.AlignBottom)
         il.addWidget(self.sendButton, 0, Qt.AlignmentFlag.AlignBottom)
         il.addWidget(self.stopButton, 0, Qt.AlignmentFlag.AlignBottom)
         self.editHint = QLabel("", objectName="hint")
@@ -197,6 +218,7 @@ class MainWindow(QMainWindow):
         self.toolConfirm = ToolConfirmBar(self.conversation.tools)
         bo.addWidget(self.toolConfirm)
         bo.addWidget(self.editHint)
+        bo.addWidget(self.attachmentBar)
         bo.addWidget(inputFrame)
         cl.addWidget(bottom)
         return centre
@@ -225,6 +247,10 @@ class MainWindow(QMainWindow):
         f.addAction("Open model file…", self._open_model_file)
         f.addAction("Models…", QKeySequence("Ctrl+Shift+M"), lambda: self.library.open())
         f.addSeparator()
+        f.addAction("Export chat…", lambda: self._export_dialog(False))
+        f.addAction("Export all chats…", lambda: self._export_dialog(True))
+        f.addAction("Import chats…", self._import_dialog)
+        f.addSeparator()
         f.addAction("Quit", QKeySequence.StandardKey.Quit, self.close)
         c = mb.addMenu("&Chat")
         self.regenerateAction = c.addAction("Regenerate last reply", self.regenerate)
@@ -245,6 +271,7 @@ class MainWindow(QMainWindow):
         v.addAction("Sampling panel", self.samplingToggle.toggle)
         s = mb.addMenu("&Settings")
         s.addAction("Prefix cache…", self.open_cache_panel)
+        self.contextLengthAction = s.addAction("Context length…", self.open_context_length)
         self.serveToggle = ServeToggle(self.settings, self.client, s, self.statusBar(), self)
         self.serveToggle.problem.connect(self.show_banner)
         self.modelReady.connect(self.serveToggle.on_model_ready)
@@ -268,14 +295,25 @@ class MainWindow(QMainWindow):
         cv.replyFinished.connect(self._on_reply_finished)
         cv.chatCreated.connect(self._on_chat_created)
         cv.chatChanged.connect(self._on_chat_changed)
+        cv.storageFailed.connect(lambda message: self.show_banner(message, "error"))
+        self.sidebar.storageFailed.connect(lambda message: self.show_banner(message, "error"))
+        cv.storageRecovered.connect(lambda message: self.show_banner(message, "notice"))
         self.sendButton.clicked.connect(self.send)
         self.stopButton.clicked.connect(self.stop)
         self.messageInput.sendRequested.connect(self.send)
+        self.draftTokens = DraftTokens(self.messageInput, self.conversation, self.client, self.tokenCount,
+                                       lambda: self._edit_row, self.draft_text, self)
+        self.attachmentBar.changed.connect(self.draftTokens.recount)
+        self.attachmentBar.refused.connect(lambda why: self.show_banner(why, "warning"))
+        self.messageInput.filesDropped.connect(self.attachmentBar.add_files)
+        self.attachButton.clicked.connect(self._attach_dialog)
         self.sidebar.newChatRequested.connect(self.new_chat)
         self.sidebar.chatSelected.connect(self._on_chat_selected)
         self.sidebar.deleteRequested.connect(self.delete_chat)
         self.messageView.editRequested.connect(self.edit_message)
         self.messageView.regenerateRequested.connect(self.regenerate)
+        self.messageView.versionRequested.connect(
+            lambda step: self.conversation.switch_version(self.conversation.model.rowCount() - 1, step))
         self.presetPicker.activated.connect(self._on_preset_picked)
         self.modelPicker.activated.connect(self._on_model_picked)
         self.backendPicker.activated.connect(self._on_backend_picked)
@@ -383,7 +421,8 @@ class MainWindow(QMainWindow):
         self._info_text = self.modelInfo.text()
         self.modelInfo.setText("loading…")
         self._loading_backend = self.backendPicker.currentData()
-        self.client.load_model(path, self._loading_backend, self.settings.get("model/n_ctx"))
+        self.client.load_model(path, self._loading_backend,
+                               n_ctx_for(self.modelSettings, path, self.settings.get("model/n_ctx")))
 
     def _open_model_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", os.path.expanduser("~"),
@@ -434,6 +473,8 @@ class MainWindow(QMainWindow):
             if data == info.get("backend_setting"):
                 text = f"Auto ({runs_on})" if data == "auto" else f"GPU · {device}" if data == "gpu" else label
             self.backendPicker.setItemText(i, text)
+        self.thinkingToggle.setVisible(bool(info.get("thinking_switch")))
+        self._on_thinking_toggled(self.thinkingToggle.isChecked())
         self._update_empty_hint()
         self.modelReady.emit(info)
         self.warm_preset()
@@ -479,7 +520,11 @@ class MainWindow(QMainWindow):
         pid = self.presetPicker.itemData(index)
         self.settings.set("preset/last", pid)
         if self.conversation.chat_id is not None:
-            self.chats.set_chat_preset(self.conversation.chat_id, pid)
+            try:
+                self.chats.set_chat_preset(self.conversation.chat_id, pid)
+            except ChatStoreError as e:
+                self.show_banner(f"Could not change the chat's preset: {e}. Free some space and pick it again.",
+                                 "error")
         self._show_sampling()
         self._update_empty_hint()
         self.mcp.chosen()
@@ -554,6 +599,83 @@ class MainWindow(QMainWindow):
         dlg.show()
         return dlg
 
+    def open_context_length(self) -> ContextLengthDialog | None:
+        """The loaded model's context length, with the memory it needs; Apply reloads the model."""
+        if self.model_info.get("backend") == "remote":
+            self.show_banner("The context length of a model on a server is set on that server.")
+            return None
+        try:
+            facts = read_facts(real_model_path(self.model_info.get("path_setting", "")))
+        except Exception as e:  # noqa: BLE001  the file went away or broke since it was loaded
+            self.show_banner(f"Cannot read the model file: {e}")
+            return None
+        dlg = ContextLengthDialog(facts, int(self.model_info.get("n_ctx") or 0), self)
+        dlg.chosen.connect(self.set_context_length)
+        self.contextLengthDialog = dlg
+        dlg.show()
+        return dlg
+
+    def _on_thinking_toggled(self, on: bool) -> None:
+        """Only a template that takes enable_thinking gets it."""
+        self.conversation.template_vars = {"enable_thinking": on} if self.model_info.get("thinking_switch") else {}
+
+    def set_context_length(self, n_ctx: int) -> None:
+        """Remember `n_ctx` for the loaded model and load it again with a KV cache that size."""
+        if self.conversation.generating:
+            self.show_banner("Wait for the reply to finish before changing the context length.")
+            return
+        path = self.model_info.get("path_setting", "")
+        try:
+            set_n_ctx(self.modelSettings, path, n_ctx)
+        except EngineError as e:
+            self.show_banner(str(e))
+            return
+        self.load_model(path)
+
+    # -- export and import ----------------------------------------------------------------------------
+    def export_chats(self, path: str, fmt: str, all_chats: bool = False) -> bool:
+        """The open chat (or every chat) to `path` as "json" or "markdown"."""
+        ids = [c.id for c in self.chats.chats()] if all_chats else \
+            [self.conversation.chat_id] if self.conversation.chat_id else []
+        if not ids:
+            self.show_banner("There is no chat to export.", "warning")
+            return False
+        try:
+            export_chats(self.chats, ids, path, fmt)
+        except OSError as e:
+            self.show_banner(f"Could not export to {path}: {e.strerror or e}")
+            return False
+        return True
+
+    def import_chats(self, path: str) -> list:
+        """The chats of a Hearth JSON export, added as new chats; the first is opened."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                added = import_json(self.chats, f.read(), os.path.basename(path))
+        except (OSError, UnicodeDecodeError, ChatImportError) as e:
+            self.show_banner(f"Could not import {path}: {e}")
+            return []
+        for chat in added:
+            self.sidebar.add(chat)
+        if added:
+            self.sidebar.select(added[0].id)
+            self._show_chat(added[0].id)
+        return added
+
+    def _export_dialog(self, all_chats: bool) -> None:
+        path, kind = QFileDialog.getSaveFileName(self, "Export chats" if all_chats else "Export chat",
+                                                 os.path.expanduser("~"),
+                                                 "Markdown (*.md);;JSON, to import again (*.json)")
+        if path:
+            self.export_chats(path, "json" if path.endswith(".json") or "json" in kind.lower() else "markdown",
+                              all_chats)
+
+    def _import_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import chats", os.path.expanduser("~"),
+                                              "Hearth chats (*.json);;All files (*)")
+        if path:
+            self.import_chats(path)
+
     # -- chats ----------------------------------------------------------------------------------------
     def new_chat(self) -> None:
         cv = self.conversation
@@ -610,14 +732,29 @@ class MainWindow(QMainWindow):
         self.sidebar.undo()
 
     # -- sending --------------------------------------------------------------------------------------
+    def draft_text(self) -> str:
+        """The message as Send would send it: the attached files, then the typed text."""
+        return message_text(self.messageInput.toPlainText(), self.attachmentBar.attachments)
+
+    def _attach_dialog(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach files", os.path.expanduser("~"),
+                                                "Text, code and PDF files (*);;PDF (*.pdf)")
+        if paths:
+            self.attachmentBar.add_files(paths)
+
     def send(self) -> bool:
-        text = self.messageInput.toPlainText()
+        text = self.draft_text()
         if not text.strip() or self.conversation.generating:
+            return False
+        refusal = self.draftTokens.refusal(text)
+        if refusal:
+            self.show_banner(refusal, "warning")
             return False
         had_chat = self.conversation.chat_id is not None
         ok = self.conversation.send(text, self.current_preset().id, self._edit_row)
         if ok:
             self.messageInput.clear()
+            self.attachmentBar.clear()
             self.cancel_edit()
             self.messageView.scroll_to_bottom()
             if not had_chat:

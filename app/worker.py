@@ -15,6 +15,7 @@ Worker signals (all delivered queued to the GUI thread):
     failed(int request, str message)          an engine error; the app stays usable
     contextChanged(dict {"used", "n_ctx", "kv_bytes"})
     cacheListed(dict {"images", "total", "cap"})
+    tokensCounted(dict {"seq", "message", "prompt", "alone", "n_ctx"})   a draft's tokens ({} unknown)
     idle()                                    a request is done, nothing is running
 """
 
@@ -41,6 +42,7 @@ class EngineWorker(QObject):
     failed = Signal(int, str)
     contextChanged = Signal(dict)
     cacheListed = Signal(dict)
+    tokensCounted = Signal(dict)
     idle = Signal()
 
     def __init__(self, backend: ChatBackend, shutdown: threading.Event):
@@ -100,7 +102,8 @@ class EngineWorker(QObject):
                 self.prefixReady.emit(res)
             stats = {}
             for ev in self.backend.stream(req["messages"], req.get("tools", []), req["sampling"], cancel,
-                                          self._progress):
+                                          self._progress, req.get("context_policy", "stop"),
+                                          req.get("template_vars") or {}):
                 if ev.text:
                     self.delta.emit(rid, ev.text)
                 if ev.final:
@@ -113,6 +116,18 @@ class EngineWorker(QObject):
             self.failed.emit(rid, _readable(e))
         self.contextChanged.emit(self.backend.context())
         self.idle.emit()
+
+    @Slot(object)
+    def count_tokens(self, req: dict) -> None:
+        """Not a request the client waits for: no `idle` (a count never makes the app busy)."""
+        if self._shutdown.is_set() or (req.get("latest") and req["seq"] != req["latest"]()):
+            return   # a newer draft is queued behind this one
+        try:
+            res = self.backend.count_tokens(req["messages"], req.get("tools", []), req["text"])
+        except Exception:  # noqa: BLE001  a count is advice: the send itself reports real errors
+            log.warning("token count failed: %s", traceback.format_exc())
+            res = {}
+        self.tokensCounted.emit({**res, "seq": req["seq"], "tag": req.get("tag", "")})
 
     @Slot()
     def close_backend(self) -> None:
@@ -140,11 +155,8 @@ class EngineWorker(QObject):
 
 
 def _readable(e: Exception) -> str:
-    from engine import ContextFullError, EngineError
-    if isinstance(e, ContextFullError):
-        return (f"{e}. The conversation no longer fits in the model's context: start a new chat, or edit "
-                "an earlier message to shorten it.")
-    if isinstance(e, EngineError):
+    from engine import EngineError
+    if isinstance(e, EngineError):   # a ContextFullError says what the user can do
         return str(e)
     if isinstance(e, (OSError, ValueError)):
         return str(e) or type(e).__name__
@@ -163,6 +175,7 @@ class EngineClient(QObject):
     _prefixRequested = Signal(object)
     _generateRequested = Signal(object)
     _cacheRequested = Signal(str)
+    _countRequested = Signal(object)
 
     def __init__(self, backend: ChatBackend, parent=None):
         super().__init__(parent)
@@ -179,6 +192,8 @@ class EngineClient(QObject):
         self._prefixRequested.connect(self.worker.prepare_prefix)
         self._generateRequested.connect(self.worker.generate)
         self._cacheRequested.connect(self.worker.cache)
+        self._countRequested.connect(self.worker.count_tokens)
+        self._count_seq = 0
         self.worker.idle.connect(self._on_idle)
         self.thread.finished.connect(self.worker.close_backend, Qt.ConnectionType.DirectConnection)
         self.thread.start()
@@ -206,14 +221,27 @@ class EngineClient(QObject):
         self._prefixRequested.emit({"preset": preset_id, "system": system, "tools": tools, "label": label})
 
     def generate(self, messages: list[dict], tools: list, sampling: dict, system: str = "",
-                 preset_id: str = "", label: str = "") -> int:
+                 preset_id: str = "", label: str = "", context_policy: str = "stop",
+                 template_vars: dict | None = None) -> int:
         self._next_id += 1
         self._cancel = threading.Event()
         self._queued()
         self._generateRequested.emit({"id": self._next_id, "messages": messages, "tools": tools,
                                       "sampling": sampling, "system": system, "preset": preset_id, "label": label,
+                                      "context_policy": context_policy, "template_vars": dict(template_vars or {}),
                                       "cancel": self._cancel})
         return self._next_id
+
+    def count_tokens(self, messages: list[dict], tools: list, text: str) -> int:
+        """Count a draft's tokens on the worker; the answer is `worker.tokensCounted` with this seq."""
+        self._count_seq += 1
+        self._countRequested.emit({"seq": self._count_seq, "messages": messages, "tools": tools, "text": text,
+                                   "latest": lambda: self._count_seq})
+        return self._count_seq
+
+    def count_text(self, text: str, tag: str) -> None:
+        """Count the tokens of `text` alone (an attachment); the answer carries `tag`."""
+        self._countRequested.emit({"seq": -1, "tag": tag, "messages": [], "tools": [], "text": text})
 
     def stop(self) -> None:
         """Ask the reply in progress to end after the current token (thread-safe: only sets a flag)."""

@@ -1,9 +1,16 @@
-"""CPU engine benchmark: `python -m bench.cpu [--repeat N] [--chunk C] [--model PATH]`.
+"""CPU engine benchmark, Hearth beside llama.cpp: `python -m bench.cpu [--model PATH] [--repeat N]
+[--llama-python PY] [--threads T] [--no-long]`.
 
-The exact prompts of ../shared/reference/smollm2/bench_prompts.json on the default model (n_ctx
-4096): load time, prefill tokens/s at 512 and 2,000 tokens, decode tokens/s after a 16-token and
-after the 2,000-token prompt, peak RSS. Medians of --repeat runs; the spread is printed too,
-because the machine is shared and timings move.
+For one GGUF file (default: the default model), n_ctx 4096: load time, prefill tokens/s at 512 and
+2,000 tokens, decode tokens/s after a 16-token and after the 2,000-token prompt, peak RSS. Every
+measurement runs in a fresh process (so peak RSS is that engine's alone), Hearth and llama.cpp
+alternating, `--repeat` times; the table gives medians, the ratio Hearth / llama.cpp and the
+spread, with the load average, because the machine is shared and timings move.
+
+The prompts are ../shared/reference/smollm2/bench_prompts.json's texts, tokenized by Hearth; both
+engines are fed the same ids. llama.cpp runs through llama-cpp-python from `--llama-python` (an
+interpreter where it is installed; the env var HEARTH_LLAMA_PYTHON works too), with n_threads and
+n_threads_batch = --threads (default: all cores), n_batch 512, its default f16 KV cache.
 """
 
 from __future__ import annotations
@@ -11,87 +18,120 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 REF = Path(os.environ.get("HEARTH_REFERENCE", ROOT.parent / "shared" / "reference"))
+MEASURES = ["load s", "prefill 512", "prefill 2000", "decode after 16", "decode after 2000", "peak RSS MiB"]
+HIGHER_IS_BETTER = {"prefill 512", "prefill 2000", "decode after 16", "decode after 2000"}
+
+# Run by the child interpreter (Hearth's or llama.cpp's): prints one JSON line of measurements.
+CHILD = r"""
+import json, os, resource, sys, time
+engine_kind, model, ids_file, n_dec, threads, long_ = sys.argv[1:7]
+n_dec, threads, long_ = int(n_dec), int(threads), long_ == "1"
+ids = json.load(open(ids_file))
+t0 = time.perf_counter()
+if engine_kind == "hearth":
+    sys.path.insert(0, os.environ["HEARTH_ROOT"])
+    from engine import Engine
+    eng = Engine.load(model, backend="cpu", n_ctx=4096)
+    load = time.perf_counter() - t0
+    def reset(): eng.reset()
+    def feed(toks): return eng.feed(toks)
+else:
+    import numpy as np
+    from llama_cpp import Llama
+    llm = Llama(model_path=model, n_ctx=4096, n_batch=512, n_threads=threads, n_threads_batch=threads,
+                verbose=False)
+    load = time.perf_counter() - t0
+    def reset(): llm.reset()
+    def feed(toks):
+        llm.eval(toks)  # the last position's logits, as llama.cpp left them
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
+def prefill(toks):
+    reset()
+    t = time.perf_counter(); out = feed(toks); return len(toks) / (time.perf_counter() - t), out
+def decode(logits):
+    t = time.perf_counter()
+    for _ in range(n_dec):
+        logits = feed([int(logits.argmax())])
+    return n_dec / (time.perf_counter() - t)
+res = {"load s": load}
+res["prefill 512"], _ = prefill(ids["512"])
+reset(); res["decode after 16"] = decode(feed(ids["512"][:16]))
+if long_:
+    res["prefill 2000"], logits = prefill(ids["2000"])
+    res["decode after 2000"] = decode(logits)
+res["peak RSS MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+res["load avg"] = os.getloadavg()[0]
+print("RESULT " + json.dumps(res))
+"""
 
 
-class Timer:
-    """Wall time and this process's CPU time (all threads) of a block."""
-
-    def __enter__(self):
-        self.t, self.c = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc):
-        self.wall, self.cpu = time.perf_counter() - self.t, time.process_time() - self.c
-
-
-def decode(eng, logits, n):
-    with Timer() as t:
-        for _ in range(n):
-            logits = eng.feed([int(logits.argmax())])
-    return n / t.wall, n / t.cpu
+def run_child(kind: str, py: str, model: str, ids_file: str, n_dec: int, threads: int, long_: bool) -> dict:
+    env = dict(os.environ, HEARTH_ROOT=str(ROOT))
+    p = subprocess.run([py, "-c", CHILD, kind, model, ids_file, str(n_dec), str(threads), "1" if long_ else "0"],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{kind} run failed:\n{p.stderr[-3000:]}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--chunk", type=int, default=None)
     ap.add_argument("--model", default=None)
-    ap.add_argument("--decode-tokens", type=int, default=48)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--decode-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--llama-python", default=os.environ.get("HEARTH_LLAMA_PYTHON"))
+    ap.add_argument("--no-long", action="store_true", help="skip the 2,000-token prompt")
     a = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from engine.gguf import GGUFFile  # noqa: PLC0415
+    from engine.paths import default_model_path  # noqa: PLC0415
+    from engine.tokenizer import Tokenizer  # noqa: PLC0415
+    model = str(a.model or default_model_path())
     prompts = json.loads((REF / "smollm2" / "bench_prompts.json").read_text())
-    from engine import Engine  # noqa: PLC0415
-
-    t = time.perf_counter()
-    eng = Engine.load(a.model, backend="cpu", n_ctx=4096)
-    load_s = time.perf_counter() - t
-    if a.chunk:
-        eng.backend.chunk = a.chunk
-    ids512, ids2000 = prompts["512"]["ids"], prompts["2000"]["ids"]
-    assert eng.tokenize(prompts["2000"]["text"], special=False) == ids2000, "tokenizer disagrees with the bench ids"
-    rows = {"prefill 512": [], "prefill 2000": [], "decode after 16": [], "decode after 2000": []}
-    cpu = {k: [] for k in rows}
-    threads = set()
-
-    def prefill(ids, key):
-        eng.reset()
-        with Timer() as t:
-            out = eng.feed(ids)
-        rows[key].append(len(ids) / t.wall)
-        cpu[key].append(len(ids) / t.cpu)
-        threads.add(eng.backend.threads)
-        return out
-
-    for _ in range(a.repeat):
-        prefill(ids512, "prefill 512")
-        eng.reset()
-        w, c = decode(eng, eng.feed(ids512[:16]), a.decode_tokens)
-        rows["decode after 16"].append(w)
-        cpu["decode after 16"].append(c)
-        logits = prefill(ids2000, "prefill 2000")
-        w, c = decode(eng, logits, a.decode_tokens)
-        rows["decode after 2000"].append(w)
-        cpu["decode after 2000"].append(c)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    goals = {"prefill 512": None, "prefill 2000": 300, "decode after 16": 35, "decode after 2000": 25}
-    print(f"model {eng.gguf.path.name}, chunk {eng.backend.chunk}, {a.repeat} runs, threads used {sorted(threads)}, "
-          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')!r}, load avg {os.getloadavg()[0]:.1f}")
-    print("| measure | median | min..max | per CPU-second (all threads) | goal |")
-    print("|---|---|---|---|---|")
-    print(f"| load | {load_s:.2f} s | | | <= 1.5 s |")
-    for k, v in rows.items():
-        g = goals[k]
-        print(f"| {k} (tok/s) | {statistics.median(v):.1f} | {min(v):.1f}..{max(v):.1f} | "
-              f"{statistics.median(cpu[k]):.1f} | {'>= ' + str(g) if g else ''} |")
-    print(f"| peak RSS | {rss:.0f} MiB | | | <= 1229 MiB |")
+    tok = Tokenizer.from_gguf(GGUFFile.open(model))
+    ids = {k: tok.encode(prompts[k]["text"], add_special=False, parse_special=False) for k in ("512", "2000")}
+    ids = {"512": ids["512"][:512], "2000": ids["2000"][:2000]}
+    ids_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"hearth-bench-ids-{os.getpid()}.json"
+    ids_file.write_text(json.dumps(ids))
+    engines = [("hearth", sys.executable)] + ([("llama.cpp", a.llama_python)] if a.llama_python else [])
+    runs: dict[str, list[dict]] = {k: [] for k, _ in engines}
+    try:
+        for _ in range(a.repeat):
+            for kind, py in engines:
+                runs[kind].append(run_child("hearth" if kind == "hearth" else "llama", py, model, str(ids_file),
+                                            a.decode_tokens, a.threads, not a.no_long))
+    finally:
+        ids_file.unlink(missing_ok=True)
+    loads = [r["load avg"] for rs in runs.values() for r in rs]
+    print(f"model {Path(model).name} ({os.path.getsize(model) / 2**20:,.0f} MiB), n_ctx 4096, {a.repeat} runs each "
+          f"alternating, {a.threads} threads for llama.cpp, load avg {min(loads):.1f}..{max(loads):.1f}, "
+          f"{time.strftime('%H:%M')}")
+    head = "| measure | " + " | ".join(k for k, _ in engines) + (" | Hearth / llama.cpp |" if len(engines) > 1 else " |")
+    print(head)
+    print("|---" * (len(engines) + 1 + (len(engines) > 1)) + "|")
+    for m in MEASURES:
+        if not all(m in r for rs in runs.values() for r in rs):
+            continue
+        med = {k: statistics.median(r[m] for r in rs) for k, rs in runs.items()}
+        cells = []
+        for k, rs in runs.items():
+            lo, hi = min(r[m] for r in rs), max(r[m] for r in rs)
+            fmt = "{:.2f}" if m == "load s" else "{:.0f}" if m == "peak RSS MiB" else "{:.1f}"
+            cells.append(fmt.format(med[k]) + (f" ({fmt.format(lo)}..{fmt.format(hi)})" if len(rs) > 1 else ""))
+        ratio = ""
+        if len(engines) > 1 and med["llama.cpp"]:
+            ratio = f" | {med['hearth'] / med['llama.cpp']:.2f}x"
+        print(f"| {m} | " + " | ".join(cells) + ratio + " |")
     return 0
 
 

@@ -3,6 +3,9 @@
 Prints, for decode and for a 2,048-token prefill chunk: the Python time to encode a token's plan,
 the empty submit+readback round trip, and per kernel label the GPU time of one dispatch (each op
 repeated R times in one pass, the round trip subtracted), summed over layers.
+`--coop-probe` (no model needed) says whether this wgpu exposes cooperative-matrix (tensor-core)
+operations in WGSL: it asks for the feature, compiles 8x8 f32 and 16x16 f16 products, checks the
+8x8 one against numpy and times a naive 4,096-cube product with it.
 `--matvec-sweep` (no model needed) times the decode matvec alone on 8B-shaped matrices in every
 layout (lanes, rows per thread) and prints GB/s of weights streamed, the chosen layout marked.
 """
@@ -72,7 +75,7 @@ def timed(dev, dispatches, reps):
 
 
 # byte offsets of each block type's f16 scale fields: random bits there could be NaN or Inf
-F16_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}
+F16_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208], "Q4_1": [0, 2], "Q5_0": [0]}
 
 
 def sane_blocks(rng, qtype, m, k):
@@ -98,8 +101,12 @@ def matvec_sweep(reps=20):
              ("down", ["Q6_K"], 14336, 4096, "concat"), ("o", ["Q4_0"], 4096, 4096, "concat"),
              ("head", ["Q6_K"], 4096, 128256, "concat"), ("1B gate+up", ["Q4_K", "Q4_K"], 2048, 8192, "glu"),
              ("1B down", ["Q6_K"], 8192, 2048, "concat")]
-    layouts = [(32, 1, 1), (128, 2, 1), (128, 4, 1), (256, 4, 1), (128, 4, 2), (256, 2, 2), (256, 4, 2)]
-    print("\nmatvec sweep: GB/s of weights (us per dispatch); * = the layout the backend picks")
+    layouts = [(32, 1, 1), (128, 4, 1), (256, 4, 1), (128, 4, 2), (256, 4, 2)]
+    layouts = [(lay, 0) for lay in layouts] + [(lay, 1) for lay in layouts + [(64, 4, 1), (128, 2, 1)]]
+    cases.insert(3, ("gate+up", ["Q4_1", "Q4_1"], 4096, 14336, "glu"))
+    cases.insert(4, ("gate+up", ["Q5_0", "Q5_0"], 4096, 14336, "glu"))
+    print("\nmatvec sweep: GB/s of weights (us per dispatch); * = the layout the backend picks;"
+          " i8 = x as int8 blocks (ops.int8_ok)")
     for name, types, k, m, mode in cases:
         rb = ops.row_bytes(types[0], k)
         copies = 1 if m * rb * len(types) > 400 << 20 else 4
@@ -109,18 +116,109 @@ def matvec_sweep(reps=20):
         y = dev.buffer(m * 4)
         chosen = ops.matvec_layout(k, m, mats=len(types) if mode == "glu" else 1)
         row = []
-        for lay in layouts:
+        for lay, i8 in layouts:
+            if i8 and not ops.int8_ok(dev, types, k):
+                continue
             norm = mode == "glu"
-            kern = ops.matvec(ks, types, mode=mode, norm=norm, residual=mode != "glu", layout=lay)
+            kern = ops.matvec(ks, types, mode=mode, norm=norm, residual=mode != "glu", layout=lay, q8x=k if i8 else 0)
             prm = ops.matvec_params(types, k, [m] * len(types) if mode == "glu" else [m], eps=1e-5, mode=mode)
             disp = [(kern, [x, y] + w + ([g] if norm else []), ops.matvec_groups(m, lay), prm) for w in ws]
             sec = timed(dev, disp, max(1, reps // copies)) / copies
             gbs = m * rb * len(types) / max(sec, 1e-9) / 1e9
-            row.append(f"{'x'.join(map(str, lay))}{'*' if lay == chosen else ''} {gbs:,.0f} ({sec * 1e6:.0f})")
+            row.append(f"{'i8 ' if i8 else ''}{'x'.join(map(str, lay))}{'*' if lay == chosen else ''} "
+                       f"{gbs:,.0f} ({sec * 1e6:.0f})")
         print(f"  {name:11s} {'+'.join(types):10s} K={k:<6d} M={m:<7d} " + " | ".join(row), flush=True)
         for w in ws:
             for b in w:
                 b.destroy()
+    dev.destroy()
+
+
+COOP_WGSL = """
+enable wgpu_cooperative_matrix;
+{ENABLE}
+@group(0) @binding(0) var<storage, read> a: array<{T}>;
+@group(0) @binding(1) var<storage, read> b: array<{T}>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<uniform> dims: vec4<u32>;   // n (square), tiles per row
+@compute @workgroup_size({SG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>) {{
+    let n = dims.x;
+    let r0 = wid.x * {S}u;
+    let c0 = wid.y * {S}u;
+    var acc = coop_mat{S}x{S}<{A}, C>();
+    for (var k = 0u; k < n; k += {S}u) {{
+        let ta = coopLoad<coop_mat{S}x{S}<{T}, A>>(&a[r0 * n + k], n);
+        let tb = coopLoad<coop_mat{S}x{S}<{T}, B>>(&b[k * n + c0], n);
+        acc = coopMultiplyAdd(ta, tb, acc);
+    }}
+    coopStore(acc, &c[r0 * n + c0], n);
+}}
+"""
+
+
+def coop_probe():
+    """Cooperative matrices through wgpu-py: which configurations compile and run, and how fast."""
+    import wgpu  # noqa: PLC0415
+    from engine.gpu.device import select_adapter  # noqa: PLC0415
+    ad = select_adapter()
+    feats = sorted(f for f in ad.features if "coop" in f or "f16" in f)
+    print(f"adapter {ad.info['device']}: features {feats}")
+    try:
+        dev = ad.request_device_sync(required_features=[f for f in ("cooperative-matrix", "shader-f16") if f in ad.features])
+    except Exception as e:
+        print(f"  device with cooperative-matrix refused: {e}")
+        return
+    for name, T, A, S in (("8x8 f32", "f32", "f32", 8), ("16x16 f16 -> f16", "f16", "f16", 16),
+                          ("16x16 f16 -> f32", "f16", "f32", 16), ("8x8 f16 -> f32", "f16", "f32", 8)):
+        code = COOP_WGSL.format(ENABLE="enable f16;" if T == "f16" else "", T=T, A=A, S=S, SG=32)
+        code = code.replace("array<f32>;\n@group(0) @binding(3)", f"array<{A}>;\n@group(0) @binding(3)")
+        try:
+            mod = dev.create_shader_module(code=code)
+            pipe = dev.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": "main"})
+        except Exception as e:
+            print(f"  {name}: does not compile: {' '.join(str(e).split())[:400]}")
+            continue
+        for n in (64, 4096):
+            rng = np.random.default_rng(0)
+            dt = np.float16 if T == "f16" else np.float32
+            a = rng.standard_normal((n, n)).astype(dt)
+            b = rng.standard_normal((n, n)).astype(dt)
+            BU = wgpu.BufferUsage
+            ba = dev.create_buffer_with_data(data=a.tobytes(), usage=BU.STORAGE)
+            bb = dev.create_buffer_with_data(data=b.tobytes(), usage=BU.STORAGE)
+            esz = 2 if A == "f16" else 4
+            bc = dev.create_buffer(size=n * n * esz, usage=BU.STORAGE | BU.COPY_SRC)
+            bd = dev.create_buffer_with_data(data=np.array([n, n // S, 0, 0], np.uint32).tobytes(), usage=BU.UNIFORM)
+            bg = dev.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=[
+                {"binding": i, "resource": {"buffer": x, "offset": 0, "size": x.size}} for i, x in enumerate((ba, bb, bc, bd))])
+
+            def go(reps):
+                enc = dev.create_command_encoder()
+                cp = enc.begin_compute_pass()
+                cp.set_pipeline(pipe)
+                cp.set_bind_group(0, bg)
+                for _ in range(reps):
+                    cp.dispatch_workgroups(n // S, n // S, 1)
+                cp.end()
+                t = time.perf_counter()
+                dev.queue.submit([enc.finish()])
+                out = dev.queue.read_buffer(bc)
+                return time.perf_counter() - t, out
+            try:
+                _, out = go(1)
+            except Exception as e:
+                print(f"  {name} n={n}: failed to run: {e}")
+                break
+            got = np.frombuffer(out, np.float16 if A == "f16" else np.float32).reshape(n, n).astype(np.float64)
+            if n == 64:
+                ref = a.astype(np.float64) @ b.astype(np.float64)
+                print(f"  {name}: compiles; n=64 max |err| / max |ref| = {np.abs(got - ref).max() / np.abs(ref).max():.2e}")
+            else:
+                t1 = min(go(1)[0] for _ in range(2))
+                t5 = min(go(6)[0] for _ in range(2))
+                sec = (t5 - t1) / 5
+                print(f"  {name}: naive {n}^3 product {sec * 1e3:.2f} ms = {2 * n ** 3 / sec / 1e12:.1f} TFLOP/s")
     dev.destroy()
 
 
@@ -129,7 +227,11 @@ def main(argv=None):
     ap.add_argument("--model", default=None)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--matvec-sweep", action="store_true")
+    ap.add_argument("--coop-probe", action="store_true")
     a = ap.parse_args(argv)
+    if a.coop_probe:
+        coop_probe()
+        return
     if a.matvec_sweep:
         matvec_sweep(a.reps)
         return

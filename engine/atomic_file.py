@@ -1,6 +1,7 @@
 """Files replaced atomically: a temporary file in the same folder, fsync, rename over the real name,
 fsync of the folder. A crash or a full disk mid-write leaves at most a `.tmp` file, never a half
-written file under the real name, and never touches the previous file of that name.
+written file under the real name, and never touches the previous file of that name. The writer holds
+a lock on its `.tmp` file while it writes, so a sweeper can tell a live writer's file from an orphan.
 
 One rule for every file Hearth writes whole: prefix images and their metadata, the presets file.
 """
@@ -13,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
+from .files import lock_while_writing
+
 
 def write_atomic(final: Path, write: Callable[[BinaryIO], None]) -> None:
     """Call `write(f)` on an unbuffered binary temporary file next to `final`, then put it in place.
@@ -20,6 +23,7 @@ def write_atomic(final: Path, write: Callable[[BinaryIO], None]) -> None:
     final = Path(final)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
     try:
+        lock_while_writing(fd)    # a sweeper (engine.files.orphaned) leaves it alone while this runs
         with open(fd, "wb", buffering=0) as f:
             write(f)
             os.fsync(f.fileno())

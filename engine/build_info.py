@@ -4,7 +4,8 @@ A prefix image holds K/V values computed by one engine on one machine. Another e
 numpy, or another CPU can round differently, so an image is only valid where it was made. Two inputs:
 
 - `engine_build_hash()`: a hash of the engine's own sources (`engine/**/*.py`, `engine/wgsl/*.wgsl`)
-  and of the exact versions of Python, numpy, wgpu and tokenizers it runs with.
+  and of the exact versions of Python, numpy, numba and llvmlite (which compile the CPU kernels), wgpu
+  and tokenizers it runs with.
 - `machine_fingerprint()`: the CPU architecture, vendor, family/model and feature flags (numpy's
   kernels and OpenBLAS's runtime-dispatched kernels differ by CPU), and numpy's BLAS configuration,
   including the kernel OpenBLAS picked at run time when it can be asked.
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 ENGINE_DIR = Path(__file__).resolve().parent
-PACKAGES = ("numpy", "wgpu", "tokenizers")
+PACKAGES = ("numpy", "numba", "llvmlite", "wgpu", "tokenizers")
 
 
 def source_files(root: Path = ENGINE_DIR) -> list[Path]:

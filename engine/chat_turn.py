@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .generation import GenerationStats, common_prefix
+from .literal_text import encode_prompt
 from .tools import detect_format, fallback_system_prompt
 
 PREFILL_CHUNK = 128   # tokens read between checks for cancel (and progress reports)
@@ -33,6 +34,7 @@ class ChatTurn:
     The server's ChatRequest has the same two fields and is passed as is."""
     messages: list[dict]
     tools: list = field(default_factory=list)
+    template_vars: dict = field(default_factory=dict)   # extra template variables: enable_thinking
 
 
 def tool_format_of(engine) -> str:
@@ -75,10 +77,27 @@ def render_prompt(engine, turn, tool_format: str) -> tuple[str, list[dict], str]
     """(prompt text, the messages the template saw, the reply's head). The head is split off first,
     so a trailing assistant message with tool calls is a finished turn in every tool format.
     The template's TemplateError goes to the caller."""
+    messages, head, render = _prompt_parts(engine, turn, tool_format)
+    return render(messages), messages, head
+
+
+def prompt_ids(engine, turn, tool_format: str) -> tuple[list[int], str, list[dict], str]:
+    """(ids, prompt text, the messages the template saw, the reply's head): `render_prompt`
+    tokenized, with control-token text inside tool results (a file, a fetched page) kept as text
+    (engine/literal_text.py); the template's own control tokens are tokens as always."""
+    messages, head, render = _prompt_parts(engine, turn, tool_format)
+    ids, prompt = encode_prompt(engine, render, messages)
+    return ids, prompt, messages, head
+
+
+def _prompt_parts(engine, turn, tool_format: str):
     messages, head = split_reply_head(list(turn.messages))
     messages = template_messages(ChatTurn(messages, list(turn.tools or [])), tool_format)
-    prompt = engine.render_chat(messages, tools=turn.tools or None, add_generation_prompt=True) + head
-    return prompt, messages, head
+
+    def render(msgs: list[dict]) -> str:
+        return engine.render_chat(msgs, tools=turn.tools or None, add_generation_prompt=True,
+                                  **(getattr(turn, "template_vars", None) or {})) + head
+    return messages, head, render
 
 
 def prefix_system(system: str, tools: list, tool_format: str) -> str:

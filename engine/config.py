@@ -102,22 +102,27 @@ class ModelConfig:
                 f"{name}: architecture '{raw_arch or '(none)'}' is not supported by Hearth "
                 f"(supported: {', '.join(sorted(SUPPORTED_ARCHS))})")
 
-        def need(suffix):
+        def need(suffix, lo=1, hi=None):
             v = g.metadata.get(f"{raw_arch}.{suffix}")
             if v is None:
                 raise UnsupportedModelError(f"{name}: metadata {raw_arch}.{suffix} is missing")
-            return _scalar(v, f"{name}: metadata {raw_arch}.{suffix}")
+            return _checked(v, name, f"{raw_arch}.{suffix}", lo, hi)
 
-        def opt(suffix, default):
+        def opt(suffix, default, lo=None, hi=None):
             v = g.metadata.get(f"{raw_arch}.{suffix}")
-            return default if v is None else _scalar(v, f"{name}: metadata {raw_arch}.{suffix}")
+            return default if v is None else _checked(v, name, f"{raw_arch}.{suffix}", lo, hi)
 
-        n_embd = int(need("embedding_length"))
-        n_layer = int(need("block_count"))
-        n_head = int(need("attention.head_count"))
-        n_head_kv = int(opt("attention.head_count_kv", n_head))
-        head_dim = int(opt("attention.key_length", n_embd // n_head))
-        head_dim_v = int(opt("attention.value_length", head_dim))
+        n_embd = need("embedding_length", 1, MAX_WIDTH)
+        n_layer = need("block_count", 1, MAX_LAYERS)
+        n_head = need("attention.head_count", 1, MAX_HEADS)
+        n_head_kv = opt("attention.head_count_kv", n_head, 1, n_head)
+        head_dim = opt("attention.key_length", None, 1, MAX_HEAD_DIM)
+        if head_dim is None:
+            if n_embd % n_head:
+                raise UnsupportedModelError(f"{name}: {raw_arch}.embedding_length {n_embd} does not split into "
+                                            f"{n_head} heads ({raw_arch}.attention.head_count)")
+            head_dim = n_embd // n_head
+        head_dim_v = opt("attention.value_length", head_dim, 1, MAX_HEAD_DIM)
         if head_dim_v != head_dim:
             raise UnsupportedModelError(f"{name}: key_length {head_dim} != value_length {head_dim_v}")
         if n_head % n_head_kv:
@@ -125,16 +130,19 @@ class ModelConfig:
         emb = g.tensors.get("token_embd.weight")
         if emb is None:
             raise UnsupportedModelError(f"{name}: tensor token_embd.weight is missing")
+        if len(emb.shape) != 2 or emb.shape[0] != n_embd or not 1 <= emb.shape[1] <= MAX_VOCAB:
+            raise UnsupportedModelError(f"{name}: tensor token_embd.weight has shape {list(emb.shape)}; "
+                                        f"expected [{n_embd} ({raw_arch}.embedding_length), n_vocab]")
         n_vocab = int(emb.shape[1])
 
         cfg = dict(
             arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
             n_head_kv=n_head_kv, head_dim=head_dim, head_dim_v=head_dim_v,
-            n_ff=int(need("feed_forward_length")),
-            rms_eps=float(opt("attention.layer_norm_rms_epsilon", 1e-5)),
-            context_length=int(opt("context_length", 4096)),
-            rope_base=float(opt("rope.freq_base", 10000.0)),
-            n_rot=int(opt("rope.dimension_count", head_dim)),
+            n_ff=need("feed_forward_length", 1, MAX_FF),
+            rms_eps=float(opt("attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0)),
+            context_length=opt("context_length", 4096, 1, MAX_CONTEXT),
+            rope_base=float(opt("rope.freq_base", 10000.0, 1e-3, 1e12)),
+            n_rot=opt("rope.dimension_count", head_dim, 0, head_dim),
             rope_neox=SUPPORTED_ARCHS[arch] == "neox",
             rope_scaling=_rope_scaling(g, raw_arch, name),
             tied_output="output.weight" not in g.tensors,
@@ -159,15 +167,15 @@ def _gemma3_flags(g, raw_arch, n_embd, n_head, n_layer, head_dim, opt) -> dict:
     - q scaled by 1/sqrt(key_length), except the 27B model (62 layers) where it is
       1/sqrt(n_embd / n_head) (query_pre_attn_scalar in Google's config).
     """
-    window = int(opt("attention.sliding_window", 0))
+    window = opt("attention.sliding_window", 0, 0, MAX_CONTEXT)
     pattern = 6
     swa = tuple(window > 0 and (il % pattern) < pattern - 1 for il in range(n_layer))
     scale = 1.0 / math.sqrt(n_embd / n_head) if n_layer == 62 else 1.0 / math.sqrt(head_dim)
     return dict(
-        rope_base_swa=float(opt("rope.freq_base_swa", 10000.0)),
+        rope_base_swa=float(opt("rope.freq_base_swa", 10000.0, 1e-3, 1e12)),
         sliding_window=window, swa_layers=swa,
         embed_scale=math.sqrt(n_embd), post_norms=True, activation="gelu_tanh",
-        final_softcap=float(opt("final_logit_softcapping", 0.0)), attn_scale=scale,
+        final_softcap=float(opt("final_logit_softcapping", 0.0, 0.0, 1e6)), attn_scale=scale,
     )
 
 
@@ -199,6 +207,30 @@ def _rope_scaling(g, raw_arch: str, name: str) -> RopeScaling:
                        beta_fast=float(md.get(f"{raw_arch}.rope.scaling.yarn_beta_fast", 32.0)),
                        beta_slow=float(md.get(f"{raw_arch}.rope.scaling.yarn_beta_slow", 1.0)),
                        ext_factor=1.0, attn_factor=1.0)
+
+
+# Bounds on hyper-parameters: far beyond any released model, tight enough that a damaged or hostile
+# file fails here with its key named rather than as a division by zero or a huge allocation later.
+MAX_WIDTH = 1 << 16
+MAX_LAYERS = 1024
+MAX_HEADS = 1024
+MAX_HEAD_DIM = 1024
+MAX_FF = 1 << 20
+MAX_VOCAB = 1 << 22
+MAX_CONTEXT = 1 << 24
+
+
+def _checked(v, name: str, key: str, lo=None, hi=None):
+    """A metadata value as int or float, within [lo, hi]; an UnsupportedModelError naming `key` if not.
+    Integer bounds want a whole number; float bounds a finite number."""
+    v = _scalar(v, f"{name}: metadata {key}")
+    want_int = isinstance(lo, int) and isinstance(hi, int)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (want_int and v != int(v)):
+        raise UnsupportedModelError(f"{name}: metadata {key} is {v!r}, not {'a whole number' if want_int else 'a number'}")
+    if not math.isfinite(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
+        bounds = f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}" if lo is not None else "finite"
+        raise UnsupportedModelError(f"{name}: metadata {key} is {v!r}; it must be {bounds}")
+    return int(v) if want_int else v
 
 
 def _scalar(v, what: str):

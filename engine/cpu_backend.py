@@ -1,15 +1,15 @@
-"""CpuBackend: the numpy forward pass, prefilled in chunks.
+"""CpuBackend: the forward pass (numpy and the engine/cpu kernels), prefilled in chunks.
 
-Long inputs go through the model `chunk` tokens at a time: each chunk is one set of BLAS
-matrix products per layer, and its attention scores are [heads, block, T] rather than
-[heads, n, n], so memory stays bounded whatever the prompt length. numpy releases the GIL
-inside BLAS and its element-wise loops, so a GUI thread stays responsive while this runs in a
-worker.
+Long inputs go through the model `chunk` tokens at a time: each chunk is one set of matrix
+products per layer (tiles of quantized weights dequantized into BLAS), and its attention scores
+are [heads, block, T] rather than [heads, n, n], so memory stays bounded whatever the prompt
+length. numpy and the kernels release the GIL, so a GUI thread stays responsive while this runs in
+a worker.
 
-Threads: decode (one token) runs on the calling thread with OpenBLAS on all cores or on one,
-whichever its own timings say is faster (DecodeThreads); a chunk of 32 rows or more is split into
-row ranges over our own threads, each with one BLAS thread (ThreadedRows); on an oversubscribed
-machine a chunk runs on one thread (BlasThreads).
+Threads: decode (one token) runs on the calling thread with the matrix-vector kernels (and
+OpenBLAS) on all cores or on one, whichever its own timings say is faster (DecodeThreads); a chunk
+of 32 rows or more is split into row ranges over our own threads, each with one BLAS thread
+(ThreadedRows); on an oversubscribed machine a chunk runs on one thread (BlasThreads).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import numpy as np
 
 from .backend import Backend
 from .config import ModelConfig
+from .cpu.linear import no_parallel_kernels, set_threads
 from .kv_cache import KVCache
 from .models import build_model
 from .models.decoder import SERIAL, RowRunner
@@ -85,7 +86,7 @@ _BLAS = BlasThreads()
 
 
 class DecodeThreads:
-    """Picks the BLAS thread count of one-token passes by timing them.
+    """Picks the thread count (kernels and BLAS) of one-token passes by timing them.
 
     The load average cannot tell a quiet machine from one where another process holds about one
     core: our own threads are most of the load either way, and at that border two spinning OpenBLAS
@@ -95,7 +96,8 @@ class DecodeThreads:
     which moves the context length and with it a token's cost): after `probe_every` tokens, and twice as
     long after each probe that found it clearly slower (up to `max_interval`), since a probe of the
     slow count costs a slow token. 1 and 2 threads give bit-identical matrix-vector products here
-    (OpenBLAS splits them by output; a test checks it), so switching never changes a result.
+    (the kernels and OpenBLAS split them by output row; a test checks it), so switching never
+    changes a result.
     """
 
     def __init__(self, cores: int, probe_every: int = 32, max_interval: int = 1024):
@@ -145,19 +147,21 @@ class DecodeThreads:
 MIN_PARALLEL_ROWS = 32
 
 
-class ThreadedRows(RowRunner):
-    """Splits row ranges between this thread and n - 1 pool threads, each with one BLAS thread.
+def _row_thread() -> None:
+    _BLAS.set(1)
+    no_parallel_kernels()
 
-    Why not OpenBLAS's own threads: numpy's element-wise work (norms, RoPE, softmax exp, SiLU:
-    ~25-40% of a prefill) runs on one core whatever BLAS does, while row ranges on our own
-    threads parallelize everything; and our threads wait on futexes instead of spinning, so an
-    oversubscribed machine slows down gently instead of collapsing.
+
+class SplitRows(RowRunner):
+    """Row ranges of a chunk cut for `n_split` threads, run one after another on this thread.
+
+    A chunk is cut the same way whether one or several threads run it, so a prefill gives the
+    same bits whatever thread count the machine's load picked (a prefix image written on a busy
+    machine restores into the same state a quiet one computes).
     """
 
-    def __init__(self, n_threads: int):
-        self.n_threads = n_threads
-        self.pool = ThreadPoolExecutor(max_workers=n_threads - 1, thread_name_prefix="hearth-cpu",
-                                       initializer=_BLAS.set, initargs=(1,))
+    def __init__(self, n_split: int):
+        self.n_split = n_split
 
     def split(self, n: int, pos: int = 0, fixed: int = 0, window: int = 0) -> list[tuple[int, int]]:
         if n < MIN_PARALLEL_ROWS:
@@ -167,9 +171,25 @@ class ThreadedRows(RowRunner):
         if window > 0:
             span = np.minimum(span, window)
         cost = np.cumsum(fixed + span)
-        cuts = np.searchsorted(cost, cost[-1] * np.arange(1, self.n_threads) / self.n_threads)
+        cuts = np.searchsorted(cost, cost[-1] * np.arange(1, self.n_split) / self.n_split)
         edges = [0, *sorted(set(int(c) for c in cuts if 0 < c < n)), n]
         return list(zip(edges[:-1], edges[1:]))
+
+
+class ThreadedRows(SplitRows):
+    """Splits row ranges between this thread and n - 1 pool threads, each with one BLAS thread.
+
+    Why not OpenBLAS's own threads: numpy's element-wise work (norms, RoPE, softmax exp, SiLU:
+    ~25-40% of a prefill) runs on one core whatever BLAS does, while row ranges on our own
+    threads parallelize everything; and our threads wait on futexes instead of spinning, so an
+    oversubscribed machine slows down gently instead of collapsing.
+    """
+
+    def __init__(self, n_threads: int):
+        super().__init__(n_threads)
+        self.n_threads = n_threads
+        self.pool = ThreadPoolExecutor(max_workers=n_threads - 1, thread_name_prefix="hearth-cpu",
+                                       initializer=_row_thread)
 
     def run(self, fn, ranges) -> None:
         if len(ranges) == 1:
@@ -186,17 +206,40 @@ class ThreadedRows(RowRunner):
         self.pool.shutdown(wait=False)
 
 
+class DeadlineRunner(RowRunner):
+    """Runs a one-token pass on this thread and drops it to one thread once it has taken longer
+    than `deadline` (a whole pass on one thread, with a margin). Where another process holds a
+    core, each parallel launch can wait a scheduler slice (~4 ms measured, ~100 launches per
+    token) for a descheduled worker: without this a probe of two threads could cost seconds.
+    One and several threads give bit-identical products, so a switch within a pass changes
+    nothing."""
+
+    def __init__(self):
+        self.deadline = float("inf")
+        self.dropped = False
+
+    def run(self, fn, ranges) -> None:
+        super().run(fn, ranges)
+        if time.perf_counter() > self.deadline:
+            _BLAS.set(1)
+            set_threads(1)
+            self.deadline = float("inf")
+            self.dropped = True
+
+
 class CpuBackend(Backend):
     name = "cpu"
 
-    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, chunk: int = DEFAULT_CHUNK):
+    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, chunk: int = DEFAULT_CHUNK, progress=None):
         self.cfg = cfg
         self.model = build_model(cfg, gguf)
+        self.model.make_resident(progress)
         self.kv = KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, n_ctx)
         self.chunk = chunk
         self.threads = 1
         self._rows: ThreadedRows | None = None
         self._decode = DecodeThreads(_BLAS.cores)
+        self._deadline = DeadlineRunner()
 
     def forward(self, ids, pos: int, all_logits: bool = False) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -212,15 +255,16 @@ class CpuBackend(Backend):
             self._decode.forget()
         self.threads = self._decode.pick() if adaptive else _BLAS.choose()
         started = time.perf_counter()
+        one = self._decode.cost.get(1)
+        self._deadline.deadline = started + 1.5 * one if adaptive and self.threads > 1 and one else float("inf")
+        self._deadline.dropped = False
         outs = []
         for s in range(0, n, self.chunk):
             part = ids[s:s + self.chunk]
             last = s + self.chunk >= n
             out = self.model.forward(part, pos + s, self.kv, all_logits=all_logits, par=self._runner(len(part)))
             self.kv.n_tokens = pos + s + len(part)
-            if all_logits:
-                outs.append(out)
-            elif last:
+            if all_logits or last:
                 outs.append(out)
         if adaptive:
             self._decode.record(self.threads, time.perf_counter() - started)
@@ -230,13 +274,16 @@ class CpuBackend(Backend):
         """Decode and short inputs: this thread, with BLAS on all free cores; longer chunks:
         row ranges on our own threads (ThreadedRows)."""
         # Row threads only where each can be held to one BLAS thread (numpy's bundled OpenBLAS).
-        if self.threads > 1 and n_rows >= MIN_PARALLEL_ROWS and _BLAS.can_set:
+        if n_rows >= MIN_PARALLEL_ROWS and _BLAS.can_set and _BLAS.cores > 1:
+            _BLAS.set(1)
+            if self.threads == 1:
+                return SplitRows(_BLAS.cores)   # the same cuts, one after another
             if self._rows is None or self._rows.n_threads != self.threads:
                 self._rows = ThreadedRows(self.threads)
-            _BLAS.set(1)
             return self._rows
         _BLAS.set(self.threads)
-        return SERIAL
+        set_threads(self.threads)
+        return self._deadline if n_rows == 1 else SERIAL
 
     def describe(self) -> dict:
         return {"backend": "cpu"}

@@ -50,8 +50,11 @@ class Engine:
     # --- loading ---------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None, backend: str = "cpu", n_ctx: int = 4096) -> "Engine":
-        """Open a GGUF model (path=None: the default model) on `backend` ("cpu", "gpu" or "auto")."""
+    def load(cls, path: str | os.PathLike | None = None, backend: str = "cpu", n_ctx: int = 4096,
+             progress: Callable[[float, str], None] | None = None) -> "Engine":
+        """Open a GGUF model (path=None: the default model) on `backend` ("cpu", "gpu" or "auto").
+        Raises NotEnoughMemoryError (an EngineError) before loading what would not fit.
+        `progress(fraction, what)` is called as loading goes, from this thread."""
         from .paths import default_model_path  # noqa: PLC0415
         from .tokenizer import Tokenizer  # noqa: PLC0415
         if backend not in BACKENDS:
@@ -64,12 +67,16 @@ class Engine:
         n_ctx = int(n_ctx)
         if n_ctx <= 0:
             raise EngineError(f"n_ctx must be positive, not {n_ctx}")
+        from . import memory  # noqa: PLC0415
+        memory.check(g, cfg, n_ctx, backend)
+        report = progress or (lambda fraction, what: None)
         # The tokenizer is built (mostly Python, holding the GIL) on a second thread while the
         # weights are dequantized (numpy, GIL released): load time is the longer of the two.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-load") as pool:
             tok_future = pool.submit(Tokenizer.from_gguf, g)
-            be, info = _make_backend(backend, cfg, g, n_ctx)
+            be, info = _make_backend(backend, cfg, g, n_ctx, report)
             tok = tok_future.result()
+        report(1.0, "ready")
         return cls(g, cfg, be, tok, info)
 
     def close(self) -> None:
@@ -107,14 +114,17 @@ class Engine:
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(ids)
 
-    def render_chat(self, messages, tools=None, add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages, tools=None, add_generation_prompt: bool = True, **template_vars) -> str:
+        """The chat as the model's template renders it; `template_vars` are extra template
+        variables (enable_thinking=False for Qwen3)."""
         if self._template is None:
             try:
                 from .chat_template import ChatTemplate  # noqa: PLC0415
             except ImportError:  # a build without the template module: plain ChatML
                 return _chatml(messages, add_generation_prompt)
             self._template = ChatTemplate.from_gguf(self.gguf)
-        return self._template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt)
+        return self._template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                     **template_vars)
 
     # --- the resident sequence -------------------------------------------------------------
 
@@ -306,7 +316,7 @@ def _chatml(messages, add_generation_prompt: bool) -> str:
     return out + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
 
-def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int):
+def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int, report=None):
     """(backend, info). "auto" takes the GPU only when engine.gpu finds a real (non-CPU) adapter."""
     reason = ""
     if kind == "auto":
@@ -328,7 +338,7 @@ def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int):
         be = GpuBackend(cfg, g, n_ctx)
     else:
         from .cpu_backend import CpuBackend  # noqa: PLC0415
-        be = CpuBackend(cfg, g, n_ctx)
+        be = CpuBackend(cfg, g, n_ctx, progress=report)
     info = dict(be.describe())
     info["requested"] = "auto" if reason else kind
     if reason:

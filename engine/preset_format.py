@@ -15,11 +15,13 @@ corrupt one aside and says so) and the server's preset matching both parse with 
           "sampling": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05,
                        "repeat_penalty": 1.1, "seed": -1, "max_tokens": 1024},   # seed -1: random
           "model": "",                            # preferred model path, "" = any
+          "context_policy": "stop",               # or "truncate_middle", "rolling_window"
           "mcp_servers": ["files"]                # names of the app's MCP servers whose tools join
         }                                         # (the app runs them; the server ignores this)
       ]
     }
 
+`context_policy` is optional (default "stop"); engine/context_policy.py says what each does.
 The order of `presets` is the order in the app's picker. A preset's tools are checked by
 engine.tools' validator, the one the server uses for requests.
 """
@@ -31,6 +33,7 @@ import json
 import uuid
 from dataclasses import asdict, dataclass, field
 
+from .context_policy import DEFAULT_POLICY, POLICIES
 from .errors import EngineError
 from .tools import ToolSchemaError, validate_tool_set
 
@@ -57,6 +60,7 @@ class Preset:
     tools: list = field(default_factory=list)
     sampling: dict = field(default_factory=lambda: dict(DEFAULT_SAMPLING))
     model: str = ""
+    context_policy: str = DEFAULT_POLICY
     mcp_servers: list = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -83,10 +87,13 @@ class Preset:
         model = d.get("model", "") or ""
         if not isinstance(model, str):
             raise PresetError(f"{where}.model: must be a path string")
+        policy = d.get("context_policy", DEFAULT_POLICY)
+        if policy not in POLICIES:
+            raise PresetError(f"{where}.context_policy: {policy!r} is not one of {', '.join(POLICIES)}")
         mcp = d.get("mcp_servers", []) or []
         if not isinstance(mcp, list) or not all(isinstance(n, str) and n for n in mcp):
             raise PresetError(f"{where}.mcp_servers: must be a list of MCP server names")
-        return cls(pid, name.strip(), system, tools, sampling, model, list(dict.fromkeys(mcp)))
+        return cls(pid, name.strip(), system, tools, sampling, model, policy, list(dict.fromkeys(mcp)))
 
     def copy(self) -> "Preset":
         return copy.deepcopy(self)

@@ -9,6 +9,8 @@ store — is the app's real path.
 
 from __future__ import annotations
 
+import os
+
 import app_fixtures
 import pytest
 from app_fixtures import open_window
@@ -274,6 +276,13 @@ def test_fetch_url_is_off_until_the_user_turns_it_on(qtbot, window):
         assert rec["is_error"] and "turned off" in rec["result"]
         w.allowFetchAction.setChecked(True)            # Settings -> Allow tools to fetch URLs
         assert w.settings.get("tools/allow_fetch") and w.conversation.tools.allow_fetch
+        ask(qtbot, w, "Fetch it", call)                # on, but this machine is not a public address
+        wait_confirm(w)
+        qtbot.mouseClick(w.toolConfirm.allowButton, Qt.MouseButton.LeftButton)
+        wait_done(w)
+        rec = stored(w)[1].tool_calls[0]
+        assert rec["is_error"] and "a loopback address" in rec["result"]
+        w.settings.set("tools/fetch_allowed_hosts", ["127.0.0.1"])   # the user allows this host
         ask(qtbot, w, "Fetch it", call)
         wait_confirm(w)
         qtbot.mouseClick(w.toolConfirm.allowButton, Qt.MouseButton.LeftButton)
@@ -282,6 +291,7 @@ def test_fetch_url_is_off_until_the_user_turns_it_on(qtbot, window):
         assert not rec["is_error"] and "served here" in rec["result"]
     finally:
         w.allowFetchAction.setChecked(False)
+        w.settings.set("tools/fetch_allowed_hosts", [])
         srv.shutdown()
 
 
@@ -331,6 +341,44 @@ def test_regenerate_drops_the_tool_rounds_of_the_reply(qtbot, window):
     msgs = stored(w)
     assert [m.content for m in msgs][:1] == ["What is 23*47 exactly?"] and len(msgs) == 3
     assert msgs[1].tool_calls[0]["result"] == "1081"
+
+
+def test_a_picked_link_names_its_target_before_it_is_read(qtbot, window, tmp_path):
+    w = window
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "diary.txt"
+    target.write_text("the link's target")
+    link = tmp_path / "notes.txt"
+    os.symlink(target, link)
+    ask(qtbot, w, "Read my notes", '<tool_call>[{"name": "read_file", "arguments": {"path": "notes.txt"}}]</tool_call>')
+    wait_confirm(w)
+    w.toolConfirm.take_pick(str(link))               # what "Pick a file…" does with the dialog's answer
+    bar = w.toolConfirm
+    assert bar.isVisible() and w.conversation.generating          # nothing is read yet
+    assert "notes.txt" in bar.text.text() and f"is a link to <b>{target.resolve()}</b>" in bar.text.text()
+    assert bar.allowButton.isVisible() and bar.allowButton.text() == "Read it"
+    assert bar.pickFileButton.text() == "Pick another…"
+    qtbot.mouseClick(bar.allowButton, Qt.MouseButton.LeftButton)
+    wait_done(w)
+    call = stored(w)[1].tool_calls[0]
+    assert call["result"] == "the link's target" and not call["is_error"]
+
+
+def test_a_picked_fifo_is_an_error_result_not_a_hang(qtbot, window, tmp_path):
+    w = window
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    ask(qtbot, w, "Read my notes", '<tool_call>[{"name": "read_file", "arguments": {"path": "pipe.txt"}}]</tool_call>')
+    wait_confirm(w)
+    w.toolConfirm.take_pick(str(fifo))
+    try:
+        wait_done(w)
+    finally:
+        if w.conversation.generating:                  # unblock a reader stuck on the FIFO
+            with open(fifo, "wb"):
+                pass
+    call = stored(w)[1].tool_calls[0]
+    assert call["is_error"] and "FIFO" in call["result"]
 
 
 def test_restart_shows_the_stored_tool_block(qtbot, window, dirs):

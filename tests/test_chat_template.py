@@ -9,6 +9,7 @@ renders below are written out by hand from the templates' text.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -303,3 +304,81 @@ def test_gemma4_template_from_its_vocabulary_renders(reference_dir):
     assert text.startswith("<bos><|turn>system\nBe brief.")
     assert "declaration:get_weather" in text and "<|turn>user\nWeather in Paris?<turn|>" in text
     assert "call:get_weather{city:" in text
+
+
+# --- hostile templates: bounded in time and size -----------------------------------------------------
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def test_nested_range_loops_are_stopped_by_the_time_bound():
+    t = ChatTemplate("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                     model_name="hostile", time_limit_s=0.5)
+    t0 = time.monotonic()
+    with pytest.raises(TemplateError, match="hostile: the chat template ran for more than 0.5 s and was stopped"):
+        t.render(HI)
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_render_that_ends_in_time_is_never_interrupted_later():
+    t = ChatTemplate(CHATML_TEMPLATE, time_limit_s=0.2)
+    assert t.render(HI).startswith("<|im_start|>user")
+    deadline = time.monotonic() + 0.6          # past the limit: nothing may be raised here
+    while time.monotonic() < deadline:
+        sum(range(1000))
+
+
+@pytest.mark.parametrize("source, match", [
+    ("{{ 'x' * 1000000000 }}", "'\\*' would build 1,000,000,000 items"),
+    ("{{ [0] * 1000000000 }}", "'\\*' would build 1,000,000,000 items"),
+    ("{{ range(1000000000)|list }}", "range\\(\\) of 1,000,000,000 items"),
+    ("{{ 'x'|center(100000000) }}", "the filter center's result"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+     "a value of 8,388,608 items"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}",
+     "the result of '\\+'"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = '%s%s' % (ns.s, ns.s) %}{% endfor %}",
+     "the result of '%'"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s.replace('x', 'xx') %}{% endfor %}",
+     "a call's result"),
+    ("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", "more than 4,194,304 characters"),
+    ("{% set s %}{% for i in range(100000) %}{{ 'x' * 4000000 }}{% endfor %}{% endset %}",
+     "captured output of more than 4,194,304 characters"),
+    ("{% macro f() %}{% for i in range(100000) %}{{ 'x' * 4000000 }}{% endfor %}{% endmacro %}{{ f() }}",
+     "captured output of more than 4,194,304 characters"),
+    ("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [('x' * 4000000) ~ i] %}"
+     "{% endfor %}", "more than 268,435,456 items built in all"),
+])
+def test_templates_that_build_huge_strings_are_refused_with_a_template_error(source, match):
+    with pytest.raises(TemplateError, match="hostile: the chat template renders too much: " + match):
+        ChatTemplate(source, model_name="hostile").render(HI)
+
+
+def test_a_long_chat_is_well_within_the_bounds():
+    chat = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "word " * 400}
+            for i in range(400)]                           # 800,000 characters: past most contexts
+    text = ChatTemplate(CHATML_TEMPLATE).render(chat)
+    assert text.count("<|im_start|>") == 401 and len(text) > 800_000
+    growing = ChatTemplate("{% set ns = namespace(p='') %}{% for m in messages %}"
+                           "{% set ns.p = ns.p + m.role + ': ' + m.content + '\\n' %}{% endfor %}{{ ns.p }}")
+    assert growing.render(chat[:200]).count(": message ") == 200   # the prompt rebuilt per message
+
+
+def test_runaway_recursion_is_a_template_error():
+    with pytest.raises(TemplateError, match="recursed too deeply"):
+        ChatTemplate("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").render(HI)
+
+
+def test_the_output_cap_is_the_templates_own():
+    t = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}", max_chars=10)
+    assert t.render([{"role": "user", "content": "x" * 10}]) == "x" * 10
+    with pytest.raises(TemplateError, match="more than 10 characters"):
+        t.render([{"role": "user", "content": "x" * 11}])
+
+
+def test_a_template_stopped_once_renders_again_afterwards():
+    t = ChatTemplate("{% if messages|length > 1 %}{% for i in range(100000) %}{% for j in range(100000) %}"
+                     "{% endfor %}{% endfor %}{% endif %}{{ messages[0].content }}", time_limit_s=0.3)
+    with pytest.raises(TemplateError, match="was stopped"):
+        t.render(HI * 2)
+    assert t.render(HI) == "hi"

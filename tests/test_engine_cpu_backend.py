@@ -33,6 +33,22 @@ def test_threaded_rows_equal_serial(backend, smollm2_reference, monkeypatch):
     np.testing.assert_allclose(backend.kv.read_prefix(7, len(ids))[0], k_serial, atol=1e-4)
 
 
+def test_prefill_is_bit_identical_on_one_or_all_threads(backend, smollm2_reference, monkeypatch):
+    """The thread count a chunk runs on follows the machine's load; its bits must not."""
+    if cb._BLAS.cores < 2 or not cb._BLAS.can_set:
+        pytest.skip("needs two cores and a settable BLAS thread count")
+    ids = next(p for p in smollm2_reference["prompts"] if p["name"] == "english")["ids"]
+    runs = []
+    for n in (1, cb._BLAS.cores, 1):
+        monkeypatch.setattr(cb._BLAS, "fixed", n)
+        backend.kv.clear()
+        logits = backend.forward(ids, 0, all_logits=True)
+        assert backend.threads == n
+        runs.append((logits, backend.kv.read_prefix(3, len(ids))[0].copy()))
+    for logits, k in runs[1:]:
+        assert np.array_equal(logits, runs[0][0]) and np.array_equal(k, runs[0][1])
+
+
 def test_split_balances_attention_work():
     rows = cb.ThreadedRows(2)
     try:
@@ -126,3 +142,17 @@ def test_decode_times_both_thread_counts(backend, monkeypatch):
         backend.forward([7], 20 + i)
     if cb._BLAS.can_set and cb._BLAS.cores > 1:
         assert set(backend._decode.cost) == {1, cb._BLAS.cores}
+
+
+def test_a_slow_pass_drops_to_one_thread():
+    """A one-token pass past its deadline (a descheduled worker) finishes on one thread."""
+    import numba  # noqa: PLC0415
+    from engine.cpu.linear import set_threads  # noqa: PLC0415
+    set_threads(2)
+    runner = cb.DeadlineRunner()
+    calls = []
+    runner.run(lambda r0, r1: calls.append((r0, r1)), [(0, 1)])
+    assert not runner.dropped and numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+    runner.deadline = 0.0  # long past
+    runner.run(lambda r0, r1: calls.append((r0, r1)), [(0, 1)])
+    assert runner.dropped and numba.get_num_threads() == 1 and calls == [(0, 1), (0, 1)]

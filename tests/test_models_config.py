@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -16,18 +17,19 @@ gguf = pytest.importorskip("gguf")  # gguf-py writes the test files (test oracle
 
 
 def write_model(path, arch="llama", extra=None, d=8, n_head=2, n_kv=1, vocab=16, ff=16):
+    """A one-layer model; `extra` metadata is added, or replaces the base keys (the tensors keep the
+    shapes of d, n_head, n_kv, vocab and ff)."""
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_uint32(f"{arch}.embedding_length", d)
-    w.add_uint32(f"{arch}.block_count", 1)
-    w.add_uint32(f"{arch}.feed_forward_length", ff)
-    w.add_uint32(f"{arch}.attention.head_count", n_head)
-    w.add_uint32(f"{arch}.attention.head_count_kv", n_kv)
-    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
-    for k, v in (extra or {}).items():
+    keys = {f"{arch}.embedding_length": d, f"{arch}.block_count": 1, f"{arch}.feed_forward_length": ff,
+            f"{arch}.attention.head_count": n_head, f"{arch}.attention.head_count_kv": n_kv,
+            f"{arch}.attention.layer_norm_rms_epsilon": 1e-5, **(extra or {})}
+    for k, v in keys.items():
         if isinstance(v, str):
             w.add_string(k, v)
         elif isinstance(v, float):
             w.add_float32(k, v)
+        elif v < 0:
+            w.add_int32(k, v)
         else:
             w.add_uint32(k, v)
     rng = np.random.default_rng(0)
@@ -65,6 +67,37 @@ def test_missing_metadata_is_named(tmp_path):
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     with pytest.raises(UnsupportedModelError, match="llama.embedding_length"):
         ModelConfig.from_gguf(GGUFFile.open(tmp_path / "m.gguf"))
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("attention.head_count", 0, "llama.attention.head_count is 0; it must be between 1 and"),
+    ("attention.head_count_kv", 0, "llama.attention.head_count_kv is 0; it must be between 1 and 2"),
+    ("attention.head_count_kv", 4, "llama.attention.head_count_kv is 4; it must be between 1 and 2"),
+    ("embedding_length", 0, "llama.embedding_length is 0"),
+    ("embedding_length", 7, "embedding_length 7 does not split into 2 heads"),
+    ("embedding_length", 1 << 30, "llama.embedding_length is 1073741824; it must be between 1 and 65536"),
+    ("block_count", 0, "llama.block_count is 0"),
+    ("block_count", -3, "llama.block_count is -3"),
+    ("feed_forward_length", 0, "llama.feed_forward_length is 0"),
+    ("attention.key_length", 0, "llama.attention.key_length is 0"),
+    ("attention.layer_norm_rms_epsilon", float("nan"), "layer_norm_rms_epsilon is nan; it must be between"),
+    ("attention.layer_norm_rms_epsilon", 5.0, "layer_norm_rms_epsilon is 5.0"),
+    ("rope.freq_base", 0.0, "llama.rope.freq_base is 0.0"),
+    ("rope.freq_base", float("inf"), "llama.rope.freq_base is inf"),
+    ("context_length", 0, "llama.context_length is 0"),
+    ("rope.dimension_count", 7, "llama.rope.dimension_count is 7; it must be between 0 and 4"),
+    ("attention.head_count", "two", "llama.attention.head_count is 'two', not a whole number"),
+])
+def test_zero_or_absurd_hyper_parameters_are_refused_naming_the_key(tmp_path, key, value, match):
+    g = write_model(tmp_path / "m.gguf", extra={f"llama.{key}": value})
+    with pytest.raises(UnsupportedModelError, match=re.escape(match)):
+        ModelConfig.from_gguf(g)
+
+
+def test_a_token_embedding_of_the_wrong_width_is_refused(tmp_path):
+    g = write_model(tmp_path / "m.gguf", extra={"llama.embedding_length": 16, "llama.attention.key_length": 4})
+    with pytest.raises(UnsupportedModelError, match=r"token_embd.weight has shape \[8, 16\]"):
+        ModelConfig.from_gguf(g)
 
 
 def test_rope_scaling_kinds(tmp_path):
@@ -153,3 +186,14 @@ def test_decode_attention_equals_the_masked_block_path(T):
     both = attention(q, k, v, T - 2, 4)
     one = attention(q[1:], k, v, T - 1, 4)
     np.testing.assert_allclose(one, both[1:], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("key", ["llama.attention.head_count", "llama.block_count",
+                                 "llama.attention.head_count_kv", "llama.embedding_length"])
+def test_loading_a_real_model_with_a_zero_hyper_parameter_names_the_key(tmp_path, reference_dir, key):
+    from gguf_patch import patch_metadata
+
+    from engine import Engine
+    bad = patch_metadata(reference_dir / "tiny" / "llama" / "tiny-llama.gguf", tmp_path / "bad.gguf", key, 0)
+    with pytest.raises(UnsupportedModelError, match=re.escape(f"{key} is 0")):
+        Engine.load(bad, n_ctx=64)

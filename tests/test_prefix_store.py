@@ -241,28 +241,7 @@ def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_image(li
     assert [p.name for p in store.root.iterdir()] == [path.name]
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """mount(size) -> a fresh tmpfs of that many bytes (skips where mounting is not allowed)."""
-    mounted = []
-
-    def mount(size: int) -> Path:
-        mnt = tmp_path / f"tmpfs{len(mounted)}"
-        mnt.mkdir()
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-                           capture_output=True, text=True)
-        if r.returncode:
-            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); "
-                        "the simulated full-disk test covers the logic")
-        mounted.append(mnt)
-        return mnt
-
-    yield mount
-    for mnt in mounted:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def test_a_full_disk_mid_write_keeps_the_good_image_and_the_engine(eng, lib, small_tmpfs):
+def test_a_full_disk_mid_write_keeps_the_good_image_and_the_engine(eng, lib, small_tmpfs, fill_disk):
     from engine import Sampling
     size = len(lib.get(2)[0])
     mnt = small_tmpfs(int(1.6 * size))  # room for one image, not two
@@ -281,13 +260,7 @@ def test_a_full_disk_mid_write_keeps_the_good_image_and_the_engine(eng, lib, sma
     assert reply[-1].final and reply[-1].stats.reused_tokens == len(eng.tokenize(chat_prefix(4)))
 
     # Rewriting the same key on a full disk: the old image survives whole.
-    filler = mnt / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-        except OSError:
-            pass
+    filler = fill_disk(mnt)
     lib.make_resident(2)
     with pytest.raises(OSError) as e:
         store.save(eng, chat_prefix(2))
@@ -347,3 +320,74 @@ def test_two_processes_share_one_cache_without_corrupting_it(eng, tmp_path):
     for e in store.entries():
         verify_image_file(e.path)
     assert [p.name for p in cache.iterdir() if p.name.startswith(".")] == []
+
+
+# --- not regular files, temporary files -------------------------------------------------------------
+
+def ensure_within(store, eng, text, seconds: float = 60.0):
+    """store.ensure on a thread: its result, failing if it blocks (a FIFO opened for reading would)."""
+    import threading
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(store.ensure(eng, text)), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "ensure blocked"
+    return out[0]
+
+
+def test_a_fifo_in_an_images_place_is_refused_without_blocking_and_replaced(eng, lib, tmp_path):
+    store = PrefixStore(tmp_path / "p")
+    _, state, key = lib.get(5)
+    os.mkfifo(store.image_path(key))
+    lib.make_resident(4)
+    r = ensure_within(store, eng, chat_prefix(5))
+    assert r.action == "recomputed" and r.reason == "io" and "FIFO" in r.message and r.saved
+    assert store.image_path(key).is_file() and engine_state(eng)[0] == state[0]
+    assert [e.key for e in store.entries()] == [key]
+
+
+def test_a_directory_in_an_images_place_is_moved_aside_and_the_image_saved(eng, lib, tmp_path):
+    store = PrefixStore(tmp_path / "p")
+    _, _, key = lib.get(5)
+    store.image_path(key).mkdir()
+    (store.image_path(key) / "kept.txt").write_text("not ours to delete")
+    lib.make_resident(4)
+    r = ensure_within(store, eng, chat_prefix(5))
+    assert r.saved and store.image_path(key).is_file(), r
+    aside = [p for p in store.root.iterdir() if p.name.startswith(f".{key}.hpx.not-an-image-")]
+    assert len(aside) == 1 and (aside[0] / "kept.txt").read_text() == "not ours to delete"
+    assert [e.key for e in store.entries()] == [key]
+
+
+def test_a_fifo_in_the_metadata_place_does_not_block_the_listing(lib, tmp_path):
+    store = PrefixStore(tmp_path / "p")
+    path = lib.install(store, 2)
+    os.mkfifo(store.root / (path.name[:-len(".hpx")] + ".json"))
+    import threading
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(store.entries()), daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive() and [e.path for e in out[0]] == [path]
+
+
+def test_orphaned_temporary_files_go_at_start_and_live_ones_count_against_the_cap(lib, tmp_path):
+    from engine.files import lock_while_writing
+    root = tmp_path / "p"
+    root.mkdir()
+    orphan = root / ".abc.hpx.x1.tmp"
+    orphan.write_bytes(b"\0" * 40_000)                  # left by a writer that died (a crash, a full disk)
+    old = time.time() - 120
+    os.utime(orphan, (old, old))
+    store = PrefixStore(root, cap_bytes=10 << 20)
+    assert not orphan.exists()
+    image = lib.install(store, 2)
+    live = root / ".def.hpx.x2.tmp"
+    with open(live, "wb") as f:                          # another writer, still writing
+        lock_while_writing(f.fileno())
+        f.write(b"\0" * 50_000)
+        f.flush()
+        os.utime(live, (old, old))
+        assert store.total_bytes() == image.stat().st_size + 50_000
+        store.cap_bytes = image.stat().st_size + 10_000   # the writer's bytes push the image out
+        assert [e.path for e in store.evict()] == [image] and live.exists()

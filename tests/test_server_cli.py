@@ -26,6 +26,9 @@ def test_defaults_are_loopback_port_8080_and_no_token():
 @pytest.mark.parametrize("host, token, ok", [
     ("127.0.0.1", None, True), ("localhost", None, True), ("::1", None, True), ("127.0.0.2", None, True),
     ("0.0.0.0", None, False), ("192.168.1.5", None, False), ("::", None, False), ("0.0.0.0", "s3cret", True),
+    # names are judged by what they resolve to, not by their spelling
+    ("127.evil.example", None, False), ("127.0.0.1.nip.example", None, False), ("::ffff:127.0.0.1", None, True),
+    ("2130706433", None, True), ("", None, False),
 ])
 def test_only_loopback_without_a_token(host, token, ok):
     why = check_listen(host, token)

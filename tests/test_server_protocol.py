@@ -78,6 +78,33 @@ def test_invalid_json_has_its_own_code():
     assert refused(b"{", "not valid JSON").code == "invalid_json"
 
 
+@pytest.mark.parametrize("field, value, name", [
+    ("stream", "false", "stream"), ("stream", 0, "stream"), ("stream", [], "stream"),
+    ("stream_options", {"include_usage": "yes"}, "stream_options.include_usage"),
+])
+def test_flags_must_be_booleans_not_strings(field, value, name):
+    body = {"messages": [{"role": "user", "content": "x"}], field: value}
+    refused(body, f"'{name}' must be true or false", param=name)
+    assert parse(stream=False).stream is False and parse(stream=True).stream is True
+    assert parse(stream=None).stream is False
+
+
+def test_json_nested_100k_deep_is_a_400_not_a_crash():
+    deep = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert refused(deep, "nests deeper than").code == "invalid_json"
+
+
+def test_json_nested_past_the_limit_names_the_field():
+    nested: list = []
+    for _ in range(200):
+        nested = [nested]
+    refused({"messages": [{"role": "user", "content": "x"}], "tools": nested}, "'tools' nests deeper than 64",
+            param="tools")
+    shallow = {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": shallow}}
+    assert parse(tools=[tool]).tools[0]["function"]["name"] == "f"
+
+
 def test_messages_become_template_messages():
     wire = [{"role": "developer", "content": "be brief"},
             {"role": "user", "content": [{"type": "text", "text": "23"}, {"type": "text", "text": "*47?"}]},

@@ -240,6 +240,23 @@ def test_read_file_refuses_binary_and_missing_files(files):
     assert r.is_error and "cannot read" in r.content
 
 
+@pytest.mark.parametrize("make, what", [(os.mkfifo, "a FIFO (named pipe), not a file"),
+                                        (os.mkdir, "a folder, not a file")])
+def test_read_file_refuses_a_fifo_or_a_folder_without_blocking(files, make, what):
+    odd = files / "odd.txt"
+    make(odd)
+    ctx = ToolContext(allowed_files=frozenset({str(odd)}))
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(run("read_file", ctx, path="odd.txt")), daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():                                   # unblock the reader so the test run can end
+        with open(odd, "wb"):
+            pass
+        pytest.fail("read_file blocked on a FIFO")
+    assert result[0].is_error and f"odd.txt is {what}" in result[0].content
+
+
 def test_read_file_never_writes(files):
     before = (files / "notes.txt").stat()
     ctx = ToolContext(allowed_files=frozenset({str(files / "notes.txt")}))
@@ -258,6 +275,12 @@ def test_fetch_is_disabled_by_default():
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.path.startswith("/redirect?"):
+            self.send_response(302)
+            self.send_header("Location", self.path.split("?", 1)[1])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         routes = {
             "/page": (200, "text/html; charset=utf-8",
                       "<html><head><title>T</title><style>p{}</style><script>evil()</script></head>"
@@ -294,20 +317,24 @@ def server():
     srv.server_close()
 
 
+LOCAL = frozenset({"127.0.0.1"})     # the test server's host, allowed as a user would allow it
+
+
 def test_fetch_enabled_reads_text_and_strips_html(server):
-    ctx = ToolContext(allow_fetch=True)
+    ctx = ToolContext(allow_fetch=True, fetch_allowed_hosts=LOCAL)
     assert run("fetch_url", ctx, url=server + "/plain").content == "HTTP 200, text/plain\n\njust text"
     page = run("fetch_url", ctx, url=server + "/page").content
     assert page == "HTTP 200, text/html\n\nT\nHello\ncafé & more"
 
 
 def test_fetch_is_size_capped(server):
-    r = run("fetch_url", ToolContext(allow_fetch=True, fetch_max_bytes=100), url=server + "/big")
+    r = run("fetch_url", ToolContext(allow_fetch=True, fetch_max_bytes=100, fetch_allowed_hosts=LOCAL),
+            url=server + "/big")
     assert r.content.endswith("x" * 100 + "\n[truncated at 100 bytes]")
 
 
 def test_fetch_errors(server):
-    ctx = ToolContext(allow_fetch=True, fetch_timeout_s=0.5)
+    ctx = ToolContext(allow_fetch=True, fetch_timeout_s=0.5, fetch_allowed_hosts=LOCAL)
     assert "HTTP 404" in run("fetch_url", ctx, url=server + "/missing").content
     assert "image/png, not text" in run("fetch_url", ctx, url=server + "/image").content
     for url in ("file:///etc/passwd", "ftp://example.com/x", "javascript:alert(1)"):
@@ -316,6 +343,57 @@ def test_fetch_errors(server):
     start = time.perf_counter()
     r = run("fetch_url", ctx, url=server + "/slow")
     assert r.is_error and "cannot fetch" in r.content and time.perf_counter() - start < 1.9
+
+
+@pytest.mark.parametrize("host, why", [
+    ("127.0.0.1", "a loopback address"), ("localhost", "a loopback address"), ("127.1", "a loopback address"),
+    ("2130706433", "a loopback address"), ("0x7f000001", "a loopback address"), ("[::1]", "a loopback address"),
+    ("[::ffff:127.0.0.1]", "a loopback address"), ("0.0.0.0", "the unspecified address"),
+    ("0", "the unspecified address"), ("[::]", "the unspecified address"),
+    ("169.254.169.254", "a cloud metadata service"), ("169.254.1.1", "a link-local address"),
+    ("[fe80::1]", "a link-local address"), ("10.0.0.1", "a private network address"),
+    ("192.168.1.1", "a private network address"), ("172.16.0.1", "a private network address"),
+    ("[fd00::1]", "a private network address"), ("100.64.0.1", "a reserved address"),
+])
+def test_fetch_refuses_this_machine_and_private_networks(server, host, why):
+    port = server.rsplit(":", 1)[1]
+    r = run("fetch_url", ToolContext(allow_fetch=True, fetch_timeout_s=2), url=f"http://{host}:{port}/plain")
+    assert r.is_error and "refused to fetch" in r.content and why in r.content, r.content
+    assert "unless the user allows the host" in r.content
+
+
+def test_fetch_refuses_hearths_own_server(server):
+    r = run("fetch_url", ToolContext(allow_fetch=True), url="http://127.0.0.1:8080/v1/models")
+    assert r.is_error and "a loopback address" in r.content
+
+
+def test_fetch_checks_every_redirect(server):
+    port = server.rsplit(":", 1)[1]
+    ctx = ToolContext(allow_fetch=True, fetch_timeout_s=2, fetch_allowed_hosts=LOCAL)
+    ok = run("fetch_url", ctx, url=f"{server}/redirect?{server}/plain")
+    assert ok.content == "HTTP 200, text/plain\n\njust text"   # a redirect within the allowed host
+    for target in (f"http://localhost:{port}/plain", f"http://2130706433:{port}/plain",
+                   "http://169.254.169.254/latest/meta-data/"):
+        r = run("fetch_url", ctx, url=f"{server}/redirect?{target}")
+        assert r.is_error and "refused to fetch" in r.content, (target, r.content)
+    for target in ("file:///etc/passwd", "ftp://127.0.0.1/x"):
+        r = run("fetch_url", ctx, url=f"{server}/redirect?{target}")
+        assert r.is_error and "only http and https can be fetched" in r.content, (target, r.content)
+
+
+def test_fetch_uses_no_environment_proxy(server, monkeypatch):
+    """A proxy would be judged instead of the page: fetch_url connects directly."""
+    monkeypatch.setenv("http_proxy", server)          # a proxy that would answer "slow" to anything
+    ctx = ToolContext(allow_fetch=True, fetch_allowed_hosts=LOCAL)
+    assert run("fetch_url", ctx, url=server + "/plain").content.endswith("just text")
+
+
+def test_a_host_the_user_allows_is_reachable_by_its_own_name(server):
+    port = server.rsplit(":", 1)[1]
+    # the host as written in the URL is what is compared (case aside), not its addresses
+    ctx = ToolContext(allow_fetch=True, fetch_allowed_hosts=frozenset({"LocalHost"}))
+    assert run("fetch_url", ctx, url=f"http://localhost:{port}/plain").content.endswith("just text")
+    assert run("fetch_url", ctx, url=f"http://127.0.0.1:{port}/plain").is_error
 
 
 def test_html_to_text():

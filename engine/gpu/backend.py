@@ -5,7 +5,10 @@ recorded into compute passes (a decode step in `submit_pieces` command buffers, 
 it is encoded so the GPU starts while Python encodes the rest; a prefill chunk in one), and one readback
 through the persistent staging buffer (logits, or 4 bytes with `forward_argmax`). Decode (n = 1) uses
 matrix-vector kernels with RMSNorm, SwiGLU/GeGLU, RoPE, the KV store and residual adds fused in; longer
-inputs use the tiled matmul plan in chunks of `chunk` tokens.
+inputs use the tiled matmul plan in chunks of `chunk` tokens. On a real GPU with 4-way int8 dot
+products, decode matvecs of row length 2,048-4,096 take x as int8 blocks of 32 (ops.int8_ok; as
+llama.cpp's CUDA path does), which moves decode logits off numpy's by ~0.1; CPU rasterizers keep
+f32 x (`int8=True` or HEARTH_GPU_INT8=1 forces it, =0 turns it off).
 
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
 attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
@@ -48,7 +51,8 @@ def rope_table(rope: Rope, max_ctx: int) -> np.ndarray:
 class GpuBackend(Backend):
     name = "gpu"
 
-    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int | None = None):
+    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int | None = None,
+                 int8: bool | None = None):
         if cfg.final_softcap > 0:
             raise UnsupportedModelError(f"{gguf.path.name}: final logit soft-capping is not implemented on the GPU")
         if cfg.head_dim > 256 or cfg.head_dim % 4 or cfg.n_embd % 32:
@@ -60,6 +64,10 @@ class GpuBackend(Backend):
         try:
             if chunk is None:
                 chunk = CPU_CHUNK if self.dev.info["is_cpu"] else GPU_CHUNK
+            # Decode matvecs with x as int8 (ops.int8_ok) where the device has the integer dot products.
+            if int8 is None:
+                int8 = os.environ.get("HEARTH_GPU_INT8", "") == "1" or not self.dev.info["is_cpu"]
+            self.int8 = bool(int8) and self.dev.int8
             self._build(gguf, n_ctx, min(chunk, n_ctx))
         except EngineError:
             self.close()
@@ -131,8 +139,8 @@ class GpuBackend(Backend):
         self.prefill_body = len(pre.ops)
         for buf_, r0, rows in self.out.parts:        # one matvec per part of the output matrix
             hp = dict(ops.matvec_params(head_t, d, [rows], eps=c.rms_eps), y_off=r0)
-            lay = ops.matvec_layout(d, rows)
-            hk = ops.matvec(ks, head_t, norm=True, layout=lay)
+            lay, q8 = self._layout(head_t, d, rows)
+            hk = ops.matvec(ks, head_t, norm=True, layout=lay, q8x=q8)
             dec.add(hk, [self.x, self.logits, buf_, self.out_norm], ops.matvec_groups(rows, lay), "head", **hp)
             pre.add(hk, [self.x, self.logits, buf_, self.out_norm], ops.matvec_groups(rows, lay), "head",
                     **dict(hp, x_off=lambda n, kv: (n - 1) * d))
@@ -174,6 +182,15 @@ class GpuBackend(Backend):
             raise UnsupportedModelError(f"{W.g.path.name}: layer {i} has a q norm without a k norm (or the reverse)")
         return L
 
+    def _layout(self, qtypes, k: int, m: int, mult: int = 0, mats: int = 1, attn_x: bool = False):
+        """(layout, q8x) of a decode matvec: q8x = K where it takes the int8-x path (its own layouts), else 0.
+        The O projection that merges the attention splits itself (attn_x) keeps f32 x: on the 8B
+        shape (H200) it took 2.39 ms a token with int8 x against 0.52 + 1.20 for a combine pass and
+        the int8 product, and at the sizes where that merge pays (the default model) int8 is not used."""
+        if self.int8 and not attn_x and ops.int8_ok(self.dev, qtypes, k):
+            return ops.int8_layout(k, m, qtypes, mult), k
+        return ops.matvec_layout(k, m, mult, mats), 0
+
     def _attn_params(self, window: int) -> dict:
         c = self.cfg
         return dict(n_head=c.n_head, n_kv=c.n_head_kv, max_ctx=self.kv.max_ctx, scale=c.attn_scale, window=window)
@@ -194,15 +211,16 @@ class GpuBackend(Backend):
         bias = L["bqkv"] is not None
         wbufs = [L["wq"].buffer, L["wk"].buffer, L["wv"].buffer, L["attn_norm"]] + ([L["bqkv"]] if bias else [])
         prm = ops.matvec_params(types, d, rows, eps=c.rms_eps)
-        lay = ops.matvec_layout(d, sum(rows), math.gcd(rows[0], rows[1]))
+        lay, q8 = self._layout(types, d, sum(rows), math.gcd(rows[0], rows[1]))
         rpw = ops.matvec_rows(lay)
         if L["q_norm"] is None and c.n_rot == hd and rpw % 2 == 0:
             # RoPE and the K/V store fused into the Q|K|V product (qk-norm models need the whole head first)
-            P.add(ops.matvec(ks, types, norm=True, bias=bias, rope="neox" if c.rope_neox else "normal", layout=lay),
+            P.add(ops.matvec(ks, types, norm=True, bias=bias, rope="neox" if c.rope_neox else "normal", layout=lay,
+                             q8x=q8),
                   [self.x, self.q] + wbufs + [self.kv.k[i], self.kv.v[i], cs, self.step],
                   ops.matvec_groups(sum(rows), lay), f"{i}.qkv", **dict(prm, a0=hd, a1=self.kv.max_ctx))
         else:
-            P.add(ops.matvec(ks, types, norm=True, bias=bias, layout=lay), [self.x, self.qkv] + wbufs,
+            P.add(ops.matvec(ks, types, norm=True, bias=bias, layout=lay, q8x=q8), [self.x, self.qkv] + wbufs,
                   ops.matvec_groups(sum(rows), lay), f"{i}.qkv", **prm)
             k, bufs, rp = self._rope_args(i, L, cs)
             P.add(k, bufs, ops.rope_groups(1, nh, nkv), f"{i}.rope", **rp)
@@ -212,32 +230,33 @@ class GpuBackend(Backend):
         # The split merge fused into the O projection while that is cheap (short contexts: one
         # dispatch less), else a combine pass first; the plan holds both and the step's kv_len picks
         # (ops whose workgroup count is 0 are not dispatched).
-        o_lay = ops.matvec_layout(nh * hd, d)
+        wo = [L["wo"].qtype]
+        o_lay, o_q8 = self._layout(wo, nh * hd, d)
         fuse = 0
         if nh * hd <= ops.ATTN_X_MAX and nh * self.max_splits <= ops.ATTN_WS_MAX and nh <= 256:
-            o_lay_x = ops.matvec_layout(nh * hd, d)
+            o_lay_x, o_q8x = self._layout(wo, nh * hd, d, attn_x=True)
             fuse = min(self.max_splits, ops.attn_fuse_splits(ops.matvec_groups(d, o_lay_x)[0], nh * hd))
         if fuse < self.max_splits:
             on = (lambda n, kv: True) if fuse == 0 else (lambda n, kv: ops.attn_splits(kv) > fuse)
             P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step],
                   lambda n, kv: (nh, 1, 1) if on(n, kv) else (0, 0, 0), f"{i}.combine", **ap)
             self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o", layout=o_lay,
-                              when=on)
+                              when=on, q8=o_q8)
         if fuse > 0:
             self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True,
-                              layout=o_lay_x, when=lambda n, kv: ops.attn_splits(kv) <= fuse)
+                              layout=o_lay_x, when=lambda n, kv: ops.attn_splits(kv) <= fuse, q8=o_q8x)
         gt = [L["gate"].qtype, L["up"].qtype]
-        f_lay = ops.matvec_layout(d, nff, mats=2)
+        f_lay, f_q8 = self._layout(gt, d, nff, mats=2)
         P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
-                         layout=f_lay),
+                         layout=f_lay, q8x=f_q8),
               [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, f_lay),
               f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
-        self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down",
-                          layout=ops.matvec_layout(nff, d))
+        dn_lay, dn_q8 = self._layout([L["down"].qtype], nff, d)
+        self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", layout=dn_lay, q8=dn_q8)
 
-    def _decode_proj(self, P, w, src, k, bias, post_norm, label, attn_x=False, layout=None, when=None) -> None:
+    def _decode_proj(self, P, w, src, k, bias, post_norm, label, attn_x=False, layout=None, when=None, q8=0) -> None:
         """x += W src (+ bias), or with a post-norm (gemma3): x += norm(W src). attn_x: src is the
-        attention partials, merged inside the product. when(n, kv): dispatched only if true."""
+        attention partials, merged inside the product. when(n, kv): dispatched only if true. q8: see _layout."""
         c, d = self.cfg, self.cfg.n_embd
         prm = ops.matvec_params([w.qtype], k, [d])
         extra = [bias] if bias is not None else []
@@ -251,10 +270,10 @@ class GpuBackend(Backend):
             groups = lambda n, kv, g=groups: g if when(n, kv) else (0, 0, 0)  # noqa: E731
         if post_norm is None:
             P.add(ops.matvec(self.ks, [w.qtype], residual=True, bias=bias is not None, attn_x=ax, attn_ws=ws,
-                             layout=layout),
+                             layout=layout, q8x=q8),
                   [src, self.x, w.buffer] + extra, groups, label, **prm)
         else:
-            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax, attn_ws=ws, layout=layout),
+            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax, attn_ws=ws, layout=layout, q8x=q8),
                   [src, self.tmp, w.buffer] + extra, groups, label, **prm)
             post = (1, 1, 1) if when is None else (lambda n, kv: (1, 1, 1) if when(n, kv) else (0, 0, 0))
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], post, label + ".post",

@@ -81,6 +81,12 @@ def probe() -> dict | None:
     return d
 
 
+_INT8_PROBE = """
+@group(0) @binding(0) var<storage, read_write> o: array<i32>;
+@compute @workgroup_size(1) fn main() { o[0] = dot4I8Packed(u32(o[1]), u32(o[2])) + i32(pack4xI8(vec4<i32>(o[3]))); }
+"""
+
+
 class Device:
     """A wgpu device with the limits a model needs, and helpers for buffers and readback."""
 
@@ -114,6 +120,17 @@ class Device:
         self._lost = False
         self._staging = None
         self.info = adapter_description(self.adapter)
+        # 4-way int8 dot products (WGSL packed_4x8_integer_dot_product) for the int8-x decode matvec;
+        # HEARTH_GPU_INT8=0 turns them off, =1 forces them on a CPU rasterizer too (off there by default,
+        # see GpuBackend).
+        self.int8 = os.environ.get("HEARTH_GPU_INT8", "") != "0" and self._compiles(_INT8_PROBE)
+
+    def _compiles(self, code: str) -> bool:
+        try:
+            self.device.create_shader_module(code=code, label="probe")
+            return True
+        except Exception:
+            return False
 
     # --- buffers -----------------------------------------------------------------------------
     def buffer(self, size: int, label: str = "", usage=None):

@@ -13,6 +13,9 @@ from .kernels import grid
 
 # Types with a dequantizing kernel (engine/wgsl/quant.wgsl).
 GPU_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# Types whose decode matvec can take x as int8 blocks (quant.wgsl `_dq8`): every quantized one. Float
+# weights keep f32 x (their products gain nothing from integer dot products and would lose x's precision).
+INT8_TYPES = GPU_TYPES[2:]
 
 # Matvec layout (lanes, rows per thread): LANES threads share a row group, 256 / LANES row groups a
 # workgroup, each thread RPT rows. The default is the small-matrix layout (one 32-lane group a row).
@@ -59,21 +62,52 @@ def matvec_rows(layout=None) -> int:
     return 256 // lanes * rpt
 
 
+# Row lengths that take the int8-x path (measured on the H200, bench.gpu_profile --matvec-sweep): every
+# workgroup quantizes all of x first, which pays at K 2,048-4,096 (gate/up, Q|K|V, O, head: 1.1-1.5x)
+# and costs more than it saves at K 8,192-14,336 (the down products: 0.6x); smaller K not measured.
+INT8_K_MIN, INT8_K_MAX = 2048, 4096
+
+
+def int8_layout(k: int, m: int, qtypes, mult: int = 0) -> tuple[int, int, int]:
+    """The int8 path's (lanes, rows per thread, unroll): 64 lanes x 4 rows (16 rows a workgroup share
+    the quantized x) measured best for every type but Q4_0, which ran best at 128 x 4; fewer rows a
+    thread where `mult` (the Q|K|V boundaries) needs it."""
+    lanes = 128 if "Q4_0" in qtypes else 64
+    for rpt in (4, 2, 1):
+        if mult == 0 or mult % (256 // lanes * rpt) == 0:
+            return lanes, rpt, 1
+    return 256, 1, 1
+
+
+def int8_ok(dev, qtypes, k: int) -> bool:
+    """Whether a matvec over these weight types and row length takes the int8-x path on `dev`: K in
+    the measured range, the device has the integer dot products and x's int8 copy (K bytes + K/8
+    sums + K/32 scales and squares) fits in workgroup memory beside the reduction buffer (at most
+    9 values x 256 threads)."""
+    if not getattr(dev, "int8", False) or k % 32 or not all(t in INT8_TYPES for t in qtypes):
+        return False
+    if not INT8_K_MIN <= k <= INT8_K_MAX:
+        return False
+    need = k + k // 2 + k // 4 + 9 * 1024
+    return need <= int(dev.limits["max-compute-workgroup-storage-size"])
+
+
 def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
-           attn_ws=1, layout=None):
+           attn_ws=1, layout=None, q8x=0):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
     attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
     params a0 = head dim, a1 = max splits), merged before the product; attn_ws = heads x max splits.
     rope = "normal" | "neox": Q|K|V with RoPE and the KV store fused (a0 = head dim, a1 = max_ctx).
     layout: (lanes, rows per thread), see matvec_layout; concat boundaries must be multiples of its
-    rows per workgroup (matvec_rows)."""
+    rows per workgroup (matvec_rows). q8x = K: x goes to int8 blocks of 32 first (see int8_ok);
+    the kernel is then built for rows of exactly K weights."""
     lanes, rpt, *rest = layout or MATVEC_DEFAULT
     unroll = rest[0] if rest else 1
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
               + (["r"] if attn_x else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
-                  ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope)
+                  ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x))
 
 
 def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):

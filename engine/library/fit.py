@@ -11,16 +11,13 @@ plus Hearth's float32 KV cache for `n_ctx` (K and V, every layer) plus the logit
 from __future__ import annotations
 
 import enum
-import os
 from typing import Callable
 
+from .. import memory
 from .model_facts import ModelFacts
 
 MemoryEstimate = Callable[[ModelFacts, int], int]
 
-# The share of available memory a model may take and still "fit": the rest is for the app, the OS
-# and whatever else runs. Between this and all of it is "tight".
-COMFORTABLE = 0.8
 # Before download only the file size is known: weights plus this share for cache and buffers.
 SIZE_ONLY_OVERHEAD = 0.2
 
@@ -55,28 +52,16 @@ ESTIMATE: MemoryEstimate = simple_estimate
 
 
 def available_memory() -> int | None:
-    """Bytes of RAM available to a new allocation now (MemAvailable on Linux), or None."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    """Bytes of RAM available to a new allocation now, or None (engine.memory owns how it is read)."""
+    return memory.available_bytes()
 
 
 def judge(needed: int, available: int | None) -> Fit:
+    """engine.memory's verdict (the rule the engine's load check uses), unknown when the
+    available memory cannot be read."""
     if available is None or available <= 0:
         return Fit.UNKNOWN
-    if needed <= COMFORTABLE * available:
-        return Fit.FITS
-    if needed <= available:
-        return Fit.TIGHT
-    return Fit.WONT_FIT
+    return Fit(memory.verdict(needed, available))
 
 
 def fit_for(facts: ModelFacts, n_ctx: int, available: int | None = None,

@@ -23,6 +23,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import UnsupportedModelError
 from ..kv_cache import KVCache
+from ..cpu.linear import Activations
 from . import weights as W
 from .layers import Rope, attention, gelu_tanh_mul, rms_norm, silu_mul
 
@@ -30,16 +31,16 @@ from .layers import Rope, attention, gelu_tanh_mul, rms_norm, silu_mul
 @dataclass
 class Block:
     attn_norm: np.ndarray                 # [d]
-    wqkv: np.ndarray                      # [d, (nh + 2 nkv) * hd]  q columns, then k, then v
+    wqkv: W.Matrices                      # d -> (nh + 2 nkv) * hd  q outputs, then k, then v
     bqkv: np.ndarray | None               # [(nh + 2 nkv) * hd]      qwen2
     qk_norm: np.ndarray | None            # [nh + nkv, hd] q_norm (times the attention scale)
                                           # per q head, then k_norm per k head: qwen3, gemma3
-    wo: np.ndarray                        # [nh * hd, d]
+    wo: W.Matrices                        # nh * hd -> d
     bo: np.ndarray | None                 # [d]
     post_attn_norm: np.ndarray | None     # [d]                      gemma3
     ffn_norm: np.ndarray                  # [d]
-    w_gate_up: np.ndarray                 # [d, 2 * n_ff]  gate columns, then up
-    w_down: np.ndarray                    # [n_ff, d]
+    w_gate_up: W.Matrices                 # d -> 2 * n_ff  gate outputs, then up
+    w_down: W.Matrices                    # n_ff -> d
     post_ffn_norm: np.ndarray | None      # [d]                      gemma3
 
 
@@ -52,23 +53,35 @@ class Decoder:
         ld = W.Loader(g)
         self.tok_embd = W.RowLookup(g, "token_embd.weight", c.n_vocab, d)     # rows [n, d] on demand
         out_name = "token_embd.weight" if c.tied_output else "output.weight"
-        self.output = ld.matrix([out_name], d, [c.n_vocab])                   # [d, vocab]
+        self.output = ld.matrix([out_name], d, [c.n_vocab])                   # d -> vocab
         self.output_norm = W.tensor(g, "output_norm.weight", (d,))
         freq_factors = W.optional(g, "rope_freqs.weight", (c.n_rot // 2,))   # Llama 3 scaling
         self.rope = Rope(c.n_rot, c.rope_base, c.rope_neox, c.rope_scaling, freq_factors)
         # gemma3: sliding-window layers rotate with their own base and without scaling
         self.rope_swa = Rope(c.n_rot, c.rope_base_swa, c.rope_neox) if c.sliding_window else None
         self.blocks = [self._load_block(g, ld, i) for i in range(c.n_layer)]
-        ld.finish()
-        # The attention scale is folded into the weights once: into q_norm where there is one
-        # (above), else into the q rows of wqkv (and their bias): RoPE is linear, so scaling q
-        # before or after it is the same, and the decode loop saves a pass per layer.
+        # The attention scale is applied once, where it costs nothing: in q_norm where there is
+        # one (above), else as the output scale of the q matrix (and on its bias): RoPE is
+        # linear, so scaling q before or after it is the same.
         qrows = c.n_head * c.head_dim
         for b in self.blocks:
             if b.qk_norm is None:
-                b.wqkv[:, :qrows] *= np.float32(c.attn_scale)
+                b.wqkv.scale_first(c.attn_scale)
                 if b.bqkv is not None:
                     b.bqkv[:qrows] *= np.float32(c.attn_scale)
+
+    def make_resident(self, progress=None) -> None:
+        """Read one byte of every page of every matrix, in file order: the first token then does
+        not wait for the disk, and loading a large file can report a percentage
+        (`progress(fraction, what)`)."""
+        mats = [m for b in self.blocks for m in (b.wqkv, b.wo, b.w_gate_up, b.w_down)] + [self.output]
+        total = sum(m.nbytes for m in mats) or 1
+        done = 0
+        for m in mats:
+            m.touch()
+            done += m.nbytes
+            if progress is not None:
+                progress(0.05 + 0.9 * done / total, "reading weights")
 
     def _qk_norm(self, g, p: str) -> np.ndarray | None:
         c = self.cfg
@@ -137,7 +150,8 @@ class Decoder:
     def _logits(self, rows, out, r0, r1):
         c = self.cfg
         h = rms_norm(rows[r0:r1], self.output_norm, c.rms_eps)
-        lg = np.matmul(h, self.output, out=out[r0:r1])        # [r, vocab]
+        lg = out[r0:r1]                                         # [r, vocab]
+        self.output.parts[0](Activations(h), lg)
         if c.final_softcap > 0:                                  # gemma2-style soft-capping
             lg /= c.final_softcap
             np.tanh(lg, out=lg)
@@ -148,7 +162,7 @@ class Decoder:
         c = self.cfg
         n, hd, nh, nkv = r1 - r0, c.head_dim, c.n_head, c.n_head_kv
         h = rms_norm(x[r0:r1], b.attn_norm, c.rms_eps)
-        qkv = h @ b.wqkv                                       # [n, (nh + 2 nkv) hd]
+        qkv = b.wqkv(Activations(h))                           # [n, (nh + 2 nkv) hd]
         if b.bqkv is not None:                                   # qwen2
             qkv += b.bqkv
         # q and k are adjacent in qkv: normalize and rotate them together, in place.
@@ -164,7 +178,7 @@ class Decoder:
         """Rows [r0, r1): attention over the cache, output projection, FFN, residuals (in x)."""
         c = self.cfg
         a = attention(q[r0:r1], kv.k[i], kv.v[i], pos + r0, window)   # [n, nh hd]
-        o = a @ b.wo                                           # [n, d]
+        o = b.wo(Activations(a))                               # [n, d]
         if b.bo is not None:
             o += b.bo
         if b.post_attn_norm is not None:                         # gemma3
@@ -172,10 +186,10 @@ class Decoder:
         xr = x[r0:r1]
         xr += o
         h = rms_norm(xr, b.ffn_norm, c.rms_eps)
-        gu = h @ b.w_gate_up                                   # [n, 2 n_ff]
+        gu = b.w_gate_up(Activations(h))                       # [n, 2 n_ff]
         g, u = gu[:, :c.n_ff], gu[:, c.n_ff:]
         act = gelu_tanh_mul(g, u) if c.activation == "gelu_tanh" else silu_mul(g, u)
-        f = act @ b.w_down                                     # [n, d]
+        f = b.w_down(Activations(act))                         # [n, d]
         if b.post_ffn_norm is not None:                          # gemma3
             f = rms_norm(f, b.post_ffn_norm, c.rms_eps)
         xr += f

@@ -1,46 +1,85 @@
-"""Loading GGUF tensors as float32 matrices laid out for BLAS.
+"""The weights of a model: matrices used from the file's blocks, small tensors as float32.
 
-Every matrix is dequantized once at load into float32 [n_in, n_out], C-contiguous (the transpose
-of GGUF's row order), so a layer is `y = x @ W` with x [n, n_in]. Measured with OpenBLAS on the
-2-core machine, this layout reads weights ~1.6x faster than `x @ W.T` on [n_out, n_in] for
-decode's matrix-vector products (which are bandwidth-bound: the whole model is read per token),
-is faster for small batches (a chat turn's 20 tokens) and no slower for 512-token chunks.
-Matrices that read the same input are fused column-wise: q/k/v into `wqkv` and gate/up into
-`w_gate_up`, so a block does four products (with attn_output and ffn_down) instead of seven.
+Matrices stay in the memory-mapped file, in their GGUF type, and are multiplied by the compiled
+kernels of engine.cpu (nothing is copied or dequantized at load, so loading costs no time and the
+resident memory is the file's pages the OS keeps). Matrices that read the same input are grouped:
+q/k/v into one `Matrices` and gate/up into another, each part a `Linear`, so one quantization of
+the input serves them all and their outputs land side by side. A type the kernels do not cover
+(the IQ types, rows not a multiple of 32 weights) is dequantized once into float32 [n_out, n_in]
+and multiplied by BLAS: correct, at the old memory cost.
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
+from ..cpu.linear import KERNEL_TYPES, Activations, Linear
 from ..errors import UnsupportedModelError
-from ..quants import dequantize, dequantize_blocks
+from ..quants import dequantize, dequantize_blocks, dequantize_rows
 
-# Rows per dequantization job: ~1 MiB of float32 output (an L2), so a job's temporaries stay in cache
-# and its result is written once, straight into the final matrix.
-_JOB_FLOATS = 1 << 18
+
+class Dense:
+    """A matrix dequantized to float32 [n_out, n_in] (types without a kernel)."""
+
+    def __init__(self, w: np.ndarray):
+        self.w, self.n_out = w, w.shape[0]
+        self.ws = (w,)
+        self.scales = np.ones(1, np.float32)
+
+    @property
+    def nbytes(self) -> int:
+        return self.w.nbytes
+
+    def __call__(self, act: Activations, out: np.ndarray) -> np.ndarray:
+        np.matmul(act.x, self.w.T, out=out)
+        if self.scales[0] != 1.0:
+            out *= self.scales[0]
+        return out
+
+
+class Matrices:
+    """GGUF matrices that read the same input, their outputs side by side:
+    `m(act)` -> float32 [n, sum(rows)]. Consecutive matrices of one kernel type form one `Linear`
+    (one parallel launch for all of them)."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+        self.n_out = sum(p.n_out for p in parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def touch(self) -> None:
+        """Make the parts' pages resident (one read per 4 KiB page)."""
+        for p in self.parts:
+            for w in p.ws:
+                flat = w.reshape(-1).view(np.uint8)
+                if flat.size:
+                    flat[::4096].max()
+
+    def scale_first(self, s: float) -> None:
+        """Multiply the first matrix's outputs by s."""
+        self.parts[0].scales[0] = s
+
+    def __call__(self, act: Activations) -> np.ndarray:
+        out = np.empty((act.n, self.n_out), np.float32)
+        c = 0
+        for p in self.parts:
+            p(act, out[:, c:c + p.n_out])
+            c += p.n_out
+        return out
 
 
 class Loader:
-    """Dequantizes matrices straight into preallocated float32 buffers, in parallel.
-
-    `matrix(...)` returns the (not yet filled) buffer at once and queues its row chunks;
-    `finish()` waits for every queued chunk. numpy releases the GIL in the dequantizers, so the
-    chunks run on all cores, and no intermediate full-size array is made and copied.
-    """
+    """Builds `Matrices` from GGUF tensor names, checking shapes against the metadata."""
 
     def __init__(self, g):
         self.g = g
-        self.jobs: list[tuple[np.ndarray, np.ndarray, object, str]] = []
 
-    def matrix(self, names: list[str], n_in: int, rows: list[int]) -> np.ndarray:
-        """GGUF matrices `names` (rows[i] outputs of n_in inputs each), transposed and placed
-        side by side: float32 [n_in, sum(rows)], filled by finish()."""
-        out = np.empty((n_in, sum(rows)), np.float32)
-        r = 0
+    def matrix(self, names: list[str], n_in: int, rows: list[int]) -> Matrices:
+        """GGUF matrices `names` (rows[i] outputs of n_in inputs each), outputs side by side."""
+        parts: list = []
         for name, nr in zip(names, rows):
             t = self.g.tensors.get(name)
             if t is None:
@@ -48,22 +87,16 @@ class Loader:
             if tuple(t.shape) != (n_in, nr):
                 raise UnsupportedModelError(f"{self.g.path.name}: tensor {name} has shape {tuple(t.shape[::-1])}, "
                                             f"expected {(nr, n_in)} from the metadata")
-            blocks = t.data.reshape(-1, t.type.type_size)
-            per_row = n_in // t.type.block_size
-            step = max(1, _JOB_FLOATS // n_in)
-            for r0 in range(0, nr, step):
-                r1 = min(nr, r0 + step)
-                self.jobs.append((out[:, r + r0:r + r1], blocks[r0 * per_row:r1 * per_row], t.type, name))
-            r += nr
-        return out
-
-    def finish(self) -> None:
-        def run(job):
-            dst, blocks, gtype, name = job
-            dst[...] = dequantize_blocks(blocks, gtype, name).reshape(dst.shape[::-1]).T
-        jobs, self.jobs = self.jobs, []
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="load") as pool:
-            list(pool.map(run, jobs, chunksize=16))
+            if t.type.name in KERNEL_TYPES and n_in % 32 == 0:
+                w = t.data.reshape(nr, -1)
+                last = parts[-1] if parts else None
+                if isinstance(last, Linear) and last.type == t.type:
+                    parts[-1] = Linear([*last.ws, w], t.type, n_in, last.name)
+                else:
+                    parts.append(Linear(w, t.type, n_in, name))
+            else:
+                parts.append(Dense(dequantize_rows(t)))
+        return Matrices(parts)
 
 
 def tensor(g, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:

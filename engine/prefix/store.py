@@ -7,20 +7,27 @@
 Layout of the folder: `<key>.hpx` (the image, see format.py) and `<key>.json` (what it is for:
 model path and name, token count, backend, the caller's label). Nothing else is shared state:
 - writes are atomic (engine/atomic_file.py): a temporary file in the same folder, fsync, rename over
-  the real name, fsync of the folder. A crash or a full disk mid-write leaves at most a `.tmp` file
-  (removed later), never a half image under a real name, and never touches the previous image of
-  that key;
+  the real name, fsync of the folder. A crash or a full disk mid-write leaves at most a `.tmp` file,
+  never a half image under a real name, and never touches the previous image of that key. A `.tmp`
+  file no live writer holds is removed when a store opens the folder and at each eviction; those
+  being written count against the cap;
+- only regular files are read (engine/files.py: a FIFO never blocks the engine); anything else in
+  an image's place is cleared out of the way (a directory renamed to a hidden name, never deleted)
+  so that the image can be written;
 - the last use of an image is its file's mtime (set when written, bumped on each restore): no index
   file to corrupt or to lock, and every process sees the others' uses;
 - two processes may write the same key at once (each renames a complete file; the last one wins) and
   may evict concurrently (a missing file is not an error); a reader keeps the inode it opened.
-The size cap counts image bytes; least recently used images go first, never the one just written.
+The size cap counts image bytes and temporary files being written; least recently used images go
+first, never the one just written.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +35,7 @@ from typing import Callable
 
 from ..atomic_file import write_atomic
 from ..errors import PrefixImageError
+from ..files import NotRegularFile, open_regular, orphaned
 from ..paths import cache_dir
 from .format import FORMAT_VERSION
 from .io import read_header, write_all
@@ -35,7 +43,6 @@ from .io import read_header, write_all
 DEFAULT_CAP_BYTES = 2 << 30
 IMAGE_SUFFIX = ".hpx"
 META_SUFFIX = ".json"
-STALE_TEMP_S = 3600.0  # a temporary file this old belongs to a writer that died
 
 
 @dataclass
@@ -79,6 +86,7 @@ class PrefixStore:
         self.root = Path(root) if root is not None else cache_dir() / "prefixes"
         self.root.mkdir(parents=True, exist_ok=True)
         self.cap_bytes = int(cap_bytes)
+        self._sweep()
 
     def image_path(self, key: str) -> Path:
         return self.root / f"{key}{IMAGE_SUFFIX}"
@@ -105,7 +113,7 @@ class PrefixStore:
         resident = engine.tokens
         if resident[:n] == ids:
             res.action = "resident"
-            if path.exists():
+            if path.is_file():
                 _touch(path)
             elif len(resident) == n:  # the logits after the prefix are at hand: keep an image for next time
                 self._save_quietly(engine, ids, key, label, res)
@@ -130,9 +138,12 @@ class PrefixStore:
     def _try_restore(self, engine, ids, path: Path, res: EnsureResult) -> PrefixImageError | None:
         t = time.perf_counter()
         try:
-            f = open(path, "rb", buffering=0)
+            f = open_regular(path, buffering=0)
         except FileNotFoundError:
             return None
+        except NotRegularFile as e:
+            _clear_way(path)
+            return PrefixImageError("io", f"{path.name} is {e.kind}, not a prefix image")
         except OSError as e:
             return PrefixImageError("io", f"{path.name}: cannot open the prefix image ({e.strerror or e})")
         try:
@@ -171,6 +182,7 @@ class PrefixStore:
         if size > self.cap_bytes:
             raise _TooLarge(f"the image of {size} bytes is larger than the cache cap of {self.cap_bytes}")
         path = self.image_path(key)
+        _clear_way(path)
         self._write_atomic(path, lambda f: engine.save_prefix(ids, f))
         self._write_meta(engine, key, ids, label)
         self.evict(protect={key})
@@ -206,6 +218,8 @@ class PrefixStore:
                 st = p.stat()
             except FileNotFoundError:
                 continue  # evicted by another process meanwhile
+            if not stat.S_ISREG(st.st_mode):
+                continue  # not an image: cleared when its key is next written
             key = p.name[:-len(IMAGE_SUFFIX)]
             e = ImageEntry(key, p, st.st_size, st.st_mtime)
             meta = _read_json(self._meta_path(key)) or {}
@@ -219,7 +233,17 @@ class PrefixStore:
         return out
 
     def total_bytes(self) -> int:
-        return sum(e.size for e in self.entries())
+        """Images, and temporary files being written (they become images or go)."""
+        return sum(e.size for e in self.entries()) + self._temp_bytes()
+
+    def _temp_bytes(self) -> int:
+        total = 0
+        for p in self.root.glob(".*.tmp"):
+            try:
+                total += p.lstat().st_size
+            except OSError:
+                pass
+        return total
 
     def remove(self, key: str) -> None:
         for p in (self.image_path(key), self._meta_path(key)):
@@ -240,7 +264,7 @@ class PrefixStore:
         """Remove least recently used images until the total fits the cap; returns those removed."""
         self._sweep()
         entries = self.entries()
-        total = sum(e.size for e in entries)
+        total = sum(e.size for e in entries) + self._temp_bytes()
         removed = []
         for e in reversed(entries):  # oldest first
             if total <= self.cap_bytes:
@@ -277,12 +301,11 @@ class PrefixStore:
         return removed
 
     def _sweep(self) -> None:
-        """Remove temporary files of dead writers and metadata whose image is gone."""
+        """Remove temporary files no live writer holds and metadata whose image is gone."""
         now = time.time()
-        for p in self.root.glob(".*.tmp"):
+        for p in orphaned(self.root.glob(".*.tmp")):
             try:
-                if now - p.stat().st_mtime > STALE_TEMP_S:
-                    p.unlink()
+                p.unlink()
             except OSError:
                 pass
         for p in self.root.glob(f"*{META_SUFFIX}"):
@@ -316,9 +339,28 @@ def _touch(path: Path) -> None:
 
 
 
+def _clear_way(path: Path) -> None:
+    """Make room for an image at `path`: a FIFO, socket or device there is removed, a directory
+    renamed to a hidden name beside it (never deleted: it is not ours to judge)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return            # a rename replaces either
+    try:
+        if stat.S_ISDIR(mode):
+            os.rename(path, path.with_name(f".{path.name}.not-an-image-{secrets.token_hex(4)}"))
+        else:
+            path.unlink()
+    except OSError:
+        pass              # the write then fails and says why
+
+
 def _read_json(p: Path) -> dict | None:
     try:
-        v = json.loads(p.read_text())
+        with open_regular(p) as f:
+            v = json.loads(f.read().decode("utf-8"))
         return v if isinstance(v, dict) else None
     except (OSError, ValueError):
         return None
@@ -326,7 +368,7 @@ def _read_json(p: Path) -> dict | None:
 
 def _header_tokens(p: Path) -> int | None:
     try:
-        with open(p, "rb") as f:
+        with open_regular(p) as f:
             return read_header(f)[0].n_tokens
     except (OSError, PrefixImageError):
         return None

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..chat_turn import prefill_in_chunks, render_prompt, tool_format_of, with_prefill
+from ..chat_turn import prefill_in_chunks, prompt_ids, tool_format_of, with_prefill
 from ..errors import ContextFullError, TemplateError
 from ..generation import GenerationStats
 from ..tools import MalformedToolCall, TextDelta, ToolCall, ToolCallParser
@@ -113,11 +113,10 @@ def default_model_id(engine) -> str:
 def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: str,
              presets: PresetPrefixes | None = None) -> None:
     try:
-        prompt, messages, head = render_prompt(engine, req, tool_format)
+        ids, _, messages, head = prompt_ids(engine, req, tool_format)
     except TemplateError as e:
         raise RequestError(f"the model's chat template refused these messages: {e}",
                            code="invalid_messages") from None
-    ids = engine.tokenize(prompt)
     out.prompt_tokens = len(ids)
     if len(ids) >= engine.n_ctx:
         raise RequestError(f"the prompt is {len(ids)} tokens, and this server's context holds {engine.n_ctx} "

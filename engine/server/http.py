@@ -15,13 +15,16 @@ chat in a client frees the engine at once. Errors are OpenAI error bodies with t
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
 import select
 import socket
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from ..net import is_loopback_host
 from .chat import ChatOutcome, ChatService
 from .protocol import (RequestError, chunk_body, completion_body, error_body, models_body, new_completion_id,
                        now, parse_chat_request, timings, usage, usage_chunk_body)
@@ -29,11 +32,17 @@ from .worker import JobFailed
 
 log = logging.getLogger("engine.server")
 MAX_BODY = 8 << 20
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
+LISTEN_BACKLOG = 512   # connection attempts the kernel holds before accept(); past it they are dropped
+MAX_PENDING = 64       # chat requests queued or generating; more are answered 503 with Retry-After
+MAX_CONNECTIONS = 256  # open connections (one thread each); more are answered 503 and closed
+RETRY_AFTER_S = 2
+MAX_REFUSING = 64      # connections being answered 503 at once; past even that, they are closed unanswered
 
 
 def is_loopback(host: str) -> bool:
-    return host in LOOPBACK or host.startswith("127.")
+    """Whether listening on `host` keeps the server to this machine: judged by what the name resolves
+    to (`127.evil.example` is just a name), so a token is required for anything else."""
+    return is_loopback_host(host)
 
 
 class HearthServer(ThreadingHTTPServer):
@@ -42,16 +51,58 @@ class HearthServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, service: ChatService, host: str = "127.0.0.1", port: int = 8080, token: str | None = None,
-                 max_body: int = MAX_BODY):
+                 max_body: int = MAX_BODY, max_pending: int = MAX_PENDING, max_connections: int = MAX_CONNECTIONS):
+        """`max_pending` chat requests wait or generate at once (the engine serves them one by one);
+        past it, and past `max_connections` open connections, a request gets 503 with Retry-After."""
         if not is_loopback(host) and not token:
             raise ValueError(f"refusing to listen on {host} without a token: anyone who can reach this "
                              "machine could use it. Pass --token (or listen on 127.0.0.1)")
         if ":" in host:
             self.address_family = socket.AF_INET6
         self.service, self.token, self.max_body = service, token, max_body
+        self.max_pending, self.max_connections = max_pending, max_connections
+        self._pending = threading.BoundedSemaphore(max_pending)
+        self._connections = threading.BoundedSemaphore(max_connections)
+        self._refusing = threading.BoundedSemaphore(MAX_REFUSING)
         super().__init__((host, port), _Handler)
+
+    def process_request(self, request, client_address) -> None:
+        """One thread per connection, up to `max_connections`; beyond, a short-lived thread answers
+        503 (see `_refuse_busy`)."""
+        if not self._connections.acquire(blocking=False):
+            if self._refusing.acquire(blocking=False):
+                threading.Thread(target=self._refuse, args=(request,), daemon=True).start()
+            else:
+                self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def _refuse(self, request) -> None:
+        try:
+            _refuse_busy(request)
+        finally:
+            self._refusing.release()
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connections.release()
+
+    @contextlib.contextmanager
+    def pending_slot(self):
+        """A place among the `max_pending` chat requests for the duration of the block, or a 503."""
+        if not self._pending.acquire(blocking=False):
+            raise RequestError(f"the server is busy: {self.max_pending} requests are already waiting for the "
+                               f"model; retry in {RETRY_AFTER_S} s", status=503, type="server_error",
+                               code="server_busy", retry_after=RETRY_AFTER_S)
+        try:
+            yield
+        finally:
+            self._pending.release()
 
     def handle_error(self, request, client_address) -> None:
         """A client that drops its kept-alive connection is normal, not a traceback on stderr."""
@@ -102,7 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
             handler(route)
         except RequestError as e:
             # An unread request body would be taken for the next request: close instead.
-            self._send_json(e.status, e.body(), close=not self._body_read)
+            headers = {"Retry-After": str(e.retry_after)} if e.retry_after is not None else {}
+            self._send_json(e.status, e.body(), close=not self._body_read, headers=headers)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as e:  # noqa: BLE001  a bug must not take the server down: report it
@@ -143,21 +195,27 @@ class _Handler(BaseHTTPRequestHandler):
         if req.model and req.model != svc.model_id:
             raise RequestError(f"no model {req.model!r} here; this server has {svc.model_id!r} (GET /v1/models)",
                                status=404, code="model_not_found", param="model")
-        cid = new_completion_id()
-        job = svc.submit(cid, req)
-        items = job.items(gone=self._client_gone)
-        if req.stream:
-            self._stream(cid, req, job, items)
-        else:
-            self._complete(cid, job, items)
+        with self.server.pending_slot():
+            cid = new_completion_id()
+            job = svc.submit(cid, req)
+            try:
+                items = job.items(gone=self._client_gone)
+                if req.stream:
+                    self._stream(cid, req, job, items)
+                else:
+                    self._complete(cid, job, items)
+            finally:
+                if not job.done.is_set():   # the client left, or the answer failed: free the engine
+                    job.cancel.set()
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             raise RequestError("send the request with a Content-Length, not chunked", status=411)
-        try:
-            n = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            raise RequestError("Content-Length is not a number") from None
+        length = self.headers.get("Content-Length", "0").strip()
+        if not (length.isascii() and length.isdigit()):   # a sign would let the body be read as the next request
+            raise RequestError(f"Content-Length must be a whole number of bytes, not {length[:20]!r}",
+                               param="Content-Length")
+        n = int(length)
         if n > self.server.max_body:
             raise RequestError(f"the request body is {n} bytes; this server takes at most {self.server.max_body}",
                                status=413, code="request_too_large")
@@ -235,12 +293,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def _send_json(self, status: int, body: dict, close: bool = False) -> None:
+    def _send_json(self, status: int, body: dict, close: bool = False, headers: dict | None = None) -> None:
         data = json.dumps(body, ensure_ascii=False).encode()
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             if close:
                 self.send_header("Connection", "close")
                 self.close_connection = True
@@ -259,6 +319,32 @@ class _Handler(BaseHTTPRequestHandler):
             return self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):
             return True
+
+
+def _refuse_busy(sock: socket.socket, wait_s: float = 2.0) -> None:
+    """Answer one connection 503 without serving it: read the request head (for at most `wait_s`),
+    answer, then read until the client closes, so that closing never resets a connection whose
+    request is unread (the client would see a reset instead of the answer)."""
+    body = json.dumps(error_body(f"the server is busy: too many open connections; retry in {RETRY_AFTER_S} s",
+                                 "server_error", "server_busy")).encode()
+    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nRetry-After: {RETRY_AFTER_S}\r\nConnection: close\r\n\r\n")
+    try:
+        sock.settimeout(wait_s)
+        seen = b""
+        while b"\r\n\r\n" not in seen and len(seen) < 65536:
+            got = sock.recv(4096)
+            if not got:
+                break
+            seen += got
+        sock.sendall(head.encode() + body)
+        sock.shutdown(socket.SHUT_WR)
+        while sock.recv(65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        sock.close()
 
 
 def _usage(out: ChatOutcome) -> dict:

@@ -34,6 +34,7 @@ from ..tools import ToolSchemaError, validate_tool_set
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 MAX_STOPS = 4
+MAX_DEPTH = 64     # JSON nesting; tool schemas, the deepest thing a request carries, need far less
 
 # Engine stop reasons -> OpenAI finish_reason. "cancelled" never reaches a client (it left).
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "length",
@@ -45,9 +46,10 @@ class RequestError(Exception):
     that names the field and the fix."""
 
     def __init__(self, message: str, status: int = 400, code: str | None = None,
-                 type: str = "invalid_request_error", param: str | None = None):
+                 type: str = "invalid_request_error", param: str | None = None, retry_after: int | None = None):
         super().__init__(message)
         self.status, self.code, self.type, self.param = status, code, type, param
+        self.retry_after = retry_after      # seconds, sent as Retry-After (503: the server is busy)
 
     def body(self) -> dict:
         return error_body(str(self), self.type, self.code, self.param)
@@ -76,8 +78,13 @@ def parse_chat_request(body: bytes) -> ChatRequest:
         d = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise RequestError(f"the request body is not valid JSON ({e})", code="invalid_json") from None
+    except RecursionError:
+        raise RequestError(f"the request body nests deeper than {MAX_DEPTH} levels", code="invalid_json") from None
     if not isinstance(d, dict):
         raise RequestError("the request body must be a JSON object")
+    for key, value in d.items():
+        if _too_deep(value, MAX_DEPTH - 1):
+            raise RequestError(f"'{key}' nests deeper than {MAX_DEPTH} levels", param=key)
     model = d.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("'model' must be a string", param="model")
@@ -100,6 +107,8 @@ def parse_chat_request(body: bytes) -> ChatRequest:
     opts = d.get("stream_options") or {}
     if not isinstance(opts, dict):
         raise RequestError("'stream_options' must be an object", param="stream_options")
+    stream = _flag(d, "stream")
+    include_usage = _flag(opts, "include_usage", "stream_options.include_usage")
     max_tokens = d.get("max_completion_tokens", d.get("max_tokens"))
     if max_tokens is not None:
         max_tokens = _number(d, "max_tokens" if "max_tokens" in d else "max_completion_tokens", int, 1, 1 << 24)
@@ -108,9 +117,31 @@ def parse_chat_request(body: bytes) -> ChatRequest:
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop) or len(stop) > MAX_STOPS:
         raise RequestError(f"'stop' must be a string or a list of at most {MAX_STOPS} strings", param="stop")
-    return ChatRequest(model=model, messages=messages, tools=list(tools), stream=bool(d.get("stream")),
-                       include_usage=bool(opts.get("include_usage")), max_tokens=max_tokens, stop=stop,
+    return ChatRequest(model=model, messages=messages, tools=list(tools), stream=stream,
+                       include_usage=include_usage, max_tokens=max_tokens, stop=stop,
                        sampling=sampling_from_request(d))
+
+
+def _flag(d: dict, key: str, name: str | None = None) -> bool:
+    """A true/false field: JSON booleans only, so that "false" (a string) is not taken for true."""
+    v = d.get(key)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise RequestError(f"'{name or key}' must be true or false, not {json.dumps(v)[:40]}", param=name or key)
+    return v
+
+
+def _too_deep(value, depth_left: int) -> bool:
+    """Whether `value` nests more than `depth_left` more levels (iterative: no recursion to exhaust)."""
+    stack = [(value, depth_left)]
+    while stack:
+        v, left = stack.pop()
+        if isinstance(v, (dict, list)):
+            if left <= 0:
+                return True
+            stack.extend((c, left - 1) for c in (v.values() if isinstance(v, dict) else v))
+    return False
 
 
 def sampling_from_request(d: dict) -> Sampling:

@@ -8,34 +8,18 @@ with a message meant for the model (and shown to the user) when it cannot do wha
 from __future__ import annotations
 
 import datetime as dt
-import html.parser
 import os
-import urllib.error
-import urllib.request
 import zoneinfo
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
+from ..files import NotRegularFile, open_regular
 from .calculator import CalculatorError, calculate
+from .context import ToolContext, ToolError
+from .fetch import FETCH_URL, run_fetch_url
+from .html_text import html_to_text
 from .units import UnitError, convert_units
 
-
-class ToolError(Exception):
-    """A tool could not do what was asked; the message goes back to the model as an error result."""
-
-
-@dataclass
-class ToolContext:
-    """What the app allows for one chat. The defaults allow nothing that reaches outside."""
-    allowed_files: frozenset = frozenset()          # paths the user picked; nothing else is readable
-    max_file_bytes: int = 64 * 1024
-    allow_fetch: bool = False                       # the user must turn "fetch URL" on
-    fetch_timeout_s: float = 10.0
-    fetch_max_bytes: int = 256 * 1024
-    now: Callable[[], dt.datetime] | None = None    # a fixed clock for tests; None is the real one
-    ask_user: Callable[..., str | None] | None = None   # for tools that need the user to type a result
-    extra: dict = field(default_factory=dict)
+__all__ = ["BUILTIN_TOOLS", "ToolContext", "ToolError", "html_to_text"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,11 +109,14 @@ READ_FILE = {"type": "function", "function": {
 def run_read_file(args: dict, context: ToolContext) -> str:
     path = _allowed_path(args["path"], context.allowed_files)
     try:
-        with open(path, "rb") as f:                     # read-only, and no more than the cap
+        # read-only, no more than the cap, and only a regular file: a FIFO or a device picked by
+        # mistake would otherwise block the tool thread for ever
+        with open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             data = f.read(context.max_file_bytes + 1)
-    except IsADirectoryError:
-        raise ToolError(f"{args['path']} is a folder, not a file") from None
+    except NotRegularFile as e:
+        what = "a folder" if e.kind == "a directory" else e.kind
+        raise ToolError(f"{args['path']} is {what}, not a file") from None
     except OSError as e:
         raise ToolError(f"cannot read {args['path']}: {e.strerror or e}") from None
     if b"\0" in data[:8192]:
@@ -158,82 +145,6 @@ def _allowed_path(asked: str, allowed: frozenset) -> Path:
         return by_name[0]
     names = ", ".join(sorted(p.name for p in resolved.values()))
     raise ToolError(f"{asked!r} is not a file shared in this chat; the shared files are: {names}")
-
-
-# ---------------------------------------------------------------------------------------------
-# fetch a URL (off unless enabled)
-
-FETCH_URL = {"type": "function", "function": {
-    "name": "fetch_url",
-    "description": "Fetch a web page or text file over http(s) and return its text.",
-    "parameters": {"type": "object",
-                   "properties": {"url": {"type": "string", "description": "An http or https URL"}},
-                   "required": ["url"]}}}
-
-
-def run_fetch_url(args: dict, context: ToolContext) -> str:
-    if not context.allow_fetch:
-        raise ToolError("fetching URLs is turned off; the user can turn it on in the settings")
-    url = args["url"].strip()
-    if not url.lower().startswith(("http://", "https://")):
-        raise ToolError(f"only http and https URLs can be fetched, not {url[:80]!r}")
-    req = urllib.request.Request(url, headers={"User-Agent": "Hearth/0.1 (fetch_url tool)"})
-    try:
-        with urllib.request.urlopen(req, timeout=context.fetch_timeout_s) as resp:
-            ctype = resp.headers.get_content_type()
-            charset = resp.headers.get_content_charset() or "utf-8"
-            data = resp.read(context.fetch_max_bytes + 1)
-            status = resp.status
-    except urllib.error.HTTPError as e:
-        raise ToolError(f"{url} answered HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        reason = getattr(e, "reason", e)
-        raise ToolError(f"cannot fetch {url}: {reason}") from None
-    if not (ctype.startswith("text/") or ctype in ("application/json", "application/xml",
-                                                   "application/xhtml+xml")):
-        raise ToolError(f"{url} is {ctype}, not text")
-    truncated = len(data) > context.fetch_max_bytes
-    text = data[:context.fetch_max_bytes].decode(charset, errors="replace")
-    if ctype in ("text/html", "application/xhtml+xml"):
-        text = html_to_text(text)
-    note = f"\n[truncated at {context.fetch_max_bytes:,} bytes]" if truncated else ""
-    return f"HTTP {status}, {ctype}\n\n{text}{note}"
-
-
-class _TextExtractor(html.parser.HTMLParser):
-    SKIP = {"script", "style", "noscript", "template", "svg"}
-    BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section",
-             "article", "header", "footer", "pre", "blockquote", "title"}
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.skipping = 0
-
-    def handle_starttag(self, tag, attrs):
-        if tag in self.SKIP:
-            self.skipping += 1
-        elif tag in self.BLOCK:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag):
-        if tag in self.SKIP and self.skipping:
-            self.skipping -= 1
-        elif tag in self.BLOCK:
-            self.parts.append("\n")
-
-    def handle_data(self, data):
-        if not self.skipping:
-            self.parts.append(data)
-
-
-def html_to_text(source: str) -> str:
-    """Visible text of an HTML page, one line per block, scripts and styles left out."""
-    p = _TextExtractor()
-    p.feed(source)
-    p.close()
-    lines = (" ".join(line.split()) for line in "".join(p.parts).splitlines())
-    return "\n".join(line for line in lines if line)
 
 
 BUILTIN_TOOLS = {   # name: (definition, implementation)

@@ -20,10 +20,15 @@
 // loaded once per chunk (two vec4) and used for all RPT rows, and the RPT rows' block loads are
 // independent, so several are in flight per thread. Memory: a warp's lanes read consecutive chunks
 // of one row (contiguous bytes).
+// Q8X (= K, or 0): x is quantized to int8 in blocks of 32 (one f32 scale each: max |x| / 127, as
+// llama.cpp's q8 activations) into workgroup memory by every workgroup before the products, and the
+// products are 4-way integer dot products on the weights' codes (quant.wgsl `_dq8`), scaled once per
+// 8 weights: no dequantization to f32 per weight. With NORM, x * g is quantized (RMSNorm is one
+// factor per row, applied at the end) and the sum of squares of each block kept beside its scale.
 // SUBGROUPS: sums within a subgroup by shuffles, then one barrier to add the subgroups of a row group
 // (a barrier is costly on CPU rasterizers like lavapipe, which run invocations as coroutines);
 // without it, a shared-memory tree.
-{% from "quant.wgsl" import quant_fns %}
+{% from "quant.wgsl" import quant_fns with context %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
 {% set RPT = RPT | default(1) %}
@@ -96,6 +101,16 @@ var<workgroup> lh: array<f32, 256>;
 {% for t in QTYPES %}
 {{ quant_fns("w" ~ loop.index0, t) }}
 {% endfor %}
+{% set Q8X = Q8X | default(0) %}
+{% if Q8X and ATTN_X %}{{ raise("int8 x is not built for the attention-merging O projection") }}{% endif %}
+{% if Q8X %}
+var<workgroup> xq: array<vec2<u32>, {{Q8X // 8}}>;   // [chunk] 8 int8 values of x
+var<workgroup> xd: array<f32, {{Q8X // 32}}>;        // [block of 32] scale
+var<workgroup> xn: array<i32, {{Q8X // 8}}>;         // [chunk] sum of its 8 values
+{% if NORM %}
+var<workgroup> xss: array<f32, {{Q8X // 32}}>;       // [block] sum of squares of the raw x
+{% endif %}
+{% endif %}
 
 var<workgroup> red: array<f32, {{NV * 256}}>;   // [value][thread or subgroup]
 
@@ -116,16 +131,29 @@ fn xin(c: u32) -> X8 {
 {% set UNROLL = UNROLL | default(1) %}
 {% macro dots(src, rowvar, accvar, u) %}
 {% for j in range(RPT) %}
+{% if Q8X %}
+            {{accvar}}{{j}} += {{src}}_dq8({{rowvar}}{{j}}, c{{u}}, xv{{u}}, xn{{u}}) * xs{{u}};
+{% else %}
             { let a = {{src}}_deq8({{rowvar}}{{j}}, c{{u}}); {{accvar}}{{j}} += dot(a.lo, xv{{u}}.lo) + dot(a.hi, xv{{u}}.hi); }
+{% endif %}
 {% endfor %}
 {% endmacro %}
 
 {% macro load_x(u) %}
             let c{{u}} = c + {{u}}u * LANES;
+{% if Q8X %}
+            let xv{{u}} = xq[c{{u}}];
+            let xn{{u}} = xn[c{{u}}];
+            let xs{{u}} = xd[c{{u}} >> 2u];
+{% if NORM %}
+            ss += xss[c{{u}} >> 2u] * ssf;
+{% endif %}
+{% else %}
             var xv{{u}} = xin(c{{u}});
 {% if NORM %}
             ss += dot(xv{{u}}.lo, xv{{u}}.lo) + dot(xv{{u}}.hi, xv{{u}}.hi);
             xv{{u}} = X8(xv{{u}}.lo * g[c{{u}} * 2u], xv{{u}}.hi * g[c{{u}} * 2u + 1u]);
+{% endif %}
 {% endif %}
 {% endmacro %}
 
@@ -189,6 +217,40 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
     }
+{% endif %}
+{% if Q8X %}
+    // x (times g) to int8 blocks of 32 in workgroup memory, a block a thread
+    for (var bk = tid; bk < P.K / 32u; bk += 256u) {
+{% for i in range(4) %}
+        var v{{i}} = xin(bk * 4u + {{i}}u);
+{% endfor %}
+{% if NORM %}
+        xss[bk] = {% for i in range(4) %}dot(v{{i}}.lo, v{{i}}.lo) + dot(v{{i}}.hi, v{{i}}.hi){% if not loop.last %} + {% endif %}{% endfor %};
+{% for i in range(4) %}
+        v{{i}} = X8(v{{i}}.lo * g[(bk * 4u + {{i}}u) * 2u], v{{i}}.hi * g[(bk * 4u + {{i}}u) * 2u + 1u]);
+{% endfor %}
+{% endif %}
+        var mx = vec4<f32>(0.0);
+{% for i in range(4) %}
+        mx = max(mx, max(abs(v{{i}}.lo), abs(v{{i}}.hi)));
+{% endfor %}
+        let amax = max(max(mx.x, mx.y), max(mx.z, mx.w));
+        let d = amax / 127.0;
+        let id = select(0.0, 1.0 / d, d > 0.0);
+        xd[bk] = d;
+{% for i in range(4) %}
+        {
+            let a = vec4<i32>(round(v{{i}}.lo * id));
+            let b = vec4<i32>(round(v{{i}}.hi * id));
+            xq[bk * 4u + {{i}}u] = vec2<u32>(pack4xI8(a), pack4xI8(b));
+            xn[bk * 4u + {{i}}u] = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+        }
+{% endfor %}
+    }
+    workgroupBarrier();
+{% if NORM %}
+    let ssf = select(0.0, 1.0, (lane & 3u) == 0u);   // one lane in four adds each block's squares
+{% endif %}
 {% endif %}
     // physical rows, clamped into the matrix (rows past M compute a duplicate and are not written)
 {% for j in range(RPT) %}

@@ -2,7 +2,12 @@
 // padded by 4 bytes so an unaligned read of the last word stays inside the buffer).
 // `quant_fns(buf, qtype)` defines, for buffer `buf`:
 //   fn {buf}_deq8(rowbase: u32, c: u32) -> Deq8
-// the 8 consecutive weights [8c, 8c + 8) of the row starting at byte `rowbase`.
+// the 8 consecutive weights [8c, 8c + 8) of the row starting at byte `rowbase`, and (Q8X templates,
+// every quantized type):
+//   fn {buf}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32
+// the dot product of those 8 weights with 8 int8 values q (byte i of q.x = value i, of q.y = value
+// 4 + i; qsum = their sum), in units of q's scale: the weights' integer codes meet q in 4-way integer
+// dot products (dot4I8Packed) and the block's scale (and offset, times qsum) is applied once.
 // Byte layouts (ggml):
 //   F32   4 bytes/weight.            F16  2 bytes/weight (IEEE half).
 //   Q4_0  18 B / 32: d f16 | qs u8[16]; weight j<16 = low nibble of qs[j], j+16 = high nibble; w = d*(q-8)
@@ -44,6 +49,17 @@ fn bits4(qh: u32, b: u32) -> vec4<f32> {
     return vec4<f32>(f32((qh >> b) & 1u), f32((qh >> (b + 1u)) & 1u),
                      f32((qh >> (b + 2u)) & 1u), f32((qh >> (b + 3u)) & 1u)) * 16.0;
 }
+{% if Q8X | default(0) %}
+const LO4: u32 = 0x0F0F0F0Fu;
+// bits b..b+3 of qh moved to bit 4 of bytes 0..3
+fn spread4(qh: u32, b: u32) -> u32 {
+    let v = qh >> b;
+    return ((v & 1u) << 4u) | ((v & 2u) << 11u) | ((v & 4u) << 18u) | ((v & 8u) << 25u);
+}
+fn idot8(a: u32, b: u32, q: vec2<u32>) -> i32 {
+    return dot4I8Packed(a, q.x) + dot4I8Packed(b, q.y);
+}
+{% endif %}
 
 {% macro quant_fns(buf, qtype) %}
 fn {{buf}}_u32(off: u32) -> u32 {
@@ -202,4 +218,120 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     {{ raise("no GPU kernel for weight type " ~ qtype) }}
 {% endif %}
 }
+{% if Q8X | default(0) and qtype not in ("F32", "F16") %}
+fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
+{% if qtype == "Q4_0" %}
+    let base = rowbase + (c >> 2u) * 18u;
+    let p = c & 3u;
+    let w = {{buf}}_u32x2(base + 2u + (p & 1u) * 8u);
+    let sh = (p >> 1u) * 4u;
+    return {{buf}}_f16(base) * f32(idot8((w.x >> sh) & LO4, (w.y >> sh) & LO4, q) - 8 * qsum);
+{% elif qtype == "Q4_1" %}
+    let base = rowbase + (c >> 2u) * 20u;
+    let p = c & 3u;
+    let dm = unpack2x16float({{buf}}[base >> 2u]);
+    let o = (base + 4u + (p & 1u) * 8u) >> 2u;
+    let sh = (p >> 1u) * 4u;
+    return dm.x * f32(idot8(({{buf}}[o] >> sh) & LO4, ({{buf}}[o + 1u] >> sh) & LO4, q)) + dm.y * f32(qsum);
+{% elif qtype == "Q5_0" %}
+    let base = rowbase + (c >> 2u) * 22u;
+    let p = c & 3u;
+    let qh = {{buf}}_u32(base + 2u);
+    let w = {{buf}}_u32x2(base + 6u + (p & 1u) * 8u);
+    let sh = (p >> 1u) * 4u;
+    let e0 = p * 8u;
+    let s = idot8(((w.x >> sh) & LO4) | spread4(qh, e0), ((w.y >> sh) & LO4) | spread4(qh, e0 + 4u), q);
+    return {{buf}}_f16(base) * f32(s - 16 * qsum);
+{% elif qtype == "Q5_1" %}
+    let base = rowbase + (c >> 2u) * 24u;
+    let p = c & 3u;
+    let wi = base >> 2u;
+    let dm = unpack2x16float({{buf}}[wi]);
+    let qh = {{buf}}[wi + 1u];
+    let o = wi + 2u + (p & 1u) * 2u;
+    let sh = (p >> 1u) * 4u;
+    let e0 = p * 8u;
+    let s = idot8((({{buf}}[o] >> sh) & LO4) | spread4(qh, e0), (({{buf}}[o + 1u] >> sh) & LO4) | spread4(qh, e0 + 4u), q);
+    return dm.x * f32(s) + dm.y * f32(qsum);
+{% elif qtype == "Q8_0" %}
+    let base = rowbase + (c >> 2u) * 34u;
+    let w = {{buf}}_u32x2(base + 2u + (c & 3u) * 8u);
+    return {{buf}}_f16(base) * f32(idot8(w.x, w.y, q));
+{% elif qtype == "Q4_K" or qtype == "Q5_K" %}
+{% set bb = 144 if qtype == "Q4_K" else 176 %}
+{% set qs_off = 16 if qtype == "Q4_K" else 48 %}
+    let base = rowbase + (c >> 5u) * {{bb}}u;
+    let e0 = (c & 31u) * 8u;
+    let sub = e0 >> 5u;
+    // the block is 4-byte aligned: its 12 scale bytes are 3 words; sub-block j's 6-bit scale and min
+    // come from byte j & 3 of them without a branch (neighbouring lanes hold different sub-blocks)
+    let wi = base >> 2u;
+    let dm = unpack2x16float({{buf}}[wi]);
+    let bs = ((sub & 3u) * 8u);
+    let b0 = ({{buf}}[wi + 1u] >> bs) & 255u;
+    let b1 = ({{buf}}[wi + 2u] >> bs) & 255u;
+    let b2 = ({{buf}}[wi + 3u] >> bs) & 255u;
+    let hi = sub >= 4u;
+    let sc = select(b0 & 63u, (b2 & 15u) | ((b0 >> 6u) << 4u), hi);
+    let mn = select(b1 & 63u, (b2 >> 4u) | ((b1 >> 6u) << 4u), hi);
+    let l = e0 & 31u;
+    let o = (base + {{qs_off}}u + (e0 >> 6u) * 32u + l) >> 2u;
+    let sh = (sub & 1u) * 4u;
+    var a = ({{buf}}[o] >> sh) & LO4;
+    var b = ({{buf}}[o + 1u] >> sh) & LO4;
+{% if qtype == "Q5_K" %}
+    let oh = (base + 16u + l) >> 2u;
+    a |= (({{buf}}[oh] >> sub) & 0x01010101u) << 4u;
+    b |= (({{buf}}[oh + 1u] >> sub) & 0x01010101u) << 4u;
+{% endif %}
+    return dm.x * f32(sc) * f32(idot8(a, b, q)) - dm.y * f32(mn) * f32(qsum);
+{% elif qtype == "Q6_K" %}
+    let base = rowbase + (c >> 5u) * 210u;
+    let e0 = (c & 31u) * 8u;
+    let n = e0 >> 7u;
+    let r = e0 & 127u;
+    let k = r >> 5u;
+    let l = r & 31u;
+    let scb = {{buf}}_u8(base + 192u + 8u * n + (l >> 4u) + 2u * k);
+    let s = {{buf}}_f16(base + 208u) * f32(i32(scb << 24u) >> 24u);
+    let shl = (k >> 1u) * 4u;
+    let shh = 2u * k;
+    let ql = {{buf}}_u32x2(base + 64u * n + l + 32u * (k & 1u));
+    let qh = {{buf}}_u32x2(base + 128u + 32u * n + l);
+    let a = ((ql.x >> shl) & LO4) | (((qh.x >> shh) & 0x03030303u) << 4u);
+    let b = ((ql.y >> shl) & LO4) | (((qh.y >> shh) & 0x03030303u) << 4u);
+    return s * f32(idot8(a, b, q) - 32 * qsum);
+{% elif qtype == "Q2_K" %}
+    let base = rowbase + (c >> 5u) * 84u;
+    let e0 = (c & 31u) * 8u;
+    let n = e0 >> 7u;
+    let j = (e0 >> 5u) & 3u;
+    let l = e0 & 31u;
+    let sc = {{buf}}_u8(base + 8u * n + 2u * j + (l >> 4u));
+    let dm = unpack2x16float({{buf}}[(base + 80u) >> 2u]);
+    let o = (base + 16u + 32u * n + l) >> 2u;
+    let s = idot8(({{buf}}[o] >> (2u * j)) & 0x03030303u, ({{buf}}[o + 1u] >> (2u * j)) & 0x03030303u, q);
+    return dm.x * f32(sc & 15u) * f32(s) - dm.y * f32(sc >> 4u) * f32(qsum);
+{% elif qtype == "Q3_K" %}
+    let base = rowbase + (c >> 5u) * 110u;
+    let e0 = (c & 31u) * 8u;
+    let n = e0 >> 7u;
+    let j = (e0 >> 5u) & 3u;
+    let l = e0 & 31u;
+    let i = 8u * n + 2u * j + (l >> 4u);
+    let lo4 = ({{buf}}_u8(base + 96u + (i & 7u)) >> (4u * (i >> 3u))) & 15u;
+    let hi2 = ({{buf}}_u8(base + 104u + (i & 3u)) >> (2u * (i >> 2u))) & 3u;
+    let s = {{buf}}_f16(base + 108u) * f32(i32(lo4 | (hi2 << 4u)) - 32);
+    let w = {{buf}}_u32x2(base + 32u + 32u * n + l);
+    let hm = {{buf}}_u32x2(base + l);
+    let hb = 4u * n + j;
+    // low 2 bits + 4 * hmask bit, minus 4: a clear bit subtracts 4
+    let a = ((w.x >> (2u * j)) & 0x03030303u) | (((hm.x >> hb) & 0x01010101u) << 2u);
+    let b = ((w.y >> (2u * j)) & 0x03030303u) | (((hm.y >> hb) & 0x01010101u) << 2u);
+    return s * f32(idot8(a, b, q) - 4 * qsum);
+{% else %}
+    {{ raise("no int8 kernel for weight type " ~ qtype) }}
+{% endif %}
+}
+{% endif %}
 {% endmacro %}

@@ -1,0 +1,85 @@
+"""Files attached to a message (Qt-free): text and code as they are, PDF through pypdf.
+
+An attachment goes into the user message as text, each file under its name in a fenced block, so
+every chat template takes it (none of the templates Hearth runs has a field for files). A file
+that cannot be read as text (binary, damaged PDF) is refused with why; one whose tokens do not
+fit the context is refused by the caller, which counts them on the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_BYTES = 20 * 1024 * 1024   # read no further: no context holds more text than this
+
+
+class AttachmentError(ValueError):
+    """The file cannot be attached; the message names it and says why."""
+
+
+@dataclass
+class Attachment:
+    path: str
+    name: str
+    size: int          # bytes on disk
+    text: str
+    tokens: int | None = None   # counted on the engine, when known
+
+
+def human_size(n: int) -> str:
+    for unit in ("bytes", "KB", "MB"):
+        if n < 1024 or unit == "MB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} MB"
+
+
+def read_attachment(path: str | Path) -> Attachment:
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise AttachmentError(f"{p.name}: cannot be read ({e.strerror or e})") from None
+    if size > MAX_BYTES:
+        raise AttachmentError(f"{p.name} is {human_size(size)}: more text than any context holds")
+    if p.suffix.lower() == ".pdf":
+        return Attachment(str(p), p.name, size, _pdf_text(p))
+    raw = p.read_bytes()
+    if b"\x00" in raw[:8192]:
+        raise AttachmentError(f"{p.name}: not a text file (only text, code and PDF files can be attached)")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    return Attachment(str(p), p.name, size, text)
+
+
+def _pdf_text(p: Path) -> str:
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+    try:
+        reader = PdfReader(str(p))
+        text = "\n\n".join((page.extract_text() or "").strip() for page in reader.pages).strip()
+    except (PyPdfError, OSError, ValueError, KeyError) as e:
+        raise AttachmentError(f"{p.name}: the PDF cannot be read ({e})") from None
+    if not text:
+        raise AttachmentError(f"{p.name}: the PDF has no text to read (a scan needs OCR first)")
+    return text
+
+
+def block(a: Attachment) -> str:
+    """The attachment as it goes into the message."""
+    fence = "```"
+    while fence in a.text:
+        fence += "`"
+    lang = Path(a.name).suffix.lstrip(".").lower()
+    return f"File: {a.name}\n{fence}{lang if lang != 'pdf' else ''}\n{a.text.rstrip()}\n{fence}"
+
+
+def message_text(text: str, attachments: list[Attachment]) -> str:
+    """The user message: the attachments first, then what the user typed."""
+    parts = [block(a) for a in attachments]
+    if text.strip():
+        parts.append(text.strip())
+    return "\n\n".join(parts)

@@ -1,0 +1,154 @@
+"""The matrices a model multiplies by, used straight from the memory-mapped GGUF blocks.
+
+`Linear(w, type, n_in)` wraps one GGUF matrix (uint8 [n_out, bytes per row], a view of the file:
+nothing is copied or converted at load). `Activations(x)` quantizes the input rows once for every
+matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
+- a few rows (decode): the matrix-vector kernel of the weight type per row, on all of numba's
+  threads (engine.cpu.kernels);
+- more rows (prefill): the matrix in tiles of rows, each dequantized into a per-thread float32
+  scratch buffer and multiplied by BLAS (sgemm is compute-bound there, and a tile's dequantization
+  costs ~1/100 of its products at 512 rows).
+Both compute the float32 product of the file's weights and the activations, as the numpy
+reference does, so decode and prefill agree to float rounding.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from . import kernels as K
+
+# Up to this many rows a product runs row by row through the matrix-vector kernel; from here on,
+# dequantized tiles and BLAS.
+MATVEC_MAX_ROWS = 4
+# float32 elements of one dequantized tile (2 MiB): the tile stays in L2/L3 while BLAS packs it.
+TILE_FLOATS = 1 << 19
+
+# numba's workqueue pool takes one parallel launch at a time: serialize them across engines.
+_LAUNCH = threading.Lock()
+_local = threading.local()
+
+_QUANT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+_FLOAT = {"F32", "F16", "BF16"}
+_OFFSETS = {"Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K"}   # w = d * q + m: their products need sums of x
+_NO_SUMS = np.zeros((1, 1), np.float32)
+KERNEL_TYPES = _QUANT | _FLOAT
+
+
+def no_parallel_kernels() -> None:
+    """Mark this thread as one of several that run rows at once (the CPU backend's row pool): its
+    products never launch numba's parallel kernels, which take one caller at a time."""
+    _local.serial = True
+
+
+def set_threads(n: int) -> None:
+    """Use n threads for the parallel kernels this thread launches."""
+    import numba  # noqa: PLC0415
+    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+
+
+def _scratch(n: int) -> np.ndarray:
+    """This thread's float32 scratch of at least n elements (kept: fresh pages are slow)."""
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.size < n:
+        buf = _local.buf = np.empty(n, np.float32)
+    return buf[:n]
+
+
+class Activations:
+    """Input rows x float32 [n, k], and their sums per 16 (xs float32 [n, k / 16], made when a
+    matrix with offsets asks), shared by every matrix that reads x."""
+
+    def __init__(self, x: np.ndarray):
+        self.x = np.ascontiguousarray(x, dtype=np.float32)
+        self._xs = None
+
+    @property
+    def n(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def xs(self) -> np.ndarray:
+        if self._xs is None:
+            self._xs = np.empty((self.x.shape[0], self.x.shape[1] // 16), np.float32)
+            K.block_sums(self.x, self._xs)
+        return self._xs
+
+
+class Linear:
+    """GGUF matrices of one type reading the same n_in inputs, their outputs stacked:
+    y = x @ concat(W_p * scales[p]).T for x [n, n_in]. One matrix, or q/k/v, or gate/up."""
+
+    def __init__(self, ws, gtype, n_in: int, name: str = "matrix", tile_floats: int = TILE_FLOATS):
+        ws = (ws,) if isinstance(ws, np.ndarray) else tuple(ws)
+        if gtype.name not in KERNEL_TYPES or n_in % 32:
+            raise ValueError(f"{name}: no CPU kernel for {gtype.name} rows of {n_in}")
+        self.ws = ws                                # each uint8 [rows_p, bytes per row]
+        self.type, self.n_in, self.name = gtype, n_in, name
+        self.rows = [w.shape[0] for w in ws]
+        self.n_out = sum(self.rows)
+        self.quantized = gtype.name in _QUANT
+        self.sums = gtype.name in _OFFSETS
+        self.scales = np.ones(len(ws), np.float32)  # output scale of each matrix
+        key = gtype.name.lower()
+        self._matvec = getattr(K, f"matvec_{key}")
+        self._dequant = getattr(K, f"dequant_{key}")
+        self._tile = max(1, min(max(self.rows), tile_floats // n_in))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(w.nbytes for w in self.ws)
+
+    @property
+    def scale(self) -> float:
+        """The output scale (one matrix)."""
+        return float(self.scales[0])
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self.scales[:] = value
+
+    def __call__(self, act: Activations, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 [act.n, n_out] (written into `out` when given, any row stride)."""
+        n = act.n
+        if out is None:
+            out = np.empty((n, self.n_out), np.float32)
+        if n <= MATVEC_MAX_ROWS and not getattr(_local, "serial", False):
+            self._rows(act, out)
+        else:
+            self._tiles(act, out)
+        return out
+
+    def _rows(self, act: Activations, out: np.ndarray) -> None:
+        direct = out.strides[1] == 4
+        with _LAUNCH:
+            for i in range(act.n):
+                dst = out[i] if direct else np.empty(self.n_out, np.float32)
+                if self.quantized:
+                    xs = act.xs[i] if self.sums else _NO_SUMS[0]
+                    self._matvec(self.ws, act.x[i], xs, dst, self.scales)
+                else:
+                    self._matvec(self.ws, act.x[i], dst, self.scales)
+                if not direct:
+                    out[i] = dst
+
+    def _tiles(self, act: Activations, out: np.ndarray) -> None:
+        t = self._tile
+        buf = _scratch(t * self.n_in).reshape(t, self.n_in)
+        c = 0
+        for w, nr, s in zip(self.ws, self.rows, self.scales):
+            for r0 in range(0, nr, t):
+                r1 = min(nr, r0 + t)
+                tile = buf[:r1 - r0]
+                self._dequant(w, r0, r1, tile)
+                dst = out[:, c + r0:c + r1]
+                np.matmul(act.x, tile.T, out=dst)
+                if s != 1.0:
+                    dst *= s
+            c += nr
+
+    def dequant(self, r0: int, r1: int, out: np.ndarray) -> None:
+        """float32 rows [r0, r1) of the first matrix into out [r1 - r0, n_in] (C-contiguous)."""
+        self._dequant(self.ws[0], r0, r1, out)

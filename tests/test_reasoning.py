@@ -1,0 +1,63 @@
+"""Thinking told apart from the answer (engine/reasoning.py), and the Qwen3 template's handling
+of it: enable_thinking, and earlier turns' thinking left out of the prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.chat_template import ChatTemplate
+from engine.reasoning import THINK_TAGS, ThinkingSplitter, has_thinking_switch, open_tag_at_end
+
+QWEN3 = (Path(__file__).parent / "data" / "templates" / "qwen3.jinja").read_text(encoding="utf-8")
+
+
+def split(pieces, splitter=None):
+    s = splitter or ThinkingSplitter()
+    thinking = answer = ""
+    for p in pieces:
+        t, a = s.feed(p)
+        thinking, answer = thinking + t, answer + a
+    t, a = s.finish()
+    return thinking + t, answer + a, s
+
+
+@pytest.mark.parametrize("open_, close", THINK_TAGS)
+def test_thinking_then_answer_in_one_character_pieces(open_, close):
+    text = f"{open_}\nLet me see: 2 + 2 is 4.\n{close}\n\nThe answer is 4."
+    thinking, answer, s = split(list(text))
+    assert thinking == "Let me see: 2 + 2 is 4.\n" and answer == "The answer is 4." and s.thinking_done
+
+
+def test_a_reply_without_thinking_is_all_answer_and_a_late_tag_is_text():
+    assert split(["Hello", " there"])[:2] == ("", "Hello there")
+    thinking, answer, s = split(["Use ", "<think>", " tags."])
+    assert thinking == "" and answer == "Use <think> tags." and not s.thinking_done
+
+
+def test_a_reply_that_starts_inside_the_thinking():
+    prompt = "<|im_start|>assistant\n<think>\n"
+    assert open_tag_at_end(prompt) == "<think>"
+    thinking, answer, _ = split(["hmm", " ok</th", "ink>", "Yes."], ThinkingSplitter(open_tag_at_end(prompt)))
+    assert thinking == "hmm ok" and answer == "Yes."
+
+
+def test_thinking_cut_off_before_its_end_stays_thinking():
+    thinking, answer, s = split(["<think>", "still going </thi"])
+    assert thinking == "still going </thi" and answer == "" and not s.thinking_done
+
+
+def test_qwen3_template_switch_and_earlier_thinking():
+    assert has_thinking_switch(QWEN3) and not has_thinking_switch("{{ messages }}")
+    t = ChatTemplate(QWEN3, model_name="qwen3")
+    msgs = [{"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "4.", "reasoning_content": "Two and two make four."},
+            {"role": "user", "content": "And 3+3?"}]
+    on = t.render(msgs, add_generation_prompt=True)
+    off = t.render(msgs, add_generation_prompt=True, enable_thinking=False)
+    assert "Two and two make four." not in on, "Qwen3 keeps only the current turn's thinking"
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") and not on.endswith("</think>\n\n")
+    # The turn in progress (after the last user message) keeps its thinking.
+    current = t.render(msgs[:2], add_generation_prompt=False)
+    assert "<think>\nTwo and two make four.\n</think>" in current
