@@ -11,11 +11,14 @@ from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextOption
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolButton,
                                QVBoxLayout, QWidget)
 
+from .elided_label import ElidedLabel
 from .markdown_text import format_stats, split_markdown
 from .reply_versions import count as version_count
 from .code_highlight import CodeHighlighter
 from .thinking_block import ThinkingBlock
 from .tool_block import ToolBlocks
+
+COPIED_MS = 1500   # how long a Copy button says "Copied ✓"
 
 
 class CodeBlock(QFrame):
@@ -33,6 +36,8 @@ class CodeBlock(QFrame):
         self.lang = QLabel(lang or "code", objectName="codeLang")
         self.copy = QToolButton(text="Copy", objectName="copyCodeButton", autoRaise=True)
         self.copy.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.copy.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.copy.setAccessibleName("Copy the code")
         self.copy.clicked.connect(self._on_copy)
         hl.addWidget(self.lang)
         hl.addStretch(1)
@@ -70,7 +75,8 @@ class CodeBlock(QFrame):
 
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self.code())
-        self.copy.setText("Copied")
+        self.copy.setText("Copied ✓")
+        QTimer.singleShot(COPIED_MS, self, lambda: self.copy.setText("Copy"))
         QTimer.singleShot(1500, self.copy, lambda: self.copy.setText("Copy"))  # dropped if the block goes
 
 
@@ -185,10 +191,9 @@ class MessageBubble(QFrame):
         head.setSpacing(6)
         who = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}.get(role, role)
         self.who = QLabel(who, objectName="bubbleRole")
-        self.stats = QLabel("", objectName="bubbleStats")
+        self.stats = ElidedLabel("", objectName="bubbleStats")   # "· stopped …" fits or elides, full in its tooltip
         head.addWidget(self.who)
-        head.addWidget(self.stats)
-        head.addStretch(1)
+        head.addWidget(self.stats, 1)
         self.copyButton = self._action("Copy", "Copy this message")
         self.copyButton.clicked.connect(self._on_copy)
         if role == "user":
@@ -233,6 +238,8 @@ class MessageBubble(QFrame):
         b = QToolButton(text=text, toolTip=tip, autoRaise=True)
         b.setObjectName(f"{text.lower()}MessageButton")
         b.setCursor(Qt.CursorShape.PointingHandCursor)
+        b.setFocusPolicy(Qt.FocusPolicy.StrongFocus)    # Tab reaches a message's actions
+        b.setAccessibleName(f"{text} {'your message' if self.role == 'user' else 'the reply'}")
         return b
 
     def set_content(self, text: str) -> None:
@@ -309,6 +316,8 @@ class MessageBubble(QFrame):
 
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self._content or "")
+        self.copyButton.setText("Copied ✓")
+        QTimer.singleShot(COPIED_MS, self, lambda: self.copyButton.setText("Copy"))
 
     def text(self) -> str:
         return self._content or ""

@@ -1,5 +1,9 @@
 """The sidebar: New chat, search (titles and message text), the chat list, rename, delete with undo.
 
+Searching only filters the list: a chat opens on Enter (the highlighted or first match), a click, or
+the arrow keys in the list. "No chats match" shows when nothing does; Esc clears the search, and the
+open chat is selected again.
+
 Signals:
     chatSelected(int): the user picked a chat in the list.
     newChatRequested()
@@ -27,9 +31,11 @@ class ChatSidebar(QWidget):
     def __init__(self, chats: ChatStore, parent=None):
         super().__init__(parent)
         self.setObjectName("sidebar")
-        self.setMinimumWidth(220)
+        self.setMinimumWidth(200)
         self.chats = chats
         self._undo: tuple[int, int, Chat] | None = None
+        self._filtering = False
+        self.open_id: int | None = None      # the chat the window shows
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 10, 10, 6)
         lay.setSpacing(8)
@@ -37,6 +43,10 @@ class ChatSidebar(QWidget):
         self.newChatButton.setToolTip("New chat (Ctrl+N)")
         self.chatSearch = QLineEdit(objectName="chatSearch", placeholderText="Search chats  (Ctrl+K)")
         self.chatSearch.setClearButtonEnabled(True)
+        self.chatSearch.setAccessibleName("Search chats")
+        self.noResults = QLabel("No chats match.", objectName="hint")
+        self.noResults.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        self.noResults.hide()
         self.chatModel = ChatListModel(chats, self)
         self.chatFilter = ChatFilterModel(chats, self)
         self.chatFilter.setSourceModel(self.chatModel)
@@ -47,6 +57,7 @@ class ChatSidebar(QWidget):
         self.chatList.setUniformItemSizes(True)
         self.chatList.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.chatList.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.chatList.setAccessibleName("Chats")
         self.undoBar = QFrame(objectName="undoBar")
         ul = QHBoxLayout(self.undoBar)
         ul.setContentsMargins(8, 4, 4, 4)
@@ -57,11 +68,13 @@ class ChatSidebar(QWidget):
         self.undoBar.hide()
         lay.addWidget(self.newChatButton)
         lay.addWidget(self.chatSearch)
+        lay.addWidget(self.noResults)
         lay.addWidget(self.chatList, 1)
         lay.addWidget(self.undoBar)
 
         self.newChatButton.clicked.connect(self.newChatRequested)
-        self.chatSearch.textChanged.connect(self.chatFilter.set_search)
+        self.chatSearch.textChanged.connect(self._on_search)
+        self.chatSearch.returnPressed.connect(self.open_match)
         self.chatList.selectionModel().currentChanged.connect(self._on_current)
         self.chatList.customContextMenuRequested.connect(self._on_menu)
         self.undoButton.clicked.connect(self.undo)
@@ -87,6 +100,7 @@ class ChatSidebar(QWidget):
         idx = self.chatFilter.mapFromSource(self.chatModel.index(row)) if row >= 0 else None
         if idx is None or not idx.isValid():
             return False
+        self.open_id = chat_id
         self.chatList.setCurrentIndex(idx)
         return True
 
@@ -137,14 +151,44 @@ class ChatSidebar(QWidget):
         if idx.isValid():
             self.chatList.edit(idx)
 
+    def clear_search(self) -> bool:
+        """Esc in the search box: clear it (False when it was already empty)."""
+        if not self.chatSearch.text():
+            return False
+        self.chatSearch.clear()
+        return True
+
+    def open_match(self) -> None:
+        """Enter in the search box: open the highlighted match, else the first."""
+        idx = self.chatList.currentIndex()
+        if not idx.isValid() and self.chatFilter.rowCount():
+            idx = self.chatFilter.index(0, 0)
+        if idx.isValid():
+            self.chatList.setCurrentIndex(idx)
+            self._open(idx.data(IdRole))
+
     def focus_search(self) -> None:
         self.chatSearch.setFocus()
         self.chatSearch.selectAll()
 
     # -- private slots --------------------------------------------------------------------------------
+    def _on_search(self, text: str) -> None:
+        self._filtering = True       # the list's current row moves while it filters: that opens nothing
+        try:
+            self.chatFilter.set_search(text)
+            if not text and self.open_id is not None:
+                self.select(self.open_id)
+        finally:
+            self._filtering = False
+        self.noResults.setVisible(bool(text) and self.chatFilter.rowCount() == 0)
+
     def _on_current(self, cur, _prev) -> None:
-        if cur.isValid():
-            self.chatSelected.emit(cur.data(IdRole))
+        if cur.isValid() and not self._filtering:
+            self._open(cur.data(IdRole))
+
+    def _open(self, chat_id: int) -> None:
+        self.open_id = chat_id
+        self.chatSelected.emit(chat_id)
 
     def _on_menu(self, pos) -> None:
         idx = self.chatList.indexAt(pos)

@@ -48,6 +48,7 @@ class ModelInfo:
     load_s: float = 0.0
     tool_format: str = "generic"  # how its template writes tool calls: hermes / llama3 / generic
     thinking_switch: bool = False  # its template takes enable_thinking
+    software_renderer: bool = False  # the GPU backend on a CPU rasterizer (lavapipe): slower than the CPU backend
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -182,6 +183,8 @@ class LocalBackend(ChatBackend):
         info.backend = desc.get("backend", backend)
         if info.backend == "gpu":
             info.adapter = "GPU: " + (" ".join(str(desc.get(k, "")) for k in ("vendor", "device")).strip() or "?")
+            from engine.gpu import is_software_adapter
+            info.software_renderer = is_software_adapter(desc)
         else:
             info.adapter = f"CPU (numpy, {os.cpu_count()} cores)"
         if desc.get("reason"):
@@ -287,7 +290,7 @@ class LocalBackend(ChatBackend):
         system = [m for m in messages[:1] if m.get("role") == "system"]
 
         def n(msgs: list[dict]) -> int:
-            return len(eng.tokenize(render_prompt(eng, ChatTurn(msgs, tools), fmt)[0]))
+            return len(prompt_ids(eng, ChatTurn(msgs, tools), fmt)[0])
         return {"message": len(eng.tokenizer.encode(text, add_special=False, parse_special=False)), "prompt": n(list(messages) + [user]),
                 "alone": n(system + [user]), "n_ctx": int(eng.n_ctx)}
 

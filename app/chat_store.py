@@ -235,6 +235,12 @@ class ChatStore:
     def undelete_chat(self, chat_id: int) -> None:
         self._tx("UPDATE chats SET deleted = 0 WHERE id = ?", (chat_id,))
 
+    def empty_chat(self) -> int | None:
+        """The most recent live chat without a message, if any ("New chat" reuses it)."""
+        r = self._db.execute("SELECT id FROM chats WHERE deleted = 0 AND id NOT IN (SELECT chat_id FROM messages) "
+                             "ORDER BY updated DESC, id DESC LIMIT 1").fetchone()
+        return r[0] if r else None
+
     def search(self, text: str) -> list[int]:
         """Ids of live chats whose title or any message contains `text` (case-insensitive)."""
         like = f"%{text}%"

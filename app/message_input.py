@@ -12,16 +12,20 @@ class MessageInput(QPlainTextEdit):
     Signals:
         sendRequested()
         filesDropped(list paths)   files dropped (or pasted) on the box: attachments, not text
+        focusChanged(bool): it got or lost the keyboard focus (its frame shows it).
     """
 
     sendRequested = Signal()
     filesDropped = Signal(list)
+    focusChanged = Signal(bool)
+
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("messageInput")
-        self.setPlaceholderText("Message Hearth…  (Enter to send, Shift+Enter for a new line)")
+        self.set_short_hint(False)
         self.setTabChangesFocus(True)
+        self.setAccessibleName("Message")
         self.document().contentsChanged.connect(self._fit)
         self._fit()
 
@@ -43,6 +47,19 @@ class MessageInput(QPlainTextEdit):
             self.filesDropped.emit(files)
         else:
             super().insertFromMimeData(source)
+
+    def set_short_hint(self, short: bool) -> None:
+        """The placeholder in one line: the keys are left out when the box is narrow."""
+        self.setPlaceholderText("Message Hearth…" if short else
+                                "Message Hearth…  (Enter to send, Shift+Enter for a new line)")
+
+    def focusInEvent(self, e) -> None:
+        super().focusInEvent(e)
+        self.focusChanged.emit(True)
+
+    def focusOutEvent(self, e) -> None:
+        super().focusOutEvent(e)
+        self.focusChanged.emit(False)
 
     def _fit(self) -> None:
         lines = max(1, min(8, int(self.document().size().height())))

@@ -3,7 +3,8 @@ huggingface_hub is not imported at start-up), the local models in the model pick
 the registry up to date (files opened from disk, last use).
 
 `ModelsUI(window)` is made by the MainWindow after its RemoteUI; the window calls `open`,
-`add_picker_items`, `opened`, `shutdown`; what it asks of the window goes by signal:
+`picker_entries` (for the ModelPicker's `set_entries("library", …)`), `opened` (on the picker's
+`fileOpened`), `shutdown`; what it asks of the window goes by signal:
     loadRequested(str path): load this local model
     modelsChanged(): the local models changed (the picker lists them again)
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Signal
 
 from engine.library.file_names import display_name
 from engine.library.registry import ModelRegistry
@@ -46,16 +47,12 @@ class ModelsUI(QObject):
     def _use(self, path: str) -> None:
         self.loadRequested.emit(path)
 
-    def add_picker_items(self, mp) -> None:
-        """The local models Hearth can run that the picker does not list yet (downloaded ones,
-        the models folder's), by their display names."""
-        for m in self.registry.models():
-            path = str(m.path)
-            if m.facts.runs is False or mp.findData(path) >= 0:
-                continue
-            mp.addItem(f"{display_name(m.path.name)} · {m.facts.quant or '?'}", path)
-            mp.setItemData(mp.count() - 1, f"{path}\n{m.facts.architecture}, {m.repo_id or 'on disk'}",
-                           Qt.ItemDataRole.ToolTipRole)
+    def picker_entries(self) -> list[tuple[str, str, str]]:
+        """The local models Hearth can run (downloaded ones, the models folder's), by their display
+        names, as the model picker's (label, path, tooltip) entries."""
+        return [(f"{display_name(m.path.name)} · {m.facts.quant or '?'}", str(m.path),
+                 f"{m.path}\n{m.facts.architecture}, {m.repo_id or 'on disk'}")
+                for m in self.registry.models() if m.facts.runs is not False]
 
     def opened(self, path: str) -> None:
         """A file the user opened from disk joins the local models."""

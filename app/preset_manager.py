@@ -3,6 +3,9 @@
 The tool set is edited as JSON (a list of function definitions) and validated on save: a bad tool
 is shown with its error and nothing is saved until it is fixed.
 
+Edits are kept until saved: picking another preset, Close or Esc with unsaved edits asks Save /
+Discard / Cancel first.
+
 Signals:
     presetsChanged(str): a preset was added, edited, removed or moved (its id, "" for several).
 """
@@ -51,6 +54,8 @@ class PresetManager(QDialog):
         self.store = store
         self.model = PresetListModel(store, self)
         self._current: str = ""
+        self._shown: tuple = ()          # the editor's state when the preset was shown (unsaved = differs)
+        self.unsavedBox: QMessageBox | None = None
 
         left = QWidget()
         ll = QVBoxLayout(left)
@@ -160,14 +165,66 @@ class PresetManager(QDialog):
     # -- selection ------------------------------------------------------------------------------------
     def select(self, pid: str) -> None:
         row = self.model.row_of(pid)
-        if row >= 0:
-            self.list.selectionModel().setCurrentIndex(
-                self.model.index(row), QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        if row < 0:
+            return
+        # Going to another preset passes through _on_current, which asks about unsaved edits.
+        self.list.selectionModel().setCurrentIndex(self.model.index(row), QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        if self.list.currentIndex().row() == row and not (pid == self._current and self.has_unsaved_edits()):
             self._show(pid)
 
     def _on_current(self, cur, _prev) -> None:
-        if cur.isValid():
-            self._show(cur.data(IdRole))
+        if not cur.isValid() or cur.data(IdRole) == self._current:
+            return
+        pid = cur.data(IdRole)
+        ok = self.resolve_unsaved()        # a save reloads the list: `cur` is not valid after it
+        sm = self.list.selectionModel()
+        row = self.model.row_of(pid if ok else self._current)
+        if sm.currentIndex().row() != row:   # Cancel: back on the edited preset
+            sm.blockSignals(True)
+            sm.setCurrentIndex(self.model.index(row), QItemSelectionModel.SelectionFlag.ClearAndSelect)
+            sm.blockSignals(False)
+        if ok:
+            self._show(pid)
+
+    def _editor_state(self) -> tuple:
+        return (self.nameEdit.text(), self.systemEdit.toPlainText(), self.modelEdit.text(),
+                self.toolsEdit.toPlainText(), json.dumps(self.sampling.sampling(), sort_keys=True))
+
+    def has_unsaved_edits(self) -> bool:
+        return bool(self._current) and self.store.get(self._current) is not None \
+            and self._editor_state() != self._shown
+
+    def resolve_unsaved(self) -> bool:
+        """Unsaved edits: ask Save / Discard / Cancel. True when the caller may go on (saved, discarded
+        or nothing to ask), False on Cancel or a save that failed."""
+        if not self.has_unsaved_edits():
+            return True
+        name = self.store.get(self._current).name
+        box = QMessageBox(QMessageBox.Icon.Question, "Unsaved changes",
+                          f"The preset “{name}” has changes that are not saved.",
+                          QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
+                          | QMessageBox.StandardButton.Cancel, self)
+        box.setObjectName("unsavedPresetBox")
+        box.setDefaultButton(QMessageBox.StandardButton.Save)
+        self.unsavedBox = box
+        answer = box.exec()
+        self.unsavedBox = None
+        if answer == QMessageBox.StandardButton.Save:
+            return self.save(select=False)
+        if answer == QMessageBox.StandardButton.Discard:
+            self._shown = self._editor_state()
+            return True
+        return False
+
+    def reject(self) -> None:
+        if self.resolve_unsaved():
+            super().reject()
+
+    def closeEvent(self, e) -> None:
+        if self.resolve_unsaved():
+            super().closeEvent(e)
+        else:
+            e.ignore()
 
     def _show(self, pid: str) -> None:
         p = self.store.get(pid)
@@ -184,6 +241,7 @@ class PresetManager(QDialog):
             self.mcpServers.show_for(p.mcp_servers)
         self.errorLabel.clear()
         self.check_tools()
+        self._shown = self._editor_state()
 
     def current_id(self) -> str:
         return self._current
@@ -220,11 +278,16 @@ class PresetManager(QDialog):
             text, ok = (f"✓ {len(tools)} valid tool(s): {names}" if tools else "No tools."), True
         except PresetError as e:
             text, ok = f"✗ {e}", False
+        self._set_tools_status(text, ok)
+        if self.errorLabel.text().startswith("Not saved. Tool"):   # a failed save's tools error is now stale
+            self.errorLabel.clear()
+        return ok
+
+    def _set_tools_status(self, text: str, ok: bool) -> None:
         self.toolsStatus.setText(text)
         self.toolsStatus.setProperty("ok", "true" if ok else "false")
         self.toolsStatus.style().unpolish(self.toolsStatus)
         self.toolsStatus.style().polish(self.toolsStatus)
-        return ok
 
     def edited_preset(self) -> Preset:
         """The preset as the editor shows it, validated; raises PresetError with a readable message."""
@@ -237,17 +300,21 @@ class PresetManager(QDialog):
                                  else self.store.get(self._current).mcp_servers if self.store.get(self._current)
                                  else []})
 
-    def save(self) -> bool:
+    def save(self, select: bool = True) -> bool:
         """Validate and save the edited preset; on error show it and save nothing."""
         try:
             p = self.edited_preset()
             self.store.update(p)
         except PresetError as e:
-            self.errorLabel.setText(str(e))
+            if not self.check_tools():    # the error is said once: below, not also under the editor
+                self._set_tools_status("✗ Not valid: see below.", False)
+            self.errorLabel.setText(f"Not saved. {e}")
             return False
         self.errorLabel.setText("")
+        self._shown = self._editor_state()
         self.model.reload()
-        self.select(p.id)
+        if select:
+            self.select(p.id)
         self.presetsChanged.emit(p.id)
         return True
 

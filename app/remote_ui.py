@@ -1,11 +1,11 @@
-"""The window's remote-server parts: the picker's remembered servers and "Remote server…",
-the dialog, what the top bar and status line say for a remote model, and keeping a failed
-message's text in the input box.
+"""The window's remote-server parts: the model picker's remembered servers and "Remote server…",
+the dialog, what the status line says for a remote model, and keeping a failed message's text in
+the input box.
 
-`RemoteUI(window)` is made by the MainWindow; it connects to the window's signals and public
-widgets, the window calls `add_picker_items` and `open_dialog`, and what it asks of the window goes
-by signal:
-    dialogClosed(): the remote dialog closed (the picker lists the remembered servers again)
+`RemoteUI(window, picker)` is made by the MainWindow. With the ModelPicker it talks only through
+the picker's API: it lists the remembered servers' models (`set_entries`), adds the "Remote
+server…" action (`set_actions`, answered on `actionPicked`), and names the server in the picker's
+info (`show_info`) on `modelReady`. What it asks of the window goes by signal:
     loadRequested(str path): load this model (a `remote:` path)
     notice(str): a sentence for the user
 """
@@ -23,13 +23,13 @@ LOCAL_ONLY_SAMPLING = ("top_k", "min_p", "repeat_penalty")
 
 
 class RemoteUI(QObject):
-    dialogClosed = Signal()
     loadRequested = Signal(str)
     notice = Signal(str)
 
-    def __init__(self, window):
+    def __init__(self, window, picker):
         super().__init__(window)
         self.w = window
+        self.picker = picker
         self.servers = RemoteServers(window.settings)
         self.dialog: RemoteServerDialog | None = None
         backend = window.client.worker.backend
@@ -39,7 +39,9 @@ class RemoteUI(QObject):
             backend.remote.key_for = self.servers.keys.get
         self._restored_edit: str | None = None
         self._tips: dict[str, str] = {}
-        window.modelReady.connect(self._on_model_ready)
+        picker.modelReady.connect(self._on_model_ready)
+        picker.actionPicked.connect(lambda key: self.open_dialog() if key == REMOTE_DIALOG else None)
+        self.refresh_picker()
         window.client.worker.contextChanged.connect(self._on_context)
         cv = window.conversation
         cv.replyFinished.connect(self._on_reply_finished)
@@ -47,29 +49,25 @@ class RemoteUI(QObject):
 
     @property
     def remote_active(self) -> bool:
-        return self.w.model_info.get("backend") == "remote"
+        return self.picker.info.get("backend") == "remote"
 
     # -- model picker ---------------------------------------------------------------------------------
-    def add_picker_items(self, mp) -> None:
-        """Remembered servers' models, then (after the window's own entries) "Remote server…"."""
+    def refresh_picker(self) -> None:
+        """The remembered servers' models as picker entries, and "Remote server…" as its action."""
         if not self.available:
             return
-        for s in self.servers.all():
-            for model in s.get("models", []):
-                mp.addItem(f"{model} · {host_of(s['url'])}", remote_path(s["url"], model))
-                mp.setItemData(mp.count() - 1, f"{model} on the server {s['url']}", Qt.ItemDataRole.ToolTipRole)
-
-    def add_dialog_item(self, mp) -> None:
-        if self.available:
-            mp.addItem("Remote server…", REMOTE_DIALOG)
+        self.picker.set_entries("remote", [(f"{model} · {host_of(s['url'])}", remote_path(s["url"], model),
+                                  f"{model} on the server {s['url']}")
+                                 for s in self.servers.all() for model in s.get("models", [])])
+        self.picker.set_actions([("Remote server…", REMOTE_DIALOG)])
 
     def open_dialog(self, url: str = "") -> RemoteServerDialog:
         if self.dialog is not None:
             self.dialog.deleteLater()
-        parsed = parse_remote_path(self.w.model_info.get("path_setting", ""))
+        parsed = parse_remote_path(self.picker.info.get("path_setting", ""))
         dlg = RemoteServerDialog(self.servers, self.w, url or (parsed[0] if parsed else ""))
         dlg.modelChosen.connect(self.use)
-        dlg.finished.connect(lambda _r: self.dialogClosed.emit())
+        dlg.finished.connect(lambda _r: self.refresh_picker())
         self.dialog = dlg
         dlg.open()            # window-modal: no other model is picked meanwhile
         return dlg
@@ -77,6 +75,7 @@ class RemoteUI(QObject):
     def use(self, url: str, api_key: str, model: str) -> None:
         """Remember the server (and its key) and load its model through the worker."""
         where = self.servers.remember(url, model, api_key)
+        self.refresh_picker()
         if where == "settings":
             self.notice.emit("No system keyring is available, so the API key for "
                              f"{host_of(url)} is saved in plain text in Hearth's settings file.")
@@ -86,7 +85,6 @@ class RemoteUI(QObject):
     def _on_model_ready(self, info: dict) -> None:
         w = self.w
         remote = info.get("backend") == "remote"
-        w.backendPicker.setVisible(not remote)    # Auto/GPU/CPU: the server decides what runs its model
         for key in LOCAL_ONLY_SAMPLING:          # not in the OpenAI API: strict servers refuse them
             box = w.samplingPanel.boxes.get(key)
             if box is not None:
@@ -98,10 +96,10 @@ class RemoteUI(QObject):
                 w.statusPrefix.setText("")
             return
         url = info.get("adapter", "").removeprefix("server ")
-        w.modelInfo.setText(f"remote · {host_of(url)}")
-        w.modelInfo.setToolTip(f"{info.get('name')} on the server {url}\n"
-                               f"connected in {info.get('load_s', 0):.2f} s"
-                               + (f", context {info['n_ctx']} tokens" if info.get("n_ctx") else ""))
+        self.picker.show_info(f"remote · {host_of(url)}",
+                              f"{info.get('name')} on the server {url}\n"
+                              f"connected in {info.get('load_s', 0):.2f} s"
+                              + (f", context {info['n_ctx']} tokens" if info.get("n_ctx") else ""))
         w.statusPrefix.setText(f"Prefix caching is done by the server ({host_of(url)})")
         w.statusSpeed.setText("")
 

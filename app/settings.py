@@ -17,7 +17,7 @@ from engine.paths import data_dir
 
 # name: (type, default, description)
 DECLARED: dict[str, tuple[type, object, str]] = {
-    "window/geometry": (bytes, b"", "main window geometry (saveGeometry)"),
+    "window/rect": (list, [], "main window: frame x, y and client width, height"),
     "window/state": (bytes, b"", "main window toolbars/docks (saveState)"),
     "window/splitter": (bytes, b"", "sidebar/conversation splitter state"),
     "model/path": (str, "", "the model last loaded ('' = the default model)"),
@@ -28,6 +28,7 @@ DECLARED: dict[str, tuple[type, object, str]] = {
     "preset/last": (str, "assistant", "preset for new chats"),
     "ui/theme": (str, "system", "system | light | dark"),
     "ui/sampling_panel": (bool, True, "sampling panel shown"),
+    "ui/sidebar": (bool, True, "chat list shown"),
     "cache/cap_gib": (float, 2.0, "prefix image cache cap in GiB"),
     "tools/allow_fetch": (bool, False, "the fetch_url tool may reach the network (off unless the user turns it on)"),
     "tools/fetch_allowed_hosts": (list, [], "hosts fetch_url may reach although they are this machine or a "

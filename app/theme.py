@@ -37,7 +37,7 @@ QMainWindow, QDialog {{ background: {window}; }}
 #samplingToggle:checked {{ background: {alt}; color: {text}; }}
 #chatSearch, #messageInputFrame {{ background: {base}; border: 1px solid {border}; border-radius: 8px; }}
 #chatSearch {{ padding: 5px 8px; }}
-#messageInputFrame:focus-within {{ border-color: {accent}; }}
+#messageInputFrame[focused="true"] {{ border: 2px solid {accent}; }}
 #messageInput {{ background: transparent; border: none; font-size: 11pt; }}
 #messageView, #messageColumn {{ background: {base}; }}
 #userBubble {{ background: {userBubble}; border-radius: 12px; }}
@@ -89,6 +89,11 @@ QStatusBar QLabel {{ color: {muted}; padding: 0 6px; }}
 #workLabel {{ color: {muted}; }}
 QComboBox {{ padding: 3px 8px; border: 1px solid {border}; border-radius: 6px; background: {button}; }}
 QSplitter::handle {{ background: {border}; }}
+QPushButton:focus, QToolButton:focus, QComboBox:focus, #chatSearch:focus, QSpinBox:focus, QDoubleSpinBox:focus,
+QLineEdit:focus, QCheckBox:focus {{ border: 2px solid {accent}; }}
+#sendButton:focus, #stopButton:focus {{ border: 2px solid {text}; }}
+#newChatButton:focus {{ border: 2px solid {accent}; }}
+#chatList:focus, #presetList:focus {{ border: 2px solid {accent}; border-radius: 6px; }}
 #modelsButton {{ border: 1px solid {border}; background: {button}; color: {text}; padding: 3px 10px; }}
 #modelsButton:hover {{ border-color: {accent}; }}
 #modelsWindow QTableWidget {{ background: {base}; alternate-background-color: {alt}; border: 1px solid {border};

@@ -10,8 +10,8 @@ import os
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
-                               QProgressBar, QPushButton, QSizePolicy, QSplitter, QToolButton,
+from PySide6.QtWidgets import (QApplication, QComboBox, QFrame, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
+                               QProgressBar, QPushButton, QSplitter, QToolButton,
                                QVBoxLayout, QWidget)
 
 from engine.errors import EngineError
@@ -20,7 +20,7 @@ from engine.library.model_settings import ModelSettingsStore
 from engine.paths import cache_dir
 
 from . import theme
-from .chat_source import human_bytes, human_params
+from .chat_source import human_bytes
 from .cache_panel import CachePanel
 from .chat_sidebar import ChatSidebar
 from .chat_store import ChatStore, ChatStoreError
@@ -38,14 +38,26 @@ from .message_view import MessageView
 from .models_ui import ModelsUI
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
-from .remote_ui import REMOTE_DIALOG, RemoteUI
+from .about import AboutDialog
+from .elided_label import ElidedLabel
+from .model_picker import ModelPicker
+from .remote_ui import RemoteUI
 from .sampling_panel import SamplingPanel
 from .server_toggle import ServeToggle
 from .tool_confirm import ToolConfirmBar
 from .settings import Settings
 from .worker import EngineClient
 
-OPEN_GGUF = "__open__"
+MIN_SIZE = QSize(760, 520)
+WIDE = 1300     # below this the top bar drops its "Preset" and "Model" labels
+NARROW = 1000   # below this the sampling panel has no room: its toggle goes too (Ctrl+Shift+S stays)
+
+
+def _set_state(widget: QWidget, name: str, on: bool) -> None:
+    """A dynamic property the stylesheet reads, re-applied at once."""
+    widget.setProperty(name, "true" if on else "false")
+    widget.style().unpolish(widget)
+    widget.style().polish(widget)
 
 
 class MainWindow(QMainWindow):
@@ -74,18 +86,14 @@ class MainWindow(QMainWindow):
         self.conversation.tools.runs = self.mcp.runs
         self.conversation.tools.origin = self.mcp.origin
         self.mcpApproval = None
-        self.model_info: dict = {}
         self.last_prefix_result: dict | None = None
         self.last_error = ""
-        self._loading_path: str | None = None
-        self._loading_backend = "auto"
         self._edit_row: int | None = None
         self._closed = False
 
         self._build()
         self._wire()
-        self.remote = RemoteUI(self)
-        self.remote.dialogClosed.connect(lambda: self._fill_models(self.model_info.get("path_setting", "")))
+        self.remote = RemoteUI(self, self.picker)
         self.remote.loadRequested.connect(self.load_model)
         self.remote.notice.connect(lambda text: self.show_banner(text, "notice"))
         self.mcp.toolsChanged.connect(self.warm_preset)
@@ -93,7 +101,9 @@ class MainWindow(QMainWindow):
         self.mcp.approvalNeeded.connect(self._ask_mcp_approval)
         self.library = ModelsUI(self)
         self.library.loadRequested.connect(self.load_model)
-        self.library.modelsChanged.connect(lambda: self._fill_models(self.model_info.get("path_setting", "")))
+        self.library.modelsChanged.connect(self._list_library_models)
+        self.picker.fileOpened.connect(self.library.opened)
+        self._list_library_models()
         self.modelsButton.clicked.connect(self.library.open)
         self._restore()
         if presets.notice:
@@ -119,8 +129,10 @@ class MainWindow(QMainWindow):
         self.splitter.setHandleWidth(1)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setCollapsible(1, False)
-        self.splitter.setSizes([250, 800, 230])
+        self.splitter.setSizes([210, 840, 230])
         self.setCentralWidget(self.splitter)
+        self.setMinimumSize(MIN_SIZE)
+        self._auto_hidden: set[str] = set()     # panels hidden because the window is too narrow for them
 
         self._build_status_bar()
         self._menus()
@@ -128,28 +140,40 @@ class MainWindow(QMainWindow):
 
     def _build_top_bar(self) -> QWidget:
         """Preset, model, backend, model info, sampling toggle."""
-        top = QWidget(objectName="topBar")
+        top = self.topBar = QWidget(objectName="topBar")
         tl = QHBoxLayout(top)
         tl.setContentsMargins(12, 6, 12, 6)
-        self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=12)
+        self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=10)
+        self.presetPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.presetPicker.setToolTip("Preset: system prompt, tools and sampling for this chat")
-        self.modelPicker = QComboBox(objectName="modelPicker", minimumContentsLength=16)
-        self.modelPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.backendPicker = QComboBox(objectName="backendPicker")
-        self.backendPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        for label, data in (("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu")):
-            self.backendPicker.addItem(label, data)
-        self.modelInfo = QLabel("", objectName="modelInfo")
-        # It may be long (the adapter, the auto choice): it shrinks instead of widening the window.
-        self.modelInfo.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.modelInfo.setMinimumWidth(80)
+        self.presetPicker.setAccessibleName("Preset")
+        self.picker = ModelPicker(self.settings, self.client, self)
+        # a model's own context length (Settings → Context length…) over the app-wide one
+        self.picker.n_ctx_of = lambda path: n_ctx_for(self.modelSettings, path, self.settings.get("model/n_ctx"))
+        # The picker's widgets, also attributes here for tests and scripts.
+        self.modelPicker, self.backendPicker, self.modelInfo = (self.picker.combo, self.picker.backendBox,
+                                                                self.picker.infoLabel)
         self.samplingToggle = QToolButton(text="Sampling", objectName="samplingToggle", checkable=True)
+        self.samplingToggle.setToolTip("Show or hide the sampling panel (Ctrl+Shift+S)")
+        self.samplingToggle.setAccessibleName("Sampling panel")
+        self.samplingToggle.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.sidebarToggle = QToolButton(text="☰", objectName="sidebarToggle", checkable=True, checked=True)
+        self.sidebarToggle.setToolTip("Show or hide the chat list (Ctrl+B)")
+        self.sidebarToggle.setAccessibleName("Chat list")
+        self.sidebarToggle.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.modelsButton = QToolButton(text="Models", objectName="modelsButton")
-        self.modelsButton.setToolTip("Find, download and manage models")
-        tl.addWidget(QLabel("Preset"))
+        self.modelsButton.setToolTip("Find, download and manage models (Ctrl+Shift+M)")
+        self.modelsButton.setAccessibleName("Models window")
+        self.modelsButton.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        tl.addWidget(self.sidebarToggle)
+        presetLabel = self.presetLabel = QLabel("Preset")
+        presetLabel.setBuddy(self.presetPicker)
+        tl.addWidget(presetLabel)
         tl.addWidget(self.presetPicker)
-        tl.addSpacing(10)
-        tl.addWidget(QLabel("Model"))
+        tl.addSpacing(6)
+        modelLabel = self.modelLabel = QLabel("Model")
+        modelLabel.setBuddy(self.modelPicker)
+        tl.addWidget(modelLabel)
         tl.addWidget(self.modelPicker)
         tl.addWidget(self.backendPicker)
         tl.addWidget(self.modelsButton)
@@ -183,10 +207,13 @@ class MainWindow(QMainWindow):
         il = QHBoxLayout(inputFrame)
         il.setContentsMargins(10, 6, 6, 6)
         self.messageInput = MessageInput()
+        self.messageInput.focusChanged.connect(lambda on: _set_state(inputFrame, "focused", on))
         self.sendButton = QPushButton("Send", objectName="sendButton")
         self.sendButton.setToolTip("Send (Enter or Ctrl+Enter)")
+        self.sendButton.setAccessibleName("Send")
         self.stopButton = QPushButton("Stop", objectName="stopButton")
         self.stopButton.setToolTip("Stop the reply (Esc)")
+        self.stopButton.setAccessibleName("Stop the reply")
         self.stopButton.hide()
         self.tokenCount = QLabel("", objectName="tokenCount")
         self.attachButton = QToolButton(text="Attach", objectName="attachButton")
@@ -231,9 +258,10 @@ class MainWindow(QMainWindow):
         self.statusContext.setFormat("context %v / %m")
         self.statusContext.setRange(0, 1)
         self.statusContext.setValue(0)
+        self.statusContext.hide()                 # until a model says its context size
         self.statusKv = QLabel("", objectName="statusKv")
         self.statusSpeed = QLabel("", objectName="statusSpeed")
-        self.statusPrefix = QLabel("", objectName="statusPrefix")
+        self.statusPrefix = ElidedLabel("", objectName="statusPrefix")
         sb.addWidget(self.statusPrefix, 1)
         sb.addPermanentWidget(self.statusSpeed)
         sb.addPermanentWidget(self.statusKv)
@@ -244,7 +272,7 @@ class MainWindow(QMainWindow):
         f = mb.addMenu("&File")
         self.newChatAction = f.addAction("New chat", self.new_chat)
         self.newChatAction.setShortcut(QKeySequence.StandardKey.New)
-        f.addAction("Open model file…", self._open_model_file)
+        f.addAction("Open model file…", self.picker.open_file)
         f.addAction("Models…", QKeySequence("Ctrl+Shift+M"), lambda: self.library.open())
         f.addSeparator()
         f.addAction("Export chat…", lambda: self._export_dialog(False))
@@ -268,7 +296,8 @@ class MainWindow(QMainWindow):
             v.addAction(a)
         self.themeGroup.triggered.connect(lambda a: self.set_theme(a.data()))
         v.addSeparator()
-        v.addAction("Sampling panel", self.samplingToggle.toggle)
+        v.addAction("Chat list", QKeySequence("Ctrl+B"), self.sidebarToggle.toggle)
+        v.addAction("Sampling panel", QKeySequence("Ctrl+Shift+S"), self.samplingToggle.toggle)
         s = mb.addMenu("&Settings")
         s.addAction("Prefix cache…", self.open_cache_panel)
         self.contextLengthAction = s.addAction("Context length…", self.open_context_length)
@@ -279,11 +308,13 @@ class MainWindow(QMainWindow):
         self.allowFetchAction.setCheckable(True)
         self.allowFetchAction.setChecked(self.settings.get("tools/allow_fetch"))
         self.allowFetchAction.toggled.connect(lambda on: self.settings.set("tools/allow_fetch", on))
+        h = mb.addMenu("&Help")
+        h.addAction("About Hearth…", self.open_about)
 
     def _wire(self) -> None:
         w = self.client.worker
-        w.modelLoaded.connect(self._on_model_loaded)
-        w.modelFailed.connect(self._on_model_failed)
+        self.picker.modelReady.connect(self._on_model_loaded)
+        self.picker.problem.connect(self.show_banner)
         w.prefixReady.connect(self._on_prefix)
         w.progress.connect(self._on_progress)
         w.contextChanged.connect(self._on_context)
@@ -315,10 +346,9 @@ class MainWindow(QMainWindow):
         self.messageView.versionRequested.connect(
             lambda step: self.conversation.switch_version(self.conversation.model.rowCount() - 1, step))
         self.presetPicker.activated.connect(self._on_preset_picked)
-        self.modelPicker.activated.connect(self._on_model_picked)
-        self.backendPicker.activated.connect(self._on_backend_picked)
         self.samplingPanel.samplingEdited.connect(self._on_sampling_edited)
         self.samplingToggle.toggled.connect(self._on_sampling_toggled)
+        self.sidebarToggle.toggled.connect(self._on_sidebar_toggled)
         QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
         QShortcut(QKeySequence("Ctrl+Enter"), self, self.send)
         QShortcut(QKeySequence("Escape"), self, self._on_escape)
@@ -327,8 +357,12 @@ class MainWindow(QMainWindow):
 
     def _restore(self) -> None:
         s = self.settings
-        if s.get("window/geometry"):
-            self.restoreGeometry(s.get("window/geometry"))
+        rect = s.get("window/rect")
+        if len(rect) == 4:
+            # The frame's position and the client's size: both come back as they were under a window
+            # manager (restoreGeometry adds the frame once more on X11: a shift and a smaller window).
+            self.resize(max(MIN_SIZE.width(), int(rect[2])), max(MIN_SIZE.height(), int(rect[3])))
+            self.move(int(rect[0]), int(rect[1]))
         if s.get("window/splitter"):
             self.splitter.restoreState(s.get("window/splitter"))
         for a in self.themeGroup.actions():
@@ -336,9 +370,10 @@ class MainWindow(QMainWindow):
         self._apply_theme()
         self.samplingToggle.setChecked(s.get("ui/sampling_panel"))
         self.samplingPanel.setVisible(s.get("ui/sampling_panel"))
-        self.backendPicker.setCurrentIndex(max(0, self.backendPicker.findData(s.get("model/backend"))))
+        self.sidebarToggle.setChecked(s.get("ui/sidebar"))
+        self.sidebar.setVisible(s.get("ui/sidebar"))
         self._fill_presets()
-        self._fill_models(s.get("model/path"))
+        self.picker.refresh()
         last = s.get("chat/last")
         chat_id = last if last and self.sidebar.has(last) else self.sidebar.first_id()
         if chat_id is None or not self.sidebar.select(chat_id):
@@ -386,6 +421,7 @@ class MainWindow(QMainWindow):
 
     def _on_context(self, d: dict) -> None:
         n = max(1, d.get("n_ctx", 0))
+        self.statusContext.setVisible(bool(d.get("n_ctx")))
         self.statusContext.setRange(0, n)
         self.statusContext.setValue(min(n, d.get("used", 0)))
         self.statusKv.setText(f"KV cache {human_bytes(d.get('kv_bytes', 0))}" if d.get("kv_bytes") else "")
@@ -399,102 +435,28 @@ class MainWindow(QMainWindow):
         self.prefixResult.emit(res)
 
     # -- models ---------------------------------------------------------------------------------------
-    def _fill_models(self, current: str) -> None:
-        mp = self.modelPicker
-        mp.clear()
-        mp.addItem("SmolLM2-135M (default)", "")
-        mp.setItemData(0, "The default model: SmolLM2-135M-Instruct Q4_1, installed with Hearth",
-                       Qt.ItemDataRole.ToolTipRole)
-        for r in self.settings.get("model/recent"):
-            if r.get("path") and os.path.exists(r["path"]):
-                mp.addItem(os.path.basename(r["path"]), r["path"])
-                mp.setItemData(mp.count() - 1, r["path"], Qt.ItemDataRole.ToolTipRole)
-        self.library.add_picker_items(mp)
-        self.remote.add_picker_items(mp)
-        mp.insertSeparator(mp.count())
-        mp.addItem("Open GGUF file…", OPEN_GGUF)
-        self.remote.add_dialog_item(mp)
-        mp.setCurrentIndex(max(0, mp.findData(current)))
+    @property
+    def model_info(self) -> dict:
+        """The model that runs (ModelInfo as a dict, with "path_setting" and "backend_setting"); {} before
+        the first load."""
+        return self.picker.info
 
     def load_model(self, path: str) -> None:
-        self._loading_path = path
-        self._info_text = self.modelInfo.text()
-        self.modelInfo.setText("loading…")
-        self._loading_backend = self.backendPicker.currentData()
-        self.client.load_model(path, self._loading_backend,
-                               n_ctx_for(self.modelSettings, path, self.settings.get("model/n_ctx")))
+        self.picker.load(path)
 
-    def _open_model_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", os.path.expanduser("~"),
-                                              "GGUF models (*.gguf);;All files (*)")
-        if path:
-            self.library.opened(path)
-            self.load_model(path)
-        else:
-            self._fill_models(self.model_info.get("path_setting", ""))
-
-    def _on_model_picked(self, index: int) -> None:
-        data = self.modelPicker.itemData(index)
-        if data == OPEN_GGUF:
-            self._open_model_file()
-        elif data == REMOTE_DIALOG:
-            self.remote.open_dialog()
-        elif data != self.model_info.get("path_setting"):
-            self.load_model(data)
-
-    def _on_backend_picked(self, index: int) -> None:
-        self.settings.set("model/backend", self.backendPicker.itemData(index))
-        self.load_model(self.model_info.get("path_setting", self.settings.get("model/path")))
+    def _list_library_models(self) -> None:
+        self.picker.set_entries("library", self.library.picker_entries())
 
     def _on_model_loaded(self, info: dict) -> None:
-        path = self._loading_path or ""
-        info["path_setting"] = path
-        info["backend_setting"] = self._loading_backend
-        self.model_info = info
+        # A new model's figures come with its first prefix and reply; the last model's are not its own.
+        self.statusSpeed.setText("")
+        self.statusPrefix.setText("")
         self.conversation.model_name = info.get("name", "")
-        self.settings.set("model/path", path)
-        if path and info.get("backend") != "remote":
-            recent = [r for r in self.settings.get("model/recent") if r.get("path") != path]
-            recent.insert(0, {"path": path, "name": info.get("name"), "arch": info.get("arch"),
-                              "quant": info.get("quant"), "size": info.get("size_bytes")})
-            self.settings.set("model/recent", recent[:8])
-        self._fill_models(path)
-        runs_on = "GPU" if info.get("backend") == "gpu" else "CPU"
-        self.modelInfo.setText(f"{info.get('arch', '?')} · {human_params(info.get('params', 0))} · "
-                               f"{info.get('quant', '?')} · {runs_on}")
-        self.modelInfo.setToolTip(f"{info.get('path')} ({human_bytes(info.get('size_bytes', 0))})\n"
-                                  f"runs on {info.get('adapter', '')}\n"
-                                  f"loaded in {info.get('load_s', 0):.2f} s, context {info.get('n_ctx')} tokens")
-        self.backendPicker.setToolTip(f"Running on: {info.get('adapter', '')}")
-        # The picker names what runs: "Auto (CPU)", "GPU · <adapter>".
-        device = info.get("adapter", "").removeprefix("GPU: ").split(" [")[0]
-        for i, (label, data) in enumerate((("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu"))):
-            text = label
-            if data == info.get("backend_setting"):
-                text = f"Auto ({runs_on})" if data == "auto" else f"GPU · {device}" if data == "gpu" else label
-            self.backendPicker.setItemText(i, text)
         self.thinkingToggle.setVisible(bool(info.get("thinking_switch")))
         self._on_thinking_toggled(self.thinkingToggle.isChecked())
         self._update_empty_hint()
         self.modelReady.emit(info)
         self.warm_preset()
-
-    def _on_model_failed(self, message: str) -> None:
-        still = self.model_info.get("name")
-        if self.model_info:   # the picker goes back to what is really running
-            self.backendPicker.setCurrentIndex(max(0, self.backendPicker.findData(self.model_info["backend_setting"])))
-            self.settings.set("model/backend", self.model_info["backend_setting"])
-        elif self._loading_path or self._loading_backend != "cpu":
-            # Nothing loaded yet (a remembered model that is gone, a GPU that is not there): fall back to
-            # the default model on the CPU so the app is usable, and say why in the banner.
-            self.show_banner(f"Could not load the model: {message}  Falling back to the default model on the CPU.")
-            self.backendPicker.setCurrentIndex(self.backendPicker.findData("cpu"))
-            self.load_model("")
-            return
-        self.show_banner(f"Could not load the model: {message}"
-                         + (f"  {still} is still loaded." if still else ""))
-        self.modelInfo.setText(getattr(self, "_info_text", "") if still else "no model loaded")
-        self._fill_models(self.model_info.get("path_setting", ""))
 
     # -- presets --------------------------------------------------------------------------------------
     def _fill_presets(self) -> None:
@@ -574,13 +536,55 @@ class MainWindow(QMainWindow):
         self.presets.update(p)
 
     def _on_sampling_toggled(self, on: bool) -> None:
+        self._auto_hidden.discard("sampling")
         self.samplingPanel.setVisible(on)
         self.settings.set("ui/sampling_panel", on)
+        self._fit_panels()
+
+    def _on_sidebar_toggled(self, on: bool) -> None:
+        self._auto_hidden.discard("sidebar")
+        self.sidebar.setVisible(on)
+        self.settings.set("ui/sidebar", on)
+        self._fit_panels()
+
+    def _fit_panels(self) -> None:
+        """The conversation keeps at least its minimum width: the sampling panel, then the chat list, are
+        hidden while the window is too narrow for them, and come back when it is wide enough (the
+        user's choice in View stays as it was)."""
+        narrow = self.width() < WIDE
+        for label in (self.presetLabel, self.modelLabel):   # the boxes say what they are (tooltip, name)
+            label.setVisible(not narrow)
+        self.samplingToggle.setVisible(self.width() >= NARROW)
+        narrow = self.width() < NARROW
+        self.messageInput.set_short_hint(narrow)
+        for box, chars in ((self.presetPicker, 8 if narrow else 10), (self.modelPicker, 12 if narrow else 16)):
+            if box.minimumContentsLength() != chars:
+                box.setMinimumContentsLength(chars)
+                box.setMinimumWidth(box.sizeHint().width())   # its minimumSizeHint keeps the first length
+        self.topBar.layout().activate()
+        self.splitter.widget(1).layout().activate()
+        centre = self.splitter.widget(1).minimumSizeHint().width() + 8
+        want = {"sidebar": self.sidebarToggle.isChecked(), "sampling": self.samplingToggle.isChecked()}
+        panels = {"sidebar": self.sidebar, "sampling": self.samplingPanel}
+        room = self.width() - centre
+        for name in ("sidebar", "sampling"):          # the chat list has the first claim on the room
+            need = max(panels[name].minimumWidth(), panels[name].minimumSizeHint().width())
+            show = want[name] and room >= need
+            if show:
+                room -= need
+            if show != panels[name].isVisible():
+                panels[name].setVisible(show)
+            (self._auto_hidden.add if want[name] and not show else self._auto_hidden.discard)(name)
+
+    def resizeEvent(self, e) -> None:
+        super().resizeEvent(e)
+        self._fit_panels()
 
     def open_preset_manager(self) -> PresetManager:
         dlg = PresetManager(self.presets, self, mcp=self.mcp.servers)
         dlg.select(self.current_preset().id)
         dlg.presetsChanged.connect(self._on_presets_changed)
+        dlg.finished.connect(self._focus_input)     # the window's shortcuts work again at once
         self.presetManager = dlg
         dlg.show()
         return dlg
@@ -591,6 +595,16 @@ class MainWindow(QMainWindow):
         self._show_sampling()
         if pid == before or self.presetPicker.currentData() != before:
             self.warm_preset()   # an edited preset has a new key: its image is computed on demand
+
+    def _focus_input(self, *_) -> None:
+        self.activateWindow()
+        self.messageInput.setFocus()
+
+    def open_about(self) -> AboutDialog:
+        dlg = AboutDialog(self)
+        self.aboutDialog = dlg
+        dlg.show()
+        return dlg
 
     def open_cache_panel(self) -> CachePanel:
         dlg = CachePanel(self.client, self.settings, self)
@@ -678,11 +692,18 @@ class MainWindow(QMainWindow):
 
     # -- chats ----------------------------------------------------------------------------------------
     def new_chat(self) -> None:
+        """A new chat, or the empty one already there (empty chats do not pile up)."""
         cv = self.conversation
         if cv.chat_id is not None and cv.model.rowCount() == 0:
             self.messageInput.setFocus()
             return
-        cv.new_chat(self.current_preset().id)
+        empty = self.chats.empty_chat()
+        if empty is not None and self.sidebar.has(empty):
+            self.chats.set_chat_preset(empty, self.current_preset().id)
+            self.sidebar.clear_search()
+            self.sidebar.select(empty)
+        else:
+            cv.new_chat(self.current_preset().id)
         self.messageInput.setFocus()
 
     def _on_chat_created(self, chat) -> None:
@@ -698,6 +719,7 @@ class MainWindow(QMainWindow):
     def _show_chat(self, chat_id: int | None) -> None:
         self.cancel_edit()
         self.conversation.open_chat(chat_id)
+        self.sidebar.open_id = chat_id
         self.settings.set("chat/last", chat_id or 0)
         chat = self.chats.chat(chat_id) if chat_id else None
         if chat and self.presets.get(chat.preset_id):
@@ -709,7 +731,10 @@ class MainWindow(QMainWindow):
 
     def _update_empty_hint(self) -> None:
         p = self.current_preset()
-        model = self.model_info.get("name") or "the model"
+        if not self.model_info:
+            self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Loading the model…")
+            return
+        model = self.model_info.get("name")
         where = ("runs entirely on this computer; nothing leaves it." if self.model_info.get("backend") != "remote"
                  else f"runs on the {self.model_info.get('adapter')}; your messages are sent there.")
         self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Ask anything. {model} {where}")
@@ -791,6 +816,8 @@ class MainWindow(QMainWindow):
         self.editHint.hide()
 
     def _on_escape(self) -> None:
+        if self.chatSearch.hasFocus() and self.sidebar.clear_search():
+            return
         if self.conversation.generating:
             self.stop()
         elif self._edit_row is not None:
@@ -814,7 +841,7 @@ class MainWindow(QMainWindow):
         if not self._closed:
             self._closed = True
             s = self.settings
-            s.set("window/geometry", bytes(self.saveGeometry().data()))
+            s.set("window/rect", [self.pos().x(), self.pos().y(), self.width(), self.height()])
             s.set("window/splitter", bytes(self.splitter.saveState().data()))
             self.serveToggle.stop()
             self.library.shutdown()

@@ -21,9 +21,11 @@ Worker signals (all delivered queued to the GUI thread):
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import traceback
+import weakref
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
@@ -52,6 +54,24 @@ class EngineWorker(QObject):
 
     def _progress(self, what: str, done: int, total: int) -> None:
         self.progress.emit(what, done, total)
+
+    @Slot()
+    def warm_up(self) -> None:
+        """Start-up work that would otherwise come with the first message and hold the interpreter lock
+        there for 0.1-0.5 s, stalling the window: native imports (numpy.random, which numpy loads on first
+        use and a sampler's generator needs; wgpu and cffi) and hashing the engine's sources for prefix
+        keys. Done first, before the first model load, while the window is only starting."""
+        import numpy.random  # noqa: PLC0415
+
+        numpy.random.default_rng(0)
+        from engine import build_info
+        build_info.engine_build_hash()
+        build_info.machine_fingerprint()
+        try:
+            import cffi  # noqa: F401, PLC0415  (wgpu's native binding)
+            import wgpu  # noqa: F401, PLC0415
+        except Exception:  # noqa: BLE001  (no GPU stack: the CPU backend does not need it)
+            pass
 
     @Slot(object)
     def load_model(self, req: dict) -> None:
@@ -163,6 +183,15 @@ def _readable(e: Exception) -> str:
     return f"Internal error ({type(e).__name__}: {e}). The app is still usable; details are in the log."
 
 
+def _shutdown_at_exit(ref) -> None:
+    client = ref()
+    if client is not None:
+        try:
+            client.shutdown()
+        except RuntimeError:   # its Qt object is already gone (and with it the thread)
+            pass
+
+
 class EngineClient(QObject):
     """GUI-thread handle on the worker thread. Call its methods; connect to `worker`'s signals.
 
@@ -176,6 +205,7 @@ class EngineClient(QObject):
     _generateRequested = Signal(object)
     _cacheRequested = Signal(str)
     _countRequested = Signal(object)
+    _warmRequested = Signal()
 
     def __init__(self, backend: ChatBackend, parent=None):
         super().__init__(parent)
@@ -194,9 +224,15 @@ class EngineClient(QObject):
         self._cacheRequested.connect(self.worker.cache)
         self._countRequested.connect(self.worker.count_tokens)
         self._count_seq = 0
+        self._warmRequested.connect(self.worker.warm_up)
         self.worker.idle.connect(self._on_idle)
         self.thread.finished.connect(self.worker.close_backend, Qt.ConnectionType.DirectConnection)
         self.thread.start()
+        self._warmRequested.emit()
+        # However the window goes away (closed, dropped, the interpreter exiting), the thread is stopped
+        # before Qt destroys it: a QThread destroyed while it runs aborts the process.
+        ref = weakref.ref(self)
+        atexit.register(_shutdown_at_exit, ref)
 
     @property
     def busy(self) -> bool:

@@ -1,7 +1,9 @@
 """How responsive the window stays while the engine generates: `python -m bench.app_responsive`.
 
 Opens the real window (offscreen unless DISPLAY is set) on the default model with the CPU backend,
-in temporary data/cache folders, and generates replies until 256 tokens were streamed into the view.
+in temporary data/cache folders, sends a first short message right after start (its own row: the
+first message pays for anything left to start-up), then generates replies until 256 tokens were
+streamed into the view.
 A 5 ms precise QTimer on the GUI thread measures how late each of its ticks is: the worst lateness
 is the longest the event loop was blocked (goal: <= 50 ms). For comparison the same probe runs for
 one second with the engine idle, which shows the machine's own noise.
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 TICK_MS = 5
+FIRST_TOKENS = 24
 
 
 def main(argv=None) -> int:
@@ -66,7 +69,7 @@ def main(argv=None) -> int:
     spin(lambda: not w.client.busy)
     load_s = time.perf_counter() - t0
     p = w.presets.add(Preset("bench", "Bench", "You are a storyteller. Tell long, detailed stories.", [],
-                             check_sampling({"temperature": 0.8, "seed": 7, "max_tokens": args.tokens})))
+                             check_sampling({"temperature": 0.8, "seed": 7, "max_tokens": FIRST_TOKENS})))
     w._fill_presets()
     w.select_preset(p.id)
     spin(lambda: not w.client.busy)
@@ -110,16 +113,16 @@ def main(argv=None) -> int:
 
     model.append_text = timed_append
 
-    generated, decode, lates, replies = 0, [], [], 0
+    generated, decode, lates, first, replies = 0, [], [], [], 0
     prompts = ["Tell me a long story about a lighthouse keeper and a storm.",
                "Continue the story, with more detail about the village.",
                "Now tell another long story, about a clockmaker."]
-    while generated < args.tokens and replies < 10:
+    while generated < args.tokens + FIRST_TOKENS and replies < 10:
         done = []
         conn = w.conversation.replyFinished.connect(done.append)
         w.messageInput.setPlainText(prompts[replies % len(prompts)])
         w.send()
-        lates += measure(until=lambda: done)
+        (first if replies == 0 else lates).extend(measure(until=lambda: done))
         worst_ticks = sorted(state["where"], reverse=True)[:3]
         print("worst ticks of this reply (ms late, s into the reply, tokens streamed so far): "
               + ", ".join(f"{a * 1000:.0f} ms @ {b:.2f} s / {c}" for a, b, c in worst_ticks))
@@ -129,7 +132,7 @@ def main(argv=None) -> int:
         if st.get("decode_tps"):
             decode.append(st["decode_tps"])
         replies += 1
-        p.sampling["max_tokens"] = max(16, args.tokens - generated)
+        p.sampling["max_tokens"] = max(16, args.tokens + FIRST_TOKENS - generated)
         w.presets.update(p)
     probe.stop()
     w.close()
@@ -150,13 +153,15 @@ def main(argv=None) -> int:
     print("| phase | ticks | p50 | p99 | worst |")
     print("|---|---|---|---|---|")
     print(row("idle", idle))
-    print(row(f"generating {generated} tokens", lates))
+    print(row("first message after start", first))
+    print(row(f"later replies, {generated} tokens in all", lates))
     print("\nGUI work per streamed update (model + view, before painting), ms:\n")
     print("| updates | p50 | p99 | worst |")
     print("|---|---|---|---|")
     print(row("", update_s).replace("|  | ", "| ", 1))
-    worst = max(lates, default=0) * 1000
-    print(f"\nworst delay while generating: {worst:.1f} ms (goal <= 50 ms): {'OK' if worst <= 50 else 'OVER'}")
+    worst = max(first + lates, default=0) * 1000
+    print(f"\nworst delay while generating, first message included: {worst:.1f} ms (goal <= 50 ms): "
+          f"{'OK' if worst <= 50 else 'OVER'}")
     return 0
 
 

@@ -76,7 +76,7 @@ def test_a_file_opened_from_disk_joins_the_local_models(qtbot, window, tiny_mode
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(f), ""))
     loaded = []
     w.modelReady.connect(loaded.append)
-    w._open_model_file()
+    w.picker.open_file()
     wait_until(lambda: loaded, 120)
     wait_until(lambda: not w.client.busy, 120)
     [m] = w.library.registry.models()

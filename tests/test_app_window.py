@@ -324,7 +324,7 @@ def test_gguf_from_disk_is_remembered_and_a_preset_can_prefer_it(qtbot, window, 
     w.select_preset("test-greedy")
     with qtbot.waitSignal(w.modelReady, timeout=TIMEOUT):
         w.modelPicker.setCurrentIndex(0)
-        w._on_model_picked(0)          # back to the default model
+        w.modelPicker.activated.emit(0)          # back to the default model
     wait_until(lambda: not w.client.busy)
     assert w.model_info["path_setting"] == "" and w.settings.get("model/path") == ""
     w.presets.remove(p.id)
@@ -374,7 +374,7 @@ def test_backend_picker_failure_goes_back_to_what_runs(qtbot, window, monkeypatc
     i = w.backendPicker.findData("gpu")
     with qtbot.waitSignal(w.client.worker.modelFailed, timeout=TIMEOUT) as blocker:
         w.backendPicker.setCurrentIndex(i)
-        w._on_backend_picked(i)
+        w.backendPicker.activated.emit(i)
     assert "adapter" in blocker.args[0]
     wait_until(lambda: not w.client.busy)
     assert w.backendPicker.currentData() == before, "the picker goes back to the backend that runs"

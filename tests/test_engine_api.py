@@ -123,3 +123,14 @@ def test_adopt_prefix_sets_resident_tokens(eng, smollm2_reference):
     eng._adopt_prefix(p["ids"], None)  # no logits: only the last token is recomputed
     final = list(eng.generate(p["ids"], max_tokens=1, sampling=Sampling.greedy()))[-1]
     assert final.stats.computed_tokens == 1 and final.stats.reused_tokens == len(p["ids"]) - 1
+
+
+def test_auto_never_takes_a_software_adapter(monkeypatch):
+    from engine import gpu
+    from engine.gpu import is_software_adapter
+    lavapipe = {"vendor": "llvmpipe", "device": "llvmpipe (LLVM 15.0.6, 256 bits)", "adapter_type": "CPU"}
+    assert is_software_adapter(lavapipe)
+    assert not is_software_adapter({"vendor": "AMD", "device": "Radeon RX 7600", "adapter_type": "DiscreteGPU"})
+    monkeypatch.setattr(gpu, "probe", lambda: {**lavapipe, "is_cpu": True, "real_gpu": False})
+    e = Engine.load(backend="auto", n_ctx=32)
+    assert e.backend_info["backend"] == "cpu" and "only a CPU adapter" in e.backend_info["reason"]

@@ -7,9 +7,9 @@ import wgpu; creating a backend does.
 
 from __future__ import annotations
 
-from .device import probe, select_adapter
+from .device import is_software_adapter, probe, select_adapter
 
-__all__ = ["probe", "select_adapter", "GpuBackend"]
+__all__ = ["is_software_adapter", "probe", "select_adapter", "GpuBackend"]
 
 
 def __getattr__(name):

@@ -60,11 +60,18 @@ def select_adapter(prefer: str | None = None):
     return max(ads, key=lambda a: _kind_rank(a.info))
 
 
+def is_software_adapter(info: dict) -> bool:
+    """A CPU rasterizer (lavapipe/llvmpipe, SwiftShader): `info` is an adapter's info or description
+    (adapter_type, device, vendor). Such an adapter runs the GPU backend on the CPU, slower than the
+    CPU backend, so backend="auto" never takes it."""
+    return _kind_rank(info) == 0
+
+
 def adapter_description(adapter) -> dict:
     info = adapter.info
     return {"vendor": info.get("vendor", ""), "device": info.get("device", ""),
             "driver": info.get("description", ""), "backend_type": info.get("backend_type", ""),
-            "adapter_type": info.get("adapter_type", ""), "is_cpu": _kind_rank(info) == 0}
+            "adapter_type": info.get("adapter_type", ""), "is_cpu": is_software_adapter(info)}
 
 
 def probe() -> dict | None:

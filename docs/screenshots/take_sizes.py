@@ -1,0 +1,52 @@
+"""The main window at 1280 px and at its minimum size, light and dark, with a reply and keyboard
+focus on a message's Copy button (README: "At any size").
+
+    DISPLAY=:99 python docs/screenshots/take_sizes.py
+"""
+
+from __future__ import annotations
+
+import sys
+
+from shot_helpers import open_window, shot, spin, use_temp_dirs
+
+
+def main() -> int:
+    use_temp_dirs()
+    w, _ready = open_window()
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QWidget
+
+    from app.window import MIN_SIZE
+
+    def ask(text, max_tokens):
+        p = w.current_preset()
+        p.sampling.update({"max_tokens": max_tokens, "temperature": 0.0})
+        w.presets.update(p)
+        spin(lambda: not w.client.busy)
+        done = []
+        c = w.conversation.replyFinished.connect(done.append)
+        w.messageInput.setPlainText(text)
+        w.send()
+        spin(lambda: done)
+        w.conversation.replyFinished.disconnect(c)
+
+    w.new_chat()
+    ask("Give me three tips for sleeping better.", 60)
+    w.messageInput.setPlainText("")
+    for size, tag in (((1280, 820), "1280"), ((MIN_SIZE.width(), MIN_SIZE.height()), "min")):
+        w.resize(*size)
+        w.move(0, 0)
+        spin(seconds=0.5)
+        w.activateWindow()
+        w.messageView.findChildren(QWidget, "copyMessageButton")[-1].setFocus(Qt.FocusReason.TabFocusReason)
+        for theme in ("light", "dark"):
+            w.set_theme(theme)
+            shot(f"window-{tag}-{theme}", w)
+    w.set_theme("light")
+    w.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
