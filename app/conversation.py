@@ -67,6 +67,7 @@ class Conversation(QObject):
         self.tools.roundDone.connect(self._on_round_done)
         self.tools.recordsChanged.connect(self._on_records)
         self.tool_format = "generic"
+        self.tools_of = lambda preset: preset.tools    # a preset's tools; the window adds its MCP tools
         self.reply_prefixes: list[str] = []
         self.template_vars: dict = {}        # extra chat-template variables: enable_thinking
         self._closing = False
@@ -299,11 +300,12 @@ class Conversation(QObject):
             history.append({"role": "assistant", "content": self.reply_prefixes.pop(0)})
         round_no = self._tool_round_no()
         row = self.model.append(Message("assistant", "", model=self.model_name), streaming=True)
-        rid = self.client.generate(history, p.tools, dict(p.sampling), system=p.system_prompt,
+        tools = self.tools_of(p)
+        rid = self.client.generate(history, tools, dict(p.sampling), system=p.system_prompt,
                                    preset_id=p.id, label=p.name, context_policy=p.context_policy,
                                    template_vars=dict(self.template_vars), chat=self._chat_ref())
         self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": "",
-                     "parse": self.tools.parse_reply(self.tool_format, p.tools), "tools": list(p.tools),
+                     "parse": self.tools.parse_reply(self.tool_format, tools), "tools": list(tools),
                      "round": round_no, "think": ThinkingSplitter(),
                      "thinking": {"text": "", "tokens": 0, "seconds": 0.0, "done": False}, "think_t0": None}
         self.generatingChanged.emit(True)

@@ -46,7 +46,8 @@ class DraftTokens(QObject):
             return
         p = self.conversation.preset()
         self._asked_text = text
-        self._seq = self.client.count_tokens(self.conversation.history(self._edit_row()), list(p.tools), text)
+        tools = list(self.conversation.tools_of(p))      # the preset's own and its MCP servers'
+        self._seq = self.client.count_tokens(self.conversation.history(self._edit_row()), tools, text)
 
     def _on_counted(self, res: dict) -> None:
         if res.get("tag") or res.get("seq") != self._seq or self._seq == 0:

@@ -26,6 +26,7 @@ from engine.preset_format import Preset, PresetError, new_id
 from engine.tools import ToolSchemaError, validate_tool_set
 
 from .item_models import IdRole, PresetListModel
+from .mcp_panel import McpServerList
 from .preset_store import RESOURCES, PresetStore
 from .sampling_panel import SamplingPanel
 
@@ -45,7 +46,7 @@ def shipped_toolsets() -> list[dict]:
 class PresetManager(QDialog):
     presetsChanged = Signal(str)
 
-    def __init__(self, store: PresetStore, parent=None):
+    def __init__(self, store: PresetStore, parent=None, mcp=None):
         super().__init__(parent)
         self.setObjectName("presetManager")
         self.setWindowTitle("Presets")
@@ -131,6 +132,9 @@ class PresetManager(QDialog):
         self._check_timer = QTimer(self, singleShot=True, interval=250)
         self._check_timer.timeout.connect(self.check_tools)
         self.toolsEdit.textChanged.connect(self._check_timer.start)
+        self.mcpServers = McpServerList(mcp) if mcp is not None else None
+        if self.mcpServers is not None:
+            rl.addWidget(self.mcpServers)
         self.errorLabel = QLabel("", objectName="presetError", wordWrap=True)
         rl.addWidget(self.errorLabel)
         self.sampling = SamplingPanel()
@@ -233,6 +237,8 @@ class PresetManager(QDialog):
         self.policyPicker.setCurrentIndex(max(0, self.policyPicker.findData(p.context_policy)))
         self.toolsEdit.setPlainText(json.dumps(p.tools, indent=2) if p.tools else "[]")
         self.sampling.set_sampling(p.sampling)
+        if self.mcpServers is not None:
+            self.mcpServers.show_for(p.mcp_servers)
         self.errorLabel.clear()
         self.check_tools()
         self._shown = self._editor_state()
@@ -289,7 +295,10 @@ class PresetManager(QDialog):
         return Preset.from_json({"id": self._current or new_id(), "name": self.nameEdit.text(),
                                  "system_prompt": self.systemEdit.toPlainText(), "tools": tools,
                                  "sampling": self.sampling.sampling(), "model": self.modelEdit.text().strip(),
-                                 "context_policy": self.policyPicker.currentData()})
+                                 "context_policy": self.policyPicker.currentData(),
+                                 "mcp_servers": self.mcpServers.checked() if self.mcpServers is not None
+                                 else self.store.get(self._current).mcp_servers if self.store.get(self._current)
+                                 else []})
 
     def save(self, select: bool = True) -> bool:
         """Validate and save the edited preset; on error show it and save nothing."""

@@ -43,11 +43,13 @@ def usable_keyring():
 class KeyStore:
     """API keys per server URL: the keyring if usable, else the settings file (with a warning)."""
 
-    def __init__(self, settings: Settings, keyring_module=...):
+    def __init__(self, settings: Settings, keyring_module=..., service: str = SERVICE,
+                 setting: str = "remote/keys"):
         self.settings = settings
+        self.service, self.setting = service, setting
         self.keyring = usable_keyring() if keyring_module is ... else keyring_module
         self._lock = threading.Lock()
-        self._plain: dict[str, str] = {e["url"]: e["key"] for e in settings.get("remote/keys")
+        self._plain: dict[str, str] = {e["url"]: e["key"] for e in settings.get(setting)
                                        if isinstance(e, dict) and e.get("url") and e.get("key")}
 
     @property
@@ -64,7 +66,7 @@ class KeyStore:
         """Any thread."""
         if self.keyring is not None:
             try:
-                key = self.keyring.get_password(SERVICE, url)
+                key = self.keyring.get_password(self.service, url)
                 if key:
                     return key
             except Exception:
@@ -80,7 +82,7 @@ class KeyStore:
             return ""
         if self.keyring is not None:
             try:
-                self.keyring.set_password(SERVICE, url, key)
+                self.keyring.set_password(self.service, url, key)
                 self._set_plain(url, None)
                 return "keyring"
             except Exception:
@@ -92,7 +94,7 @@ class KeyStore:
     def forget(self, url: str) -> None:
         if self.keyring is not None:
             try:
-                self.keyring.delete_password(SERVICE, url)
+                self.keyring.delete_password(self.service, url)
             except Exception:  # noqa: BLE001  there was none
                 log.debug("no keyring entry for %s", url)
         self._set_plain(url, None)
@@ -104,7 +106,7 @@ class KeyStore:
             else:
                 self._plain[url] = key
             entries = [{"url": u, "key": k} for u, k in self._plain.items()]
-        self.settings.set("remote/keys", entries)
+        self.settings.set(self.setting, entries)
 
 
 class RemoteServers:

@@ -36,6 +36,9 @@ DECLARED: dict[str, tuple[type, object, str]] = {
     "tools/max_rounds": (int, 5, "tool rounds per reply before the calls are no longer run"),
     "remote/servers": (list, [], "remote servers used, most recent first: {url, models, key}"),
     "remote/keys": (list, [], "API keys kept here when no system keyring is usable: {url, key}"),
+    "mcp/servers": (list, [], "MCP tool servers: {name, command, args, env | url, token: keyring|settings|''}"),
+    "mcp/keys": (list, [], "MCP servers' tokens kept here when no system keyring is usable: {url: name, key}"),
+    "mcp/approved": (list, [], "stdio MCP server command lines the user approved to run"),
     "server/port": (int, 8080, "port of the app's own OpenAI-compatible server (127.0.0.1 only)"),
 }
 

@@ -80,7 +80,9 @@ class ToolConfirmBar(QFrame):
         what = {"run": "Run it?",
                 "file": "It may read only the file you pick now.",
                 "type": "This tool has no implementation in Hearth: type its result."}[kind]
-        self.text.setText(f"The assistant wants to use the tool <b>{_esc(name)}</b> with:<br>{shown}<br>{what}")
+        origin = self.flow.origin(name)
+        src = f" of the {_esc(origin)}" if origin else ""
+        self.text.setText(f"The assistant wants to use the tool <b>{_esc(name)}</b>{src} with:<br>{shown}<br>{what}")
         self.resultEdit.setVisible(kind == "type")
         self.sendResultButton.setVisible(kind == "type")
         self.pickFileButton.setVisible(kind == "file")

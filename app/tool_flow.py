@@ -99,11 +99,11 @@ def with_round(messages: list[dict], content: str, records: list[dict]) -> list[
                                     format="hermes")   # the backend rewrites calls for generic templates
 
 
-def registry_for(tools: list) -> ToolRegistry | None:
+def registry_for(tools: list, runs: dict | None = None) -> ToolRegistry | None:
     if not tools:
         return None
     try:
-        return ToolRegistry.for_tool_set(tools)
+        return ToolRegistry.for_tool_set(tools, runs)
     except Exception:  # noqa: BLE001  an invalid tool set (checked when saved) means no tools
         return None
 
@@ -119,6 +119,8 @@ class ToolFlow(QObject):
         super().__init__(parent)
         self.max_rounds = MAX_ROUNDS
         self.allow_fetch = False
+        self.runs = dict          # () -> {tool name: run} for tools run outside the app (MCP servers)
+        self.origin = lambda name: ""   # where such a tool runs, in words ("MCP server files")
         self.fetch_allowed_hosts: frozenset = frozenset()
         self._always: dict[int, set[str]] = {}      # chat id -> tools always allowed in it
         self._round: dict | None = None
@@ -149,7 +151,7 @@ class ToolFlow(QObject):
         return set(self._always.get(chat_id, ()))
 
     def parse_reply(self, fmt: str, tools: list) -> ReplyParse:
-        return ReplyParse(fmt, registry_for(tools))
+        return ReplyParse(fmt, registry_for(tools, self.runs()))
 
     # -- a round --------------------------------------------------------------------------------------
     def start_round(self, chat_id: int, calls: list, tools: list, round_no: int) -> None:
@@ -157,7 +159,7 @@ class ToolFlow(QObject):
         Past the round cap nothing runs: the calls are recorded with status "limit"."""
         records = [record_of(c) for c in calls]
         self._serial += 1
-        self._round = {"chat": chat_id, "records": records, "i": -1, "registry": registry_for(tools),
+        self._round = {"chat": chat_id, "records": records, "i": -1, "registry": registry_for(tools, self.runs()),
                        "serial": self._serial, "asking": False}
         if round_no > self.max_rounds:     # malformed calls stay shown as such; none is run
             for r in records:

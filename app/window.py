@@ -10,13 +10,14 @@ import os
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QApplication, QComboBox, QFrame, QHBoxLayout, QLabel, QMainWindow,
+from PySide6.QtWidgets import (QApplication, QComboBox, QFrame, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
                                QProgressBar, QPushButton, QSplitter, QToolButton,
                                QVBoxLayout, QWidget)
 
 from engine.errors import EngineError
 from engine.library.model_facts import read_facts
 from engine.library.model_settings import ModelSettingsStore
+from engine.paths import cache_dir
 
 from . import theme
 from .chat_context import chat_context_line
@@ -32,6 +33,8 @@ from .draft_tokens import DraftTokens
 from .export import ChatImportError, import_json
 from .export import export as export_chats
 from .message_input import MessageInput
+from .mcp_servers import McpServers
+from .mcp_tools import McpTools
 from .message_view import MessageView
 from .models_ui import ModelsUI
 from .preset_manager import PresetManager
@@ -79,6 +82,11 @@ class MainWindow(QMainWindow):
         self.modelSettings = ModelSettingsStore()
         self.conversation = Conversation(chats, presets, self.client, self)
         self.conversation.tools.use_settings(settings)
+        self.mcp = McpTools(McpServers(settings), log_dir=cache_dir() / "logs", parent=self)
+        self.conversation.tools_of = self.mcp.tools_for
+        self.conversation.tools.runs = self.mcp.runs
+        self.conversation.tools.origin = self.mcp.origin
+        self.mcpApproval = None
         self.last_prefix_result: dict | None = None
         self.last_chat_context: dict | None = None
         self.last_error = ""
@@ -90,6 +98,9 @@ class MainWindow(QMainWindow):
         self.remote = RemoteUI(self, self.picker)
         self.remote.loadRequested.connect(self.load_model)
         self.remote.notice.connect(lambda text: self.show_banner(text, "notice"))
+        self.mcp.toolsChanged.connect(self.warm_preset)
+        self.mcp.notice.connect(lambda text: self.show_banner(text, "notice"))
+        self.mcp.approvalNeeded.connect(self._ask_mcp_approval)
         self.library = ModelsUI(self)
         self.library.loadRequested.connect(self.load_model)
         self.library.modelsChanged.connect(self._list_library_models)
@@ -490,6 +501,7 @@ class MainWindow(QMainWindow):
                                  "error")
         self._show_sampling()
         self._update_empty_hint()
+        self.mcp.chosen()
         self.use_preset_model_or_warm()
 
     def use_preset_model_or_warm(self) -> None:
@@ -502,11 +514,29 @@ class MainWindow(QMainWindow):
             self.warm_preset()
 
     def warm_preset(self) -> None:
-        """Ask the worker to make the current preset's prefix resident (restore or compute)."""
+        """Ask the worker to make the current preset's prefix resident (restore or compute). Its
+        MCP servers start (or stop) here; their tools are in the prefix once they are up."""
+        p = self.current_preset()
+        self.mcp.use(p)
         if not self.model_info:
             return
-        p = self.current_preset()
-        self.client.prepare_prefix(p.id, p.system_prompt, p.tools, p.name)
+        self.client.prepare_prefix(p.id, p.system_prompt, self.mcp.tools_for(p), p.name)
+
+    def _ask_mcp_approval(self, name: str, command_line: str) -> None:
+        """A preset's local MCP server runs a command on this computer: the user allows it once."""
+        box = QMessageBox(QMessageBox.Icon.Question, "Start an MCP server?",
+                          f"The preset <b>{self.current_preset().name}</b> uses the MCP tool server "
+                          f"<b>{name}</b>, which runs this command on your computer:", parent=self)
+        box.setObjectName("mcpApproval")
+        box.setInformativeText(command_line)
+        box.allowButton = box.addButton("Allow and start", QMessageBox.ButtonRole.AcceptRole)
+        box.denyButton = box.addButton("Don't start", QMessageBox.ButtonRole.RejectRole)
+        box.setDefaultButton(box.denyButton)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        box.buttonClicked.connect(lambda b: self.mcp.approve(name) if b is box.allowButton else self.mcp.deny(name))
+        box.finished.connect(lambda _: setattr(self, "mcpApproval", None))
+        self.mcpApproval = box
+        box.open()
 
     def _show_sampling(self) -> None:
         p = self.current_preset()
@@ -563,7 +593,7 @@ class MainWindow(QMainWindow):
         self._fit_panels()
 
     def open_preset_manager(self) -> PresetManager:
-        dlg = PresetManager(self.presets, self)
+        dlg = PresetManager(self.presets, self, mcp=self.mcp.servers)
         dlg.select(self.current_preset().id)
         dlg.presetsChanged.connect(self._on_presets_changed)
         dlg.finished.connect(self._focus_input)     # the window's shortcuts work again at once
@@ -832,6 +862,7 @@ class MainWindow(QMainWindow):
             self.statusPrefix.repaint()
             self.client.shutdown()
             self.conversation.close()
+            self.mcp.close()
             s.sync()
         super().closeEvent(e)
 

@@ -15,8 +15,9 @@ corrupt one aside and says so) and the server's preset matching both parse with 
           "sampling": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05,
                        "repeat_penalty": 1.1, "seed": -1, "max_tokens": 1024},   # seed -1: random
           "model": "",                            # preferred model path, "" = any
-          "context_policy": "stop"                # or "truncate_middle", "rolling_window"
-        }
+          "context_policy": "stop",               # or "truncate_middle", "rolling_window"
+          "mcp_servers": ["files"]                # names of the app's MCP servers whose tools join
+        }                                         # (the app runs them; the server ignores this)
       ]
     }
 
@@ -60,6 +61,7 @@ class Preset:
     sampling: dict = field(default_factory=lambda: dict(DEFAULT_SAMPLING))
     model: str = ""
     context_policy: str = DEFAULT_POLICY
+    mcp_servers: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -88,7 +90,10 @@ class Preset:
         policy = d.get("context_policy", DEFAULT_POLICY)
         if policy not in POLICIES:
             raise PresetError(f"{where}.context_policy: {policy!r} is not one of {', '.join(POLICIES)}")
-        return cls(pid, name.strip(), system, tools, sampling, model, policy)
+        mcp = d.get("mcp_servers", []) or []
+        if not isinstance(mcp, list) or not all(isinstance(n, str) and n for n in mcp):
+            raise PresetError(f"{where}.mcp_servers: must be a list of MCP server names")
+        return cls(pid, name.strip(), system, tools, sampling, model, policy, list(dict.fromkeys(mcp)))
 
     def copy(self) -> "Preset":
         return copy.deepcopy(self)

@@ -2,6 +2,7 @@
 
     registry = ToolRegistry.builtin()                       # every built-in tool
     registry = ToolRegistry.for_tool_set(preset_tools)      # a preset's tool set (JSON definitions)
+    registry = ToolRegistry.for_tool_set(tools, {"add": run})  # ... with runs for some (MCP tools)
     registry.definitions()                                  # what render_chat(tools=...) gets
     result = registry.execute(call, ToolContext(...))       # ToolResult(content, is_error), never raises
 
@@ -65,13 +66,17 @@ class ToolRegistry:
         return cls(tools)
 
     @classmethod
-    def for_tool_set(cls, definitions: list) -> ToolRegistry:
-        """A preset's tool set: built-in names get their implementation, the rest need the user.
+    def for_tool_set(cls, definitions: list, runs: dict | None = None) -> ToolRegistry:
+        """A preset's tool set: names in `runs` get that implementation (with the definition as
+        given), built-in names the built-in's, the rest need the user.
         Raises ToolSchemaError for an invalid definition."""
         tools = []
+        runs = runs or {}
         for d in validate_tool_set(definitions):
             name = d["function"]["name"]
-            if name in BUILTIN_TOOLS:
+            if name in runs:
+                tools.append(Tool(d, runs[name]))
+            elif name in BUILTIN_TOOLS:
                 definition, run = BUILTIN_TOOLS[name]
                 tools.append(Tool(normalize_tool_definition(definition), run))
             else:
