@@ -41,8 +41,8 @@ def main(argv=None) -> int:
     from PySide6.QtCore import QCoreApplication, QEventLoop, Qt, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.main import create_window
-    from engine.preset_format import Preset, check_sampling
+    from hearth.app.main import create_window
+    from hearth.engine.preset_format import Preset, check_sampling
 
     app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841  (kept alive)
 

@@ -38,7 +38,7 @@ ids = json.load(open(ids_file))
 t0 = time.perf_counter()
 if engine_kind == "hearth":
     sys.path.insert(0, os.environ["HEARTH_ROOT"])
-    from engine import Engine
+    from hearth.engine import Engine
     eng = Engine.load(model, backend="cpu", n_ctx=4096)
     load = time.perf_counter() - t0
     def reset(): eng.reset()
@@ -93,9 +93,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-long", action="store_true", help="skip the 2,000-token prompt")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from engine.gguf import GGUFFile  # noqa: PLC0415
-    from engine.paths import default_model_path  # noqa: PLC0415
-    from engine.tokenizer import Tokenizer  # noqa: PLC0415
+    from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
+    from hearth.engine.paths import default_model_path  # noqa: PLC0415
+    from hearth.engine.tokenizer import Tokenizer  # noqa: PLC0415
     model = str(a.model or default_model_path())
     prompts = json.loads((REF / "smollm2" / "bench_prompts.json").read_text())
     tok = Tokenizer.from_gguf(GGUFFile.open(model))

@@ -26,8 +26,8 @@ def text_of(n: int) -> str:
 
 
 def child(cache: str, tokens: int, prefault: bool) -> dict:
-    from engine import Engine
-    from engine.prefix import PrefixStore
+    from hearth.engine import Engine
+    from hearth.engine.prefix import PrefixStore
     if not prefault:
         Engine._start_prefault = lambda self: None
     eng = Engine.load(n_ctx=4096)
@@ -55,8 +55,8 @@ def main(argv=None) -> int:
         print("RESULT " + json.dumps(child(args.cache, args.tokens, args.child == "on")))
         return 0
     with tempfile.TemporaryDirectory() as d:
-        from engine import Engine
-        from engine.prefix import PrefixStore
+        from hearth.engine import Engine
+        from hearth.engine.prefix import PrefixStore
         eng = Engine.load(n_ctx=4096)
         PrefixStore(d).ensure(eng, text_of(args.tokens))
         eng.close()

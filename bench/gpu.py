@@ -90,10 +90,10 @@ def prefix_times(be, n, repeat):
 def run(kind, cfg, g, ids512, ids2000, a):
     t = time.perf_counter()
     if kind == "gpu":
-        from engine.gpu import GpuBackend  # noqa: PLC0415
+        from hearth.engine.gpu import GpuBackend  # noqa: PLC0415
         be = GpuBackend(cfg, g, a.n_ctx)
     else:
-        from engine.cpu_backend import CpuBackend  # noqa: PLC0415
+        from hearth.engine.cpu_backend import CpuBackend  # noqa: PLC0415
         be = CpuBackend(cfg, g, a.n_ctx)
     r = {"load s": time.perf_counter() - t}
     rep = a.repeat if kind == "gpu" else 1
@@ -135,16 +135,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run on a software adapter)")
     ap.add_argument("--no-numpy", action="store_true")
     a = ap.parse_args(argv)
-    from engine.gpu import probe  # noqa: PLC0415
+    from hearth.engine.gpu import probe  # noqa: PLC0415
     p = probe()
     if p is None or (not p["real_gpu"] and not a.quick and not os.environ.get("HEARTH_GPU_ADAPTER")):
         # lavapipe runs the model at seconds a token: the full benchmark would take hours there
         print(f"bench.gpu: no real GPU adapter ({p['device'] if p else 'none'}); skipped. "
               "HEARTH_GPU_ADAPTER=<name> forces one; --quick is a smoke run.")
         return 0
-    from engine.config import ModelConfig  # noqa: PLC0415
-    from engine.gguf import GGUFFile  # noqa: PLC0415
-    from engine.paths import default_model_path  # noqa: PLC0415
+    from hearth.engine.config import ModelConfig  # noqa: PLC0415
+    from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
+    from hearth.engine.paths import default_model_path  # noqa: PLC0415
     prompts = json.loads((REF / "smollm2" / "bench_prompts.json").read_text())
     ids512, ids2000 = prompts["512"]["ids"], prompts["2000"]["ids"]
     if a.quick:

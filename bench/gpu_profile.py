@@ -53,7 +53,7 @@ def per_op(be, plan, n, kv_len, reps):
 def timed(dev, dispatches, reps):
     """GPU seconds of one round of `dispatches` [(kernel, buffers, groups, params)], repeated `reps`
     times in one pass, the empty round trip subtracted."""
-    from engine.gpu.plan import Plan  # noqa: PLC0415
+    from hearth.engine.gpu.plan import Plan  # noqa: PLC0415
     plan = Plan(dev, "sweep")
     for k, bufs, groups, prm in dispatches:
         plan.add(k, bufs, groups, "sweep", **prm)
@@ -80,7 +80,7 @@ F16_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208], "Q4_1": [
 
 def sane_blocks(rng, qtype, m, k):
     """uint8 [m * row bytes]: random blocks of `qtype` with small finite scales (as a real file has)."""
-    from engine.quants import TYPE_BY_NAME  # noqa: PLC0415
+    from hearth.engine.quants import TYPE_BY_NAME  # noqa: PLC0415
     t = TYPE_BY_NAME[qtype]
     raw = rng.integers(0, 256, (m * (k // t.block_size), t.type_size), dtype=np.uint8)
     for off in F16_FIELDS[qtype]:
@@ -90,9 +90,9 @@ def sane_blocks(rng, qtype, m, k):
 
 def matvec_sweep(reps=20):
     """The decode matvec alone: weights in 4 copies (rotated, so the 50 MB L2 does not hold them)."""
-    from engine.gpu import ops  # noqa: PLC0415
-    from engine.gpu.device import Device  # noqa: PLC0415
-    from engine.gpu.kernels import Kernels  # noqa: PLC0415
+    from hearth.engine.gpu import ops  # noqa: PLC0415
+    from hearth.engine.gpu.device import Device  # noqa: PLC0415
+    from hearth.engine.gpu.kernels import Kernels  # noqa: PLC0415
     dev = Device()
     ks = Kernels(dev)
     rng = np.random.default_rng(0)
@@ -160,7 +160,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {{
 def coop_probe():
     """Cooperative matrices through wgpu-py: which configurations compile and run, and how fast."""
     import wgpu  # noqa: PLC0415
-    from engine.gpu.device import select_adapter  # noqa: PLC0415
+    from hearth.engine.gpu.device import select_adapter  # noqa: PLC0415
     ad = select_adapter()
     feats = sorted(f for f in ad.features if "coop" in f or "f16" in f)
     print(f"adapter {ad.info['device']}: features {feats}")
@@ -235,10 +235,10 @@ def main(argv=None):
     if a.matvec_sweep:
         matvec_sweep(a.reps)
         return
-    from engine.config import ModelConfig  # noqa: PLC0415
-    from engine.gguf import GGUFFile  # noqa: PLC0415
-    from engine.gpu import GpuBackend  # noqa: PLC0415
-    from engine.paths import default_model_path  # noqa: PLC0415
+    from hearth.engine.config import ModelConfig  # noqa: PLC0415
+    from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
+    from hearth.engine.gpu import GpuBackend  # noqa: PLC0415
+    from hearth.engine.paths import default_model_path  # noqa: PLC0415
     g = GGUFFile.open(a.model or default_model_path())
     cfg = ModelConfig.from_gguf(g)
     be = GpuBackend(cfg, g, 4096)

@@ -52,8 +52,8 @@ def _ms(times: list[float]) -> str:
 
 
 def open_default(repeat: int) -> list[Row]:
-    from engine.gguf import GGUFFile  # noqa: PLC0415
-    from engine.paths import default_model_path  # noqa: PLC0415
+    from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
+    from hearth.engine.paths import default_model_path  # noqa: PLC0415
 
     path = default_model_path()
     GGUFFile.open(path)  # warm the page cache
@@ -67,9 +67,9 @@ def open_default(repeat: int) -> list[Row]:
 
 
 def dequantize_all(repeat: int) -> list[Row]:
-    from engine.gguf import GGUFFile  # noqa: PLC0415
-    from engine.paths import default_model_path  # noqa: PLC0415
-    from engine.quants import dequantize_tensor  # noqa: PLC0415
+    from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
+    from hearth.engine.paths import default_model_path  # noqa: PLC0415
+    from hearth.engine.quants import dequantize_tensor  # noqa: PLC0415
 
     g = GGUFFile.open(default_model_path())
     infos = list(g.tensors.values())
@@ -92,9 +92,9 @@ def tokenizer_construction(repeat: int) -> list[Row]:
     """Tokenizer.from_gguf on the default model, or n/a while engine.tokenizer cannot be used."""
     name = "tokenizer construction (Tokenizer.from_gguf), median (min..max), cpu"
     try:
-        from engine.gguf import GGUFFile  # noqa: PLC0415
-        from engine.paths import default_model_path  # noqa: PLC0415
-        from engine.tokenizer import Tokenizer  # noqa: PLC0415
+        from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
+        from hearth.engine.paths import default_model_path  # noqa: PLC0415
+        from hearth.engine.tokenizer import Tokenizer  # noqa: PLC0415
         g = GGUFFile.open(default_model_path())
         Tokenizer.from_gguf(g)
     except Exception as e:  # noqa: BLE001  (another module's work in progress: report, don't fail)

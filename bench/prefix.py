@@ -50,7 +50,7 @@ def timed(fn):
 
 
 def bench_size(eng, fresh_engine, n: int, repeat: int, tmp: Path) -> dict:
-    from engine import Sampling  # noqa: PLC0415
+    from hearth.engine import Sampling  # noqa: PLC0415
     ids = prefix_ids(eng, n)
     msg = eng.tokenize(f"<|im_start|>user\n{USER_MESSAGE}<|im_end|>\n<|im_start|>assistant\n")
     greedy = Sampling.greedy()
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--model", default=None)
     a = ap.parse_args(argv)
-    from engine import Engine  # noqa: PLC0415
+    from hearth.engine import Engine  # noqa: PLC0415
     sizes = [int(s) for s in a.sizes.split(",")]
     eng = Engine.load(a.model, backend="cpu", n_ctx=4096)
     fresh = Engine.load(a.model, backend="cpu", n_ctx=4096)

@@ -41,9 +41,9 @@ def main(argv=None) -> int:
     import httpx  # noqa: PLC0415
     import openai  # noqa: PLC0415
 
-    from engine import Engine, Sampling  # noqa: PLC0415
-    from engine.remote import RemoteClient  # noqa: PLC0415
-    from engine.server import ChatService, HearthServer  # noqa: PLC0415
+    from hearth.engine import Engine, Sampling  # noqa: PLC0415
+    from hearth.engine.remote import RemoteClient  # noqa: PLC0415
+    from hearth.engine.server import ChatService, HearthServer  # noqa: PLC0415
 
     eng = Engine.load(a.model, n_ctx=1024)
     service = ChatService(eng)
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
                                                               "max_tokens": n, "temperature": 0})
         return r.json()["usage"]["completion_tokens"]
 
-    paths = {"engine.generate, direct": direct, "server, stream, engine.remote": sse_remote,
+    paths = {"hearth.engine.generate, direct": direct, "server, stream, engine.remote": sse_remote,
              "server, stream, openai client": sse_openai, "server, JSON body, httpx": json_httpx}
     direct(1)  # warm up: the prompt resident, numpy's first calls done
     # Where a server request's time goes, from the server's own record of it (same request, so the

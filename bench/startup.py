@@ -2,7 +2,7 @@
 
 How long Hearth takes from launching the process to a usable window (goal <= 2 s) and to the first
 token of a reply on the default model (goal <= 4 s), for the PyInstaller bundle (dist/hearth/hearth,
-built by packaging/build) and for `python -m app` from this virtual environment.
+built by packaging/build) and for `python -m hearth` from this virtual environment.
 
 Each run starts the real app offscreen with the smoke driver (packaging/hearth_smoke.py,
 HEARTH_SMOKE_TEST=1), which sends "Hi" as soon as the window is shown and exposed - what a user
@@ -53,7 +53,7 @@ def targets() -> dict[str, tuple[list[str], dict]]:
         out["bundle"] = ([str(BUNDLE)], env)
     smoke = str(ROOT / "packaging" / "smoke")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([smoke, str(ROOT)])}
-    out["venv"] = ([sys.executable, "-m", "app"], env)
+    out["venv"] = ([sys.executable, "-m", "hearth.app"], env)
     return out
 
 
@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
             ("window_cpu", "CPU s at window"), ("first_token_cpu", "CPU s at first token")]
     print("| app | start | " + " | ".join(c[1] for c in cols) + " |")
     print("|---|---|" + "---|" * len(cols))
-    label = {"bundle": "bundle (dist/hearth/hearth)", "venv": "`python -m app` (venv)"}
+    label = {"bundle": "bundle (dist/hearth/hearth)", "venv": "`python -m hearth` (venv)"}
     for (name, start), rs in results.items():
         print(f"| {label[name]} | {start} | " + " | ".join(_fmt([r.get(k, float('nan')) for r in rs]) for k, _ in cols) + " |")
     print(f"\ngoals: window <= {GOALS['window']:.0f} s, first token <= {GOALS['first_token']:.0f} s")

@@ -43,10 +43,10 @@ def _row(name: str, times: list[float], unit: str, scale: float | None = None) -
 
 
 def run(repeat: int = 7) -> list[dict]:
-    from engine.gguf import GGUFFile  # noqa: PLC0415
-    from engine.paths import default_model_path  # noqa: PLC0415
+    from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
+    from hearth.engine.paths import default_model_path  # noqa: PLC0415
     from tests.model_paths import gemma3_model_path  # noqa: PLC0415
-    from engine.tokenizer import Tokenizer  # noqa: PLC0415
+    from hearth.engine.tokenizer import Tokenizer  # noqa: PLC0415
 
     g = GGUFFile.open(default_model_path())
     build = lambda: Tokenizer.from_gguf(g)  # noqa: E731

@@ -24,10 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-from engine import Engine, Sampling
-from engine.tools import (MalformedToolCall, ToolCall, ToolCallParser, ToolRegistry, UnitError,
+from hearth.engine import Engine, Sampling
+from hearth.engine.tools import (MalformedToolCall, ToolCall, ToolCallParser, ToolRegistry, UnitError,
                           detect_format, evaluate, fallback_system_prompt)
-from engine.tools.units import find_unit
+from hearth.engine.tools.units import find_unit
 
 SYSTEM = "You are a helpful assistant."
 

@@ -57,9 +57,9 @@ def chat_text(eng, n_tokens: int) -> list[str]:
 
 
 def build(cache: Path, n_tokens: int, backend: str) -> dict:
-    from engine import Engine
-    from engine.prefix import PrefixStore
-    from engine.prefix.chat_images import ChatImages, Root
+    from hearth.engine import Engine
+    from hearth.engine.prefix import PrefixStore
+    from hearth.engine.prefix.chat_images import ChatImages, Root
     eng = Engine.load(n_ctx=4096, backend=backend)
     store = PrefixStore(cache, cap_bytes=8 << 30)
     chats = ChatImages(store)
@@ -77,9 +77,9 @@ def build(cache: Path, n_tokens: int, backend: str) -> dict:
 
 def send(cache: Path, text: str, backend: str) -> dict:
     """A restarted Hearth: load, let the KV pages be made resident, then Send -> first token."""
-    from engine import Engine, Sampling
-    from engine.prefix import PrefixStore
-    from engine.prefix.chat_images import ChatImages, Root
+    from hearth.engine import Engine, Sampling
+    from hearth.engine.prefix import PrefixStore
+    from hearth.engine.prefix.chat_images import ChatImages, Root
     eng = Engine.load(n_ctx=4096, backend=backend)
     if getattr(eng, "_prefault", None) is not None:
         eng._prefault.join()

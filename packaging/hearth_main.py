@@ -2,6 +2,6 @@
 
 import sys
 
-from app.main import main
+from hearth.app.main import main
 
 sys.exit(main())

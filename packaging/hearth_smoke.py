@@ -39,9 +39,9 @@ def emit(event: str, **kw) -> None:
 def _where() -> dict:
     """Where the running app's code comes from: app/'s folder and the hash of engine/'s sources as
     engine.build_info sees them (in a bundle: the .py files collected beside the archive)."""
-    out = {"app": os.path.dirname(sys.modules["app"].__file__)}
+    out = {"app": os.path.dirname(sys.modules["hearth.app"].__file__)}
     try:
-        from engine.build_info import hash_sources
+        from hearth.engine.build_info import hash_sources
         out["engine_sources"] = hash_sources()
     except Exception as e:  # noqa: BLE001  (information only)
         out["engine_sources"] = f"error: {e!r}"
@@ -129,7 +129,7 @@ def install():
     if _driver is not None:
         return _driver
     try:
-        import app  # noqa: F401  (app's PySide6 workarounds first, as in a normal start)
+        import hearth.app  # noqa: F401  (app's PySide6 workarounds first, as in a normal start)
     except ImportError:
         pass
     from PySide6.QtWidgets import QApplication

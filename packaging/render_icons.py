@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SVG = ROOT / "resources" / "hearth.svg"
-ICONS = ROOT / "resources" / "icons" / "hicolor"
+SVG = ROOT / "hearth" / "resources" / "hearth.svg"
+ICONS = ROOT / "hearth" / "resources" / "icons" / "hicolor"
 SIZES = (16, 22, 24, 32, 48, 64, 128, 256, 512)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QEventLoop
 
-from app.main import create_window
+from hearth.app.main import create_window
 
 
 def wait_until(pred, timeout_s: float = 60.0) -> None:

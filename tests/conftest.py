@@ -26,7 +26,7 @@ def reference_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def default_model_path():
-    from engine.paths import default_model_path
+    from hearth.engine.paths import default_model_path
     return default_model_path()
 
 

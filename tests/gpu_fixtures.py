@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from engine.gpu.device import Device, select_adapter
-from engine.quants import TYPE_BY_NAME
+from hearth.engine.gpu.device import Device, select_adapter
+from hearth.engine.quants import TYPE_BY_NAME
 
 # Kernels accumulate in float32 in another order than numpy (and lavapipe/NVIDIA may fuse multiply-adds):
 # a dot product of K terms has a relative error around sqrt(K) * 2^-24 ~ 1e-6 for K in the thousands.

@@ -85,7 +85,7 @@ def tiny_repos(tiny_models, split_parts: list[Path] | None = None) -> list[RepoS
 
 @pytest.fixture(scope="session")
 def split_llama(tiny_models, tmp_path_factory) -> list[Path]:
-    from engine.library.split_gguf import split_model
+    from hearth.engine.library.split_gguf import split_model
     folder = tmp_path_factory.mktemp("split")
     src = folder / "tiny-llama-Q8_0.gguf"
     src.write_bytes(tiny_models["llama"].read_bytes())

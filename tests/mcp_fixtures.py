@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.tools.mcp import McpServerConfig
+from hearth.engine.tools.mcp import McpServerConfig
 
 SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
 

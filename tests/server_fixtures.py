@@ -18,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 @contextlib.contextmanager
 def hearth_server(n_ctx: int = 512, token: str | None = None, presets=None, engine=None, chat_images=None):
     """Yields (server, service). `presets` is a PresetPrefixes or None; `chat_images` a ChatImages."""
-    from engine import Engine
-    from engine.server import ChatService, HearthServer
+    from hearth.engine import Engine
+    from hearth.engine.server import ChatService, HearthServer
     eng = engine or Engine.load(n_ctx=n_ctx)
     service = ChatService(eng, presets=presets, chat_images=chat_images)
     server = HearthServer(service, "127.0.0.1", 0, token=token)

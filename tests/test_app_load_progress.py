@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.chat_source import LocalBackend
-from engine import memory
+from hearth.app.chat_source import LocalBackend
+from hearth.engine import memory
 
 
 def test_load_reports_percentages(tmp_path):

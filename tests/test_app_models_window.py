@@ -10,10 +10,10 @@ import hashlib
 import pytest
 from PySide6.QtGui import QDesktopServices
 
-from app.models_window import ModelsWindow
-from app.remote_servers import KeyStore
-from app.settings import Settings
-from engine.library.registry import ModelRegistry
+from hearth.app.models_window import ModelsWindow
+from hearth.app.remote_servers import KeyStore
+from hearth.app.settings import Settings
+from hearth.engine.library.registry import ModelRegistry
 from hub_fixtures import _no_hf_login, local_hub, split_llama, tiny_models  # noqa: F401
 from hub_server import Fault
 from test_hub_download import small_disk  # noqa: F401

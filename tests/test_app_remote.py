@@ -1,6 +1,6 @@
 """The real window on remote servers (issue 9, the app side), driven like a user.
 
-End to end against Hearth's own server started here as a user would (`python -m engine serve` on
+End to end against Hearth's own server started here as a user would (`python -m hearth.engine serve` on
 127.0.0.1, the default model, greedy, short replies), which is also killed mid-reply; against tiny
 scripted servers for what Hearth never sends (garbage, 500s, tool calls, a slow listing); and the
 window's own "Serve Hearth" toggle called with the official `openai` client.
@@ -24,10 +24,10 @@ from app_fixtures import wait_until
 from PySide6.QtCore import Qt, QTimer
 from server_fixtures import Reply, ScriptedServer, chunk, sse
 
-from app.main import create_window
-from engine.preset_format import Preset, check_sampling
-from app.remote_source import parse_remote_path, remote_path
-from app.remote_ui import REMOTE_DIALOG
+from hearth.app.main import create_window
+from hearth.engine.preset_format import Preset, check_sampling
+from hearth.app.remote_source import parse_remote_path, remote_path
+from hearth.app.remote_ui import REMOTE_DIALOG
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
@@ -38,11 +38,11 @@ TIMEOUT = 120_000
 
 
 class ServeProcess:
-    """`python -m engine serve --port 0` in its own process, as a user runs it."""
+    """`python -m hearth.engine serve --port 0` in its own process, as a user runs it."""
 
     def __init__(self, log: Path):
         self.log = open(log, "w")  # noqa: SIM115  closed in kill()
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", "0", "--no-presets",
+        self.proc = subprocess.Popen([sys.executable, "-m", "hearth.engine", "serve", "--port", "0", "--no-presets",
                                       "--ctx", "1024", "--backend", "cpu"], cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True)
         end = time.monotonic() + 120
@@ -314,7 +314,7 @@ def test_a_server_killed_mid_reply_is_a_message_and_the_text_is_kept(qtbot, wind
 
 
 def test_a_remembered_remote_model_is_used_again_at_start(qtbot, qapp, served):
-    from app.settings import Settings
+    from hearth.app.settings import Settings
     s = Settings()                       # HEARTH_DATA_DIR: this test's own (conftest)
     s.set("remote/servers", [{"url": served.url, "models": [served.model], "key": ""}])
     s.set("model/path", remote_path(served.url, served.model))
@@ -433,7 +433,7 @@ def test_api_key_is_sent_and_kept_with_a_warning_and_a_tool_round_runs(qtbot, wi
 
     # A tool round in OpenAI's format: the preset's tools are sent, the server's call goes through the
     # app's tool flow (confirm, run), and the result goes back as a `tool` message.
-    tools = json.loads((ROOT / "resources" / "toolsets" / "everyday.json").read_text())["tools"]
+    tools = json.loads((ROOT / "hearth" / "resources" / "toolsets" / "everyday.json").read_text())["tools"]
     p = w.presets.add(Preset("test-tools", "Test tools", SYSTEM, tools, dict(GREEDY)))
     w._fill_presets()
     w.select_preset(p.id)

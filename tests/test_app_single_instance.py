@@ -10,13 +10,13 @@ from pathlib import Path
 
 from app_fixtures import wait_until
 
-from app.single_instance import SingleInstance, socket_name
+from hearth.app.single_instance import SingleInstance, socket_name
 
 ROOT = Path(__file__).resolve().parent.parent
 SECOND = textwrap.dedent("""
     import sys, time
     from PySide6.QtCore import QCoreApplication
-    from app.single_instance import SingleInstance
+    from hearth.app.single_instance import SingleInstance
     app = QCoreApplication([])
     guard = SingleInstance(sys.argv[1])
     print("first" if guard.claim() else "second", flush=True)
@@ -75,19 +75,19 @@ def test_the_socket_name_is_per_folder_not_per_spelling(tmp_path):
 
 
 def test_starting_hearth_twice_brings_the_first_window_forward(tmp_path):
-    """`python -m app` twice on one data folder: the second exits at once, the first comes forward."""
+    """`python -m hearth` twice on one data folder: the second exits at once, the first comes forward."""
     import os
     import signal
     import time
     env = {**os.environ, "HEARTH_DATA_DIR": str(tmp_path / "data"), "HEARTH_CACHE_DIR": str(tmp_path / "cache"),
            "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(ROOT)}
-    first = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen([sys.executable, "-m", "hearth.app"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "data" / "hearth.lock").exists():
             assert first.poll() is None and time.monotonic() < deadline, "the first Hearth did not start"
             time.sleep(0.1)
-        second = subprocess.run([sys.executable, "-m", "app"], cwd=ROOT, env=env, capture_output=True, text=True,
+        second = subprocess.run([sys.executable, "-m", "hearth.app"], cwd=ROOT, env=env, capture_output=True, text=True,
                                 timeout=60)
         assert second.returncode == 0 and "already running" in second.stderr and "brought forward" in second.stderr
     finally:

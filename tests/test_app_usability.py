@@ -16,10 +16,10 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
-from app.model_picker import OPEN_GGUF
-from app.remote_ui import REMOTE_DIALOG
-from app.window import MIN_SIZE
-from engine.preset_format import Preset, check_sampling
+from hearth.app.model_picker import OPEN_GGUF
+from hearth.app.remote_ui import REMOTE_DIALOG
+from hearth.app.window import MIN_SIZE
+from hearth.engine.preset_format import Preset, check_sampling
 
 ROOT = Path(__file__).resolve().parent.parent
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
@@ -163,7 +163,7 @@ def test_model_box_shows_a_model_never_an_action(qtbot, window, tmp_path, defaul
     def fake_dialog(*_a, **_k):
         during.append(w.modelPicker.currentData())
         return (str(other), "")
-    monkeypatch.setattr("app.model_picker.QFileDialog.getOpenFileName", fake_dialog)
+    monkeypatch.setattr("hearth.app.model_picker.QFileDialog.getOpenFileName", fake_dialog)
     w.statusSpeed.setText("prefill 7397 tok/s  ·  decode 152.0 tok/s")
     w.statusPrefix.setText("Computed preset prefix in 169 ms (40 tokens)")
     i = w.modelPicker.findData(OPEN_GGUF)
@@ -296,7 +296,7 @@ def test_controls_have_accessible_names(window):
 # -- 8: a software GPU --------------------------------------------------------------------------------
 def test_an_explicit_software_gpu_says_so(qtbot, window, monkeypatch):
     pytest.importorskip("wgpu")
-    from engine.gpu import select_adapter
+    from hearth.engine.gpu import select_adapter
     if select_adapter("llvmpipe") is None:
         pytest.skip("no lavapipe adapter")
     w = window
@@ -328,12 +328,12 @@ def test_startup_does_the_first_message_work_on_the_engine_thread(tmp_path):
         from PySide6.QtWidgets import QApplication
         app = QApplication([])
         from app_fixtures import wait_until
-        from app.chat_source import LocalBackend
-        from app.worker import EngineClient
+        from hearth.app.chat_source import LocalBackend
+        from hearth.app.worker import EngineClient
         from pathlib import Path
         assert "numpy.random._generator" not in sys.modules
         c = EngineClient(LocalBackend(Path({str(tmp_path)!r}), 1 << 20))
-        from engine import build_info
+        from hearth.engine import build_info
         wait_until(lambda: "numpy.random._generator" in sys.modules and "machine" in build_info._cache, 60)
         assert "build" in build_info._cache
         c.shutdown()
@@ -384,7 +384,7 @@ def test_empty_state_while_loading_and_about(qtbot, window):
     dlg = w.open_about()
     qtbot.addWidget(dlg)
     text = dlg.text.text()
-    from engine.paths import cache_dir, data_dir
+    from hearth.engine.paths import cache_dir, data_dir
     for part in ("Version", str(data_dir()), str(cache_dir()), "Apache-2.0", "LGPL"):
         assert part in text, part
     dlg.close()

@@ -11,10 +11,10 @@ import os
 import numpy as np
 import pytest
 
-from engine.prefix import PrefixStore
-from engine.prefix.chat_images import ChatImages, Root
-from engine.prefix.key import model_digest, segment_digest
-from engine.prefix.segments import NO_PARENT, SegmentHeader
+from hearth.engine.prefix import PrefixStore
+from hearth.engine.prefix.chat_images import ChatImages, Root
+from hearth.engine.prefix.key import model_digest, segment_digest
+from hearth.engine.prefix.segments import NO_PARENT, SegmentHeader
 
 PRESET = "<|im_start|>system\nYou are a helpful assistant. Answer briefly.<|im_end|>\n"
 
@@ -25,7 +25,7 @@ def turn(user: str, reply: str) -> str:
 
 @pytest.fixture(scope="module")
 def engines():
-    from engine import Engine
+    from hearth.engine import Engine
     a, b = Engine.load(n_ctx=1024), Engine.load(n_ctx=1024)
     yield a, b
     a.close()
@@ -87,7 +87,7 @@ def test_segment_header_round_trip_and_damage():
     assert len(raw) == 128 and SegmentHeader.unpack(raw) == h
     bad = bytearray(raw)
     bad[40] ^= 1
-    from engine.errors import PrefixImageError
+    from hearth.engine.errors import PrefixImageError
     with pytest.raises(PrefixImageError) as ei:
         SegmentHeader.unpack(bytes(bad))
     assert ei.value.reason == "header"
@@ -104,7 +104,7 @@ def test_restore_in_a_fresh_engine_is_bit_identical_and_generates_the_same(setup
     got = chats.restore(b, ids, root)
     assert (got.n_tokens, got.restored, got.refused) == (len(ids), len(ids) - root.n, 0)
     assert b.tokens == ids and same_kv(b, state, len(ids)) and np.array_equal(b._last_logits, logits)
-    from engine import Sampling
+    from hearth.engine import Sampling
     reply = lambda e: "".join(ev.text for ev in e.generate(ids, max_tokens=8, sampling=Sampling(temperature=0)))  # noqa: E731
     after_restore = reply(b)
     b.reset()
@@ -168,7 +168,7 @@ def test_damaged_middle_segment_restores_up_to_it(setup):
     got = chats.restore(b, ids, root)
     assert got.n_tokens == ends[0] and got.refused == 1 and b.tokens == ids[:ends[0]]
     assert not middle.exists()  # removed: the next save writes it again
-    from engine import Sampling
+    from hearth.engine import Sampling
     list(b.generate(ids, max_tokens=1, sampling=Sampling(temperature=0)))  # computes the rest
     assert b.tokens[:len(ids)] == ids
 
@@ -256,10 +256,10 @@ def test_kill_9_during_a_save_leaves_only_a_temporary_file_the_next_start_ignore
     ids = ids_of(a, turn("Write slowly", "I will."))
     child = textwrap.dedent(f"""
         import sys, time
-        from engine import Engine
-        from engine.prefix import PrefixStore
-        from engine.prefix import chat_images
-        from engine.prefix.chat_images import ChatImages, Root
+        from hearth.engine import Engine
+        from hearth.engine.prefix import PrefixStore
+        from hearth.engine.prefix import chat_images
+        from hearth.engine.prefix.chat_images import ChatImages, Root
         real = chat_images.write_segment
         def slow(f, h, ids, kv, logits):
             f.write(h.pack())

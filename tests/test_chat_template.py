@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.chat_template import CHATML_TEMPLATE, ChatTemplate
-from engine.errors import TemplateError
-from engine.gguf import GGUFFile
-from engine.paths import default_model_path
+from hearth.engine.chat_template import CHATML_TEMPLATE, ChatTemplate
+from hearth.engine.errors import TemplateError
+from hearth.engine.gguf import GGUFFile
+from hearth.engine.paths import default_model_path
 from model_paths import gemma3_model_path
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
@@ -55,7 +55,7 @@ def test_smollm2_reference_chat_prompt(smollm2_reference):
 
 
 def test_smollm2_reference_chat_prompt_tokenizes_to_the_reference_ids(smollm2_reference):
-    from engine.tokenizer import Tokenizer
+    from hearth.engine.tokenizer import Tokenizer
     g = GGUFFile.open(default_model_path())
     rendering = smollm2_reference["chat_template_rendering"]
     chat = next(p for p in smollm2_reference["prompts"] if p["name"] == "chat")

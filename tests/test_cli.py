@@ -1,4 +1,4 @@
-"""`python -m engine`: one-shot, interactive, --info, errors (run as real subprocesses)."""
+"""`python -m hearth.engine`: one-shot, interactive, --info, errors (run as real subprocesses)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from conftest import ROOT
 
 def engine_cli(*args, stdin=None, timeout=300):
     env = dict(os.environ)
-    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "hearth.engine", *args], cwd=ROOT, input=stdin, capture_output=True,
                           text=True, timeout=timeout, env=env)
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.cpu import kernels as K
-from engine.cpu.linear import Activations, Linear
-from engine.quants import TYPE_BY_NAME, dequantize_blocks
+from hearth.engine.cpu import kernels as K
+from hearth.engine.cpu.linear import Activations, Linear
+from hearth.engine.quants import TYPE_BY_NAME, dequantize_blocks
 
 # byte offsets of the float16 scale fields in each block
 F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],

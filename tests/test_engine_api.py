@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine
-from engine import ContextFullError, Engine, EngineError
+from hearth import engine
+from hearth.engine import ContextFullError, Engine, EngineError
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_prefill_reuses_the_common_prefix(eng, smollm2_reference):
 
 
 def test_prefill_then_generate_computes_nothing_again(eng, smollm2_reference):
-    from engine import Sampling
+    from hearth.engine import Sampling
     p = prompt(smollm2_reference, "english")
     eng.reset()
     eng.prefill(p["text"])
@@ -113,7 +113,7 @@ def test_prefill_then_generate_computes_nothing_again(eng, smollm2_reference):
 
 
 def test_adopt_prefix_sets_resident_tokens(eng, smollm2_reference):
-    from engine import Sampling
+    from hearth.engine import Sampling
     p = prompt(smollm2_reference, "english")
     eng.reset()
     logits = eng.feed(p["ids"])
@@ -126,8 +126,8 @@ def test_adopt_prefix_sets_resident_tokens(eng, smollm2_reference):
 
 
 def test_auto_never_takes_a_software_adapter(monkeypatch):
-    from engine import gpu
-    from engine.gpu import is_software_adapter
+    from hearth.engine import gpu
+    from hearth.engine.gpu import is_software_adapter
     lavapipe = {"vendor": "llvmpipe", "device": "llvmpipe (LLVM 15.0.6, 256 bits)", "adapter_type": "CPU"}
     assert is_software_adapter(lavapipe)
     assert not is_software_adapter({"vendor": "AMD", "device": "Radeon RX 7600", "adapter_type": "DiscreteGPU"})

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine.cpu_backend as cb
-from engine.config import ModelConfig
-from engine.errors import ContextFullError
-from engine.gguf import GGUFFile
+import hearth.engine.cpu_backend as cb
+from hearth.engine.config import ModelConfig
+from hearth.engine.errors import ContextFullError
+from hearth.engine.gguf import GGUFFile
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +147,7 @@ def test_decode_times_both_thread_counts(backend, monkeypatch):
 def test_a_slow_pass_drops_to_one_thread():
     """A one-token pass past its deadline (a descheduled worker) finishes on one thread."""
     import numba  # noqa: PLC0415
-    from engine.cpu.linear import set_threads  # noqa: PLC0415
+    from hearth.engine.cpu.linear import set_threads  # noqa: PLC0415
     set_threads(2)
     runner = cb.DeadlineRunner()
     calls = []

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from engine import ContextFullError, Engine, Sampling
+from hearth.engine import ContextFullError, Engine, Sampling
 
 EMOJI = "<|im_start|>user\nWrite three emoji.<|im_end|>\n<|im_start|>assistant\n"
 CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"

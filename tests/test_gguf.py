@@ -22,9 +22,9 @@ from gguf import GGUFReader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.errors import GGUFError, UnsupportedModelError
-from engine.gguf import GGUFFile, StringArray
-from engine.quants import TYPE_BY_NAME
+from hearth.engine.errors import GGUFError, UnsupportedModelError
+from hearth.engine.gguf import GGUFFile, StringArray
+from hearth.engine.quants import TYPE_BY_NAME
 
 # ---------------------------------------------------------------------------------------------
 # A small GGUF writer, independent of the reader under test (and of gguf-py, which writes v3 only).
@@ -298,7 +298,7 @@ def test_unreadable_file(tmp_path):
         return
     # Root reads any file whatever its mode; a child without the two capabilities that let it
     # (setpriv drops them from its bounding set) meets the permission check a user would.
-    code = ("import sys; from engine.gguf import GGUFFile; from engine.errors import GGUFError\n"
+    code = ("import sys; from hearth.engine.gguf import GGUFFile; from hearth.engine.errors import GGUFError\n"
             "try: GGUFFile.open(sys.argv[1])\n"
             "except GGUFError as e: print('GGUFError:', e); sys.exit(0)\n"
             "sys.exit(3)\n")

@@ -19,16 +19,16 @@ import os
 import numpy as np
 import pytest
 
-from engine.gpu import probe
+from hearth.engine.gpu import probe
 
 if probe() is None:
     pytest.skip("wgpu finds no adapter", allow_module_level=True)
 
-from engine.config import ModelConfig  # noqa: E402
-from engine.cpu_backend import CpuBackend  # noqa: E402
-from engine.errors import ContextFullError  # noqa: E402
-from engine.gguf import GGUFFile  # noqa: E402
-from engine.gpu import GpuBackend, select_adapter  # noqa: E402
+from hearth.engine.config import ModelConfig  # noqa: E402
+from hearth.engine.cpu_backend import CpuBackend  # noqa: E402
+from hearth.engine.errors import ContextFullError  # noqa: E402
+from hearth.engine.gguf import GGUFFile  # noqa: E402
+from hearth.engine.gpu import GpuBackend, select_adapter  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 MEAN_TOL, MAX_TOL = 1e-3, 2e-2
@@ -195,7 +195,7 @@ def test_engine_on_the_gpu_restores_a_prefix_image(default_model_path):
     fresh one (KV bit-identical, the reply equal, only the rest computed); the CPU engine refuses it."""
     import io
 
-    from engine import Engine, PrefixImageError, Sampling
+    from hearth.engine import Engine, PrefixImageError, Sampling
 
     text = "The capital of France is"
     a = Engine.load(default_model_path, backend="gpu", n_ctx=48)

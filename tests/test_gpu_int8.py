@@ -16,13 +16,13 @@ import os
 import numpy as np
 import pytest
 
-from engine.gpu import probe
+from hearth.engine.gpu import probe
 
 if probe() is None:
     pytest.skip("wgpu finds no adapter", allow_module_level=True)
 
-from engine.gpu import ops  # noqa: E402
-from engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.gpu import ops  # noqa: E402
+from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
 from gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -190,10 +190,10 @@ def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm
     by ~0.025 after 8 tokens). Bounds here are those of 8-bit activations, as llama.cpp's own CPU and
     CUDA paths use for these types: logits within INT8_MEAN / INT8_MAX of numpy (mean difference
     removed) and the same greedy tokens unless numpy's top two are within INT8_MAX."""
-    from engine.config import ModelConfig  # noqa: PLC0415
-    from engine.cpu_backend import CpuBackend  # noqa: PLC0415
-    from engine.gguf import GGUFFile  # noqa: PLC0415
-    from engine.gpu import GpuBackend  # noqa: PLC0415
+    from hearth.engine.config import ModelConfig  # noqa: PLC0415
+    from hearth.engine.cpu_backend import CpuBackend  # noqa: PLC0415
+    from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
+    from hearth.engine.gpu import GpuBackend  # noqa: PLC0415
     dev = make_test_device()
     if not dev.int8:
         dev.destroy()

@@ -8,15 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.gpu import probe
+from hearth.engine.gpu import probe
 
 if probe() is None:
     pytest.skip("wgpu finds no adapter", allow_module_level=True)
 
-from engine.config import RopeScaling  # noqa: E402
-from engine.gpu import ops  # noqa: E402
-from engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
-from engine.models.layers import Rope, attention, gelu_tanh_mul, rms_norm, silu_mul  # noqa: E402
+from hearth.engine.config import RopeScaling  # noqa: E402
+from hearth.engine.gpu import ops  # noqa: E402
+from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.models.layers import Rope, attention, gelu_tanh_mul, rms_norm, silu_mul  # noqa: E402
 from gpu_fixtures import (RTOL, dequant_reference, poisoned, random_rows, read_f32, rel_err,  # noqa: E402
                           make_test_device)
 

@@ -12,16 +12,16 @@ import os
 import numpy as np
 import pytest
 
-from engine.gpu import probe
+from hearth.engine.gpu import probe
 
 if probe() is None:
     pytest.skip("wgpu finds no adapter", allow_module_level=True)
 
-from engine.config import ModelConfig  # noqa: E402
-from engine.gguf import GGUFFile  # noqa: E402
-from engine.gpu import GpuBackend, ops  # noqa: E402
-from engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
-from engine.models.layers import rms_norm  # noqa: E402
+from hearth.engine.config import ModelConfig  # noqa: E402
+from hearth.engine.gguf import GGUFFile  # noqa: E402
+from hearth.engine.gpu import GpuBackend, ops  # noqa: E402
+from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.models.layers import rms_norm  # noqa: E402
 from gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -112,8 +112,8 @@ def test_residual_with_offsets(ks, rng, layout, qtype):
 def test_qkv_rope_pairs_in_wide_workgroups(ks, rng, layout):
     """The fused Q|K|V + RoPE + cache store pairs rows i and i + RPW/2 of a workgroup: every layout
     with an even number of rows a workgroup must rotate the same pairs."""
-    from engine.config import RopeScaling  # noqa: PLC0415
-    from engine.models.layers import Rope  # noqa: PLC0415
+    from hearth.engine.config import RopeScaling  # noqa: PLC0415
+    from hearth.engine.models.layers import Rope  # noqa: PLC0415
     dev = ks.dev
     nh, nkv, hd, d, max_ctx, pos = 4, 2, 64, 256, 16, 9
     rows, types = [nh * hd, nkv * hd, nkv * hd], ["Q8_0", "Q4_0", "Q6_K"]

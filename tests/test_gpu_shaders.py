@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from engine.gpu import ops
-from engine.gpu.shaders import ShaderTemplateError, render, source
+from hearth.engine.gpu import ops
+from hearth.engine.gpu.shaders import ShaderTemplateError, render, source
 
 
 def _balanced(code: str) -> bool:

@@ -1,4 +1,4 @@
-"""engine.hub.client against a local Hub on 127.0.0.1: search, a repository's models, errors, tokens."""
+"""hearth.engine.hub.client against a local Hub on 127.0.0.1: search, a repository's models, errors, tokens."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from engine.errors import HubError
-from engine.hub import HubClient, stored_token
+from hearth.engine.errors import HubError
+from hearth.engine.hub import HubClient, stored_token
 from hub_fixtures import _no_hf_login, local_hub, split_llama, tiny_models  # noqa: F401
 
 
@@ -88,8 +88,8 @@ def test_token_comes_from_the_stored_login(tmp_path):
 
 
 def test_remote_facts_read_only_the_header(local_hub, tiny_models):
-    from engine.hub.remote_header import remote_facts
-    from engine.library.model_facts import read_facts
+    from hearth.engine.hub.remote_header import remote_facts
+    from hearth.engine.library.model_facts import read_facts
     c = HubClient(local_hub.endpoint, token="")
     d = c.repo("alice/Tiny-Llama-GGUF")
     [m] = d.models
@@ -108,7 +108,7 @@ def test_remote_facts_refuse_a_tensor_type_before_download(local_hub, tmp_path):
     from hub_fixtures import write_gguf
     from hub_server import RepoSpec, file_spec
     import gguf
-    from engine.hub.remote_header import remote_facts
+    from hearth.engine.hub.remote_header import remote_facts
     p = write_gguf(tmp_path / "odd-Q4_0.gguf", tensor_type=gguf.GGMLQuantizationType.IQ2_XS)
     local_hub.repos["eve/Odd-GGUF"] = RepoSpec("eve/Odd-GGUF", [file_spec("odd-Q4_0.gguf", p)],
                                                 gguf={"architecture": "llama"})
@@ -120,7 +120,7 @@ def test_remote_facts_refuse_a_tensor_type_before_download(local_hub, tmp_path):
 
 
 def test_remote_facts_of_a_split_model(local_hub, tiny_models):
-    from engine.hub.remote_header import remote_facts
+    from hearth.engine.hub.remote_header import remote_facts
     c = HubClient(local_hub.endpoint, token="")
     d = c.repo("alice/Tiny-Llama-Split-GGUF")
     facts = remote_facts(c, "alice/Tiny-Llama-Split-GGUF", d.commit, d.models[0].files[0])

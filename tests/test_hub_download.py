@@ -1,4 +1,4 @@
-"""engine.hub.download against a local Hub on 127.0.0.1 serving the tiny models: progress, dropped
+"""hearth.engine.hub.download against a local Hub on 127.0.0.1 serving the tiny models: progress, dropped
 connections resumed (in the run and after a restart), SHA-256 mismatch, pause, cancel, gated
 repositories, split models joined and run, a full disk."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import HubError
-from engine.hub import Download, HubClient, Outcome, job_for, model_folder, pending_downloads
-from engine.hub.partial import part_path, sidecar_path
+from hearth.engine.errors import HubError
+from hearth.engine.hub import Download, HubClient, Outcome, job_for, model_folder, pending_downloads
+from hearth.engine.hub.partial import part_path, sidecar_path
 from hub_fixtures import _no_hf_login, local_hub, split_llama, tiny_models  # noqa: F401
 from hub_server import Fault
 
@@ -199,8 +199,8 @@ def test_a_file_changed_on_the_hub_is_refused(local_hub, tmp_path):
 
 
 def test_a_split_model_is_joined_and_runs(local_hub, tiny_models, tmp_path):
-    from engine import Engine
-    from engine.sampling import Sampling
+    from hearth.engine import Engine
+    from hearth.engine.sampling import Sampling
     events = []
     dl, job = _download(local_hub, "alice/Tiny-Llama-Split-GGUF", tmp_path, on_progress=events.append)
     assert len(job.files) == 3

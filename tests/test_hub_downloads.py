@@ -1,4 +1,4 @@
-"""engine.hub.downloads: downloads on threads, paused and resumed by key, finished into the registry."""
+"""hearth.engine.hub.downloads: downloads on threads, paused and resumed by key, finished into the registry."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import hashlib
 import queue
 import threading
 
-from engine.hub import HubClient, job_for
-from engine.hub.download import Outcome
-from engine.hub.downloads import DownloadCallbacks, DownloadManager
-from engine.library.registry import ModelRegistry
+from hearth.engine.hub import HubClient, job_for
+from hearth.engine.hub.download import Outcome
+from hearth.engine.hub.downloads import DownloadCallbacks, DownloadManager
+from hearth.engine.library.registry import ModelRegistry
 from hub_fixtures import _no_hf_login, local_hub, split_llama, tiny_models  # noqa: F401
 from hub_server import Fault
 

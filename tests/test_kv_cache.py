@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.errors import ContextFullError, EngineError
-from engine.kv_cache import KVCache
+from hearth.engine.errors import ContextFullError, EngineError
+from hearth.engine.kv_cache import KVCache
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_truncate_and_clear_keep_the_allocation(kv):
 def test_prefault_maps_the_pages_and_keeps_what_is_written():
     import numpy as np
 
-    from engine.kv_cache import KVCache
+    from hearth.engine.kv_cache import KVCache
     kv = KVCache(2, 2, 64, 4096)
     k = np.random.default_rng(0).standard_normal((2, 10, 64)).astype(np.float32)
     kv.store(1, 0, k, -k)

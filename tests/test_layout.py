@@ -19,15 +19,15 @@ def _imports(path: Path):
 
 
 def test_engine_source_never_imports_qt():
-    offenders = [f"{p.relative_to(ROOT)}: {m}" for p in sorted((ROOT / "engine").rglob("*.py"))
+    offenders = [f"{p.relative_to(ROOT)}: {m}" for p in sorted((ROOT / "hearth" / "engine").rglob("*.py"))
                  for m in _imports(p) if m.split(".")[0] in QT_MODULES]
     assert not offenders, offenders
 
 
 def test_importing_the_engine_loads_no_qt():
-    code = ("import sys, engine, engine.gguf, engine.quants\n"
+    code = ("import sys, hearth.engine as engine, hearth.engine.gguf, hearth.engine.quants\n"
             "import pkgutil, importlib\n"
-            "for m in pkgutil.walk_packages(engine.__path__, 'engine.'):\n"
+            "for m in pkgutil.walk_packages(engine.__path__, 'hearth.engine.'):\n"
             "    if m.name.endswith('__main__'): continue\n"
             "    try: importlib.import_module(m.name)\n"
             "    except Exception: pass\n"
@@ -37,8 +37,12 @@ def test_importing_the_engine_loads_no_qt():
 
 
 def test_top_level_layout():
-    for name in ("app", "engine", "resources", "tests", "packaging", "pyproject.toml", "README.md", ".ci/run"):
+    for name in ("hearth/app", "hearth/engine", "hearth/resources", "tests", "packaging", "pyproject.toml",
+                 "README.md", ".ci/run"):
         assert (ROOT / name).exists(), name
+    # one installed top-level name: the packages live under hearth/, none beside it
+    for name in ("app", "engine", "resources"):
+        assert not (ROOT / name).exists(), name
 
 
 def _app_imports(path: Path):
@@ -56,21 +60,21 @@ def test_the_app_uses_only_the_servers_public_api():
     """app/ may import `engine.server` and the names it exports, never one of its modules."""
     import pkgutil
 
-    import engine.server
-    submodules = {f"engine.server.{m.name}" for m in pkgutil.iter_modules(engine.server.__path__)}
-    assert "engine.server.chat" in submodules            # the check below sees the modules
-    offenders = [f"{p.relative_to(ROOT)}: {m}" for p in sorted((ROOT / "app").rglob("*.py"))
+    import hearth.engine.server
+    submodules = {f"hearth.engine.server.{m.name}" for m in pkgutil.iter_modules(hearth.engine.server.__path__)}
+    assert "hearth.engine.server.chat" in submodules            # the check below sees the modules
+    offenders = [f"{p.relative_to(ROOT)}: {m}" for p in sorted((ROOT / "hearth" / "app").rglob("*.py"))
                  for m in _app_imports(p) if m in submodules or any(m.startswith(s + ".") for s in submodules)]
     assert not offenders, offenders
 
 
 def test_the_app_modules_that_say_qt_free_import_no_qt():
     """Every app module whose docstring says "Qt-free" imports, with PySide6 blocked."""
-    claims = sorted(p.stem for p in (ROOT / "app").glob("*.py")
+    claims = sorted(p.stem for p in (ROOT / "hearth" / "app").glob("*.py")
                     if "Qt-free" in (ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or ""))
     assert {"chat_store", "preset_store", "chat_source"} <= set(claims), claims
     code = (f"import sys\nfor m in {QT_MODULES!r}: sys.modules[m] = None\n"
-            f"import importlib\nfor m in {claims!r}: importlib.import_module('app.' + m)\n"
+            f"import importlib\nfor m in {claims!r}: importlib.import_module('hearth.app.' + m)\n"
             f"bad = [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r} and sys.modules[m] is not None]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

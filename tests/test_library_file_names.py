@@ -1,10 +1,10 @@
-"""engine.library.file_names: quant labels and split parts read from GGUF file names."""
+"""hearth.engine.library.file_names: quant labels and split parts read from GGUF file names."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.library.file_names import display_name, group_model_files, joined_name, quant_label, split_names, split_part
+from hearth.engine.library.file_names import display_name, group_model_files, joined_name, quant_label, split_names, split_part
 
 
 @pytest.mark.parametrize("name, label", [

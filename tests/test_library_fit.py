@@ -1,15 +1,15 @@
-"""engine.library.fit: fits / tight / won't fit from a memory estimate, replaceable by the engine's."""
+"""hearth.engine.library.fit: fits / tight / won't fit from a memory estimate, replaceable by the engine's."""
 
 from __future__ import annotations
 
-from engine.library import fit
-from engine.library.fit import Fit, fit_before_download, fit_for, judge, kv_cache_bytes, simple_estimate
-from engine.library.model_facts import read_facts
+from hearth.engine.library import fit
+from hearth.engine.library.fit import Fit, fit_before_download, fit_for, judge, kv_cache_bytes, simple_estimate
+from hearth.engine.library.model_facts import read_facts
 from hub_fixtures import tiny_models  # noqa: F401
 
 
 def test_kv_cache_bytes_match_the_engine_cache(tiny_models):
-    from engine.kv_cache import KVCache
+    from hearth.engine.kv_cache import KVCache
     f = read_facts(tiny_models["llama"])
     kv = KVCache(f.n_layer, f.n_head_kv, f.head_dim, 256)
     assert kv_cache_bytes(f, 256) == kv.nbytes

@@ -1,4 +1,4 @@
-"""engine.library.registry: the local models list (models folder + opened files), remove, delete."""
+"""hearth.engine.library.registry: the local models list (models folder + opened files), remove, delete."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from engine.errors import EngineError
-from engine.library.registry import ModelRegistry, default_models_dir
-from engine.library.split_gguf import split_model
+from hearth.engine.errors import EngineError
+from hearth.engine.library.registry import ModelRegistry, default_models_dir
+from hearth.engine.library.split_gguf import split_model
 from hub_fixtures import _no_hf_login, tiny_models  # noqa: F401
 
 
@@ -85,7 +85,7 @@ def test_a_split_model_is_listed_once_and_deleted_whole(reg, tiny_models):
 
 
 def test_facts_are_cached_until_the_file_changes(reg, tiny_models, monkeypatch):
-    import engine.library.registry as registry
+    import hearth.engine.library.registry as registry
     a = _copy(tiny_models["llama"], reg.models_dir / "a.gguf")
     reg.models()
     calls = []

@@ -1,4 +1,4 @@
-"""engine.library.model_settings: per-model context length, backend and sampling, remembered."""
+"""hearth.engine.library.model_settings: per-model context length, backend and sampling, remembered."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from engine.errors import EngineError
-from engine.library.model_facts import read_facts
-from engine.library.model_settings import ModelSettingsStore
-from engine.sampling import Sampling
+from hearth.engine.errors import EngineError
+from hearth.engine.library.model_facts import read_facts
+from hearth.engine.library.model_settings import ModelSettingsStore
+from hearth.engine.sampling import Sampling
 from hub_fixtures import _no_hf_login, write_gguf  # noqa: F401
 
 

@@ -1,4 +1,4 @@
-"""engine.library.split_gguf: a model cut into gguf-split parts and joined back is the same file."""
+"""hearth.engine.library.split_gguf: a model cut into gguf-split parts and joined back is the same file."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import hashlib
 
 import pytest
 
-from engine.errors import GGUFError
-from engine.gguf import GGUFFile
-from engine.library.split_gguf import join_split, split_model
+from hearth.engine.errors import GGUFError
+from hearth.engine.gguf import GGUFFile
+from hearth.engine.library.split_gguf import join_split, split_model
 from hub_fixtures import tiny_models  # noqa: F401
 
 

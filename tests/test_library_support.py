@@ -1,13 +1,13 @@
-"""engine.library.support and model_facts: "can Hearth run this", before download from the name and
+"""hearth.engine.library.support and model_facts: "can Hearth run this", before download from the name and
 the Hub's summary, after download from the file; the facts the library shows."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.gguf import GGUFFile
-from engine.library.model_facts import read_facts
-from engine.library.support import verdict_before_download, verdict_for_gguf
+from hearth.engine.gguf import GGUFFile
+from hearth.engine.library.model_facts import read_facts
+from hearth.engine.library.support import verdict_before_download, verdict_for_gguf
 from hub_fixtures import _no_hf_login, tiny_models, write_gguf  # noqa: F401
 
 gguf = pytest.importorskip("gguf")
@@ -64,7 +64,7 @@ def test_sampling_defaults_from_metadata(tmp_path):
 
 
 def test_a_broken_file_is_refused_with_the_reason(tmp_path):
-    from engine.library.registry import ModelRegistry
+    from hearth.engine.library.registry import ModelRegistry
     bad = tmp_path / "models" / "bad-Q4_0.gguf"
     bad.parent.mkdir()
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 5)

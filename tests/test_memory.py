@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine, memory
-from engine.config import ModelConfig
-from engine.errors import EngineError
-from engine.gguf import GGUFFile
+from hearth.engine import Engine, memory
+from hearth.engine.config import ModelConfig
+from hearth.engine.errors import EngineError
+from hearth.engine.gguf import GGUFFile
 
 
 @pytest.fixture(scope="module")

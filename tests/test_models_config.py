@@ -8,10 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from engine.config import ModelConfig
-from engine.errors import UnsupportedModelError
-from engine.gguf import GGUFFile
-from engine.models.layers import Rope, attention, rms_norm
+from hearth.engine.config import ModelConfig
+from hearth.engine.errors import UnsupportedModelError
+from hearth.engine.gguf import GGUFFile
+from hearth.engine.models.layers import Rope, attention, rms_norm
 
 gguf = pytest.importorskip("gguf")  # gguf-py writes the test files (test oracle only)
 
@@ -127,7 +127,7 @@ def test_rope_pairs_normal_vs_neox():
 
 
 def test_rope_linear_scaling_divides_positions():
-    from engine.config import RopeScaling
+    from hearth.engine.config import RopeScaling
     plain, lin = Rope(8, 10000.0, True), Rope(8, 10000.0, True, RopeScaling("linear", 4.0))
     c1, s1 = plain.cos_sin(3, 1)
     c4, s4 = lin.cos_sin(12, 1)
@@ -142,7 +142,7 @@ def test_rope_freq_factors_divide_frequencies():
 
 
 def test_yarn_keeps_high_frequencies_and_interpolates_low_ones():
-    from engine.config import RopeScaling
+    from hearth.engine.config import RopeScaling
     base = Rope(64, 10000.0, True).inv_freq
     y = Rope(64, 10000.0, True, RopeScaling("yarn", 8.0, 4096, ext_factor=1.0))
     assert y.inv_freq[0] == pytest.approx(base[0])            # extrapolated
@@ -193,7 +193,7 @@ def test_decode_attention_equals_the_masked_block_path(T):
 def test_loading_a_real_model_with_a_zero_hyper_parameter_names_the_key(tmp_path, reference_dir, key):
     from gguf_patch import patch_metadata
 
-    from engine import Engine
+    from hearth.engine import Engine
     bad = patch_metadata(reference_dir / "tiny" / "llama" / "tiny-llama.gguf", tmp_path / "bad.gguf", key, 0)
     with pytest.raises(UnsupportedModelError, match=re.escape(f"{key} is 0")):
         Engine.load(bad, n_ctx=64)

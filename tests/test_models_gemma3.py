@@ -12,9 +12,9 @@ import json
 import numpy as np
 import pytest
 
-from engine.config import ModelConfig
-from engine.cpu_backend import CpuBackend
-from engine.gguf import GGUFFile
+from hearth.engine.config import ModelConfig
+from hearth.engine.cpu_backend import CpuBackend
+from hearth.engine.gguf import GGUFFile
 from model_paths import gemma3_model_path
 
 PROMPTS = ["english", "code", "turns"]

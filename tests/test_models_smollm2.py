@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.config import ModelConfig
-from engine.cpu_backend import CpuBackend
-from engine.gguf import GGUFFile
+from hearth.engine.config import ModelConfig
+from hearth.engine.cpu_backend import CpuBackend
+from hearth.engine.gguf import GGUFFile
 
 
 def centered_mean_abs(a: np.ndarray, b: np.ndarray) -> np.ndarray:

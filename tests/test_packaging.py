@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RES = ROOT / "resources"
+RES = ROOT / "hearth" / "resources"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 BUNDLE = ROOT / "dist" / "hearth"
 METAINFO = RES / "io.github.hearth_chat.Hearth.metainfo.xml"
@@ -54,7 +54,7 @@ def test_desktop_entry_runs_the_hearth_command_with_the_hearth_icon():
     for n in ICON_SIZES:
         assert (RES / "icons" / "hicolor" / f"{n}x{n}" / "apps" / "hearth.png").is_file(), n
     # The window names its desktop file (Wayland app id, taskbar grouping): it must be this one.
-    assert 'setDesktopFileName("hearth")' in (ROOT / "app" / "main.py").read_text()
+    assert 'setDesktopFileName("hearth")' in (ROOT / "hearth" / "app" / "main.py").read_text()
 
 
 @pytest.mark.skipif(not shutil.which("desktop-file-validate"), reason="desktop-file-utils not installed")
@@ -98,8 +98,8 @@ def test_png_icons_are_the_svg_rendered_at_each_size():
 def test_every_resource_file_is_package_data():
     """`pip install .` ships resources/ as package data: a new kind of file there must be declared in
     pyproject.toml, or the installed app silently lacks it."""
-    patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["resources"]
-    assert any(fnmatch.fnmatch("resources", p) for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"])
+    patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["hearth.resources"]
+    assert any(fnmatch.fnmatch("hearth.resources", p) for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"])
     files = [p.relative_to(RES).as_posix() for p in RES.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     assert files
     missing = [f for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)]
@@ -109,7 +109,7 @@ def test_every_resource_file_is_package_data():
 def test_every_package_data_pattern_names_real_files():
     """A pattern that matches nothing declares a file the package does not have."""
     empty = [f"{pkg}: {pat}" for pkg, pats in PYPROJECT["tool"]["setuptools"]["package-data"].items()
-             for pat in pats if not list((ROOT / pkg).glob(pat))]
+             for pat in pats if not list((ROOT / pkg.replace(".", "/")).glob(pat))]
     assert not empty, f"[tool.setuptools.package-data] patterns that match no file: {empty}"
 
 
@@ -177,18 +177,18 @@ def test_pip_installed_hearth_command_starts_the_window_and_replies(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
                         "--target", str(site), str(ROOT)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    for rel in ("engine/wgsl", "resources/toolsets"):
+    for rel in ("hearth/engine/wgsl", "hearth/resources/toolsets"):
         want = sorted(p.name for p in (ROOT / rel).iterdir() if p.is_file())
         assert sorted(p.name for p in (site / rel).iterdir()) == want, rel
-    for rel in ("resources/presets.json", "resources/hearth.svg", "resources/hearth.desktop",
-                "resources/icons/hicolor/512x512/apps/hearth.png"):
+    for rel in ("hearth/resources/presets.json", "hearth/resources/hearth.svg", "hearth/resources/hearth.desktop",
+                "hearth/resources/icons/hicolor/512x512/apps/hearth.png"):
         assert (site / rel).read_bytes() == (ROOT / rel).read_bytes(), rel
     hearth = site / "bin" / "hearth"
     assert hearth.is_file()
     env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT / 'packaging' / 'smoke'}"}
     rc, ev, out = run_smoke([str(hearth)], tmp_path, env, cwd=tmp_path)
     assert_replied_and_quit(rc, ev, out)
-    assert Path(ev["where"]["app"]) == site / "app", ev["where"]  # the installed copy, not the checkout
+    assert Path(ev["where"]["app"]) == site / "hearth" / "app", ev["where"]  # the installed copy, not the checkout
 
 
 def _bundle_env(tmp_path: Path) -> dict[str, str]:
@@ -221,31 +221,31 @@ def bundle():
 @pytest.mark.slow
 def test_bundle_holds_the_model_and_native_libraries(bundle):
     internal = BUNDLE / "_internal"
-    from engine.paths import default_model_path  # noqa: PLC0415
+    from hearth.engine.paths import default_model_path  # noqa: PLC0415
     models = list((internal / "models").glob("*.gguf"))
     assert [m.name for m in models] == [default_model_path().name]
     assert models[0].stat().st_size == default_model_path().stat().st_size
     for pattern in ("wgpu/resources/libwgpu_native*.so", "tokenizers/tokenizers*.so",
                     "PySide6/Qt/plugins/platforms/libqoffscreen.so", "PySide6/Qt/plugins/platforms/libqxcb.so",
                     "PySide6/Qt/plugins/platforms/libqwayland*.so", "PySide6/Qt/plugins/imageformats/libqsvg.so",
-                    "engine/wgsl/*.wgsl", "resources/presets.json", "resources/toolsets/*.json",
-                    "resources/hearth.svg"):
+                    "hearth/engine/wgsl/*.wgsl", "hearth/resources/presets.json", "hearth/resources/toolsets/*.json",
+                    "hearth/resources/hearth.svg"):
         assert list(internal.glob(pattern)), pattern
 
 
 @pytest.mark.slow
 def test_bundle_starts_offscreen_replies_and_quits(bundle, tmp_path):
-    from engine.build_info import hash_sources, source_files  # noqa: PLC0415
+    from hearth.engine.build_info import hash_sources, source_files  # noqa: PLC0415
     rc, ev, out = run_smoke(_no_network_prefix() + [str(bundle)], tmp_path, _bundle_env(tmp_path), cwd=tmp_path)
     assert_replied_and_quit(rc, ev, out)
     internal = BUNDLE / "_internal"
-    assert Path(ev["where"]["app"]) == internal / "app", ev["where"]
+    assert Path(ev["where"]["app"]) == internal / "hearth" / "app", ev["where"]
     # engine.build_info hashes the engine's sources into prefix-image keys: the bundle carries every
     # one of them as a file and hashes those (not only the shaders). Contents are compared with the
     # bundle's own copies, as the checkout may have moved on since the build.
-    names = sorted(p.relative_to(ROOT / "engine").as_posix() for p in source_files(ROOT / "engine"))
-    assert sorted(p.relative_to(internal / "engine").as_posix() for p in source_files(internal / "engine")) == names
-    assert ev["where"]["engine_sources"] == hash_sources(internal / "engine")
+    names = sorted(p.relative_to(ROOT / "hearth" / "engine").as_posix() for p in source_files(ROOT / "hearth" / "engine"))
+    assert sorted(p.relative_to(internal / "hearth" / "engine").as_posix() for p in source_files(internal / "hearth" / "engine")) == names
+    assert ev["where"]["engine_sources"] == hash_sources(internal / "hearth" / "engine")
     assert "model_ready" in ev and Path(ev["model_ready"]["path"]).parent == internal / "models", ev.get("model_ready")
     assert (tmp_path / "data" / "chats.sqlite3").is_file()  # the chat was kept where HEARTH_DATA_DIR says
 

@@ -14,10 +14,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.errors import PrefixImageError
-from engine.kv_cache import KVCache
-from engine.prefix import format as pf
-from engine.prefix import io as pio
+from hearth.engine.errors import PrefixImageError
+from hearth.engine.kv_cache import KVCache
+from hearth.engine.prefix import format as pf
+from hearth.engine.prefix import io as pio
 
 MAX_CTX = 16
 

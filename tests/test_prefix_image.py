@@ -15,11 +15,11 @@ import zlib
 import numpy as np
 import pytest
 
-from engine.errors import PrefixImageError
-from engine.kv_cache import KVCache
-from engine.prefix import format as pf
-from engine.prefix import io as pio
-from engine.prefix import key as pk
+from hearth.engine.errors import PrefixImageError
+from hearth.engine.kv_cache import KVCache
+from hearth.engine.prefix import format as pf
+from hearth.engine.prefix import io as pio
+from hearth.engine.prefix import key as pk
 
 L, H, D, V = 3, 2, 4, 11  # layers, kv heads, head dim, vocab: tiny on purpose
 
@@ -313,7 +313,7 @@ def test_io_errors_while_reading_are_refusals():
 # ------------------------------------------------------------------------------------------ key
 
 def test_key_changes_with_every_input(monkeypatch):
-    from engine import build_info
+    from hearth.engine import build_info
     base = dict(backend={"backend": "cpu"}, model=b"m" * 32, ids=[1, 2, 3])
     k0 = pk.key_digest(**base)
     assert len(k0) == 32 and pk.key_digest(**base) == k0
@@ -345,7 +345,7 @@ def test_key_changes_with_every_input(monkeypatch):
 
 
 def test_build_hash_covers_every_engine_source_file(tmp_path):
-    from engine import build_info
+    from hearth.engine import build_info
     import shutil
     src = tmp_path / "engine"
     shutil.copytree(build_info.ENGINE_DIR, src, ignore=shutil.ignore_patterns("__pycache__"))
@@ -415,8 +415,8 @@ def tools_prefix(eng) -> str:
     extra tools above, rendered with the model's chat template up to the first user message (what
     the app makes resident for a preset)."""
     import json
-    from engine.tools import fallback_system_prompt
-    root = Path(__file__).resolve().parent.parent / "resources"
+    from hearth.engine.tools import fallback_system_prompt
+    root = Path(__file__).resolve().parent.parent / "hearth" / "resources"
     preset = next(p for p in json.loads((root / "presets.json").read_text())["presets"] if p["tools"])
     tools = list(preset["tools"])
     for f in sorted((root / "toolsets").glob("*.json")):
@@ -462,7 +462,7 @@ def written():
     """The writer: a fresh engine computes the tools prefix and writes its image, then replies to
     each case's prompt starting from the prefix exactly as computed (truncate keeps its K/V).
     A second image holds the prefix plus a user turn, ending where the assistant's reply starts."""
-    from engine import Engine, Sampling
+    from hearth.engine import Engine, Sampling
     eng = Engine.load(n_ctx=N_CTX)
     prefix = tools_prefix(eng)
     n = eng.prefill(prefix)
@@ -494,7 +494,7 @@ def written():
 
 @pytest.fixture(scope="module")
 def reader():
-    from engine import Engine
+    from hearth.engine import Engine
     eng = Engine.load(n_ctx=N_CTX)
     yield eng
     eng.close()
@@ -599,7 +599,7 @@ def test_damaged_images_are_refused_and_the_engine_keeps_its_state(written, busy
 
 
 def test_another_prefix_or_engine_build_is_refused(written, busy_reader, monkeypatch):
-    from engine import build_info
+    from hearth.engine import build_info
     eng, data, prefix = busy_reader, written["image"], written["prefix"]
     assert refused(eng, prefix.replace("helpful", "careful", 1), data) == "key"
     assert refused(eng, prefix + "\n", data) == "key"
@@ -618,7 +618,7 @@ def test_another_prefix_or_engine_build_is_refused(written, busy_reader, monkeyp
 
 
 def test_the_context_size_is_not_in_the_key_but_must_hold_the_prefix(written):
-    from engine import ContextFullError, Engine
+    from hearth.engine import ContextFullError, Engine
     big = Engine.load(n_ctx=2 * N_CTX)
     try:
         assert big.restore_prefix(written["prefix"], io.BytesIO(written["image"])) == written["n"]
@@ -638,8 +638,8 @@ def test_the_context_size_is_not_in_the_key_but_must_hold_the_prefix(written):
 def test_an_image_is_refused_by_another_model(written, tmp_path, change):
     """A copy of the GGUF with one metadata byte changed, or one byte in the first block of a weight
     tensor (same header: only the weight sample tells them apart)."""
-    from engine import Engine
-    from engine.gguf import GGUFFile
+    from hearth.engine import Engine
+    from hearth.engine.gguf import GGUFFile
     src = Path(written["eng"].gguf.path)
     g = GGUFFile.open(src)
     raw = bytearray(src.read_bytes())

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.errors import PrefixImageError
-from engine.kv_cache import KVCache
-from engine.prefix import PrefixStore
-from engine.prefix import format as pf
-from engine.prefix import io as pio
+from hearth.engine.errors import PrefixImageError
+from hearth.engine.kv_cache import KVCache
+from hearth.engine.prefix import PrefixStore
+from hearth.engine.prefix import format as pf
+from hearth.engine.prefix import io as pio
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +34,7 @@ def chat_prefix(i: int) -> str:
 
 @pytest.fixture(scope="module")
 def eng():
-    from engine import Engine
+    from hearth.engine import Engine
     e = Engine.load(n_ctx=1024)
     yield e
     e.close()
@@ -157,7 +157,7 @@ def test_a_refused_image_is_recomputed_silently_and_replaced(eng, lib, tmp_path,
 
 
 def test_an_image_of_another_engine_build_is_not_used(eng, lib, tmp_path, monkeypatch):
-    from engine import build_info
+    from hearth.engine import build_info
     store = PrefixStore(tmp_path / "p")
     text = chat_prefix(2)
     first_path = lib.install(store, 2)
@@ -242,7 +242,7 @@ def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_image(li
 
 
 def test_a_full_disk_mid_write_keeps_the_good_image_and_the_engine(eng, lib, small_tmpfs, fill_disk):
-    from engine import Sampling
+    from hearth.engine import Sampling
     size = len(lib.get(2)[0])
     mnt = small_tmpfs(int(1.6 * size))  # room for one image, not two
     store = PrefixStore(mnt / "p")
@@ -276,8 +276,8 @@ def test_a_full_disk_mid_write_keeps_the_good_image_and_the_engine(eng, lib, sma
 WORKER = textwrap.dedent("""
     import sys, time, random
     sys.path.insert(0, {root!r})
-    from engine import Engine
-    from engine.prefix import PrefixStore
+    from hearth.engine import Engine
+    from hearth.engine.prefix import PrefixStore
     store = PrefixStore({cache!r}, cap_bytes={cap})
     eng = Engine.load(n_ctx=256)
     texts = {texts!r}
@@ -372,7 +372,7 @@ def test_a_fifo_in_the_metadata_place_does_not_block_the_listing(lib, tmp_path):
 
 
 def test_orphaned_temporary_files_go_at_start_and_live_ones_count_against_the_cap(lib, tmp_path):
-    from engine.files import lock_while_writing
+    from hearth.engine.files import lock_while_writing
     root = tmp_path / "p"
     root.mkdir()
     orphan = root / ".abc.hpx.x1.tmp"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.preset_merge import merge
+from hearth.app.preset_merge import merge
 
 
 def run(base, mine, theirs):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import time
 
-from app.preset_store import PresetStore
-from engine.preset_format import Preset
+from hearth.app.preset_store import PresetStore
+from hearth.engine.preset_format import Preset
 
 
 def ids(store: PresetStore) -> list[str]:

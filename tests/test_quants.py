@@ -20,9 +20,9 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf import quants as gq
 
-from engine.errors import UnsupportedModelError
-from engine.gguf import GGUFFile
-from engine.quants import (GGML_TYPES, SUPPORTED_TYPES, TYPE_BY_NAME, dequantize, dequantize_blocks,
+from hearth.engine.errors import UnsupportedModelError
+from hearth.engine.gguf import GGUFFile
+from hearth.engine.quants import (GGML_TYPES, SUPPORTED_TYPES, TYPE_BY_NAME, dequantize, dequantize_blocks,
                            dequantize_rows, dequantize_tensor)
 
 REQUIRED = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",

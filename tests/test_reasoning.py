@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.chat_template import ChatTemplate
-from engine.reasoning import THINK_TAGS, ThinkingSplitter, has_thinking_switch, open_tag_at_end
+from hearth.engine.chat_template import ChatTemplate
+from hearth.engine.reasoning import THINK_TAGS, ThinkingSplitter, has_thinking_switch, open_tag_at_end
 
 QWEN3 = (Path(__file__).parent / "data" / "templates" / "qwen3.jinja").read_text(encoding="utf-8")
 

@@ -1,4 +1,4 @@
-"""engine.remote against a scripted loopback server: what a remote OpenAI-compatible server may send,
+"""hearth.engine.remote against a scripted loopback server: what a remote OpenAI-compatible server may send,
 good and bad, and what the client makes of it. No model needed; Hearth's own server is in
 test_remote_hearth.py."""
 
@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from engine import EngineError, Sampling
-from engine.remote import (RemoteAuthError, RemoteClient, RemoteConnectionError, RemoteError, RemoteHTTPError,
+from hearth.engine import EngineError, Sampling
+from hearth.engine.remote import (RemoteAuthError, RemoteClient, RemoteConnectionError, RemoteError, RemoteHTTPError,
                            RemoteProtocolError, RemoteTimeout, error_detail, normalize_base_url, wire_messages)
-from engine.remote.stream import sse_data
-from engine.tools import MalformedToolCall, ToolCall, messages_with_tool_round
+from hearth.engine.remote.stream import sse_data
+from hearth.engine.tools import MalformedToolCall, ToolCall, messages_with_tool_round
 
 from server_fixtures import Reply, ScriptedServer, chunk, sse
 

@@ -1,4 +1,4 @@
-"""engine.remote end to end against Hearth's own server on 127.0.0.1 (the real default model, greedy,
+"""hearth.engine.remote end to end against Hearth's own server on 127.0.0.1 (the real default model, greedy,
 a few tokens): the client streams the engine's reply, Stop reaches the engine, a tool round goes
 through, and a server killed mid-reply gives a readable RemoteError without hanging."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import Sampling
-from engine.remote import RemoteClient, RemoteConnectionError, RemoteError, RemoteHTTPError
-from engine.tools import ToolCall, calculate, messages_with_tool_round
+from hearth.engine import Sampling
+from hearth.engine.remote import RemoteClient, RemoteConnectionError, RemoteError, RemoteHTTPError
+from hearth.engine.tools import ToolCall, calculate, messages_with_tool_round
 
 from server_fixtures import hearth_server, wait_for
 
@@ -132,7 +132,7 @@ def test_server_errors_arrive_as_remote_errors(client, served):
 
 def test_a_server_killed_mid_reply(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", "0", "--ctx", "512", "--no-presets"],
+    proc = subprocess.Popen([sys.executable, "-m", "hearth.engine", "serve", "--port", "0", "--ctx", "512", "--no-presets"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()   # "Hearth server on http://127.0.0.1:PORT/v1 (model ...)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.sampling import Sampler, Sampling, apply_penalties, candidates
+from hearth.engine.sampling import Sampler, Sampling, apply_penalties, candidates
 
 OFF = dict(top_k=0, top_p=1.0, min_p=0.0)
 

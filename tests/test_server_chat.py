@@ -9,14 +9,14 @@ import threading
 
 import pytest
 
-from engine import Engine
-from engine.chat_turn import prefix_text, template_messages
-from engine.prefix import PrefixStore
-from engine.server import ChatService, RequestError
-from engine.server.chat import ReplyAssembler
-from engine.server.presets import PresetPrefixes, read_presets, tools_key
-from engine.server.protocol import parse_chat_request
-from engine.server.worker import JobFailed
+from hearth.engine import Engine
+from hearth.engine.chat_turn import prefix_text, template_messages
+from hearth.engine.prefix import PrefixStore
+from hearth.engine.server import ChatService, RequestError
+from hearth.engine.server.chat import ReplyAssembler
+from hearth.engine.server.presets import PresetPrefixes, read_presets, tools_key
+from hearth.engine.server.protocol import parse_chat_request
+from hearth.engine.server.worker import JobFailed
 
 pytestmark = pytest.mark.slow
 CALC = {"type": "function", "function": {"name": "calculator", "description": "Evaluate arithmetic", "parameters": {
@@ -129,7 +129,7 @@ def test_presets_are_read_and_matched_on_system_prompt_and_tools(tmp_path):
 
 
 def test_prefix_text_is_the_apps(engine):
-    from app.chat_source import LocalBackend  # Qt-free: the app's rule for a preset's prefix
+    from hearth.app.chat_source import LocalBackend  # Qt-free: the app's rule for a preset's prefix
     app = LocalBackend(cache_dir="unused", cap_bytes=0)
     app.engine = engine
     for system, tools in [("You write code.", []), ("", []), ("Math.", [CALC])]:
@@ -220,7 +220,7 @@ def test_a_reply_begun_by_the_client_is_parsed_but_not_echoed():
 
 
 def test_the_service_can_use_an_apps_own_engine_thread(engine):
-    from engine.server.worker import Job
+    from hearth.engine.server.worker import Job
 
     class AppThread:
         """Stands for the app's engine worker: runs each job on one thread it owns."""

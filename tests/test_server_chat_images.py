@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 from server_fixtures import hearth_server
 
-from engine.prefix import PrefixStore
-from engine.prefix.chat_images import ChatImages
+from hearth.engine.prefix import PrefixStore
+from hearth.engine.prefix.chat_images import ChatImages
 
 MESSAGES = [{"role": "system", "content": "You are terse."},
             {"role": "user", "content": "List three colours, comma separated, and nothing else."}]

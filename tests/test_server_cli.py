@@ -1,4 +1,4 @@
-"""engine/server/cli.py: `python -m engine serve` as a user starts it: loopback by default, another
+"""engine/server/cli.py: `python -m hearth.engine serve` as a user starts it: loopback by default, another
 address only with a token, the address printed once it serves, SIGTERM ends it cleanly."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.server.cli import check_listen, parse_args, presets_path
+from hearth.engine.server.cli import check_listen, parse_args, presets_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ def test_only_loopback_without_a_token(host, token, ok):
 
 def test_refuses_to_start_on_all_interfaces_without_a_token():
     env = {k: v for k, v in os.environ.items() if k != "HEARTH_SERVER_TOKEN"}
-    r = subprocess.run([sys.executable, "-m", "engine", "serve", "--host", "0.0.0.0", "--port", "0"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "hearth.engine", "serve", "--host", "0.0.0.0", "--port", "0"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "refusing to listen on 0.0.0.0 without a token" in r.stderr and not r.stdout
 
@@ -56,7 +56,7 @@ def test_presets_file_default_is_the_apps(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_serves_with_a_token_and_ends_on_sigterm():
     env = dict(os.environ, PYTHONUNBUFFERED="1", HEARTH_SERVER_TOKEN="s3cret")
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", "0", "--ctx", "256",
+    proc = subprocess.Popen([sys.executable, "-m", "hearth.engine", "serve", "--port", "0", "--ctx", "256",
                              "--model-id", "smol"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

@@ -10,8 +10,8 @@ import httpx
 import openai
 import pytest
 
-from engine import Sampling
-from engine.server import HearthServer
+from hearth.engine import Sampling
+from hearth.engine.server import HearthServer
 
 from server_fixtures import hearth_server, wait_for
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from engine.generation import GenerationStats
-from engine.server.protocol import (RequestError, chunk_body, completion_body, error_body, parse_chat_request,
+from hearth.engine.generation import GenerationStats
+from hearth.engine.server.protocol import (RequestError, chunk_body, completion_body, error_body, parse_chat_request,
                                     timings, tool_call_to_wire, usage, wire_to_template_messages)
-from engine.tools import ToolCall
+from hearth.engine.tools import ToolCall
 
 CALC = {"type": "function", "function": {"name": "calculator", "parameters": {
     "type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from engine.server.worker import EngineWorker, Job, JobFailed
+from hearth.engine.server.worker import EngineWorker, Job, JobFailed
 
 
 @pytest.fixture

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import REFERENCE
-from engine.errors import GGUFError, UnsupportedModelError
-from engine.gguf import GGUFFile
-from engine.paths import default_model_path
+from hearth.engine.errors import GGUFError, UnsupportedModelError
+from hearth.engine.gguf import GGUFFile
+from hearth.engine.paths import default_model_path
 from model_paths import gemma3_model_path
-from engine.tokenizer import SUPPORTED_PRE_TOKENIZERS, StreamDecoder, Tokenizer
+from hearth.engine.tokenizer import SUPPORTED_PRE_TOKENIZERS, StreamDecoder, Tokenizer
 
 MARK = "\n__ggml_vocab_test__\n"
 VOCABS = ["deepseek-llm", "gemma-4", "gpt-2", "llama-bpe", "llama-spm", "mpt", "phi-3", "qwen2", "qwen35",
@@ -313,7 +313,7 @@ def _write_byte_vocab(path: Path, model: str, pre: str) -> Path:
     """A vocabulary that can spell any text: GPT-2's 256 byte characters (or <0xXX> tokens and
     "▁" for Gemma 4 style), plus "ab" and " ab" as merges."""
     gguf = pytest.importorskip("gguf")
-    from engine.tokenizer.tokenizer import _bytes_to_unicode
+    from hearth.engine.tokenizer.tokenizer import _bytes_to_unicode
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_tokenizer_model(model)
     w.add_tokenizer_pre(pre)
@@ -385,7 +385,7 @@ def test_a_file_without_vocabulary_is_an_error(tmp_path):
 
 @pytest.mark.parametrize("vocab", ["gemma-4", "llama-spm"])
 def test_string_arrays_decode_like_the_gguf_reader(reference_dir, vocab):
-    from engine.tokenizer.vocab import string_list as _string_list
+    from hearth.engine.tokenizer.vocab import string_list as _string_list
     for path in (default_model_path(), reference_dir / f"vocab/ggml-vocab-{vocab}.gguf"):
         g = GGUFFile.open(path, check_types=False)
         for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):

@@ -1,4 +1,4 @@
-"""engine.tools.calculator: arithmetic with a real parser, no eval, every input bounded."""
+"""hearth.engine.tools.calculator: arithmetic with a real parser, no eval, every input bounded."""
 
 import math
 import time
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.tools.calculator import (MAX_DEPTH, MAX_INPUT_CHARS, CalculatorError, calculate,
+from hearth.engine.tools.calculator import (MAX_DEPTH, MAX_INPUT_CHARS, CalculatorError, calculate,
                                      evaluate, format_number)
 
 GOOD = [

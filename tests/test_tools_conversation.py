@@ -1,4 +1,4 @@
-"""engine.tools.conversation: a tool round appended in the shapes chat templates render.
+"""hearth.engine.tools.conversation: a tool round appended in the shapes chat templates render.
 
 Rendered with the real templates in the default model (SmolLM2) and the tiny Qwen2/Qwen3 files,
 which have no tool support (format "generic"), and with two small templates written here in the
@@ -9,9 +9,9 @@ must parse again, with the same parser, into the same call.
 
 import pytest
 
-from engine.chat_template import ChatTemplate
-from engine.gguf import GGUFFile
-from engine.tools import (MalformedToolCall, ToolCall, ToolCallParser, ToolContext, ToolRegistry,
+from hearth.engine.chat_template import ChatTemplate
+from hearth.engine.gguf import GGUFFile
+from hearth.engine.tools import (MalformedToolCall, ToolCall, ToolCallParser, ToolContext, ToolRegistry,
                           ToolResult, detect_format, fallback_system_prompt, messages_with_tool_round)
 
 REGISTRY = ToolRegistry.builtin()

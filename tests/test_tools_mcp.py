@@ -11,10 +11,10 @@ import mcp_types
 import pytest
 from mcp_fixtures import HttpServer, alive, pid_of, stdio_config, wait_gone
 
-from engine.tools import ToolRegistry
-from engine.tools.mcp import McpConfigError, McpError, McpManager, McpServerConfig, hearth_tools, parse_mcp_servers, \
+from hearth.engine.tools import ToolRegistry
+from hearth.engine.tools.mcp import McpConfigError, McpError, McpManager, McpServerConfig, hearth_tools, parse_mcp_servers, \
     tool_result
-from engine.tools.parser import ToolCall
+from hearth.engine.tools.parser import ToolCall
 
 
 # -- configs ----------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_close_stops_every_server(tmp_path):
 # -- presets and the server -------------------------------------------------------------------------
 
 def test_a_preset_names_its_mcp_servers():
-    from engine.preset_format import Preset, PresetError
+    from hearth.engine.preset_format import Preset, PresetError
     p = Preset.from_json({"name": "P", "mcp_servers": ["files", "files", "web"]})
     assert p.mcp_servers == ["files", "web"]
     assert Preset.from_json(p.to_json()).mcp_servers == ["files", "web"]
@@ -217,8 +217,8 @@ def test_a_preset_names_its_mcp_servers():
 
 def test_the_server_never_loads_the_mcp_client():
     import subprocess
-    code = ("import sys, engine.server, engine.server.cli, engine.tools; "
-            "bad = [m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'engine.tools.mcp'))]; "
+    code = ("import sys, hearth.engine.server, hearth.engine.server.cli, hearth.engine.tools; "
+            "bad = [m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'hearth.engine.tools.mcp'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 

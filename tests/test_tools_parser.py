@@ -1,4 +1,4 @@
-"""engine.tools.parser: tool calls parsed from streamed model output.
+"""hearth.engine.tools.parser: tool calls parsed from streamed model output.
 
 Every case is also fed split at every possible point and one character at a time: the events,
 with adjacent text merged, must not depend on where the stream was cut, and no text event may
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.tools import (MalformedToolCall, TextDelta, ToolCall, ToolCallParser, ToolRegistry,
+from hearth.engine.tools import (MalformedToolCall, TextDelta, ToolCall, ToolCallParser, ToolRegistry,
                           detect_format, fallback_system_prompt)
 
 TOOLS = ToolRegistry.builtin().definitions() + [

@@ -1,4 +1,4 @@
-"""engine.tools.registry and builtins: the tools a chat can call, run safely, never raising."""
+"""hearth.engine.tools.registry and builtins: the tools a chat can call, run safely, never raising."""
 
 import datetime as dt
 import http.server
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from engine.tools import (BUILTIN_TOOLS, MalformedToolCall, ToolCall, ToolContext, ToolRegistry,
+from hearth.engine.tools import (BUILTIN_TOOLS, MalformedToolCall, ToolCall, ToolContext, ToolRegistry,
                           ToolResult, ToolSchemaError, convert, html_to_text)
-from engine.tools.units import UnitError, find_unit
+from hearth.engine.tools.units import UnitError, find_unit
 
 ALL = ToolRegistry.builtin(list(BUILTIN_TOOLS))
 
@@ -49,7 +49,7 @@ def test_execute_checks_arguments_and_names_and_never_raises():
 
 
 def test_a_bug_in_a_tool_is_an_error_result():
-    from engine.tools import Tool
+    from hearth.engine.tools import Tool
 
     def broken(args, ctx):
         return 1 / 0
@@ -405,7 +405,7 @@ def test_the_shipped_tool_sets_load_with_their_builtin_implementations():
     import json
     from pathlib import Path
 
-    shipped = sorted((Path(__file__).parent.parent / "resources" / "toolsets").glob("*.json"))
+    shipped = sorted((Path(__file__).parent.parent / "hearth" / "resources" / "toolsets").glob("*.json"))
     for path in shipped:
         tools = json.loads(path.read_text(encoding="utf-8"))["tools"]
         reg = ToolRegistry.for_tool_set(tools)

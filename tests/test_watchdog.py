@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from engine.watchdog import Deadline, deadline
+from hearth.engine.watchdog import Deadline, deadline
 
 
 def spin(seconds: float) -> int:

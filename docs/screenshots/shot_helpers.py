@@ -53,7 +53,7 @@ def open_window():
     global _app
     from PySide6.QtWidgets import QApplication
 
-    from app.main import create_window
+    from hearth.app.main import create_window
 
     _app = QApplication(sys.argv[:1])
     w = create_window()

@@ -30,7 +30,7 @@ def _phi3_file():
 def repos():
     from hub_server import RepoSpec, file_spec
 
-    from engine.paths import default_model_path
+    from hearth.engine.paths import default_model_path
     tiny = ROOT.parent / "shared" / "reference" / "tiny"
     smol = default_model_path()
     t = {a: tiny / a / f"tiny-{a}.gguf" for a in ("llama", "qwen2", "qwen3", "gemma3")}
@@ -88,7 +88,7 @@ def main() -> int:
         w = main_window.library.window
         w.resize(1100, 720)
         w.move(0, 0)
-        from engine.hub import HubClient, job_for
+        from hearth.engine.hub import HubClient, job_for
         c = HubClient(hub.endpoint, token="")
         for repo in ("hearth-test/Qwen3-Tiny-GGUF", "hearth-test/Phi-Tiny-GGUF"):
             d = c.repo(repo)

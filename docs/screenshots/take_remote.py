@@ -1,5 +1,5 @@
 """Take the README's remote-server screenshots: the real window chatting with a real server
-(`python -m engine serve` on 127.0.0.1, the default model), and the "Remote server…" dialog.
+(`python -m hearth.engine serve` on 127.0.0.1, the default model), and the "Remote server…" dialog.
 
 Needs an X display with nothing else on it (`Xvfb :98 -screen 0 1400x900x24 &`, `DISPLAY=:98`) and
 ImageMagick's `import`. Uses temporary data/cache folders.
@@ -17,7 +17,7 @@ from shot_helpers import ROOT, open_window, shot, spin, use_temp_dirs
 
 def main() -> int:
     use_temp_dirs()
-    server = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", "0", "--no-presets", "--ctx", "2048"],
+    server = subprocess.Popen([sys.executable, "-m", "hearth.engine", "serve", "--port", "0", "--no-presets", "--ctx", "2048"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = ""

@@ -17,7 +17,7 @@ def main() -> int:
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QWidget
 
-    from app.window import MIN_SIZE
+    from hearth.app.window import MIN_SIZE
 
     def ask(text, max_tokens):
         p = w.current_preset()

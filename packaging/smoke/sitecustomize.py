@@ -1,4 +1,4 @@
-"""Starts the smoke-test driver in an unbundled Hearth (`python -m app`, the `hearth` command):
+"""Starts the smoke-test driver in an unbundled Hearth (`python -m hearth`, the `hearth` command):
 put this folder on PYTHONPATH and set HEARTH_SMOKE_TEST=1. The bundle does the same from its
 runtime hook (packaging/pyi_rth_hearth.py). Does nothing without HEARTH_SMOKE_TEST=1."""
 

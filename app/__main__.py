@@ -1,7 +1,0 @@
-"""`python -m app` starts Hearth's window."""
-
-import sys
-
-from .main import main
-
-sys.exit(main())

@@ -1,0 +1,76 @@
+"""Does a model fit this machine? fits / tight / won't fit, from the bytes a model needs at a
+context length against the memory available (RAM for the CPU backend, the adapter's memory for
+the GPU one; the caller passes which).
+
+The estimate is a function, `MemoryEstimate(facts, n_ctx) -> bytes`, so the engine's own memory
+estimate replaces `simple_estimate` here (set `ESTIMATE`) without the library or the app changing.
+`simple_estimate` counts what dominates: the weights (the file is mapped, every page is touched)
+plus Hearth's float32 KV cache for `n_ctx` (K and V, every layer) plus the logits buffers.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Callable
+
+from .. import memory
+from .model_facts import ModelFacts
+
+MemoryEstimate = Callable[[ModelFacts, int], int]
+
+# Before download only the file size is known: weights plus this share for cache and buffers.
+SIZE_ONLY_OVERHEAD = 0.2
+
+
+class Fit(enum.Enum):
+    FITS = "fits"
+    TIGHT = "tight"
+    WONT_FIT = "won't fit"
+    UNKNOWN = "unknown"
+
+
+def kv_cache_bytes(facts: ModelFacts, n_ctx: int) -> int | None:
+    """float32 K [n_head_kv, n_ctx, head_dim] and V [n_head_kv, n_ctx, head_dim_v] per layer."""
+    if not (facts.n_layer and facts.n_head_kv and facts.head_dim):
+        return None
+    return 4 * facts.n_layer * facts.n_head_kv * n_ctx * (facts.head_dim + (facts.head_dim_v or facts.head_dim))
+
+
+def simple_estimate(facts: ModelFacts, n_ctx: int) -> int:
+    kv = kv_cache_bytes(facts, n_ctx)
+    if kv is None:
+        return size_only_estimate(facts.size)
+    logits = 2 * 4 * (facts.n_vocab or 0)  # the last position's logits and the sampler's copy
+    return facts.size + kv + logits
+
+
+def size_only_estimate(file_size: int) -> int:
+    return int(file_size * (1 + SIZE_ONLY_OVERHEAD))
+
+
+ESTIMATE: MemoryEstimate = simple_estimate
+
+
+def available_memory() -> int | None:
+    """Bytes of RAM available to a new allocation now, or None (engine.memory owns how it is read)."""
+    return memory.available_bytes()
+
+
+def judge(needed: int, available: int | None) -> Fit:
+    """hearth.engine.memory's verdict (the rule the engine's load check uses), unknown when the
+    available memory cannot be read."""
+    if available is None or available <= 0:
+        return Fit.UNKNOWN
+    return Fit(memory.verdict(needed, available))
+
+
+def fit_for(facts: ModelFacts, n_ctx: int, available: int | None = None,
+            estimate: MemoryEstimate | None = None) -> tuple[Fit, int]:
+    """(fit, bytes needed) for a model on disk at `n_ctx`."""
+    needed = (estimate or ESTIMATE)(facts, n_ctx)
+    return judge(needed, available_memory() if available is None else available), needed
+
+
+def fit_before_download(file_size: int, available: int | None = None) -> tuple[Fit, int]:
+    needed = size_only_estimate(file_size)
+    return judge(needed, available_memory() if available is None else available), needed
