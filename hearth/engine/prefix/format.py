@@ -62,17 +62,9 @@ F32 = np.dtype("<f4")
 I32 = np.dtype("<i4")
 
 
-@dataclass(frozen=True)
-class ImageHeader:
-    n_layers: int
-    n_kv_heads: int
-    head_dim: int
-    n_tokens: int
-    n_vocab: int
-    key: bytes
-    flags: int = FLAG_LOGITS
-    dtype: int = DTYPE_F32
-    version: int = FORMAT_VERSION
+class KVFileSizes:
+    """The sizes of a file of K/V tensors (a prefix image or a chat segment): header, token ids,
+    every layer's K and V, the last logits when flagged, the closing CRC."""
 
     @property
     def has_logits(self) -> bool:
@@ -88,6 +80,19 @@ class ImageHeader:
         logits = 4 * self.n_vocab if self.has_logits else 0
         return (HEADER_SIZE + 4 * self.n_tokens + 2 * self.n_layers * self.tensor_bytes + logits
                 + CHECKSUM_SIZE)
+
+
+@dataclass(frozen=True)
+class ImageHeader(KVFileSizes):
+    n_layers: int
+    n_kv_heads: int
+    head_dim: int
+    n_tokens: int
+    n_vocab: int
+    key: bytes
+    flags: int = FLAG_LOGITS
+    dtype: int = DTYPE_F32
+    version: int = FORMAT_VERSION
 
     def pack(self) -> bytes:
         body = _HEADER.pack(MAGIC, self.version, HEADER_SIZE, self.dtype, self.flags, self.n_layers,

@@ -47,6 +47,18 @@ def _crc_executor() -> ThreadPoolExecutor:
         return _executor
 
 
+def write_tail(f, header, logits, crc: "RunningCrc", who: str) -> None:
+    """The end of an image or segment: the last logits (when the header flags them), then the
+    CRC-32 of everything before it."""
+    if header.has_logits:
+        logits = np.ascontiguousarray(logits, F32)
+        if logits.shape != (header.n_vocab,):
+            raise ValueError(f"{who}: logits of shape {logits.shape}, expected ({header.n_vocab},)")
+        crc.update(logits)
+        write_all(f, logits)
+    write_all(f, struct.pack("<I", crc.value))
+
+
 class RunningCrc:
     """CRC-32 of a stream of buffers, computed in order. Large buffers are checked on one worker thread
     (one worker, so FIFO order keeps the chain in order) to overlap the caller's reads and copies;
@@ -181,13 +193,7 @@ def write_image(f, header: ImageHeader, ids, kv, logits: np.ndarray | None) -> i
             pending[slot] = crc.update(buf)
             write_all(f, buf)
             slot ^= 1
-    if header.has_logits:
-        logits = np.ascontiguousarray(logits, F32)
-        if logits.shape != (header.n_vocab,):
-            raise ValueError(f"write_image: logits of shape {logits.shape}, expected ({header.n_vocab},)")
-        crc.update(logits)
-        write_all(f, logits)
-    write_all(f, struct.pack("<I", crc.value))
+    write_tail(f, header, logits, crc, "write_image")
     return header.image_size
 
 

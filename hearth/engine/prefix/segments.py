@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import PrefixImageError
-from .format import CHECKSUM_SIZE, DTYPE_F32, DTYPE_NAMES, F32, FLAG_LOGITS, HEADER_SIZE, I32
-from .io import RunningCrc, _read_into, _read_upto, write_all
+from .format import CHECKSUM_SIZE, DTYPE_F32, DTYPE_NAMES, F32, FLAG_LOGITS, HEADER_SIZE, I32, KVFileSizes
+from .io import RunningCrc, _read_into, _read_upto, write_all, write_tail
 
 SEGMENT_MAGIC = b"\x89HPS\r\n\x1a\n"
 SEGMENT_VERSION = 1
@@ -46,7 +46,7 @@ assert _HEADER.size == HEADER_SIZE - 4
 
 
 @dataclass(frozen=True)
-class SegmentHeader:
+class SegmentHeader(KVFileSizes):
     n_layers: int
     n_kv_heads: int
     head_dim: int
@@ -62,21 +62,6 @@ class SegmentHeader:
     @property
     def end(self) -> int:
         return self.start + self.n_tokens
-
-    @property
-    def has_logits(self) -> bool:
-        return bool(self.flags & FLAG_LOGITS)
-
-    @property
-    def tensor_bytes(self) -> int:
-        """Bytes of one K or V tensor: float32 [n_kv_heads, n_tokens, head_dim]."""
-        return 4 * self.n_kv_heads * self.n_tokens * self.head_dim
-
-    @property
-    def image_size(self) -> int:
-        logits = 4 * self.n_vocab if self.has_logits else 0
-        return (HEADER_SIZE + 4 * self.n_tokens + 2 * self.n_layers * self.tensor_bytes + logits
-                + CHECKSUM_SIZE)
 
     def pack(self) -> bytes:
         body = _HEADER.pack(SEGMENT_MAGIC, self.version, HEADER_SIZE, self.dtype, self.flags, self.n_layers,
@@ -148,13 +133,7 @@ def write_segment(f, header: SegmentHeader, ids, kv, logits: np.ndarray | None) 
             pending[slot] = crc.update(scratch[slot])
             write_all(f, scratch[slot])
             slot ^= 1
-    if header.has_logits:
-        logits = np.ascontiguousarray(logits, F32)
-        if logits.shape != (header.n_vocab,):
-            raise ValueError(f"write_segment: logits of shape {logits.shape}, expected ({header.n_vocab},)")
-        crc.update(logits)
-        write_all(f, logits)
-    write_all(f, struct.pack("<I", crc.value))
+    write_tail(f, header, logits, crc, "write_segment")
     return header.image_size
 
 
