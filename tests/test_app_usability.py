@@ -418,3 +418,22 @@ def test_a_dropped_window_stops_its_engine_thread(tmp_path):
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180)
     assert "loaded" in r.stdout, r.stderr[-2000:]
     assert r.returncode == 0 and "Destroyed while thread" not in r.stderr, r.stderr[-2000:]
+
+
+def test_the_model_list_shows_each_models_size_and_fit(window, qtbot):
+    """Each local model in the picker carries its size and fits / tight / won't fit (engine.memory's
+    rule at the context it would load with), shown at the right of the open list and in its tooltip."""
+    from hearth.app.model_picker import FIT_ROLE, FIT_VALUE_ROLE, FitDelegate
+
+    w = window
+    mp = w.picker.combo
+    row = mp.findData("")
+    assert row >= 0
+    line, value = mp.itemData(row, FIT_ROLE), mp.itemData(row, FIT_VALUE_ROLE)
+    assert value in ("fits", "tight", "won't fit"), (line, value)
+    assert line.endswith(value) and " MB" in line, line
+    assert line in mp.itemData(row, Qt.ItemDataRole.ToolTipRole)
+    assert isinstance(mp.itemDelegate(), FitDelegate)
+    # an action is no model: no size, no fit
+    open_row = mp.findText("Open GGUF file…")
+    assert open_row >= 0 and not mp.itemData(open_row, FIT_ROLE)

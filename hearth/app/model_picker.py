@@ -41,15 +41,47 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
-from PySide6.QtWidgets import QComboBox, QFileDialog, QLabel, QSizePolicy
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QComboBox, QFileDialog, QLabel, QSizePolicy, QStyle, QStyledItemDelegate
 
 from .chat_source import human_bytes, human_params
 from .elided_label import ElidedLabel
+from .model_fit import fit_line
 
 OPEN_GGUF = "__open__"
 DEFAULT_LABEL = "SmolLM2-135M (default)"
 BACKENDS = (("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu"))
 MAX_RECENT = 8
+FIT_ROLE = Qt.ItemDataRole.UserRole + 1     # "742 MB · fits": size and fit, shown right in the list
+FIT_VALUE_ROLE = Qt.ItemDataRole.UserRole + 2   # "fits", "tight", "won't fit" or ""
+
+
+class FitDelegate(QStyledItemDelegate):
+    """The open list shows each model's size and fit at the right of its row (the closed box shows
+    the name only, to stay short in the top bar)."""
+
+    def paint(self, painter, option, index) -> None:
+        super().paint(painter, option, index)
+        line = index.data(FIT_ROLE)
+        if not line:
+            return
+        painter.save()
+        selected = option.state & QStyle.StateFlag.State_Selected
+        role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.PlaceholderText
+        if index.data(FIT_VALUE_ROLE) == "won't fit" and not selected:
+            painter.setPen(Qt.GlobalColor.red)
+        else:
+            painter.setPen(option.palette.color(role))
+        painter.drawText(option.rect.adjusted(0, 0, -8, 0),
+                         int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), line)
+        painter.restore()
+
+    def sizeHint(self, option, index):
+        hint = super().sizeHint(option, index)
+        line = index.data(FIT_ROLE)
+        if line:
+            hint.setWidth(hint.width() + option.fontMetrics.horizontalAdvance(line) + 24)
+        return hint
 
 
 class ModelPicker(QObject):
@@ -75,6 +107,7 @@ class ModelPicker(QObject):
         self.combo = QComboBox(objectName="modelPicker", minimumContentsLength=16)
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.combo.setAccessibleName("Model")
+        self.combo.setItemDelegate(FitDelegate(self.combo))
         self.combo.setToolTip("The model that answers")
         self.backendBox = QComboBox(objectName="backendPicker")
         self.backendBox.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
@@ -106,8 +139,7 @@ class ModelPicker(QObject):
         mp = self.combo
         mp.clear()
         mp.addItem(DEFAULT_LABEL, "")
-        mp.setItemData(0, "The default model: SmolLM2-135M-Instruct Q4_1, installed with Hearth",
-                       Qt.ItemDataRole.ToolTipRole)
+        self._mark_fit(0, "", "The default model: SmolLM2-135M-Instruct Q4_1, installed with Hearth")
         for r in self.settings.get("model/recent"):
             if r.get("path") and os.path.exists(r["path"]):
                 self._add(os.path.basename(r["path"]), r["path"], r["path"])
@@ -122,10 +154,24 @@ class ModelPicker(QObject):
         for label, key in self._actions:
             mp.addItem(label, key)
         mp.setCurrentIndex(max(0, mp.findData(current)))
+        # the open list is wide enough for a name and its size and fit side by side
+        fm = mp.fontMetrics()
+        widest = max((fm.horizontalAdvance(mp.itemText(i) + "    " + (mp.itemData(i, FIT_ROLE) or ""))
+                      for i in range(mp.count())), default=0)
+        mp.view().setMinimumWidth(widest + 48)
 
     def _add(self, label: str, path: str, tip: str) -> None:
         self.combo.addItem(label, path)
-        self.combo.setItemData(self.combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        self._mark_fit(self.combo.count() - 1, path, tip)
+
+    def _mark_fit(self, row: int, path: str, tip: str) -> None:
+        """Size and fit (fits / tight / won't fit at the context it would load with) of a local model."""
+        line, value = fit_line(path, self.n_ctx_of(path))
+        self.combo.setItemData(row, line, FIT_ROLE)
+        self.combo.setItemData(row, value, FIT_VALUE_ROLE)
+        if line:
+            tip = f"{tip}\n{line} on this machine"
+        self.combo.setItemData(row, tip, Qt.ItemDataRole.ToolTipRole)
 
     def set_entries(self, source: str, entries: list[tuple[str, str, str]]) -> None:
         self._entries[source] = list(entries)
