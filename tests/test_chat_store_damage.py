@@ -216,6 +216,9 @@ def test_damage_after_the_start_check_is_reported_when_a_chat_opens(qtbot, tmp_p
     class Client:
         worker = Worker()
 
+        def open_chat(self, *args, **kwargs):   # the chat-context request a real EngineClient queues
+            pass
+
     path = tmp_path / "chats.sqlite3"
     written = filled_store(path)
     store = ChatStore(path)
