@@ -437,3 +437,23 @@ def test_the_model_list_shows_each_models_size_and_fit(window, qtbot):
     # an action is no model: no size, no fit
     open_row = mp.findText("Open GGUF file…")
     assert open_row >= 0 and not mp.itemData(open_row, FIT_ROLE)
+
+
+def test_cycles_are_collected_on_the_gui_thread_only(window, qtbot):
+    """Once a window exists the automatic collector is off (a worker thread would otherwise free
+    Qt objects) and the GUI thread's timer collects cycles."""
+    import gc
+    import weakref
+
+    assert not gc.isenabled()
+
+    class Cycle:
+        pass
+
+    a = Cycle()
+    a.me = a
+    gone = weakref.ref(a)
+    del a
+    keep = [Cycle() for _ in range(2000)]   # cross the youngest generation's threshold
+    wait_until(lambda: gone() is None, 5.0)
+    assert keep

@@ -19,11 +19,13 @@ from __future__ import annotations
 import itertools
 import threading
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from hearth.engine.errors import EngineError
 from hearth.engine.hub import DownloadCallbacks, DownloadManager, HubClient, remote_facts
 from hearth.engine.library.registry import ModelRegistry
+
+from . import gui_gc
 
 
 class HubTasks(QObject):
@@ -39,6 +41,7 @@ class HubTasks(QObject):
                  parent=None):
         """`token`: a Hugging Face token, None for the stored login's, "" for none."""
         super().__init__(parent)
+        gui_gc.install(QCoreApplication.instance())   # its threads must never collect Qt objects
         self.registry = registry
         self.endpoint = endpoint
         self.client = HubClient(endpoint, token)

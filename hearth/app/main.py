@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from hearth.engine.paths import cache_dir, data_dir
 
+from . import gui_gc
 from .chat_source import LocalBackend
 from .chat_store import ChatStore
 from .preset_store import RESOURCES, PresetStore
@@ -30,6 +31,7 @@ def create_window(backend=None) -> MainWindow:
         raise RuntimeError("create_window() needs a QApplication")
     app.setApplicationName("Hearth")
     app.setWindowIcon(QIcon(str(RESOURCES / "hearth.svg")))
+    gui_gc.install(app)
     settings = Settings()
     if backend is None:
         cap = int(settings.get("cache/cap_gib") * (1 << 30))
