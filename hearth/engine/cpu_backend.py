@@ -230,11 +230,12 @@ class DeadlineRunner(RowRunner):
 class CpuBackend(Backend):
     name = "cpu"
 
-    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, chunk: int = DEFAULT_CHUNK, progress=None):
+    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, chunk: int = DEFAULT_CHUNK, progress=None,
+                 kv_dtype: str = "f32"):
         self.cfg = cfg
         self.model = build_model(cfg, gguf)
         self.model.make_resident(progress)
-        self.kv = KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, n_ctx)
+        self.kv = KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, n_ctx, kv_dtype)
         self.chunk = chunk
         self.threads = 1
         self._rows: ThreadedRows | None = None

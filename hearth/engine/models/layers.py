@@ -124,7 +124,7 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     """Causal grouped-query attention of n new queries against the cache.
 
     q: [n, nh, hd] for positions [pos, pos + n), already rotated and scaled.
-    k_cache, v_cache: [nkv, max_ctx, hd] with positions [0, pos + n) valid.
+    k_cache, v_cache: float32 or float16 [nkv, max_ctx, hd] with positions [0, pos + n) valid.
     window: > 0 for sliding-window layers (a query at p sees keys p - window < j <= p).
     Returns [n, nh * hd]. Only positions that some query can see are read, so the work is
     O(n * T), never proportional to max_ctx.
@@ -143,6 +143,12 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     return out.transpose(2, 0, 1, 3).reshape(n, nh * hd)
 
 
+def _f32(x: np.ndarray) -> np.ndarray:
+    """A float32 cache's view as it is; a float16 cache's positions widened to float32 (exactly).
+    A prefill block converts the keys it attends to once for all of its ATTN_BLOCK queries."""
+    return x if x.dtype == np.float32 else x.astype(np.float32)
+
+
 # From this many keys on, decode attention runs as matrix-vector products (no packing copy of
 # K and V, which OpenBLAS's matrix-matrix path makes for a 3-row query): ~20% less time at
 # 2,000 keys; below it, fewer calls win.
@@ -157,8 +163,15 @@ def _attend_one(q, k_cache, v_cache, pos: int, window: int) -> np.ndarray:
     rep = nh // nkv
     start = max(0, pos - window + 1) if window > 0 else 0
     T = pos + 1 - start
-    K = k_cache[:, start:pos + 1]                                     # [nkv, T, hd] views
-    V = v_cache[:, start:pos + 1]
+    if k_cache.dtype == np.float16 and hd % 8 == 0:
+        # a float16 cache read in place by a compiled kernel (no float32 copy of K and V per token)
+        from ..cpu.attention import attend_one_f16  # noqa: PLC0415
+        o = np.empty((nkv, rep, hd), np.float32)
+        attend_one_f16(np.ascontiguousarray(q.reshape(nkv, rep, hd)), k_cache.view(np.uint8),
+                       v_cache.view(np.uint8), start, T, np.empty(T, np.float32), o)
+        return o.reshape(1, nh * hd)
+    K = _f32(k_cache[:, start:pos + 1])                               # [nkv, T, hd] views
+    V = _f32(v_cache[:, start:pos + 1])
     qg = q.reshape(nkv, rep, hd)
     if T < GEMV_FROM:
         s = np.matmul(qg, K.transpose(0, 2, 1))                       # [nkv, rep, T]
@@ -186,8 +199,8 @@ def _attend_block(qb, k_cache, v_cache, p0: int, window: int) -> np.ndarray:
     end = p0 + m
     start = max(0, p0 - window + 1) if window > 0 else 0
     T = end - start
-    K = k_cache[:, start:end]                                         # [nkv, T, hd] views
-    V = v_cache[:, start:end]
+    K = _f32(k_cache[:, start:end])                                   # [nkv, T, hd] views
+    V = _f32(v_cache[:, start:end])
     s = np.matmul(qb.reshape(nkv, rep * m, hd), K.transpose(0, 2, 1))  # [nkv, rep*m, T]
     if m > 1 or (window > 0 and T > window):
         # Mask only the columns some query cannot see: the causal square on the right and,
