@@ -152,3 +152,54 @@ def test_the_cache_host_copies_are_numpy_float16_bytes(dev, rng):
             assert gk.dtype == np.float16 and gk.tobytes() == k.tobytes() and gv.tobytes() == v.tobytes()
     finally:
         kv.destroy()
+
+
+# ------------------------------------------------------------------------------ the whole engine
+
+CHAT = ("<|im_start|>system\nYou are a helpful assistant. Answer briefly.<|im_end|>\n"
+        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+LOGIT_TOL = 0.1   # as tests/test_kv_f16.py: float16's 11 bits through 30 layers move logits by ~0.01
+
+
+@pytest.fixture(scope="module")
+def gpu_engines():
+    from hearth.engine import Engine  # noqa: PLC0415
+    engs = [Engine.load(n_ctx=256, backend="gpu", kv_dtype=dt) for dt in ("f32", "f16", "f16")]
+    yield engs
+    for e in engs:
+        e.close()
+
+
+def test_gpu_float16_engine_matches_float32_and_the_cpu(gpu_engines):
+    from hearth.engine import Sampling  # noqa: PLC0415
+    g32, g16, _ = gpu_engines
+    assert g16.kv_dtype == "f16" and g16.kv.nbytes * 2 == g32.kv.nbytes
+    ids = g32.tokenize(CHAT)
+    for e in (g32, g16):
+        e.reset()
+    l32, l16 = g32.feed(ids), g16.feed(ids)
+    assert np.abs(l16 - l32).max() < LOGIT_TOL and not np.array_equal(l16, l32)
+    reply = lambda e: [ev.token_id for ev in e.generate(ids, max_tokens=12, sampling=Sampling(temperature=0))]  # noqa: E731
+    assert reply(g16) == reply(g32)
+
+
+def test_gpu_float16_image_round_trip_is_bit_identical(gpu_engines, tmp_path):
+    import io  # noqa: PLC0415
+    from hearth.engine.errors import PrefixImageError  # noqa: PLC0415
+    g32, g16, h16 = gpu_engines
+    for e in gpu_engines:
+        e.reset()
+    ids = g16.tokenize(CHAT)
+    buf = io.BytesIO()
+    size = g16.save_prefix(ids, buf)
+    hdr = g16.prefix_header(ids)
+    assert size == len(buf.getvalue()) and 2 * hdr.tensor_bytes == g32.prefix_header(ids).tensor_bytes
+    buf.seek(0)
+    assert h16.restore_prefix(ids, buf) == len(ids)
+    for layer in range(g16.kv.n_layers):
+        for x, y in zip(g16.kv.read_prefix(layer, len(ids)), h16.kv.read_prefix(layer, len(ids))):
+            assert x.dtype == np.float16 and x.tobytes() == y.tobytes()
+    assert np.array_equal(h16.feed([13]), g16.feed([13]))    # the restored cache computes the same
+    buf.seek(0)
+    with pytest.raises(PrefixImageError):
+        g32.restore_prefix(ids, buf)
