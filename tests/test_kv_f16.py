@@ -35,7 +35,7 @@ def engines():
         e.close()
 
 
-@pytest.mark.parametrize("n_keys,window,hd,rep", [(1, 0, 64, 3), (37, 0, 64, 3), (2000, 0, 64, 3), (300, 100, 64, 1),
+@pytest.mark.parametrize("n_keys,window,hd,rep", [(1, 0, 64, 3), (37, 0, 64, 3), (2000, 0, 64, 3), (300, 100, 64, 1), (50, 0, 48, 2),
                                                   (129, 0, 256, 4)])
 def test_decode_attention_over_float16_equals_numpy_over_the_widened_values(n_keys, window, hd, rep):
     rng = np.random.default_rng()

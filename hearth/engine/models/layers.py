@@ -163,13 +163,10 @@ def _attend_one(q, k_cache, v_cache, pos: int, window: int) -> np.ndarray:
     rep = nh // nkv
     start = max(0, pos - window + 1) if window > 0 else 0
     T = pos + 1 - start
-    if k_cache.dtype == np.float16 and hd % 8 == 0:
-        # a float16 cache read in place by a compiled kernel (no float32 copy of K and V per token)
+    if k_cache.dtype == np.float16 and hd % 32 == 0:
+        # a float16 cache read in place by compiled kernels (no float32 copy of K and V per token)
         from ..cpu.attention import attend_one_f16  # noqa: PLC0415
-        o = np.empty((nkv, rep, hd), np.float32)
-        attend_one_f16(np.ascontiguousarray(q.reshape(nkv, rep, hd)), k_cache.view(np.uint8),
-                       v_cache.view(np.uint8), start, T, np.empty(T, np.float32), o)
-        return o.reshape(1, nh * hd)
+        return attend_one_f16(q.reshape(nkv, rep, hd), k_cache, v_cache, start, T).reshape(1, nh * hd)
     K = _f32(k_cache[:, start:pos + 1])                               # [nkv, T, hd] views
     V = _f32(v_cache[:, start:pos + 1])
     qg = q.reshape(nkv, rep, hd)
