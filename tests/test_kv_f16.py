@@ -49,6 +49,18 @@ def test_decode_attention_over_float16_equals_numpy_over_the_widened_values(n_ke
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)   # float32 sums in another order
 
 
+@pytest.mark.parametrize("pos,n,window,hd", [(0, 40, 0, 64), (300, 150, 0, 64), (90, 60, 32, 64), (10, 20, 0, 48)])
+def test_prefill_attention_over_float16_equals_numpy_over_the_widened_values(pos, n, window, hd):
+    rng = np.random.default_rng()
+    nkv, rep, max_ctx = 2, 3, 512
+    k = rng.standard_normal((nkv, max_ctx, hd)).astype(np.float16)
+    v = rng.standard_normal((nkv, max_ctx, hd)).astype(np.float16)
+    q = (rng.standard_normal((n, nkv * rep, hd)) / np.sqrt(hd)).astype(np.float32)
+    got = attention(q, k, v, pos, window)
+    ref = attention(q, k.astype(np.float32), v.astype(np.float32), pos, window)
+    assert np.array_equal(got, ref)   # the same float32 values, the same numpy products
+
+
 def test_a_float16_cache_stores_rounded_values_in_half_the_memory():
     kv32, kv16 = KVCache(2, 3, 64, 100), KVCache(2, 3, 64, 100, "f16")
     assert kv16.nbytes * 2 == kv32.nbytes == kv_bytes(2, 3, 64, 100) == 2 * kv_bytes(2, 3, 64, 100, "f16")

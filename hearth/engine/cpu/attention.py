@@ -14,7 +14,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .simd import V8F32, _fmuladd, _ptr, _splat, f32x8, fadd, fma_f16, fsum, fzero
+from .simd import V8F32, _fmuladd, _ptr, _splat, copy_f16, f32x8, fadd, fma_f16, fsum, fzero
 
 
 def _half8(context, builder, arrty, arr, off):
@@ -114,6 +114,19 @@ def values_f16(p, vb, start, n_keys, out):
                 w = p[h, r, j]
                 for b in range(hd // 8):
                     axpy_f16(o, b * 8, row, b * 16, w)
+
+
+@njit(nogil=True, cache=True)
+def widen_f16(b, start, n_keys, out):
+    """out[h, j] = the float16 row start + j of head h as float32 (exact); b: a cache layer's bytes,
+    uint8 [nkv, max_ctx, 2 hd]; out float32 [nkv, n_keys, hd], hd a multiple of 8. F16C-speed
+    (numpy's own float16 conversion is element by element)."""
+    nkv, _, hd = out.shape
+    for h in range(nkv):
+        for j in range(n_keys):
+            row, o = b[h, start + j], out[h, j]
+            for c in range(hd // 8):
+                copy_f16(row, c * 16, o, c * 8)
 
 
 def attend_one_f16(q, k_cache, v_cache, start: int, n_keys: int) -> np.ndarray:
