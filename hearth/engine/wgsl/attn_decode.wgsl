@@ -21,7 +21,7 @@ const G: u32 = CHUNK / HD4;
 {% set VU = 8 %}
 const VU: u32 = {{VU}}u;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
-{% if KV_F16 %}
+{% if KV_F16 | default(false) %}
 @group(0) @binding(2) var<storage, read> kc: array<vec2<u32>>;
 @group(0) @binding(3) var<storage, read> vc: array<vec2<u32>>;
 {% include "f16_kv.wgsl" %}

@@ -44,7 +44,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 }
 {% else %}
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-{% if KV_F16 %}
+{% if KV_F16 | default(false) %}
 @group(0) @binding(2) var<storage, read> kc: array<vec2<u32>>;
 @group(0) @binding(3) var<storage, read> vc: array<vec2<u32>>;
 {% include "f16_kv.wgsl" %}

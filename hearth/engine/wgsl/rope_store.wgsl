@@ -13,7 +13,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;
 @group(0) @binding(2) var<storage, read_write> qo: array<f32>;
-{% if KV_F16 %}
+{% if KV_F16 | default(false) %}
 @group(0) @binding(3) var<storage, read_write> kc: array<u32>;
 @group(0) @binding(4) var<storage, read_write> vc: array<u32>;
 {% include "f16_kv.wgsl" %}
@@ -87,7 +87,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let j = slot - P.n_head;
         let dst = (j * P.max_ctx + p) * HD;
         let vsrc = tok * stride + (P.n_head + P.n_kv + j) * HD;
-{% if KV_F16 %}
+{% if KV_F16 | default(false) %}
         for (var d = t; d < HD / 2u; d += 64u) {
             kc[dst / 2u + d] = pack_f16x2(v[2u * d], v[2u * d + 1u]);
             vc[dst / 2u + d] = pack_f16x2(qkv[vsrc + 2u * d], qkv[vsrc + 2u * d + 1u]);
