@@ -154,6 +154,36 @@ def matmul_groups(m: int, n: int):
     return -(-m // 64), -(-n // 64), 1
 
 
+# Weight types of the f16 prefill product (matmul16.wgsl): F32 weights keep the f32 kernel (their
+# own precision would be lost).
+F16_TYPES = GPU_TYPES[1:]
+# Its tile (rows, tokens per thread: 16 RM x 16 RN outputs a workgroup) and the steps of 32 weights
+# summed in f16 before an f32 add (FLUSH); measured on the H200, bench.gpu_profile --matmul-sweep.
+MATMUL16_TILE = (8, 8)
+MATMUL16_FLUSH = 1
+MATMUL16_PREFETCH = True
+
+
+def matmul16(ks, qtypes, act="silu", bias=False, residual=False, epi_glu=False, tile=None, flush=None,
+             prefetch=None):
+    """As matmul, in half precision (the device must have shader-f16; weight types F16_TYPES).
+    tile = (RM, RN) with RM in (4, 8), RN in (2, 4, 8); flush: steps of 32 weights a f16 partial sum spans."""
+    if qtypes[0] not in F16_TYPES:
+        raise ValueError(f"no f16 prefill product for weight type {qtypes[0]}")
+    rm, rn = tile or MATMUL16_TILE
+    if rm not in (4, 8) or rn not in (2, 4, 8):
+        raise ValueError(f"matmul16 tile {rm}x{rn} per thread is not built")
+    access = ["r", "rw", "r"] + (["r"] if bias else [])
+    return ks.get("matmul16.wgsl", access, MATMUL_FIELDS, QTYPES=tuple(qtypes), ACT=act, BIAS=bool(bias),
+                  RESIDUAL=bool(residual), EPI_GLU=bool(epi_glu), RM=rm, RN=rn,
+                  FLUSH=int(flush or MATMUL16_FLUSH), PREFETCH=bool(MATMUL16_PREFETCH if prefetch is None else prefetch))
+
+
+def matmul16_groups(m: int, n: int, tile=None):
+    rm, rn = tile or MATMUL16_TILE
+    return -(-m // (16 * rm)), -(-n // (16 * rn)), 1
+
+
 ROPE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("n_rot", "u"), ("max_ctx", "u"), ("neox", "u"), ("eps", "f"))
 
 
