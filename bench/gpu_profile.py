@@ -140,14 +140,14 @@ MATMUL_CASES = [("8B gate", "Q4_0", 4096, 14336), ("8B gate", "Q4_K", 4096, 1433
          ("8B down", "Q6_K", 14336, 4096), ("8B q/o", "Q4_K", 4096, 4096), ("8B k/v", "Q4_K", 4096, 1024),
          ("1B gate", "Q4_K", 2048, 8192), ("1B q/o", "Q4_K", 2048, 2048), ("1B k/v", "Q4_K", 2048, 512),
          ("8B gate", "F16", 4096, 14336)]
-# (tile, flush, prefetch); None = the f32 kernel
-MATMUL_CONFIGS = [None, ((8, 8), 1, True), ((8, 8), 2, True), ((8, 8), 1, False), ((8, 4), 1, True),
-           ((4, 8), 1, True), ((4, 4), 1, True), ((8, 4), 2, True)]
+# (tile, flush, unroll, hsum); None = the f32 kernel
+MATMUL_CONFIGS = [None, ((8, 8), 2, False, False), ((8, 8), 2, True, False), ((8, 8), 4, True, False),
+                  ((8, 8), 2, True, True), ((8, 8), 4, True, True), ((4, 8), 2, True, False), ((4, 4), 2, True, False)]
 
 
 def matmul_sweep(reps=3, n=2048):
     """The prefill product alone on 8B and 1B shapes (n tokens): the f32 kernel and the f16 one in
-    several tiles / f16 spans / load orders; TFLOP/s, and each output's 64 x 64 corner checked
+    several tiles / f16 spans / unrolled or not / lane sums in f16 or f32; TFLOP/s, and each output's 64 x 64 corner checked
     against numpy (relative error of that corner)."""
     from hearth.engine.gpu import ops  # noqa: PLC0415
     from hearth.engine.gpu.device import Device  # noqa: PLC0415
@@ -158,7 +158,8 @@ def matmul_sweep(reps=3, n=2048):
     rng = np.random.default_rng(0)
     cases, configs = MATMUL_CASES, MATMUL_CONFIGS
     print(f"\nmatmul sweep, {n} tokens: TFLOP/s (ms) [rel err of a 64x64 corner vs numpy]; "
-          f"f16 tiles RMxRN/flush/prefetch; chosen = {ops.MATMUL16_TILE}/{ops.MATMUL16_FLUSH}/{int(ops.MATMUL16_PREFETCH)}")
+          f"f16 tiles RMxRN/flush/unroll,hsum; "
+          f"chosen = {ops.MATMUL16_TILE}/{ops.MATMUL16_FLUSH}/{int(ops.MATMUL16_UNROLL)}{int(ops.MATMUL16_HSUM)}")
     x_np = (rng.standard_normal((n, 14336)) * 0.5).astype(np.float32)
     for name, qt, k, m in cases:
         if qt == "F16":
@@ -178,9 +179,9 @@ def matmul_sweep(reps=3, n=2048):
             if cfg is None:
                 kern, groups, lab = ops.matmul(ks, [qt]), ops.matmul_groups(m, n), "f32"
             else:
-                tile, fl, pf = cfg
-                kern = ops.matmul16(ks, [qt], tile=tile, flush=fl, prefetch=pf)
-                groups, lab = ops.matmul16_groups(m, n, tile), f"{tile[0]}x{tile[1]}/{fl}/{int(pf)}"
+                tile, fl, ur, hs = cfg
+                kern = ops.matmul16(ks, [qt], tile=tile, flush=fl, unroll=ur, hsum=hs)
+                groups, lab = ops.matmul16_groups(m, n, tile), f"{tile[0]}x{tile[1]}/{fl}/{int(ur)}{int(hs)}"
             prm = ops.matmul_params([qt], k, m, n, ldy=m)
             sec = timed(dev, [(kern, [x, y, w], groups, prm)], reps)
             got = dev.read([(y, 0, n * m * 4)]).view(np.float32).reshape(n, m)[:c, :64]

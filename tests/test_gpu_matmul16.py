@@ -85,12 +85,12 @@ def test_matmul16_reads_every_block_type(ks, rng, qtype):
 
 
 @pytest.mark.parametrize("tile", TILES)
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_matmul16_every_tile_and_load_order(ks, rng, tile, prefetch):
+@pytest.mark.parametrize("unroll,hsum", [(False, False), (True, True)])
+def test_matmul16_every_tile_and_variant(ks, rng, tile, unroll, hsum):
     k, m, n = 160, 16 * tile[0] + 9, 16 * tile[1] * 2 + 5
     raw = random_rows(rng, "Q5_1", m, k)
     x = f32(rng, n, k)
-    check(run(ks, "Q5_1", raw, x, m, tile=tile, prefetch=prefetch), x, dequant_reference(raw, "Q5_1", k))
+    check(run(ks, "Q5_1", raw, x, m, tile=tile, unroll=unroll, hsum=hsum), x, dequant_reference(raw, "Q5_1", k))
 
 
 @pytest.mark.parametrize("flush", [1, 2, 3])
@@ -138,6 +138,12 @@ def test_matmul16_up_applies_the_gate_in_place(ks, rng, act):
     up = f16_ref(x, dequant_reference(ru, "Q8_0", k)).astype(np.float32)
     ref = silu_mul(gate, up) if act == "silu" else gelu_tanh_mul(gate, up)
     assert rel_err(read_f32(dev, y, n * m).reshape(n, m), ref) < F16_TOL
+
+
+@pytest.mark.parametrize("m,n,tile", [(14336, 2048, ops.MATMUL16_TILE), (1024, 2048, ops.MATMUL16_TILE),
+                                      (512, 2048, (4, 8)), (192, 256, (4, 4))])
+def test_matmul16_tile_keeps_the_gpu_busy(m, n, tile):
+    assert ops.matmul16_tile(m, n) == tile
 
 
 def test_matmul16_refuses_f32_weights_and_unbuilt_tiles(ks):

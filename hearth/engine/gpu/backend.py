@@ -291,7 +291,8 @@ class GpuBackend(Backend):
         """(kernel, groups(n, kv)) of a prefill product over M = m rows: the f16 kernel where it is on
         and reads this type, else the f32 one."""
         if self.f16 and qtype in ops.F16_TYPES:
-            return ops.matmul16(self.ks, [qtype], **kw), lambda n, kv: ops.matmul16_groups(m, n)
+            tile = ops.matmul16_tile(m, self.chunk)
+            return ops.matmul16(self.ks, [qtype], tile=tile, **kw), lambda n, kv: ops.matmul16_groups(m, n, tile)
         return ops.matmul(self.ks, [qtype], **kw), lambda n, kv: ops.matmul_groups(m, n)
 
     def _prefill_layer(self, P: Plan, i: int, L: dict, cs, window: int) -> None:

@@ -161,11 +161,12 @@ F16_TYPES = GPU_TYPES[1:]
 # summed in f16 before an f32 add (FLUSH); measured on the H200, bench.gpu_profile --matmul-sweep.
 MATMUL16_TILE = (8, 8)
 MATMUL16_FLUSH = 1
-MATMUL16_PREFETCH = True
+MATMUL16_UNROLL = False
+MATMUL16_HSUM = False
 
 
 def matmul16(ks, qtypes, act="silu", bias=False, residual=False, epi_glu=False, tile=None, flush=None,
-             prefetch=None):
+             unroll=None, hsum=None):
     """As matmul, in half precision (the device must have shader-f16; weight types F16_TYPES).
     tile = (RM, RN) with RM in (4, 8), RN in (2, 4, 8); flush: steps of 32 weights a f16 partial sum spans."""
     if qtypes[0] not in F16_TYPES:
@@ -176,7 +177,24 @@ def matmul16(ks, qtypes, act="silu", bias=False, residual=False, epi_glu=False, 
     access = ["r", "rw", "r"] + (["r"] if bias else [])
     return ks.get("matmul16.wgsl", access, MATMUL_FIELDS, QTYPES=tuple(qtypes), ACT=act, BIAS=bool(bias),
                   RESIDUAL=bool(residual), EPI_GLU=bool(epi_glu), RM=rm, RN=rn,
-                  FLUSH=int(flush or MATMUL16_FLUSH), PREFETCH=bool(MATMUL16_PREFETCH if prefetch is None else prefetch))
+                  FLUSH=int(flush or MATMUL16_FLUSH), UNROLL=bool(MATMUL16_UNROLL if unroll is None else unroll),
+                  HSUM=bool(MATMUL16_HSUM if hsum is None else hsum))
+
+
+# A smaller tile where the big one would leave the GPU short of workgroups (the H200 has 132 SMs and
+# the 8x8 tile runs one workgroup an SM: the 1B's K/V products, M = 512, ran at half speed with it).
+MATMUL16_MIN_GROUPS = 128
+MATMUL16_SMALL_TILES = ((4, 8), (4, 4))
+
+
+def matmul16_tile(m: int, n: int) -> tuple[int, int]:
+    """The tile for M rows over n tokens (a full prefill chunk): MATMUL16_TILE unless that gives fewer
+    than MATMUL16_MIN_GROUPS workgroups, then the first smaller tile that does (else the smallest)."""
+    for tile in (MATMUL16_TILE,) + MATMUL16_SMALL_TILES:
+        gx, gy, _ = matmul16_groups(m, n, tile)
+        if gx * gy >= MATMUL16_MIN_GROUPS:
+            return tile
+    return MATMUL16_SMALL_TILES[-1]
 
 
 def matmul16_groups(m: int, n: int, tile=None):

@@ -47,6 +47,20 @@ struct Params {
 {% endfor %}
 {% endmacro %}
 
+{% macro products(q) %}
+            {
+{% for i in range(RM) %}
+                let w{{i}} = ws[{{q}} * TM + tx + {{16 * i}}u];
+{% endfor %}
+{% for j in range(RN) %}
+                let x{{j}} = xs[{{q}} * TN + ty + {{16 * j}}u];
+{% for i in range(RM) %}
+                h{{i}}_{{j}} = fma(w{{i}}.zw, x{{j}}.zw, fma(w{{i}}.xy, x{{j}}.xy, h{{i}}_{{j}}));
+{% endfor %}
+{% endfor %}
+            }
+{% endmacro %}
+
 const TM: u32 = {{TM}}u;
 const TN: u32 = {{TN}}u;
 var<workgroup> ws: array<vec4<f16>, {{2 * 8 * TM}}>;    // [2 buffers][8 k-quads][TM rows]
@@ -81,34 +95,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var s = 0u; s <= nsteps; s++) {
         let cur = (s & 1u) ^ 1u;                 // the buffer step s - 1 was stored into
         let more = s < nsteps;
-{% if PREFETCH %}
         // step s's global loads first: in flight during step s - 1's products
 {{ load_step() }}
-{% endif %}
         if (s > 0u) {
+{% if UNROLL %}
+{% for kq in range(8) %}
+{{ products("(cur * 8u + " ~ kq ~ "u)") }}
+{% endfor %}
+{% else %}
             for (var kq = 0u; kq < 8u; kq++) {
-{% for i in range(RM) %}
-                let w{{i}} = ws[(cur * 8u + kq) * TM + tx + {{16 * i}}u];
-{% endfor %}
-{% for j in range(RN) %}
-                let x{{j}} = xs[(cur * 8u + kq) * TN + ty + {{16 * j}}u];
-{% for i in range(RM) %}
-                h{{i}}_{{j}} = fma(w{{i}}.zw, x{{j}}.zw, fma(w{{i}}.xy, x{{j}}.xy, h{{i}}_{{j}}));
-{% endfor %}
-{% endfor %}
+{{ products("(cur * 8u + kq)") }}
             }
+{% endif %}
             if (s % {{FLUSH}}u == 0u || s == nsteps) {
 {% for i in range(RM) %}
 {% for j in range(RN) %}
+{% if HSUM %}
+                c{{i}}_{{j}} += f32(h{{i}}_{{j}}.x + h{{i}}_{{j}}.y);
+{% else %}
                 c{{i}}_{{j}} += f32(h{{i}}_{{j}}.x) + f32(h{{i}}_{{j}}.y);
+{% endif %}
                 h{{i}}_{{j}} = vec2<f16>(0.0);
 {% endfor %}
 {% endfor %}
             }
         }
-{% if not PREFETCH %}
-{{ load_step() }}
-{% endif %}
         if (more) {
             // into the buffer step s - 2 used (its products are done: the barrier before this one)
             let nb = cur ^ 1u;
