@@ -3,10 +3,11 @@ it reads, in every tile it is built for, against float64 references; and the who
 with it forced on. Runs on lavapipe in CI (which has shader-f16); skipped where the adapter lacks it.
 
 Tolerance. The kernel rounds W (dequantized in f32) and X to f16 and sums each output's products in
-f16 over one step of 32 weights (16 products a lane of a vec2), then in f32. f16 keeps 11 bits
-(unit roundoff u = 2^-11 = 4.9e-4); a 16-term f16 sum of random-signed terms has an error of about
-u * sqrt(16) / 2.4 = 1.6u = 8e-4 of its size, and the f32 sum of those partials keeps that ratio
-for any K (measured on lavapipe: 6-7.5e-4 of the output's norm). F16_TOL = 3e-3 (~6u) leaves
+f16 over FLUSH steps of 32 weights (16 products a lane of a vec2 a step), then in f32. f16 keeps 11 bits
+(unit roundoff u = 2^-11 = 4.9e-4); an n-term f16 sum of random-signed terms has an error of about
+u * sqrt(n) / 2.4 of its size (n = 16 a step: 1.6u = 8e-4), and the f32 sum of those partials keeps
+that ratio for any K (measured on lavapipe and the H200: 6.5-7.5e-4 of the output's norm with one
+step, 8.6-9.3e-4 with two, the default). F16_TOL = 3e-3 (~6u) leaves
 margin and is still 300x below what an indexing mistake gives (errors of order 1); every result
 must also be more than 1e-5 off the exact product, so a test cannot pass on an f32 kernel by mistake.
 """
@@ -85,12 +86,11 @@ def test_matmul16_reads_every_block_type(ks, rng, qtype):
 
 
 @pytest.mark.parametrize("tile", TILES)
-@pytest.mark.parametrize("unroll,hsum", [(False, False), (True, True)])
-def test_matmul16_every_tile_and_variant(ks, rng, tile, unroll, hsum):
+def test_matmul16_every_tile(ks, rng, tile):
     k, m, n = 160, 16 * tile[0] + 9, 16 * tile[1] * 2 + 5
     raw = random_rows(rng, "Q5_1", m, k)
     x = f32(rng, n, k)
-    check(run(ks, "Q5_1", raw, x, m, tile=tile, unroll=unroll, hsum=hsum), x, dequant_reference(raw, "Q5_1", k))
+    check(run(ks, "Q5_1", raw, x, m, tile=tile), x, dequant_reference(raw, "Q5_1", k))
 
 
 @pytest.mark.parametrize("flush", [1, 2, 3])

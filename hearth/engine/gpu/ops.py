@@ -158,15 +158,14 @@ def matmul_groups(m: int, n: int):
 # own precision would be lost).
 F16_TYPES = GPU_TYPES[1:]
 # Its tile (rows, tokens per thread: 16 RM x 16 RN outputs a workgroup) and the steps of 32 weights
-# summed in f16 before an f32 add (FLUSH); measured on the H200, bench.gpu_profile --matmul-sweep.
+# summed in f16 before an f32 add (FLUSH); measured on the H200 (bench.gpu_profile --matmul-sweep):
+# 8x8 with 2 steps 33-35 TFLOP/s on every 8B/1B shape with enough rows, 1 step 30-33, 4 steps or the
+# k loop unrolled by the template 17-34 (erratic between shapes, so not kept).
 MATMUL16_TILE = (8, 8)
-MATMUL16_FLUSH = 1
-MATMUL16_UNROLL = False
-MATMUL16_HSUM = False
+MATMUL16_FLUSH = 2
 
 
-def matmul16(ks, qtypes, act="silu", bias=False, residual=False, epi_glu=False, tile=None, flush=None,
-             unroll=None, hsum=None):
+def matmul16(ks, qtypes, act="silu", bias=False, residual=False, epi_glu=False, tile=None, flush=None):
     """As matmul, in half precision (the device must have shader-f16; weight types F16_TYPES).
     tile = (RM, RN) with RM in (4, 8), RN in (2, 4, 8); flush: steps of 32 weights a f16 partial sum spans."""
     if qtypes[0] not in F16_TYPES:
@@ -177,8 +176,7 @@ def matmul16(ks, qtypes, act="silu", bias=False, residual=False, epi_glu=False, 
     access = ["r", "rw", "r"] + (["r"] if bias else [])
     return ks.get("matmul16.wgsl", access, MATMUL_FIELDS, QTYPES=tuple(qtypes), ACT=act, BIAS=bool(bias),
                   RESIDUAL=bool(residual), EPI_GLU=bool(epi_glu), RM=rm, RN=rn,
-                  FLUSH=int(flush or MATMUL16_FLUSH), UNROLL=bool(MATMUL16_UNROLL if unroll is None else unroll),
-                  HSUM=bool(MATMUL16_HSUM if hsum is None else hsum))
+                  FLUSH=int(flush or MATMUL16_FLUSH))
 
 
 # A smaller tile where the big one would leave the GPU short of workgroups (the H200 has 132 SMs and

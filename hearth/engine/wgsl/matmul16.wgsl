@@ -47,19 +47,6 @@ struct Params {
 {% endfor %}
 {% endmacro %}
 
-{% macro products(q) %}
-            {
-{% for i in range(RM) %}
-                let w{{i}} = ws[{{q}} * TM + tx + {{16 * i}}u];
-{% endfor %}
-{% for j in range(RN) %}
-                let x{{j}} = xs[{{q}} * TN + ty + {{16 * j}}u];
-{% for i in range(RM) %}
-                h{{i}}_{{j}} = fma(w{{i}}.zw, x{{j}}.zw, fma(w{{i}}.xy, x{{j}}.xy, h{{i}}_{{j}}));
-{% endfor %}
-{% endfor %}
-            }
-{% endmacro %}
 
 const TM: u32 = {{TM}}u;
 const TN: u32 = {{TN}}u;
@@ -98,23 +85,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // step s's global loads first: in flight during step s - 1's products
 {{ load_step() }}
         if (s > 0u) {
-{% if UNROLL %}
-{% for kq in range(8) %}
-{{ products("(cur * 8u + " ~ kq ~ "u)") }}
-{% endfor %}
-{% else %}
             for (var kq = 0u; kq < 8u; kq++) {
-{{ products("(cur * 8u + kq)") }}
+{% for i in range(RM) %}
+                let w{{i}} = ws[(cur * 8u + kq) * TM + tx + {{16 * i}}u];
+{% endfor %}
+{% for j in range(RN) %}
+                let x{{j}} = xs[(cur * 8u + kq) * TN + ty + {{16 * j}}u];
+{% for i in range(RM) %}
+                h{{i}}_{{j}} = fma(w{{i}}.zw, x{{j}}.zw, fma(w{{i}}.xy, x{{j}}.xy, h{{i}}_{{j}}));
+{% endfor %}
+{% endfor %}
             }
-{% endif %}
             if (s % {{FLUSH}}u == 0u || s == nsteps) {
 {% for i in range(RM) %}
 {% for j in range(RN) %}
-{% if HSUM %}
-                c{{i}}_{{j}} += f32(h{{i}}_{{j}}.x + h{{i}}_{{j}}.y);
-{% else %}
                 c{{i}}_{{j}} += f32(h{{i}}_{{j}}.x) + f32(h{{i}}_{{j}}.y);
-{% endif %}
                 h{{i}}_{{j}} = vec2<f16>(0.0);
 {% endfor %}
 {% endfor %}
