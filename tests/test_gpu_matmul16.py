@@ -106,6 +106,21 @@ def test_matmul16_error_does_not_grow_with_k(ks, rng, flush):
     assert rel_err(got, x.astype(np.float64) @ w.T) < F16_TOL * (1 + flush) / 2
 
 
+def test_matmul16_xshift_keeps_large_x_in_range(ks, rng):
+    """X past f16's 65,504 (the down product's act(gate) * up can be): with xshift 8 (X stored times
+    2^-8, W times 2^8) the product is right; without, those values do not exist in f16."""
+    k, m, n = 256, 40, 20
+    w = (rng.standard_normal((m, k)) * 0.01).astype(np.float16)
+    x = f32(rng, n, k) * 100
+    big = rng.random(x.shape) < 0.05
+    x[big] = np.float32(1e5) * np.sign(x[big])
+    exact = x.astype(np.float64) @ w.astype(np.float64).T
+    raw = w.view(np.uint8)
+    assert rel_err(run(ks, "F16", raw, x, m, xshift=ops.MATMUL16_FF_SHIFT), exact) < F16_TOL
+    bad = run(ks, "F16", raw, x, m)
+    assert not np.isfinite(bad).all() or rel_err(bad, exact) > 0.1
+
+
 def test_matmul16_bias_and_residual_into_a_column_range(ks, rng):
     dev = ks.dev
     k, m, n = 128, 80, 130

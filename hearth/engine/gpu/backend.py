@@ -287,12 +287,15 @@ class GpuBackend(Backend):
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], post, label + ".post",
                   d=d, n=1, eps=c.rms_eps)
 
-    def _matmul(self, qtype: str, m: int, **kw):
+    def _matmul(self, qtype: str, m: int, unbounded_x: bool = False, **kw):
         """(kernel, groups(n, kv)) of a prefill product over M = m rows: the f16 kernel where it is on
-        and reads this type, else the f32 one."""
+        and reads this type, else the f32 one. unbounded_x: X is not normalized (the down product's
+        act(gate) * up), so the f16 kernel scales it into range (ops.MATMUL16_FF_SHIFT)."""
         if self.f16 and qtype in ops.F16_TYPES:
             tile = ops.matmul16_tile(m, self.chunk)
-            return ops.matmul16(self.ks, [qtype], tile=tile, **kw), lambda n, kv: ops.matmul16_groups(m, n, tile)
+            xshift = ops.MATMUL16_FF_SHIFT if unbounded_x else 0
+            return (ops.matmul16(self.ks, [qtype], tile=tile, xshift=xshift, **kw),
+                    lambda n, kv: ops.matmul16_groups(m, n, tile))
         return ops.matmul(self.ks, [qtype], **kw), lambda n, kv: ops.matmul_groups(m, n)
 
     def _prefill_layer(self, P: Plan, i: int, L: dict, cs, window: int) -> None:
@@ -323,17 +326,17 @@ class GpuBackend(Backend):
             kern, groups = self._matmul(w.qtype, nff, act=act, epi_glu=name == "up")
             P.add(kern, [self.xn, self.ff, w.buffer], groups, f"{i}.{name}",
                   **dict(ops.matmul_params([w.qtype], d, nff, 0, ldy=nff), n=ntok))
-        self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down")
+        self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", unbounded_x=True)
 
-    def _prefill_proj(self, P, w, src, k, bias, post_norm, label) -> None:
+    def _prefill_proj(self, P, w, src, k, bias, post_norm, label, unbounded_x=False) -> None:
         c, d = self.cfg, self.cfg.n_embd
         prm = dict(ops.matmul_params([w.qtype], k, d, 0, ldy=d), n=lambda n, kv: n)
         extra = [bias] if bias is not None else []
         if post_norm is None:
-            kern, groups = self._matmul(w.qtype, d, residual=True, bias=bias is not None)
+            kern, groups = self._matmul(w.qtype, d, unbounded_x, residual=True, bias=bias is not None)
             P.add(kern, [src, self.x, w.buffer] + extra, groups, label, **prm)
         else:
-            kern, groups = self._matmul(w.qtype, d, bias=bias is not None)
+            kern, groups = self._matmul(w.qtype, d, unbounded_x, bias=bias is not None)
             P.add(kern, [src, self.tmp, w.buffer] + extra, groups, label, **prm)
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], lambda n, kv: ops.rows_groups(n),
                   label + ".post", d=d, n=self.chunk, eps=c.rms_eps)

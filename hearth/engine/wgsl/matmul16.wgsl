@@ -11,6 +11,8 @@
 // at twice the f32 rate) over FLUSH steps (32 FLUSH weights, 16 FLUSH products a lane), then added
 // into an f32 accumulator: f16 rounding never builds up over more than that span, whatever K is.
 // Why it is safe: bench/README.md ("Round 3"); the error is measured in tests/test_gpu_matmul16.py.
+// XSHIFT: X is stored times 2^-XSHIFT and W times 2^XSHIFT (powers of two: the products do not
+// change), which lifts f16's 65,504 ceiling for X by that factor (the down product's input).
 // X: [n, ldx] f32 (ldx a multiple of 4); Y: [n, ldy]. Epilogue (bias, GLU, residual): matmul_out.wgsl.
 enable f16;
 {% from "quant.wgsl" import quant_fns %}
@@ -32,6 +34,9 @@ struct Params {
 {% set TN = 16 * RN %}
 {% set WP = TM // 64 %}{# W loader passes: 64 rows x 4 chunks of 8 weights each #}
 {% set XP = TN // 32 %}{# X loader passes: 32 tokens x 8 vec4 each #}
+{# XSHIFT: X stored times 2^-XSHIFT and W times 2^XSHIFT (exact), for inputs not bounded by a norm #}
+{% set ws_mul = (" * " ~ (2 ** XSHIFT) ~ ".0") if XSHIFT else "" %}
+{% set xs_mul = (" * " ~ (1.0 / 2 ** XSHIFT)) if XSHIFT else "" %}
 
 {% macro load_step() %}
 {% for p in range(WP) %}
@@ -109,11 +114,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             // into the buffer step s - 2 used (its products are done: the barrier before this one)
             let nb = cur ^ 1u;
 {% for p in range(WP) %}
-            ws[(nb * 8u + lc * 2u) * TM + lr + {{64 * p}}u] = vec4<f16>(wa{{p}}.lo);
-            ws[(nb * 8u + lc * 2u + 1u) * TM + lr + {{64 * p}}u] = vec4<f16>(wa{{p}}.hi);
+            ws[(nb * 8u + lc * 2u) * TM + lr + {{64 * p}}u] = vec4<f16>(wa{{p}}.lo{{ws_mul}});
+            ws[(nb * 8u + lc * 2u + 1u) * TM + lr + {{64 * p}}u] = vec4<f16>(wa{{p}}.hi{{ws_mul}});
 {% endfor %}
 {% for p in range(XP) %}
-            xs[(nb * 8u + xc) * TN + xt + {{32 * p}}u] = vec4<f16>(xv{{p}});
+            xs[(nb * 8u + xc) * TN + xt + {{32 * p}}u] = vec4<f16>(xv{{p}}{{xs_mul}});
 {% endfor %}
         }
         workgroupBarrier();
