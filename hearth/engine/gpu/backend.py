@@ -9,7 +9,7 @@ inputs use the tiled matmul plan in chunks of `chunk` tokens. On a real GPU with
 products, decode matvecs of row length 2,048-4,096 take x as int8 blocks of 32 (ops.int8_ok; as
 llama.cpp's CUDA path does), which moves decode logits off numpy's by ~0.1; CPU rasterizers keep
 f32 x (`int8=True` or HEARTH_GPU_INT8=1 forces it, =0 turns it off). Likewise the prefill products
-run in half precision on a real GPU with shader-f16 (ops.matmul16: f16 products summed over 32
+run in half precision on a real GPU with shader-f16 (ops.matmul16: f16 products summed over 64
 weights, then in f32; ~1e-3 of the output's norm off numpy) and in f32 on CPU rasterizers
 (`f16=True` or HEARTH_GPU_F16=1 forces it, =0 turns it off).
 

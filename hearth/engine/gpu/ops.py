@@ -188,8 +188,9 @@ def matmul16(ks, qtypes, act="silu", bias=False, residual=False, epi_glu=False, 
                   FLUSH=int(flush or MATMUL16_FLUSH), XSHIFT=int(xshift))
 
 
-# A smaller tile where the big one would leave the GPU short of workgroups (the H200 has 132 SMs and
-# the 8x8 tile runs one workgroup an SM: the 1B's K/V products, M = 512, ran at half speed with it).
+# A smaller tile where the big one would leave the GPU short of workgroups (the H200 has 132 SMs, and
+# the 8x8 tile's 128 accumulators a thread leave room for about one workgroup an SM: the 1B's K/V
+# products, M = 512, 64 workgroups, ran at half speed with it).
 MATMUL16_MIN_GROUPS = 128
 MATMUL16_SMALL_TILES = ((4, 8), (4, 4))
 
