@@ -315,6 +315,7 @@ def main(argv=None):
     ap.add_argument("--coop-probe", action="store_true")
     ap.add_argument("--matmul-sweep", action="store_true")
     ap.add_argument("--prefill-only", action="store_true", help="only the prefill chunk's per-kernel times")
+    ap.add_argument("--decode-only", action="store_true", help="only decode's per-kernel times")
     a = ap.parse_args(argv)
     if a.matmul_sweep:
         matmul_sweep()
@@ -336,7 +337,8 @@ def main(argv=None):
     be.forward_argmax(np.array([5], np.int32), 2048)
     if not a.prefill_only:
         decode_profile(be, a.reps)
-    prefill_profile(be)
+    if not a.decode_only:
+        prefill_profile(be)
     be.close()
 
 

@@ -130,7 +130,7 @@ def quantize_x(ks):
 
 
 def quantize_x_groups(k: int):
-    return -(-(k // 32) // 64), 1, 1
+    return -(-(k // 8) // 256), 1, 1
 
 
 def int8_pre_ok(dev, qtypes, k: int) -> bool:

@@ -1,21 +1,14 @@
-// One block of 32 values of x to int8, as llama.cpp's q8 activations: scale d = max |x| / 127,
-// codes round(x / d). `q8_block()` expects the block in X8 values v0..v3 (values 8i .. 8i + 7 in
-// v{i}) and defines d, the codes qa{i} (values 8i .. 8i + 3) and qb{i} (8i + 4 .. 8i + 7) as
-// vec4<i32> and qn{i}, the sum of chunk i's 8 codes; the caller's body stores them. Both the matvec
-// that quantizes x in workgroup memory and the pass that writes it to global memory use it, so
-// their codes are the same bits.
-{% macro q8_block() %}
-        var mx = vec4<f32>(0.0);
-{% for i in range(4) %}
-        mx = max(mx, max(abs(v{{i}}.lo), abs(v{{i}}.hi)));
-{% endfor %}
-        let amax = max(max(mx.x, mx.y), max(mx.z, mx.w));
-        let d = amax / 127.0;
+// x to int8 in blocks of 32, as llama.cpp's q8 activations: scale d = max |x| / 127, codes
+// round(x / d). Shared by the matvec that quantizes x in workgroup memory and the pass that writes
+// it to global memory, so both give the same bits. With X8 values v{i} (8 values each) in scope:
+//   q8_scale(amax): defines d and id (1 / d, 0 for an all-zero block) from the block's max |x|
+//   q8_codes(i):    defines qa{i}, qb{i} (vec4<i32>: the codes of v{i}.lo, v{i}.hi) and qn{i}, their sum
+{% macro q8_scale(amax) %}
+        let d = {{amax}} / 127.0;
         let id = select(0.0, 1.0 / d, d > 0.0);
-{% for i in range(4) %}
+{% endmacro %}
+{% macro q8_codes(i) %}
         let qa{{i}} = vec4<i32>(round(v{{i}}.lo * id));
         let qb{{i}} = vec4<i32>(round(v{{i}}.hi * id));
         let qn{{i}} = qa{{i}}.x + qa{{i}}.y + qa{{i}}.z + qa{{i}}.w + qb{{i}}.x + qb{{i}}.y + qb{{i}}.z + qb{{i}}.w;
-{% endfor %}
-{{ caller() }}
 {% endmacro %}
