@@ -272,8 +272,10 @@ def q8_words_ref(x: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("k", [256, 14336])
 def test_quantize_x_writes_numpys_blocks(ks, rng, k):
-    """The once-a-layer pass: every code, chunk sum and scale bit-equal to numpy's q8 of x (x given
-    at an offset; nothing written past its q8_words)."""
+    """The once-a-layer pass: every code and chunk sum bit-equal to numpy's q8 of x, the scales
+    within 4e-7 (x given at an offset; nothing written past its q8_words). Scales are max |x| / 127,
+    and WGSL's f32 division is exact only to 2.5 ulps (the H200 differs from numpy by an ulp in some
+    of 448 blocks; lavapipe matches to the bit)."""
     dev = ks.dev
     x = safe_x(rng, k)
     xs = np.concatenate([gauss(rng, 8), x])
@@ -281,7 +283,10 @@ def test_quantize_x_writes_numpys_blocks(ks, rng, k):
     out = dev.upload(np.full(n + 16, 0xDEADBEEF, np.uint32))
     dispatch_once(dev, ops.quantize_x(ks), [dev.upload(xs), out], ops.quantize_x_groups(k), K=k, x_off=8)
     got = dev.read([(out, 0, (n + 16) * 4)]).view(np.uint32)
-    assert np.array_equal(got[:n], q8_words_ref(x))
+    ref = q8_words_ref(x)
+    assert np.array_equal(got[:k // 4 + k // 8], ref[:k // 4 + k // 8])
+    d_got, d_ref = got[k // 4 + k // 8:n].view(np.float32), ref[k // 4 + k // 8:].view(np.float32)
+    assert np.allclose(d_got, d_ref, rtol=4e-7, atol=0) and (d_ref > 0).all()
     assert (got[n:] == 0xDEADBEEF).all()
 
 
@@ -308,7 +313,8 @@ def test_prequantized_x_residual(ks, rng, layout, qtype):
 
 def test_prequantized_x_only_for_long_quantized_rows():
     d = _Dev()
-    assert ops.int8_pre_ok(d, ["Q6_K"], 14336) and ops.int8_pre_ok(d, ["Q4_K"], 8192)
+    assert ops.int8_pre_ok(d, ["Q6_K"], 14336) and ops.int8_pre_ok(d, ["Q4_K"], 14336)
+    assert not ops.int8_pre_ok(d, ["Q6_K"], 8192)       # the 1B's down product: slower whole-model
     assert not ops.int8_pre_ok(d, ["Q4_0"], 4096)       # the in-workgroup int8 path's range
     assert not ops.int8_pre_ok(d, ["F16"], 14336)       # float weights keep f32 x
     d.int8 = False

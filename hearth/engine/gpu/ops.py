@@ -112,9 +112,11 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
 
 
 # Row lengths whose matvec reads x quantized once, to global memory, by a pass before it
-# (quantize_x, then matvec q8g): the down products, where every workgroup quantizing all of x itself
-# cost more than it saved (above).
-INT8_PRE_K_MIN = 8192
+# (quantize_x, then matvec q8g): the 8B's down products (K 14,336), where every workgroup quantizing
+# all of x itself cost more than it saved (above). Measured on the H200 (bench.gpu, same call): 8B
+# Q4_K_M decode 1.12x, Q4_0 1.01x; the 1B's (K 8,192) 0.96x (its Q6_K down rows gain nothing and the
+# pass is one dispatch more a layer), so it keeps f32 x.
+INT8_PRE_K_MIN = 12288
 QUANTIZE_X_FIELDS = (("K", "u"), ("x_off", "u"))
 
 
@@ -141,12 +143,14 @@ def int8_pre_ok(dev, qtypes, k: int) -> bool:
             and all(t in INT8_TYPES for t in qtypes))
 
 
-# The layout of those products (lanes, rows per thread, unroll); None: matvec_layout's (the f32 one).
-INT8_PRE_LAYOUT = None
+# The layout of those products (lanes, rows per thread, unroll): in the H200 sweep (--matvec-sweep,
+# the pass included) 128x2x2, 128x4x1, 256x2x2, 256x4x1 and 256x4x2 summed to 386-404 us over the 8B
+# down products in Q4_0, Q4_K, Q6_K and Q8_0, within the noise of each other; 64 lanes 415-514.
+INT8_PRE_LAYOUT = (128, 2, 2)
 
 
 def int8_pre_layout(k: int, m: int) -> tuple[int, int, int]:
-    return INT8_PRE_LAYOUT or matvec_layout(k, m)
+    return INT8_PRE_LAYOUT
 
 
 def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):
