@@ -152,7 +152,7 @@ def matvec_sweep(reps=20, only=""):
                              (kern, [xg, y] + w, ops.matvec_groups(m, lay), prm)]
                 sec = timed(dev, disp, max(1, reps // copies)) / copies
                 gbs = m * rb / max(sec, 1e-9) / 1e9
-                mark = "*" if lay == ops.int8_pre_layout(k, m) else ""
+                mark = "*" if lay == ops.INT8_PRE_LAYOUT else ""
                 row.append(f"pre {'x'.join(map(str, lay))}{mark} {gbs:,.0f} ({sec * 1e6:.0f})")
             xg.destroy()
         print(f"  {name:11s} {'+'.join(types):10s} K={k:<6d} M={m:<7d} " + " | ".join(row), flush=True)

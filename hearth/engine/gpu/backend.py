@@ -17,7 +17,8 @@ weights, then in f32; ~1e-3 of the output's norm off numpy) and in f32 on CPU ra
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
 attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
 + head (final norm fused) + argmax; 6 per layer where merging the splits inside the O projection
-would cost more than a combine pass (large models, long contexts: ops.ATTN_FUSE_BYTES). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
+would cost more than a combine pass (large models, long contexts: ops.ATTN_FUSE_BYTES), and one
+more where the down product reads x quantized once (ops.int8_pre_ok). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
 the whole head), gemma3 two post-norm dispatches per layer.
 """
 
@@ -266,7 +267,7 @@ class GpuBackend(Backend):
             # long rows: x quantized once to global memory, then read at 1.6 bytes a value
             P.add(ops.quantize_x(ks), [self.ff, self.ffq], ops.quantize_x_groups(nff), f"{i}.quantize_x", K=nff)
             self._decode_proj(P, L["down"], self.ffq, nff, None, L["post_ffn"], f"{i}.down",
-                              layout=ops.int8_pre_layout(nff, d), q8=nff, q8g=True)
+                              layout=ops.INT8_PRE_LAYOUT, q8=nff, q8g=True)
         else:
             dn_lay, dn_q8 = self._layout(dn_t, nff, d)
             self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", layout=dn_lay, q8=dn_q8)

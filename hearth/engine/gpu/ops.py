@@ -149,10 +149,6 @@ def int8_pre_ok(dev, qtypes, k: int) -> bool:
 INT8_PRE_LAYOUT = (128, 2, 2)
 
 
-def int8_pre_layout(k: int, m: int) -> tuple[int, int, int]:
-    return INT8_PRE_LAYOUT
-
-
 def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):
     """`rows`: the row count of each matrix (concat: they are stacked; glu: both the same)."""
     rb = [row_bytes(t, k) for t in qtypes] + [0] * (3 - len(qtypes))
