@@ -6,8 +6,13 @@ repeated R times in one pass, the round trip subtracted), summed over layers.
 `--coop-probe` (no model needed) says whether this wgpu exposes cooperative-matrix (tensor-core)
 operations in WGSL: it asks for the feature, compiles 8x8 f32 and 16x16 f16 products, checks the
 8x8 one against numpy and times a naive 4,096-cube product with it.
+`--matmul-sweep` (no model needed) times the prefill product alone (f32 kernel, f16 kernel in
+several tiles) on 8B and 1B shapes, 2,048 tokens, and checks a corner of each output against numpy.
 `--matvec-sweep` (no model needed) times the decode matvec alone on 8B-shaped matrices in every
-layout (lanes, rows per thread) and prints GB/s of weights streamed, the chosen layout marked.
+layout (lanes, rows per thread) and prints GB/s of weights streamed, the chosen layout marked;
+for rows of ops.INT8_PRE_K_MIN and more (the down products) also x quantized once to global memory
+("pre": the quantize_x pass and the matvec reading its blocks, both timed). `--sweep-only NAME`
+keeps the cases whose name contains NAME (e.g. down).
 """
 
 from __future__ import annotations
@@ -88,7 +93,12 @@ def sane_blocks(rng, qtype, m, k):
     return raw.reshape(-1)
 
 
-def matvec_sweep(reps=20):
+# layouts (lanes, rows per thread, unroll) swept for x quantized once to global memory
+PRE_LAYOUTS = [(256, 4, 2), (256, 4, 1), (256, 2, 2), (256, 1, 2), (128, 4, 1), (128, 4, 2), (128, 2, 2),
+               (128, 1, 2), (64, 4, 1), (64, 2, 1), (64, 1, 2), (32, 2, 1)]
+
+
+def matvec_sweep(reps=20, only=""):
     """The decode matvec alone: weights in 4 copies (rotated, so the 50 MB L2 does not hold them)."""
     from hearth.engine.gpu import ops  # noqa: PLC0415
     from hearth.engine.gpu.device import Device  # noqa: PLC0415
@@ -100,7 +110,8 @@ def matvec_sweep(reps=20):
              ("gate+up", ["Q4_K", "Q4_K"], 4096, 14336, "glu"), ("down", ["Q4_0"], 14336, 4096, "concat"),
              ("down", ["Q6_K"], 14336, 4096, "concat"), ("o", ["Q4_0"], 4096, 4096, "concat"),
              ("head", ["Q6_K"], 4096, 128256, "concat"), ("1B gate+up", ["Q4_K", "Q4_K"], 2048, 8192, "glu"),
-             ("1B down", ["Q6_K"], 8192, 2048, "concat")]
+             ("1B down", ["Q6_K"], 8192, 2048, "concat"), ("down", ["Q4_K"], 14336, 4096, "concat"),
+             ("down", ["Q8_0"], 14336, 4096, "concat"), ("1B down", ["Q4_K"], 8192, 2048, "concat")]
     layouts = [(32, 1, 1), (128, 4, 1), (256, 4, 1), (128, 4, 2), (256, 4, 2)]
     layouts = [(lay, 0) for lay in layouts] + [(lay, 1) for lay in layouts + [(64, 4, 1), (128, 2, 1)]]
     cases.insert(3, ("gate+up", ["Q4_1", "Q4_1"], 4096, 14336, "glu"))
@@ -108,6 +119,8 @@ def matvec_sweep(reps=20):
     print("\nmatvec sweep: GB/s of weights (us per dispatch); * = the layout the backend picks;"
           " i8 = x as int8 blocks (ops.int8_ok)")
     for name, types, k, m, mode in cases:
+        if only not in name:
+            continue
         rb = ops.row_bytes(types[0], k)
         copies = 1 if m * rb * len(types) > 400 << 20 else 4
         ws = [[dev.upload(sane_blocks(rng, t, m, k)) for t in types] for _ in range(copies)]
@@ -116,7 +129,7 @@ def matvec_sweep(reps=20):
         y = dev.buffer(m * 4)
         chosen = ops.matvec_layout(k, m, mats=len(types) if mode == "glu" else 1)
         row = []
-        for lay, i8 in layouts:
+        for lay, i8 in layouts + ([] if (chosen, 0) in layouts else [(chosen, 0)]):
             if i8 and not ops.int8_ok(dev, types, k):
                 continue
             norm = mode == "glu"
@@ -127,10 +140,81 @@ def matvec_sweep(reps=20):
             gbs = m * rb * len(types) / max(sec, 1e-9) / 1e9
             row.append(f"{'i8 ' if i8 else ''}{'x'.join(map(str, lay))}{'*' if lay == chosen else ''} "
                        f"{gbs:,.0f} ({sec * 1e6:.0f})")
+        if mode == "concat" and ops.int8_pre_ok(dev, types, k):
+            xg = dev.buffer(ops.q8_words(k) * 4)
+            qk = ops.quantize_x(ks)
+            for lay in PRE_LAYOUTS:
+                kern = ops.matvec(ks, types, residual=True, layout=lay, q8x=k, q8g=True)
+                prm = ops.matvec_params(types, k, [m])
+                disp = []
+                for w in ws:
+                    disp += [(qk, [x, xg], ops.quantize_x_groups(k), dict(K=k)),
+                             (kern, [xg, y] + w, ops.matvec_groups(m, lay), prm)]
+                sec = timed(dev, disp, max(1, reps // copies)) / copies
+                gbs = m * rb / max(sec, 1e-9) / 1e9
+                mark = "*" if lay == ops.INT8_PRE_LAYOUT else ""
+                row.append(f"pre {'x'.join(map(str, lay))}{mark} {gbs:,.0f} ({sec * 1e6:.0f})")
+            xg.destroy()
         print(f"  {name:11s} {'+'.join(types):10s} K={k:<6d} M={m:<7d} " + " | ".join(row), flush=True)
         for w in ws:
             for b in w:
                 b.destroy()
+    dev.destroy()
+
+
+MATMUL_CASES = [("8B gate", "Q4_0", 4096, 14336), ("8B gate", "Q4_K", 4096, 14336), ("8B gate", "Q8_0", 4096, 14336),
+         ("8B down", "Q6_K", 14336, 4096), ("8B q/o", "Q4_K", 4096, 4096), ("8B k/v", "Q4_K", 4096, 1024),
+         ("1B gate", "Q4_K", 2048, 8192), ("1B q/o", "Q4_K", 2048, 2048), ("1B k/v", "Q4_K", 2048, 512),
+         ("8B gate", "F16", 4096, 14336)]
+# (tile, flush); None = the f32 kernel
+MATMUL_CONFIGS = [None, ((8, 8), 2), ((8, 8), 1), ((8, 4), 2), ((4, 8), 2), ((4, 4), 2)]
+
+
+def matmul_sweep(reps=3, n=2048):
+    """The prefill product alone on 8B and 1B shapes (n tokens): the f32 kernel and the f16 one in
+    several tiles and f16 spans; TFLOP/s, and each output's 64 x 64 corner checked
+    against numpy (relative error of that corner)."""
+    from hearth.engine.gpu import ops  # noqa: PLC0415
+    from hearth.engine.gpu.device import Device  # noqa: PLC0415
+    from hearth.engine.gpu.kernels import Kernels  # noqa: PLC0415
+    import gguf  # noqa: PLC0415
+    dev = Device()
+    ks = Kernels(dev)
+    rng = np.random.default_rng(0)
+    cases, configs = MATMUL_CASES, MATMUL_CONFIGS
+    print(f"\nmatmul sweep, {n} tokens: TFLOP/s (ms) [rel err of a 64x64 corner vs numpy]; "
+          f"f16 tiles RMxRN/flush; "
+          f"chosen = {ops.MATMUL16_TILE}/{ops.MATMUL16_FLUSH} (smaller where ops.matmul16_tile says)")
+    x_np = (rng.standard_normal((n, 14336)) * 0.5).astype(np.float32)
+    for name, qt, k, m in cases:
+        if qt == "F16":
+            raw = (rng.standard_normal((m, k)) * 0.02).astype(np.float16).view(np.uint8).reshape(-1)
+        else:
+            raw = sane_blocks(rng, qt, m, k)
+        w = dev.upload(raw)
+        xk = np.ascontiguousarray(x_np[:, :k])
+        x = dev.upload(xk)
+        y = dev.buffer(n * m * 4)
+        rb = ops.row_bytes(qt, k)
+        wref = gguf.quants.dequantize(raw[:64 * rb].reshape(64, rb), getattr(gguf.GGMLQuantizationType, qt))
+        c = min(64, n)
+        ref = xk[:c].astype(np.float64) @ np.asarray(wref, np.float64).reshape(64, k).T
+        row = []
+        for cfg in configs:
+            if cfg is None:
+                kern, groups, lab = ops.matmul(ks, [qt]), ops.matmul_groups(m, n), "f32"
+            else:
+                tile, fl = cfg
+                kern = ops.matmul16(ks, [qt], tile=tile, flush=fl)
+                groups, lab = ops.matmul16_groups(m, n, tile), f"{tile[0]}x{tile[1]}/{fl}"
+            prm = ops.matmul_params([qt], k, m, n, ldy=m)
+            sec = timed(dev, [(kern, [x, y, w], groups, prm)], reps)
+            got = dev.read([(y, 0, n * m * 4)]).view(np.float32).reshape(n, m)[:c, :64]
+            err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+            row.append(f"{lab} {2 * n * m * k / max(sec, 1e-9) / 1e12:.1f} ({sec * 1e3:.2f}) [{err:.1e}]")
+        print(f"  {name:8s} {qt:5s} K={k:<6d} M={m:<6d} " + " | ".join(row), flush=True)
+        for b in (w, x, y):
+            b.destroy()
     dev.destroy()
 
 
@@ -227,13 +311,20 @@ def main(argv=None):
     ap.add_argument("--model", default=None)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--matvec-sweep", action="store_true")
+    ap.add_argument("--sweep-only", default="", help="--matvec-sweep: only cases whose name contains this")
     ap.add_argument("--coop-probe", action="store_true")
+    ap.add_argument("--matmul-sweep", action="store_true")
+    ap.add_argument("--prefill-only", action="store_true", help="only the prefill chunk's per-kernel times")
+    ap.add_argument("--decode-only", action="store_true", help="only decode's per-kernel times")
     a = ap.parse_args(argv)
+    if a.matmul_sweep:
+        matmul_sweep()
+        return
     if a.coop_probe:
         coop_probe()
         return
     if a.matvec_sweep:
-        matvec_sweep(a.reps)
+        matvec_sweep(a.reps, a.sweep_only)
         return
     from hearth.engine.config import ModelConfig  # noqa: PLC0415
     from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
@@ -244,6 +335,14 @@ def main(argv=None):
     be = GpuBackend(cfg, g, 4096)
     be.forward(np.arange(2048, dtype=np.int32) + 100, 0)
     be.forward_argmax(np.array([5], np.int32), 2048)
+    if not a.prefill_only:
+        decode_profile(be, a.reps)
+    if not a.decode_only:
+        prefill_profile(be)
+    be.close()
+
+
+def decode_profile(be, reps):
     # encode cost
     P = be.decode_plan
     ts = []
@@ -277,22 +376,24 @@ def main(argv=None):
         print(f"  submitted in {pieces} pieces: whole token {np.median(tok) * 1e3:.3f} ms at kv ~120")
     be.submit_pieces = 1
     for kv in (17, 2049):
-        by, cnt, rt = per_op(be, P, 1, kv, a.reps)
+        by, cnt, rt = per_op(be, P, 1, kv, reps)
         print(f"\ndecode at kv_len {kv}: round trip {rt * 1e3:.3f} ms; GPU ms per token by kernel (count):")
         for k, v in by.most_common():
             print(f"  {k:10s} {v * 1e3:8.3f}  ({cnt[k]})")
         print(f"  total      {sum(by.values()) * 1e3:8.3f}")
+
+
+def prefill_profile(be):
     # the step buffer must say what a real 2048-token chunk says (rope and attention read it)
     hdr = np.zeros(4 + 2048, np.uint32)
     hdr[1] = 2048
     hdr[4:] = np.arange(2048) + 100
     be.dev.queue.write_buffer(be.step, 0, hdr)
     by, cnt, rt = per_op(be, be.prefill_plan, 2048, 2048, 3)
-    print("\nprefill chunk of 2048 at pos 0: GPU ms by kernel (count):")
+    print(f"\nprefill chunk of 2048 at pos 0 ({'f16' if be.f16 else 'f32'} products): GPU ms by kernel (count):")
     for k, v in by.most_common():
         print(f"  {k:10s} {v * 1e3:8.3f}  ({cnt[k]})")
     print(f"  total      {sum(by.values()) * 1e3:8.3f}")
-    be.close()
 
 
 if __name__ == "__main__":

@@ -93,21 +93,60 @@ def int8_ok(dev, qtypes, k: int) -> bool:
 
 
 def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
-           attn_ws=1, layout=None, q8x=0):
+           attn_ws=1, layout=None, q8x=0, q8g=False):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
     attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
     params a0 = head dim, a1 = max splits), merged before the product; attn_ws = heads x max splits.
     rope = "normal" | "neox": Q|K|V with RoPE and the KV store fused (a0 = head dim, a1 = max_ctx).
     layout: (lanes, rows per thread), see matvec_layout; concat boundaries must be multiples of its
     rows per workgroup (matvec_rows). q8x = K: x goes to int8 blocks of 32 first (see int8_ok);
-    the kernel is then built for rows of exactly K weights."""
+    the kernel is then built for rows of exactly K weights. q8g (with q8x): x (binding 1) is
+    already quantized, quantize_x's blocks (see int8_pre_ok); no norm, no attn_x."""
     lanes, rpt, *rest = layout or MATVEC_DEFAULT
     unroll = rest[0] if rest else 1
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
               + (["r"] if attn_x else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
-                  ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x))
+                  ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g))
+
+
+# Row lengths whose matvec reads x quantized once, to global memory, by a pass before it
+# (quantize_x, then matvec q8g): the 8B's down products (K 14,336), where every workgroup quantizing
+# all of x itself cost more than it saved (above). Measured on the H200 (bench.gpu, same call): 8B
+# Q4_K_M decode 1.12x, Q4_0 1.01x; the 1B's (K 8,192) 0.96x (its Q6_K down rows gain nothing and the
+# pass is one dispatch more a layer), so it keeps f32 x.
+INT8_PRE_K_MIN = 12288
+QUANTIZE_X_FIELDS = (("K", "u"), ("x_off", "u"))
+
+
+def q8_words(k: int) -> int:
+    """u32 words of x's int8 blocks in global memory: codes K/4, chunk sums K/8, scales K/32."""
+    return k // 4 + k // 8 + k // 32
+
+
+def quantize_x(ks):
+    """x [K] f32 -> int8 blocks of 32 (codes, chunk sums, scales: q8_words). Bindings: x, xg.
+    Params K (a multiple of 32), x_off."""
+    return ks.get("quantize_x.wgsl", ["r", "rw"], QUANTIZE_X_FIELDS)
+
+
+def quantize_x_groups(k: int):
+    return -(-(k // 8) // 256), 1, 1
+
+
+def int8_pre_ok(dev, qtypes, k: int) -> bool:
+    """Whether a matvec over these weight types and row length reads x quantized once to global
+    memory (quantize_x + matvec q8g): the device has the integer dot products, the weights are
+    quantized and K is at least INT8_PRE_K_MIN (nothing in workgroup memory, so no upper bound)."""
+    return (getattr(dev, "int8", False) and k % 32 == 0 and k >= INT8_PRE_K_MIN
+            and all(t in INT8_TYPES for t in qtypes))
+
+
+# The layout of those products (lanes, rows per thread, unroll): in the H200 sweep (--matvec-sweep,
+# the pass included) 128x2x2, 128x4x1, 256x2x2, 256x4x1 and 256x4x2 summed to 386-404 us over the 8B
+# down products in Q4_0, Q4_K, Q6_K and Q8_0, within the noise of each other; 64 lanes 415-514.
+INT8_PRE_LAYOUT = (128, 2, 2)
 
 
 def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):
@@ -152,6 +191,62 @@ def matmul_params(qtypes, k, m, n, ldy, y_off=0, ldx=None):
 
 def matmul_groups(m: int, n: int):
     return -(-m // 64), -(-n // 64), 1
+
+
+# Weight types of the f16 prefill product (matmul16.wgsl): F32 weights keep the f32 kernel (their
+# own precision would be lost).
+F16_TYPES = GPU_TYPES[1:]
+# Its tile (rows, tokens per thread: 16 RM x 16 RN outputs a workgroup) and the steps of 32 weights
+# summed in f16 before an f32 add (FLUSH); measured on the H200 (bench.gpu_profile --matmul-sweep):
+# 8x8 with 2 steps 33-35 TFLOP/s on every 8B/1B shape with enough rows, 1 step 30-33, 4 steps or the
+# k loop unrolled by the template 17-34 (erratic between shapes, so not kept).
+MATMUL16_TILE = (8, 8)
+MATMUL16_FLUSH = 2
+
+
+# X of the down product, act(gate) * up, is not bounded by a norm (xn is, by |g| sqrt(d); attention's
+# output by max |V|): it is stored in f16 times 2^-8 (W times 2^8), which raises its ceiling from
+# 65,504 to 1.7e7 and costs only resolution below 2^-6 (absolute steps of 1.5e-5 there).
+MATMUL16_FF_SHIFT = 8
+
+
+def matmul16(ks, qtypes, act="silu", bias=False, residual=False, epi_glu=False, tile=None, flush=None, xshift=0):
+    """As matmul, in half precision (the device must have shader-f16; weight types F16_TYPES).
+    tile = (RM, RN) with RM in (4, 8), RN in (2, 4, 8); flush: steps of 32 weights a f16 partial sum spans;
+    xshift: X scaled by 2^-xshift and W by 2^xshift in f16 (0..12)."""
+    if qtypes[0] not in F16_TYPES:
+        raise ValueError(f"no f16 prefill product for weight type {qtypes[0]}")
+    rm, rn = tile or MATMUL16_TILE
+    if rm not in (4, 8) or rn not in (2, 4, 8):
+        raise ValueError(f"matmul16 tile {rm}x{rn} per thread is not built")
+    if not 0 <= xshift <= 12:
+        raise ValueError(f"matmul16 xshift {xshift} outside 0..12")
+    access = ["r", "rw", "r"] + (["r"] if bias else [])
+    return ks.get("matmul16.wgsl", access, MATMUL_FIELDS, QTYPES=tuple(qtypes), ACT=act, BIAS=bool(bias),
+                  RESIDUAL=bool(residual), EPI_GLU=bool(epi_glu), RM=rm, RN=rn,
+                  FLUSH=int(flush or MATMUL16_FLUSH), XSHIFT=int(xshift))
+
+
+# A smaller tile where the big one would leave the GPU short of workgroups (the H200 has 132 SMs, and
+# the 8x8 tile's 128 accumulators a thread leave room for about one workgroup an SM: the 1B's K/V
+# products, M = 512, 64 workgroups, ran at half speed with it).
+MATMUL16_MIN_GROUPS = 128
+MATMUL16_SMALL_TILES = ((4, 8), (4, 4))
+
+
+def matmul16_tile(m: int, n: int) -> tuple[int, int]:
+    """The tile for M rows over n tokens (a full prefill chunk): MATMUL16_TILE unless that gives fewer
+    than MATMUL16_MIN_GROUPS workgroups, then the first smaller tile that does (else the smallest)."""
+    for tile in (MATMUL16_TILE,) + MATMUL16_SMALL_TILES:
+        gx, gy, _ = matmul16_groups(m, n, tile)
+        if gx * gy >= MATMUL16_MIN_GROUPS:
+            return tile
+    return MATMUL16_SMALL_TILES[-1]
+
+
+def matmul16_groups(m: int, n: int, tile=None):
+    rm, rn = tile or MATMUL16_TILE
+    return -(-m // (16 * rm)), -(-n // (16 * rn)), 1
 
 
 ROPE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("n_rot", "u"), ("max_ctx", "u"), ("neox", "u"), ("eps", "f"))
