@@ -271,20 +271,6 @@ class CpuBackend(Backend):
             self._decode.record(self.threads, time.perf_counter() - started)
         return np.concatenate(outs) if all_logits else outs[-1]
 
-    def warm_up(self) -> None:
-        """One prefill chunk and one decode step on positions nothing holds, so that the first real
-        ones do not pay for what a fresh process does once: numba's dispatchers loading the cached
-        kernels, OpenBLAS and the row threads starting, scratch pages first touched (measured on the
-        default model: the first 20-token prefill 540-770 ms against 170-190 ms after, the first
-        decode step 115-130 ms against 20). The Engine's background thread calls it after a load,
-        holding the engine's lock, with nothing resident; it leaves nothing resident."""
-        ids = np.zeros(min(MIN_PARALLEL_ROWS, self.kv.max_ctx - 1), np.int64)
-        try:
-            self.forward(ids, 0)
-            self.forward(ids[:1], len(ids))
-        finally:
-            self.kv.n_tokens = 0
-
     def _runner(self, n_rows: int) -> RowRunner:
         """Decode and short inputs: this thread, with BLAS on all free cores; longer chunks:
         row ranges on our own threads (ThreadedRows)."""
