@@ -178,7 +178,11 @@ def test_gpu_float16_engine_matches_float32_and_the_cpu(gpu_engines):
     for e in (g32, g16):
         e.reset()
     l32, l16 = g32.feed(ids), g16.feed(ids)
-    assert np.abs(l16 - l32).max() < LOGIT_TOL and not np.array_equal(l16, l32)
+    # centered (a shift common to every logit changes no probability), as tests/test_gpu_backend.py: on a real
+    # GPU the f16 prefill products (HEARTH_GPU_F16) add their own ~0.035 to float16 KV's, mostly as such a shift
+    d = l16.astype(np.float64) - l32
+    # (measured on the H200: max |d| 0.122, centered 0.068 with f16 products; 0.007 / 0.007 without; lavapipe ~0.01)
+    assert np.abs(d - d.mean()).max() < LOGIT_TOL and not np.array_equal(l16, l32)
     reply = lambda e: [ev.token_id for ev in e.generate(ids, max_tokens=12, sampling=Sampling(temperature=0))]  # noqa: E731
     assert reply(g16) == reply(g32)
 
