@@ -9,7 +9,7 @@ Activations: xq int16 [n] the codes; for the 32-weight types xd float32 [n / 32]
 xs float32 [n / 32] the dequantized block sums d * sum(q) (the offset term m * sum(x) of Q4_1 and
 Q5_1); for the K-quants xd float32 [n / 256] and xs int32 [n / 16] the code sums per 16.
 A block's integer weights (times their sub-block scales, in int16, where the type has them) are
-multiplied by the codes and summed in int32 (`madd`), converted to float32 once per block and
+multiplied by the codes and summed in int32 (`madd`; Q4_K and Q5_K scale the int32 sums instead), converted to float32 once per block and
 scaled by the weight scale times the activation scale: the arithmetic of llama.cpp's
 ggml_vec_dot_*_q8_* up to the order of float additions.
 Bounds: a weight times its sub-block scale is at most 4,096 in magnitude (Q6_K: 32 x 128), a code
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .blocks import _i8, _k_scale_min, _q3_k, _q3_scale, _q5, _q5_k, _q6_k, inline
-from .simd import (add_lane0, bit_fields, f16_at, fma_i, hi_nibbles, iadd, izero, lo_nibbles, madd32, signed_bytes,
-                   vaddc, vmulc)
+from .blocks import _i8, _q3_k, _q3_scale, _q5, _q5_k, _q6_k, inline
+from .simd import (add_lane0, bit_fields, f16_at, fma_i, fma_mins, hi_nibbles, iadd, imac, izero, lo_nibbles, madd32, signed_bytes,
+                   u32_at, vaddc, vmulc)
 
 
 # --- the 32-weight types: one activation block per weight block ---------------------------------
@@ -67,39 +67,40 @@ def dot_q8_0(w, o, xq, xd, xs, b, a0, a1):
 
 # --- the K-quants: one Q8_K block (256 codes, one scale) per weight block ------------------------
 
+@inline
+def _k_scales(w, s):
+    """Q4_K/Q5_K: the 8 6-bit scales and the 8 mins of the 12 bytes at s, one per byte of two
+    uint64 (llama.cpp's branch-free unpacking: one branch per sub-block costs more than its products)."""
+    u0, u1, u2 = u32_at(w, s), u32_at(w, s + 4), u32_at(w, s + 8)
+    sc = (u0 & 0x3F3F3F3F) | (((u2 & 0x0F0F0F0F) | (((u0 >> 6) & 0x03030303) << 4)) << 32)
+    mn = (u1 & 0x3F3F3F3F) | ((((u2 >> 4) & 0x0F0F0F0F) | (((u1 >> 6) & 0x03030303) << 4)) << 32)
+    return sc, mn
+
+
 # Q4_K: sub-block 2j = low nibbles of qs[32j:32j+32], 2j + 1 = their high nibbles;
 # w = d * sc * q - dmin * m
 @inline
 def dot_q4_k(w, o, xq, xd, xs, b, a0, a1):
+    sc, mn = _k_scales(w, o + 4)
     acc = izero()
-    mins = 0
     for j in range(4):
-        g = o + 16 + 32 * j
-        sc, mn = _k_scale_min(w, o + 4, 2 * j)
-        acc = iadd(acc, madd32(vmulc(lo_nibbles(w, g), sc), vmulc(lo_nibbles(w, g + 16), sc), xq, b * 256 + 64 * j))
-        mins += mn * (np.int64(xs[b * 16 + 4 * j]) + xs[b * 16 + 4 * j + 1])
-        sc, mn = _k_scale_min(w, o + 4, 2 * j + 1)
-        acc = iadd(acc, madd32(vmulc(hi_nibbles(w, g), sc), vmulc(hi_nibbles(w, g + 16), sc), xq,
-                               b * 256 + 64 * j + 32))
-        mins += mn * (np.int64(xs[b * 16 + 4 * j + 2]) + xs[b * 16 + 4 * j + 3])
+        g, e = o + 16 + 32 * j, b * 256 + 64 * j
+        acc = imac(acc, madd32(lo_nibbles(w, g), lo_nibbles(w, g + 16), xq, e), (sc >> (16 * j)) & 255)
+        acc = imac(acc, madd32(hi_nibbles(w, g), hi_nibbles(w, g + 16), xq, e + 32), (sc >> (16 * j + 8)) & 255)
     dx = xd[b]
-    a0 = fma_i(a0, acc, f16_at(w, o) * dx)
-    return add_lane0(a0, -(f16_at(w, o + 2) * dx) * np.float32(mins)), a1
+    return fma_i(a0, acc, f16_at(w, o) * dx), fma_mins(a1, mn, xs, b * 16, -(f16_at(w, o + 2) * dx))
 
 
 # Q5_K: as Q4_K plus bit i of qh[l] as bit 4 of weight l of sub-block i
 @inline
 def dot_q5_k(w, o, xq, xd, xs, b, a0, a1):
+    sc, mn = _k_scales(w, o + 4)
     acc = izero()
-    mins = 0
     for i in range(8):
-        sc, mn = _k_scale_min(w, o + 4, i)
         q0, q1 = _q5_k(w, o, i)
-        acc = iadd(acc, madd32(vmulc(q0, sc), vmulc(q1, sc), xq, b * 256 + 32 * i))
-        mins += mn * (np.int64(xs[b * 16 + 2 * i]) + xs[b * 16 + 2 * i + 1])
+        acc = imac(acc, madd32(q0, q1, xq, b * 256 + 32 * i), (sc >> (8 * i)) & 255)
     dx = xd[b]
-    a0 = fma_i(a0, acc, f16_at(w, o) * dx)
-    return add_lane0(a0, -(f16_at(w, o + 2) * dx) * np.float32(mins)), a1
+    return fma_i(a0, acc, f16_at(w, o) * dx), fma_mins(a1, mn, xs, b * 16, -(f16_at(w, o + 2) * dx))
 
 
 # Q6_K: w = d * scale * (q - 32), an int8 scale per 16 weights
