@@ -90,9 +90,31 @@ def test_decode_one_token_at_a_time_matches_prefill(tiny):
     prefill and token-by-token decoding."""
     _, m, be = tiny
     ids = prompt_of(m, "english")["ids"]
+    with be.float_activations():
+        be.kv.clear()
+        whole = be.forward(ids, 0, all_logits=True)
+        be.kv.clear()
+        for j, t in enumerate(ids):
+            step = be.forward([t], j)
+            np.testing.assert_allclose(step, whole[j], atol=1e-3)
+
+
+def test_decode_with_8bit_x_stays_near_prefill(tiny):
+    """One-token passes quantize x to 8 bits as llama.cpp does (prefill stays float32). Measured
+    against the float prefill at every position of the English prompt: mean |dlogit| per position
+    at most 0.03-0.07, max 0.19-0.43 (../shared/reference/README.md puts llama.cpp's own 8-bit
+    activations at 0.03 mean / 0.2-0.4 max on these models); the top-1 differed only where the
+    top-2 gap was under 0.07. Bounds: about twice the measured."""
+    _, m, be = tiny
+    ids = prompt_of(m, "english")["ids"]
+    assert be.int8
     be.kv.clear()
     whole = be.forward(ids, 0, all_logits=True)
     be.kv.clear()
-    for j, t in enumerate(ids):
-        step = be.forward([t], j)
-        np.testing.assert_allclose(step, whole[j], atol=1e-3)
+    steps = np.stack([be.forward([t], j).copy() for j, t in enumerate(ids)])
+    diff = np.abs(steps - whole)
+    assert diff.mean(axis=-1).max() <= 0.15
+    assert diff.max() <= 1.0
+    top = np.sort(whole, axis=-1)
+    sure = top[:, -1] - top[:, -2] >= 0.2
+    assert sure.sum() >= 5 and (steps.argmax(-1) == whole.argmax(-1))[sure].all()

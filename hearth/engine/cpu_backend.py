@@ -20,12 +20,13 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 
 from .backend import Backend
 from .config import ModelConfig
-from .cpu.linear import no_parallel_kernels, set_threads
+from .cpu.linear import int8_default, no_parallel_kernels, set_threads
 from .kv_cache import KVCache
 from .models import build_model
 from .models.decoder import SERIAL, RowRunner
@@ -230,9 +231,16 @@ class DeadlineRunner(RowRunner):
 class CpuBackend(Backend):
     name = "cpu"
 
-    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, chunk: int = DEFAULT_CHUNK, progress=None):
+    def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, chunk: int = DEFAULT_CHUNK, progress=None,
+                 int8: bool | None = None):
         self.cfg = cfg
         self.model = build_model(cfg, gguf)
+        # One-token passes multiply quantized matrices with x quantized to 8 bits as llama.cpp does
+        # (engine/cpu/kernels_int8.py: ~2x faster kernels); int8=False (or HEARTH_CPU_INT8=0) keeps
+        # float32 x, the exact float path the consistency tests compare against. Prefill is float32
+        # either way (BLAS tiles).
+        self.int8 = False
+        self.set_int8(int8_default() if int8 is None else int8)
         self.model.make_resident(progress)
         self.kv = KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, n_ctx)
         self.chunk = chunk
@@ -240,6 +248,21 @@ class CpuBackend(Backend):
         self._rows: ThreadedRows | None = None
         self._decode = DecodeThreads(_BLAS.cores)
         self._deadline = DeadlineRunner()
+
+    def set_int8(self, on: bool) -> None:
+        """8-bit x in one-token passes (True) or float32 x everywhere (False)."""
+        self.int8 = bool(on)
+        self.model.set_int8(self.int8)
+
+    @contextmanager
+    def float_activations(self):
+        """Within: float32 x in every product (the exact float path), then the setting as it was."""
+        old = self.int8
+        self.set_int8(False)
+        try:
+            yield self
+        finally:
+            self.set_int8(old)
 
     def forward(self, ids, pos: int, all_logits: bool = False) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)

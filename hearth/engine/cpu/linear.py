@@ -5,7 +5,9 @@ nothing is copied or converted at load). `Activations(x)` quantizes the input ro
 matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
 - a few rows (decode): the matrix-vector kernel of the weight type per row, on all of numba's
   threads: for quantized weights with x quantized to 8 bits as llama.cpp does
-  (engine.cpu.kernels_int8, `int8`), else with float32 x (engine.cpu.kernels);
+  (engine.cpu.kernels_int8) where both the matrix (`Linear.int8`) and the input
+  (`Activations(x, int8=True)`: the decoder's one-token passes) allow it, else with float32 x
+  (engine.cpu.kernels);
 - more rows (prefill): the matrix in tiles of rows, each dequantized into a per-thread float32
   scratch buffer and multiplied by BLAS (sgemm is compute-bound there, and a tile's dequantization
   costs ~1/100 of its products at 512 rows).
@@ -72,8 +74,9 @@ class Activations:
     """Input rows x float32 [n, k], and what the matrices that read x ask of it, made once: its
     sums per 16 (xs float32 [n, k / 16]) and its 8-bit quantizations (`q8`)."""
 
-    def __init__(self, x: np.ndarray):
+    def __init__(self, x: np.ndarray, int8: bool = False):
         self.x = np.ascontiguousarray(x, dtype=np.float32)
+        self.int8 = int8    # whether matrices that quantize x to 8 bits (Linear.int8) may do so here
         self._xs = None
         self._q8 = {}
 
@@ -170,7 +173,7 @@ class Linear:
         with _LAUNCH:
             for i in range(act.n):
                 dst = out[i] if direct else np.empty(self.n_out, np.float32)
-                if self._int8:
+                if self._int8 and act.int8:
                     q, d, s = act.q8(self.k_blocks)
                     self._matvec8(self.ws, q[i], d[i], s[i], dst, self.scales)
                 elif self.quantized:
