@@ -4,7 +4,8 @@ engine/quant_activations.py), in integers.
 For each quantized type:
     dot_T(w, o, xq, xd, xs, b, a0, a1) -> (a0, a1)
         adds the block at byte `o` of the weight row `w` (uint8), times the activations, to the
-        float32 accumulators (F32x8); b is the block's index in the row.
+        float32 accumulators (F32x8); b is the block's index in the row. Q4_1 and Q5_1 take and
+        return (a0, t) instead, t a float32 scalar for their offset terms.
 Activations: xq int16 [n] the codes; for the 32-weight types xd float32 [n / 32] their scales and
 xs float32 [n / 32] the dequantized block sums d * sum(q) (the offset term m * sum(x) of Q4_1 and
 Q5_1); for the K-quants xd float32 [n / 256] and xs int32 [n / 16] the code sums per 16.
@@ -34,12 +35,12 @@ def dot_q4_0(w, o, xq, xd, xs, b, a0, a1):
     return fma_i(a0, p, f16_at(w, o) * xd[b]), a1
 
 
-# Q4_1: d f16 | m f16 | qs[16]; w = d * nibble + m
+# Q4_1: d f16 | m f16 | qs[16]; w = d * nibble + m. The offset terms m * sum(x) go to the scalar t
+# (a lane insert per block would lengthen the vector accumulator's dependency chain).
 @inline
-def dot_q4_1(w, o, xq, xd, xs, b, a0, a1):
+def dot_q4_1(w, o, xq, xd, xs, b, a0, t):
     p = madd32(lo_nibbles(w, o + 4), hi_nibbles(w, o + 4), xq, b * 32)
-    a0 = fma_i(a0, p, f16_at(w, o) * xd[b])
-    return add_lane0(a0, f16_at(w, o + 2) * xs[b]), a1
+    return fma_i(a0, p, f16_at(w, o) * xd[b]), t + f16_at(w, o + 2) * xs[b]
 
 
 # Q5_0: d f16 | qh u32 | qs[16]; w = d * (q - 16)
@@ -52,10 +53,9 @@ def dot_q5_0(w, o, xq, xd, xs, b, a0, a1):
 
 # Q5_1: d f16 | m f16 | qh u32 | qs[16]; w = d * q + m
 @inline
-def dot_q5_1(w, o, xq, xd, xs, b, a0, a1):
+def dot_q5_1(w, o, xq, xd, xs, b, a0, t):
     q0, q1 = _q5(w, o + 4, o + 8)
-    a0 = fma_i(a0, madd32(q0, q1, xq, b * 32), f16_at(w, o) * xd[b])
-    return add_lane0(a0, f16_at(w, o + 2) * xs[b]), a1
+    return fma_i(a0, madd32(q0, q1, xq, b * 32), f16_at(w, o) * xd[b]), t + f16_at(w, o + 2) * xs[b]
 
 
 # Q8_0: d f16 | qs int8[32]; w = d * q

@@ -82,11 +82,11 @@ def matvec_q4_0(ws, xq, xd, xs, out, scales):
 def matvec_q4_1(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
+        row, a0, a1, t = ws[p][r], fzero(), fzero(), np.float32(0.0)
         for b in range(row.shape[0] // 20):
-            a0, a1 = B.dot_q4_1(row, b * 20, xq, xd, xs, b, a0, a1)
+            a0, t = B.dot_q4_1(row, b * 20, xq, xd, xs, b, a0, t)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = (fsum(a0) + fsum(a1) + t) * scales[p]
 
 
 @pjit
@@ -104,11 +104,11 @@ def matvec_q5_0(ws, xq, xd, xs, out, scales):
 def matvec_q5_1(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
+        row, a0, a1, t = ws[p][r], fzero(), fzero(), np.float32(0.0)
         for b in range(row.shape[0] // 24):
-            a0, a1 = B.dot_q5_1(row, b * 24, xq, xd, xs, b, a0, a1)
+            a0, t = B.dot_q5_1(row, b * 24, xq, xd, xs, b, a0, t)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = (fsum(a0) + fsum(a1) + t) * scales[p]
 
 
 @pjit
