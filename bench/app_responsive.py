@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
+
+from bench.window_session import isolated_folders, spin
 
 TICK_MS = 5
 FIRST_TOKENS = 24
@@ -31,28 +31,15 @@ def main(argv=None) -> int:
     ap.add_argument("--switch-ms", type=float, default=None,
                     help="override the interpreter's thread switch interval the app sets (experiments)")
     args = ap.parse_args(argv)
-    if not os.environ.get("DISPLAY") and not os.environ.get("QT_QPA_PLATFORM"):
-        os.environ["QT_QPA_PLATFORM"] = "offscreen"
-    tmp = Path(tempfile.mkdtemp(prefix="hearth-bench-"))
-    (tmp / "data").mkdir()
-    (tmp / "data" / "settings.ini").write_text(f"[model]\nbackend={args.backend}\n")
-    os.environ["HEARTH_DATA_DIR"], os.environ["HEARTH_CACHE_DIR"] = str(tmp / "data"), str(tmp / "cache")
+    isolated_folders(args.backend)
 
-    from PySide6.QtCore import QCoreApplication, QEventLoop, Qt, QTimer
+    from PySide6.QtCore import Qt, QTimer
     from PySide6.QtWidgets import QApplication
 
     from hearth.app.main import create_window
     from hearth.engine.preset_format import Preset, check_sampling
 
     app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841  (kept alive)
-
-    def spin(pred, timeout=600.0):
-        end = time.monotonic() + timeout
-        while not pred():
-            if time.monotonic() > end:
-                raise TimeoutError
-            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-            time.sleep(0.002)
 
     t0 = time.perf_counter()
     w = create_window()

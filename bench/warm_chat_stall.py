@@ -13,9 +13,10 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from bench.window_session import isolated_folders, spin
 
 TICK_MS = 5
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,28 +28,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
-    if not os.environ.get("DISPLAY") and not os.environ.get("QT_QPA_PLATFORM"):
-        os.environ["QT_QPA_PLATFORM"] = "offscreen"
-    tmp = Path(tempfile.mkdtemp(prefix="hearth-bench-"))
-    (tmp / "data").mkdir()
-    (tmp / "data" / "settings.ini").write_text("[model]\nbackend=cpu\n")
-    os.environ["HEARTH_DATA_DIR"], os.environ["HEARTH_CACHE_DIR"] = str(tmp / "data"), str(tmp / "cache")
+    isolated_folders("cpu")
 
-    from PySide6.QtCore import QCoreApplication, QEventLoop, Qt, QTimer
+    from PySide6.QtCore import Qt, QTimer
     from PySide6.QtWidgets import QApplication
 
     from hearth.app.main import create_window
     from hearth.engine.preset_format import Preset, check_sampling
 
     app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841  (kept alive)
-
-    def spin(pred, timeout=900.0):
-        end = time.monotonic() + timeout
-        while not pred():
-            if time.monotonic() > end:
-                raise TimeoutError
-            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-            time.sleep(0.002)
 
     w = create_window()
     w.show()

@@ -5,17 +5,14 @@ recomputed), and quit stopping the server's process. The server is tests/mcp_tes
 
 from __future__ import annotations
 
-import app_fixtures
 import pytest
 from app_fixtures import open_window
 from mcp_fixtures import alive, pid_of, stdio_config, wait_gone
 from PySide6.QtCore import Qt
+from tool_round_fixtures import GREEDY, SYSTEM, ask, prompt_text, wait_confirm, wait_done, wait_until
 
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.engine.preset_format import Preset
 
-SYSTEM = "You are a helpful assistant."
-GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
-                         "max_tokens": 6})
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "calculator",
                                            "parameters": {"type": "object"}}}]
 
@@ -24,8 +21,6 @@ def call(name: str, args: str) -> str:
     return f'<tool_call>[{{"name": "{name}", "arguments": {args}}}]</tool_call>'
 
 
-def wait_until(pred, timeout_s: float = 120.0) -> None:
-    app_fixtures.wait_until(pred, timeout_s)
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +41,6 @@ def window(qapp, tmp):
     w.close()
 
 
-def prompt_text(w) -> str:
-    eng = w.client.worker.backend.engine
-    return eng.detokenize(eng.tokens)
 
 
 def settle(w) -> None:
@@ -64,21 +56,10 @@ def choose(w, pid: str = "test-mcp") -> None:
     settle(w)
 
 
-def ask(qtbot, w, text: str, *prefixes: str) -> None:
-    w.new_chat()
-    w.conversation.reply_prefixes = list(prefixes)
-    qtbot.keyClicks(w.messageInput, text)
-    qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
 
 
-def wait_confirm(w) -> None:
-    wait_until(lambda: w.toolConfirm.isVisible() or not w.conversation.generating)
-    assert w.toolConfirm.isVisible(), "no confirmation was asked"
 
 
-def wait_done(w) -> None:
-    wait_until(lambda: not w.conversation.generating)
-    wait_until(lambda: not w.client.busy)
 
 
 def last_call(w) -> dict:

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import os
 
-import app_fixtures
 import pytest
 from app_fixtures import open_window
 from PySide6.QtCore import Qt
+from tool_round_fixtures import GREEDY, SYSTEM, ask, prompt_text, wait_confirm, wait_done, wait_until
 
 from hearth.app.chat_store import ChatStore
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.engine.preset_format import Preset
 
-SYSTEM = "You are a helpful assistant."
-GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
-                         "max_tokens": 6})
 TOOLS = [{"type": "function", "function": {"name": n, "description": n, "parameters": {"type": "object"}}}
          for n in ("calculator", "current_datetime", "read_file", "fetch_url")] + [
     {"type": "function", "function": {"name": "lookup_order", "description": "Find an order by number",
@@ -31,9 +28,6 @@ CALL = '<tool_call>[{"name": "calculator", "arguments": {"expression": "23*47"}}
 CALL2 = '<tool_call>[{"name": "calculator", "arguments": {"expression": "2**10"}}]</tool_call>'
 
 
-def wait_until(pred, timeout_s: float = 120.0) -> None:
-    """The shared wait, with this module's longer default (each step may run a generation)."""
-    app_fixtures.wait_until(pred, timeout_s)
 
 
 @pytest.fixture(scope="module")
@@ -54,28 +48,12 @@ def window(qapp, dirs):
     w.close()
 
 
-def ask(qtbot, w, text: str, *prefixes: str) -> None:
-    """A new chat; the next replies begin with `prefixes`; type `text` and press Enter."""
-    w.new_chat()
-    w.conversation.reply_prefixes = list(prefixes)
-    qtbot.keyClicks(w.messageInput, text)
-    qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
 
 
-def wait_confirm(w) -> None:
-    wait_until(lambda: w.toolConfirm.isVisible() or not w.conversation.generating)
-    assert w.toolConfirm.isVisible(), "no confirmation was asked"
 
 
-def wait_done(w) -> None:
-    wait_until(lambda: not w.conversation.generating)
-    wait_until(lambda: not w.client.busy)
 
 
-def prompt_text(w) -> str:
-    """What the engine last read and wrote (its resident tokens), as text."""
-    eng = w.client.worker.backend.engine
-    return eng.detokenize(eng.tokens)
 
 
 def stored(w) -> list:

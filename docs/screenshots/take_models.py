@@ -82,7 +82,7 @@ def main() -> int:
             w.tasks.downloads.cancel(("hearth-test/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct-Q4_1.gguf"))
             spin(lambda: not w.downloads.rows, 30)
             w.close()
-        # Two finished downloads: the local list (one Hearth cannot run), then the picker uses one.
+        # Two finished downloads: the local list (one Hearth cannot run), then Use loads the other.
         main_window.set_theme("dark")
         main_window.modelsButton.click()
         w = main_window.library.window
@@ -104,10 +104,6 @@ def main() -> int:
         spin(lambda: len(ready) > 1)
         spin(lambda: not main_window.client.busy)
         w.close()
-        main_window.set_theme("light")
-        main_window.resize(1100, 640)
-        main_window.move(0, 0)
-        shot("models-picker-light", main_window)
         main_window.close()
     return 0
 
