@@ -4,6 +4,9 @@
                                 q int16 [k], scales d float32 [k / 32], sums d * sum(q) s [k / 32]
     quantize_q8_k(x, q, d, bs)  x float32 [k] -> Q8_K blocks of 256: q int16 [k], d float32
                                 [k / 256], code sums per 16 bs int32 [k / 16]
+    q8_0_rows(x), q8_k_rows(x)  the same for every row of x float32 [n, k], in fresh arrays
+                                [n, ...] (one compiled call: ~1 us, against ~7 us for three
+                                numpy allocations and a call per row)
     matvec_T(ws, xq, xd, xs, out, scales)
                                 out = the products of the stacked matrices ws (matrix p's rows
                                 times scales[p]) with the quantized x, rows over all threads
@@ -19,7 +22,7 @@ from numba import njit, prange
 
 from . import blocks_int8 as B
 from .kernels import _part, _total
-from .simd import f16_round, fsum, fzero
+from .simd import f16_round, fadd, fsum, fzero
 
 jit = njit(nogil=True, cache=True)
 pjit = njit(nogil=True, cache=True, parallel=True)
@@ -67,6 +70,24 @@ def quantize_q8_k(x, q, d, bs):
         d[b] = np.float32(1.0) / iscale
 
 
+@jit
+def q8_0_rows(x):
+    n, k = x.shape
+    q, d, s = np.empty((n, k), np.int16), np.empty((n, k // 32), np.float32), np.empty((n, k // 32), np.float32)
+    for i in range(n):
+        quantize_q8_0(x[i], q[i], d[i], s[i])
+    return q, d, s
+
+
+@jit
+def q8_k_rows(x):
+    n, k = x.shape
+    q, d, bs = np.empty((n, k), np.int16), np.empty((n, k // 256), np.float32), np.empty((n, k // 16), np.int32)
+    for i in range(n):
+        quantize_q8_k(x[i], q[i], d[i], bs[i])
+    return q, d, bs
+
+
 @pjit
 def matvec_q4_0(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
@@ -75,7 +96,7 @@ def matvec_q4_0(ws, xq, xd, xs, out, scales):
         for b in range(row.shape[0] // 18):
             a0, a1 = B.dot_q4_0(row, b * 18, xq, xd, xs, b, a0, a1)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = fsum(fadd(a0, a1)) * scales[p]
 
 
 @pjit
@@ -86,7 +107,7 @@ def matvec_q4_1(ws, xq, xd, xs, out, scales):
         for b in range(row.shape[0] // 20):
             a0, t = B.dot_q4_1(row, b * 20, xq, xd, xs, b, a0, t)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1) + t) * scales[p]
+        out[g] = (fsum(fadd(a0, a1)) + t) * scales[p]
 
 
 @pjit
@@ -97,7 +118,7 @@ def matvec_q5_0(ws, xq, xd, xs, out, scales):
         for b in range(row.shape[0] // 22):
             a0, a1 = B.dot_q5_0(row, b * 22, xq, xd, xs, b, a0, a1)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = fsum(fadd(a0, a1)) * scales[p]
 
 
 @pjit
@@ -108,7 +129,7 @@ def matvec_q5_1(ws, xq, xd, xs, out, scales):
         for b in range(row.shape[0] // 24):
             a0, t = B.dot_q5_1(row, b * 24, xq, xd, xs, b, a0, t)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1) + t) * scales[p]
+        out[g] = (fsum(fadd(a0, a1)) + t) * scales[p]
 
 
 @pjit
@@ -119,7 +140,7 @@ def matvec_q8_0(ws, xq, xd, xs, out, scales):
         for b in range(row.shape[0] // 34):
             a0, a1 = B.dot_q8_0(row, b * 34, xq, xd, xs, b, a0, a1)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = fsum(fadd(a0, a1)) * scales[p]
 
 
 @pjit
@@ -130,7 +151,7 @@ def matvec_q2_k(ws, xq, xd, xs, out, scales):
         for b in range(row.shape[0] // 84):
             a0, a1 = B.dot_q2_k(row, b * 84, xq, xd, xs, b, a0, a1)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = fsum(fadd(a0, a1)) * scales[p]
 
 
 @pjit
@@ -141,7 +162,7 @@ def matvec_q3_k(ws, xq, xd, xs, out, scales):
         for b in range(row.shape[0] // 110):
             a0, a1 = B.dot_q3_k(row, b * 110, xq, xd, xs, b, a0, a1)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = fsum(fadd(a0, a1)) * scales[p]
 
 
 @pjit
@@ -152,7 +173,7 @@ def matvec_q4_k(ws, xq, xd, xs, out, scales):
         for b in range(row.shape[0] // 144):
             a0, a1 = B.dot_q4_k(row, b * 144, xq, xd, xs, b, a0, a1)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = fsum(fadd(a0, a1)) * scales[p]
 
 
 @pjit
@@ -163,7 +184,7 @@ def matvec_q5_k(ws, xq, xd, xs, out, scales):
         for b in range(row.shape[0] // 176):
             a0, a1 = B.dot_q5_k(row, b * 176, xq, xd, xs, b, a0, a1)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = fsum(fadd(a0, a1)) * scales[p]
 
 
 @pjit
@@ -174,4 +195,4 @@ def matvec_q6_k(ws, xq, xd, xs, out, scales):
         for b in range(row.shape[0] // 210):
             a0, a1 = B.dot_q6_k(row, b * 210, xq, xd, xs, b, a0, a1)
             a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = fsum(fadd(a0, a1)) * scales[p]

@@ -97,17 +97,7 @@ class Activations:
         -> codes int16 [n, k], scales float32 [n, k / 32], sums d * sum(q) float32 [n, k / 32]."""
         got = self._q8.get(k_blocks)
         if got is None:
-            n, k = self.x.shape
-            q = np.empty((n, k), np.int16)
-            if k_blocks:
-                d, s = np.empty((n, k // 256), np.float32), np.empty((n, k // 16), np.int32)
-                quantize = K8.quantize_q8_k
-            else:
-                d, s = np.empty((n, k // 32), np.float32), np.empty((n, k // 32), np.float32)
-                quantize = K8.quantize_q8_0
-            for i in range(n):
-                quantize(self.x[i], q[i], d[i], s[i])
-            got = self._q8[k_blocks] = (q, d, s)
+            got = self._q8[k_blocks] = (K8.q8_k_rows if k_blocks else K8.q8_0_rows)(self.x)
         return got
 
 
