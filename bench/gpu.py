@@ -99,6 +99,10 @@ def run(kind, cfg, g, ids512, ids2000, a):
     rep = a.repeat if kind == "gpu" else 1
     r["prefill 512 tok/s"] = prefill_tps(be, ids512, rep)
     r["prefill 2000 tok/s"] = prefill_tps(be, ids2000, rep)
+    if a.prefill_only:
+        r["describe"] = be.describe()
+        be.close()
+        return r
     nd = a.decode_tokens if kind == "gpu" else max(8, a.decode_tokens // 8)
     r["decode after 16 tok/s"] = decode_tps(be, ids512[:16], nd, rep)
     if kind == "gpu":
@@ -134,6 +138,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run on a software adapter)")
     ap.add_argument("--no-numpy", action="store_true")
+    ap.add_argument("--prefill-only", action="store_true", help="load and prefill figures only (no decode, no prefix)")
     a = ap.parse_args(argv)
     from hearth.engine.gpu import probe  # noqa: PLC0415
     p = probe()

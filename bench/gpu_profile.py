@@ -6,6 +6,8 @@ repeated R times in one pass, the round trip subtracted), summed over layers.
 `--coop-probe` (no model needed) says whether this wgpu exposes cooperative-matrix (tensor-core)
 operations in WGSL: it asks for the feature, compiles 8x8 f32 and 16x16 f16 products, checks the
 8x8 one against numpy and times a naive 4,096-cube product with it.
+`--matmul-sweep` (no model needed) times the prefill product alone (f32 kernel, f16 kernel in
+several tiles) on 8B and 1B shapes, 2,048 tokens, and checks a corner of each output against numpy.
 `--matvec-sweep` (no model needed) times the decode matvec alone on 8B-shaped matrices in every
 layout (lanes, rows per thread) and prints GB/s of weights streamed, the chosen layout marked.
 """
@@ -134,6 +136,62 @@ def matvec_sweep(reps=20):
     dev.destroy()
 
 
+MATMUL_CASES = [("8B gate", "Q4_0", 4096, 14336), ("8B gate", "Q4_K", 4096, 14336), ("8B gate", "Q8_0", 4096, 14336),
+         ("8B down", "Q6_K", 14336, 4096), ("8B q/o", "Q4_K", 4096, 4096), ("8B k/v", "Q4_K", 4096, 1024),
+         ("1B gate", "Q4_K", 2048, 8192), ("1B q/o", "Q4_K", 2048, 2048), ("1B k/v", "Q4_K", 2048, 512),
+         ("8B gate", "F16", 4096, 14336)]
+# (tile, flush); None = the f32 kernel
+MATMUL_CONFIGS = [None, ((8, 8), 2), ((8, 8), 1), ((8, 4), 2), ((4, 8), 2), ((4, 4), 2)]
+
+
+def matmul_sweep(reps=3, n=2048):
+    """The prefill product alone on 8B and 1B shapes (n tokens): the f32 kernel and the f16 one in
+    several tiles and f16 spans; TFLOP/s, and each output's 64 x 64 corner checked
+    against numpy (relative error of that corner)."""
+    from hearth.engine.gpu import ops  # noqa: PLC0415
+    from hearth.engine.gpu.device import Device  # noqa: PLC0415
+    from hearth.engine.gpu.kernels import Kernels  # noqa: PLC0415
+    import gguf  # noqa: PLC0415
+    dev = Device()
+    ks = Kernels(dev)
+    rng = np.random.default_rng(0)
+    cases, configs = MATMUL_CASES, MATMUL_CONFIGS
+    print(f"\nmatmul sweep, {n} tokens: TFLOP/s (ms) [rel err of a 64x64 corner vs numpy]; "
+          f"f16 tiles RMxRN/flush; "
+          f"chosen = {ops.MATMUL16_TILE}/{ops.MATMUL16_FLUSH} (smaller where ops.matmul16_tile says)")
+    x_np = (rng.standard_normal((n, 14336)) * 0.5).astype(np.float32)
+    for name, qt, k, m in cases:
+        if qt == "F16":
+            raw = (rng.standard_normal((m, k)) * 0.02).astype(np.float16).view(np.uint8).reshape(-1)
+        else:
+            raw = sane_blocks(rng, qt, m, k)
+        w = dev.upload(raw)
+        xk = np.ascontiguousarray(x_np[:, :k])
+        x = dev.upload(xk)
+        y = dev.buffer(n * m * 4)
+        rb = ops.row_bytes(qt, k)
+        wref = gguf.quants.dequantize(raw[:64 * rb].reshape(64, rb), getattr(gguf.GGMLQuantizationType, qt))
+        c = min(64, n)
+        ref = xk[:c].astype(np.float64) @ np.asarray(wref, np.float64).reshape(64, k).T
+        row = []
+        for cfg in configs:
+            if cfg is None:
+                kern, groups, lab = ops.matmul(ks, [qt]), ops.matmul_groups(m, n), "f32"
+            else:
+                tile, fl = cfg
+                kern = ops.matmul16(ks, [qt], tile=tile, flush=fl)
+                groups, lab = ops.matmul16_groups(m, n, tile), f"{tile[0]}x{tile[1]}/{fl}"
+            prm = ops.matmul_params([qt], k, m, n, ldy=m)
+            sec = timed(dev, [(kern, [x, y, w], groups, prm)], reps)
+            got = dev.read([(y, 0, n * m * 4)]).view(np.float32).reshape(n, m)[:c, :64]
+            err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+            row.append(f"{lab} {2 * n * m * k / max(sec, 1e-9) / 1e12:.1f} ({sec * 1e3:.2f}) [{err:.1e}]")
+        print(f"  {name:8s} {qt:5s} K={k:<6d} M={m:<6d} " + " | ".join(row), flush=True)
+        for b in (w, x, y):
+            b.destroy()
+    dev.destroy()
+
+
 COOP_WGSL = """
 enable wgpu_cooperative_matrix;
 {ENABLE}
@@ -228,7 +286,12 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--matvec-sweep", action="store_true")
     ap.add_argument("--coop-probe", action="store_true")
+    ap.add_argument("--matmul-sweep", action="store_true")
+    ap.add_argument("--prefill-only", action="store_true", help="only the prefill chunk's per-kernel times")
     a = ap.parse_args(argv)
+    if a.matmul_sweep:
+        matmul_sweep()
+        return
     if a.coop_probe:
         coop_probe()
         return
@@ -244,6 +307,13 @@ def main(argv=None):
     be = GpuBackend(cfg, g, 4096)
     be.forward(np.arange(2048, dtype=np.int32) + 100, 0)
     be.forward_argmax(np.array([5], np.int32), 2048)
+    if not a.prefill_only:
+        decode_profile(be, a.reps)
+    prefill_profile(be)
+    be.close()
+
+
+def decode_profile(be, reps):
     # encode cost
     P = be.decode_plan
     ts = []
@@ -277,22 +347,24 @@ def main(argv=None):
         print(f"  submitted in {pieces} pieces: whole token {np.median(tok) * 1e3:.3f} ms at kv ~120")
     be.submit_pieces = 1
     for kv in (17, 2049):
-        by, cnt, rt = per_op(be, P, 1, kv, a.reps)
+        by, cnt, rt = per_op(be, P, 1, kv, reps)
         print(f"\ndecode at kv_len {kv}: round trip {rt * 1e3:.3f} ms; GPU ms per token by kernel (count):")
         for k, v in by.most_common():
             print(f"  {k:10s} {v * 1e3:8.3f}  ({cnt[k]})")
         print(f"  total      {sum(by.values()) * 1e3:8.3f}")
+
+
+def prefill_profile(be):
     # the step buffer must say what a real 2048-token chunk says (rope and attention read it)
     hdr = np.zeros(4 + 2048, np.uint32)
     hdr[1] = 2048
     hdr[4:] = np.arange(2048) + 100
     be.dev.queue.write_buffer(be.step, 0, hdr)
     by, cnt, rt = per_op(be, be.prefill_plan, 2048, 2048, 3)
-    print("\nprefill chunk of 2048 at pos 0: GPU ms by kernel (count):")
+    print(f"\nprefill chunk of 2048 at pos 0 ({'f16' if be.f16 else 'f32'} products): GPU ms by kernel (count):")
     for k, v in by.most_common():
         print(f"  {k:10s} {v * 1e3:8.3f}  ({cnt[k]})")
     print(f"  total      {sum(by.values()) * 1e3:8.3f}")
-    be.close()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ matrix-vector kernels with RMSNorm, SwiGLU/GeGLU, RoPE, the KV store and residua
 inputs use the tiled matmul plan in chunks of `chunk` tokens. On a real GPU with 4-way int8 dot
 products, decode matvecs of row length 2,048-4,096 take x as int8 blocks of 32 (ops.int8_ok; as
 llama.cpp's CUDA path does), which moves decode logits off numpy's by ~0.1; CPU rasterizers keep
-f32 x (`int8=True` or HEARTH_GPU_INT8=1 forces it, =0 turns it off).
+f32 x (`int8=True` or HEARTH_GPU_INT8=1 forces it, =0 turns it off). Likewise the prefill products
+run in half precision on a real GPU with shader-f16 (ops.matmul16: f16 products summed over 64
+weights, then in f32; ~1e-3 of the output's norm off numpy) and in f32 on CPU rasterizers
+(`f16=True` or HEARTH_GPU_F16=1 forces it, =0 turns it off).
 
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
 attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
@@ -52,7 +55,7 @@ class GpuBackend(Backend):
     name = "gpu"
 
     def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int | None = None,
-                 int8: bool | None = None):
+                 int8: bool | None = None, f16: bool | None = None):
         if cfg.final_softcap > 0:
             raise UnsupportedModelError(f"{gguf.path.name}: final logit soft-capping is not implemented on the GPU")
         if cfg.head_dim > 256 or cfg.head_dim % 4 or cfg.n_embd % 32:
@@ -68,6 +71,11 @@ class GpuBackend(Backend):
             if int8 is None:
                 int8 = os.environ.get("HEARTH_GPU_INT8", "") == "1" or not self.dev.info["is_cpu"]
             self.int8 = bool(int8) and self.dev.int8
+            # Prefill products in half precision (ops.matmul16) where the device has shader-f16.
+            if f16 is None:
+                env = os.environ.get("HEARTH_GPU_F16", "")
+                f16 = env == "1" or (env != "0" and not self.dev.info["is_cpu"])
+            self.f16 = bool(f16) and self.dev.f16
             self._build(gguf, n_ctx, min(chunk, n_ctx))
         except EngineError:
             self.close()
@@ -279,6 +287,17 @@ class GpuBackend(Backend):
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], post, label + ".post",
                   d=d, n=1, eps=c.rms_eps)
 
+    def _matmul(self, qtype: str, m: int, unbounded_x: bool = False, **kw):
+        """(kernel, groups(n, kv)) of a prefill product over M = m rows: the f16 kernel where it is on
+        and reads this type, else the f32 one. unbounded_x: X is not normalized (the down product's
+        act(gate) * up), so the f16 kernel scales it into range (ops.MATMUL16_FF_SHIFT)."""
+        if self.f16 and qtype in ops.F16_TYPES:
+            tile = ops.matmul16_tile(m, self.chunk)
+            xshift = ops.MATMUL16_FF_SHIFT if unbounded_x else 0
+            return (ops.matmul16(self.ks, [qtype], tile=tile, xshift=xshift, **kw),
+                    lambda n, kv: ops.matmul16_groups(m, n, tile))
+        return ops.matmul(self.ks, [qtype], **kw), lambda n, kv: ops.matmul_groups(m, n)
+
     def _prefill_layer(self, P: Plan, i: int, L: dict, cs, window: int) -> None:
         c, ks = self.cfg, self.ks
         d, hd, nh, nkv, nff = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff
@@ -288,8 +307,8 @@ class GpuBackend(Backend):
         qkv_dim = (nh + 2 * nkv) * hd
         y_off = 0
         for w, b, name in ((L["wq"], L["bq"], "q"), (L["wk"], L["bk"], "k"), (L["wv"], L["bv"], "v")):
-            P.add(ops.matmul(ks, [w.qtype], bias=b is not None), [self.xn, self.qkv, w.buffer] + ([b] if b is not None else []),
-                  lambda n, kv, m=w.rows: ops.matmul_groups(m, n), f"{i}.{name}",
+            kern, groups = self._matmul(w.qtype, w.rows, bias=b is not None)
+            P.add(kern, [self.xn, self.qkv, w.buffer] + ([b] if b is not None else []), groups, f"{i}.{name}",
                   **dict(ops.matmul_params([w.qtype], d, w.rows, 0, ldy=qkv_dim, y_off=y_off), n=ntok))
             y_off += w.rows
         k, bufs, rp = self._rope_args(i, L, cs)
@@ -304,22 +323,21 @@ class GpuBackend(Backend):
         # gate, then up with act(gate) * up applied in its epilogue (in place in ff), then down
         act = "gelu" if c.activation == "gelu_tanh" else "silu"
         for w, name in ((L["gate"], "gate"), (L["up"], "up")):
-            P.add(ops.matmul(ks, [w.qtype], act=act, epi_glu=name == "up"), [self.xn, self.ff, w.buffer],
-                  lambda n, kv: ops.matmul_groups(nff, n), f"{i}.{name}",
+            kern, groups = self._matmul(w.qtype, nff, act=act, epi_glu=name == "up")
+            P.add(kern, [self.xn, self.ff, w.buffer], groups, f"{i}.{name}",
                   **dict(ops.matmul_params([w.qtype], d, nff, 0, ldy=nff), n=ntok))
-        self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down")
+        self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", unbounded_x=True)
 
-    def _prefill_proj(self, P, w, src, k, bias, post_norm, label) -> None:
+    def _prefill_proj(self, P, w, src, k, bias, post_norm, label, unbounded_x=False) -> None:
         c, d = self.cfg, self.cfg.n_embd
         prm = dict(ops.matmul_params([w.qtype], k, d, 0, ldy=d), n=lambda n, kv: n)
         extra = [bias] if bias is not None else []
-        groups = lambda n, kv: ops.matmul_groups(d, n)  # noqa: E731
         if post_norm is None:
-            P.add(ops.matmul(self.ks, [w.qtype], residual=True, bias=bias is not None),
-                  [src, self.x, w.buffer] + extra, groups, label, **prm)
+            kern, groups = self._matmul(w.qtype, d, unbounded_x, residual=True, bias=bias is not None)
+            P.add(kern, [src, self.x, w.buffer] + extra, groups, label, **prm)
         else:
-            P.add(ops.matmul(self.ks, [w.qtype], bias=bias is not None),
-                  [src, self.tmp, w.buffer] + extra, groups, label, **prm)
+            kern, groups = self._matmul(w.qtype, d, unbounded_x, bias=bias is not None)
+            P.add(kern, [src, self.tmp, w.buffer] + extra, groups, label, **prm)
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], lambda n, kv: ops.rows_groups(n),
                   label + ".post", d=d, n=self.chunk, eps=c.rms_eps)
 

@@ -115,9 +115,13 @@ class Device:
                                    "max-dynamic-uniform-buffers-per-pipeline-layout")}
         # Subgroup shuffles replace most workgroup barriers in the reductions (HEARTH_GPU_SUBGROUPS=0: off).
         self.subgroups = ("subgroup" in self.adapter.features and os.environ.get("HEARTH_GPU_SUBGROUPS", "1") != "0")
+        # Half precision in shaders (the f16 prefill product, matmul16.wgsl); whether the backend uses
+        # it is the backend's choice (GpuBackend f16).
+        self.f16 = "shader-f16" in self.adapter.features
+        feats = (["subgroup"] if self.subgroups else []) + (["shader-f16"] if self.f16 else [])
         try:
             self.device = self.adapter.request_device_sync(
-                required_features=["subgroup"] if self.subgroups else [], required_limits=want, label="hearth")
+                required_features=feats, required_limits=want, label="hearth")
         except Exception as e:
             raise EngineError(f"could not open the GPU {self.adapter.info.get('device')}: {e}") from e
         self.queue = self.device.queue

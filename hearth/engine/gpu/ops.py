@@ -154,6 +154,62 @@ def matmul_groups(m: int, n: int):
     return -(-m // 64), -(-n // 64), 1
 
 
+# Weight types of the f16 prefill product (matmul16.wgsl): F32 weights keep the f32 kernel (their
+# own precision would be lost).
+F16_TYPES = GPU_TYPES[1:]
+# Its tile (rows, tokens per thread: 16 RM x 16 RN outputs a workgroup) and the steps of 32 weights
+# summed in f16 before an f32 add (FLUSH); measured on the H200 (bench.gpu_profile --matmul-sweep):
+# 8x8 with 2 steps 33-35 TFLOP/s on every 8B/1B shape with enough rows, 1 step 30-33, 4 steps or the
+# k loop unrolled by the template 17-34 (erratic between shapes, so not kept).
+MATMUL16_TILE = (8, 8)
+MATMUL16_FLUSH = 2
+
+
+# X of the down product, act(gate) * up, is not bounded by a norm (xn is, by |g| sqrt(d); attention's
+# output by max |V|): it is stored in f16 times 2^-8 (W times 2^8), which raises its ceiling from
+# 65,504 to 1.7e7 and costs only resolution below 2^-6 (absolute steps of 1.5e-5 there).
+MATMUL16_FF_SHIFT = 8
+
+
+def matmul16(ks, qtypes, act="silu", bias=False, residual=False, epi_glu=False, tile=None, flush=None, xshift=0):
+    """As matmul, in half precision (the device must have shader-f16; weight types F16_TYPES).
+    tile = (RM, RN) with RM in (4, 8), RN in (2, 4, 8); flush: steps of 32 weights a f16 partial sum spans;
+    xshift: X scaled by 2^-xshift and W by 2^xshift in f16 (0..12)."""
+    if qtypes[0] not in F16_TYPES:
+        raise ValueError(f"no f16 prefill product for weight type {qtypes[0]}")
+    rm, rn = tile or MATMUL16_TILE
+    if rm not in (4, 8) or rn not in (2, 4, 8):
+        raise ValueError(f"matmul16 tile {rm}x{rn} per thread is not built")
+    if not 0 <= xshift <= 12:
+        raise ValueError(f"matmul16 xshift {xshift} outside 0..12")
+    access = ["r", "rw", "r"] + (["r"] if bias else [])
+    return ks.get("matmul16.wgsl", access, MATMUL_FIELDS, QTYPES=tuple(qtypes), ACT=act, BIAS=bool(bias),
+                  RESIDUAL=bool(residual), EPI_GLU=bool(epi_glu), RM=rm, RN=rn,
+                  FLUSH=int(flush or MATMUL16_FLUSH), XSHIFT=int(xshift))
+
+
+# A smaller tile where the big one would leave the GPU short of workgroups (the H200 has 132 SMs, and
+# the 8x8 tile's 128 accumulators a thread leave room for about one workgroup an SM: the 1B's K/V
+# products, M = 512, 64 workgroups, ran at half speed with it).
+MATMUL16_MIN_GROUPS = 128
+MATMUL16_SMALL_TILES = ((4, 8), (4, 4))
+
+
+def matmul16_tile(m: int, n: int) -> tuple[int, int]:
+    """The tile for M rows over n tokens (a full prefill chunk): MATMUL16_TILE unless that gives fewer
+    than MATMUL16_MIN_GROUPS workgroups, then the first smaller tile that does (else the smallest)."""
+    for tile in (MATMUL16_TILE,) + MATMUL16_SMALL_TILES:
+        gx, gy, _ = matmul16_groups(m, n, tile)
+        if gx * gy >= MATMUL16_MIN_GROUPS:
+            return tile
+    return MATMUL16_SMALL_TILES[-1]
+
+
+def matmul16_groups(m: int, n: int, tile=None):
+    rm, rn = tile or MATMUL16_TILE
+    return -(-m // (16 * rm)), -(-n // (16 * rn)), 1
+
+
 ROPE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("n_rot", "u"), ("max_ctx", "u"), ("neox", "u"), ("eps", "f"))
 
 

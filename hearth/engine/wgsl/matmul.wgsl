@@ -21,6 +21,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read> b: array<f32>;
 {% endif %}
 {{ quant_fns("w0", QTYPES[0]) }}
+{% include "matmul_out.wgsl" %}
 
 const ST: u32 = 9u;                            // vec4 stride of a tile row (8 + 1 of padding)
 var<workgroup> ws: array<vec4<f32>, 576>;      // [64 rows][ST]
@@ -67,35 +68,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
 {% for j in range(4) %}
-    {
-        let tok = t0 + ty + {{16 * j}}u;
-        if (tok < P.n) {
 {% for i in range(4) %}
-            {
-                let r = r0 + tx + {{16 * i}}u;
-                if (r < P.M) {
-                    var v = acc{{j}}[{{i}}];
-{% if BIAS %}
-                    v += b[r];
-{% endif %}
-                    let o = tok * P.ldy + P.y_off + r;
-{% if EPI_GLU %}
-                    let gt = y[o];
-{% if ACT == "silu" %}
-                    v = gt / (1.0 + exp(-gt)) * v;
-{% else %}
-                    v = 0.5 * gt * (1.0 + tanh(clamp(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt), -15.0, 15.0))) * v;
-{% endif %}
-{% endif %}
-{% if RESIDUAL %}
-                    y[o] += v;
-{% else %}
-                    y[o] = v;
-{% endif %}
-                }
-            }
+    store_y(t0 + ty + {{16 * j}}u, r0 + tx + {{16 * i}}u, acc{{j}}[{{i}}]);
 {% endfor %}
-        }
-    }
 {% endfor %}
 }
