@@ -156,3 +156,18 @@ def test_a_slow_pass_drops_to_one_thread():
     runner.deadline = 0.0  # long past
     runner.run(lambda r0, r1: calls.append((r0, r1)), [(0, 1)])
     assert runner.dropped and numba.get_num_threads() == 1 and calls == [(0, 1), (0, 1)]
+
+
+def test_float_x_switch(backend):
+    """8-bit x in one-token passes by default; the float-x path (the consistency tests' reference)
+    keys prefix images apart, since a decoded token's K/V differ a little between the two."""
+    assert backend.int8
+    backend.kv.clear()
+    backend.forward(list(range(100, 110)), 0)
+    eight = backend.forward([7], 10).copy()
+    with backend.float_activations():
+        assert not backend.int8 and backend.describe() != {"backend": "cpu"}
+        flt = backend.forward([7], 10).copy()
+    assert backend.int8 and backend.describe() == {"backend": "cpu"}
+    d = np.abs(eight - flt)
+    assert 0 < d.max() < 2.0       # the two paths ran, and agree as 8-bit activations do

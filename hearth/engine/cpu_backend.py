@@ -309,7 +309,9 @@ class CpuBackend(Backend):
         return self._deadline if n_rows == 1 else SERIAL
 
     def describe(self) -> dict:
-        return {"backend": "cpu"}
+        # What K/V values depend on (prefix-image keys): the float-x path computes a decoded
+        # token's K/V a little differently from the default 8-bit x, so it says so.
+        return {"backend": "cpu"} if self.int8 else {"backend": "cpu", "decode_x": "float32"}
 
     def close(self) -> None:
         self.model = None

@@ -13,8 +13,8 @@ matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
   costs ~1/100 of its products at 512 rows).
 The float32 kernels and the tiles compute the float32 product of the file's weights and the
 activations, as the numpy reference does, so they agree to float rounding; the 8-bit kernels compute
-the product with x's 8-bit values (llama.cpp's arithmetic), within about 1% of x's magnitude per
-block of the float product. HEARTH_CPU_INT8=0 makes float32 x the default for every matrix.
+the product with x's 8-bit values (llama.cpp's arithmetic): each x moves by at most half a step,
+max |x| / 254 of its block. HEARTH_CPU_INT8=0 makes float32 x the default for every matrix.
 """
 
 from __future__ import annotations
