@@ -171,3 +171,20 @@ def test_float_x_switch(backend):
     assert backend.int8 and backend.describe() == {"backend": "cpu"}
     d = np.abs(eight - flt)
     assert 0 < d.max() < 2.0       # the two paths ran, and agree as 8-bit activations do
+
+
+def test_logits_after_a_prompt_equal_a_recomputed_last_token(backend):
+    """The engine recomputes only a prompt's last token when it reuses the prompt's cache (the same
+    request again): those logits must be the bits the whole prompt gave, or a greedy reply could
+    change (one-token passes use 8-bit x, batches float32)."""
+    assert backend.int8
+    ids = list(range(100, 140))
+    backend.kv.clear()
+    whole = backend.forward(ids, 0).copy()
+    backend.kv.truncate(len(ids) - 1)
+    again = backend.forward(ids[-1:], len(ids) - 1)
+    assert np.array_equal(whole, again)
+    with backend.float_activations():  # the float path: one pass, any split gives float rounding
+        backend.kv.clear()
+        flt = backend.forward(ids, 0)
+    assert 0 < np.abs(flt - whole).max() < 2.0

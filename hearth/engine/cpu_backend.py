@@ -273,6 +273,17 @@ class CpuBackend(Backend):
         bad = (ids < 0) | (ids >= self.cfg.n_vocab)
         if bad.any():
             raise ValueError(f"token id {int(ids[bad][0])} is outside the vocabulary of {self.cfg.n_vocab}")
+        if n > 1 and self.int8 and not all_logits:
+            # The logits after several ids come from a one-token pass of the last one, as they do
+            # when the engine recomputes only a prompt's last token after reusing its prefix: the
+            # same ids then give the same logits (and the same greedy reply) whichever way they
+            # arrived, one-token passes having 8-bit x and batches float32.
+            self._forward(ids[:-1], pos, False, logits=False)
+            return self._forward(ids[-1:], pos + n - 1, False)
+        return self._forward(ids, pos, all_logits)
+
+    def _forward(self, ids, pos: int, all_logits: bool, logits: bool = True) -> np.ndarray | None:
+        n = len(ids)
         adaptive = n == 1 and _BLAS.fixed is None and _BLAS.can_set
         if not adaptive:
             self._decode.forget()
@@ -284,13 +295,16 @@ class CpuBackend(Backend):
         outs = []
         for s in range(0, n, self.chunk):
             part = ids[s:s + self.chunk]
-            last = s + self.chunk >= n
-            out = self.model.forward(part, pos + s, self.kv, all_logits=all_logits, par=self._runner(len(part)))
+            want = logits and (all_logits or s + self.chunk >= n)
+            out = self.model.forward(part, pos + s, self.kv, all_logits=all_logits, par=self._runner(len(part)),
+                                     logits=want)
             self.kv.n_tokens = pos + s + len(part)
-            if all_logits or last:
+            if want:
                 outs.append(out)
         if adaptive:
             self._decode.record(self.threads, time.perf_counter() - started)
+        if not logits:
+            return None
         return np.concatenate(outs) if all_logits else outs[-1]
 
     def _runner(self, n_rows: int) -> RowRunner:

@@ -126,7 +126,7 @@ class Decoder:
     # -- forward ---------------------------------------------------------------------------
 
     def forward(self, ids: np.ndarray, pos: int, kv: KVCache, all_logits: bool = False,
-                par: "RowRunner | None" = None) -> np.ndarray:
+                par: "RowRunner | None" = None, logits: bool = True) -> np.ndarray | None:
         """ids int [n] at positions [pos, pos + n): writes their K/V into `kv` and returns
         float32 logits [n_vocab] of the last position ([n, n_vocab] with all_logits).
 
@@ -154,6 +154,8 @@ class Decoder:
             # Later rows attend to more keys: balance the attention + FFN work, not the rows.
             par.run(lambda r0, r1: self._from_attention(i, b, x, q, r0, r1, pos, kv, window, i8),
                     par.split(n, pos=pos, fixed=3000, window=window))
+        if not logits:                                           # K/V only (logits=False): None
+            return None
         rows = x if all_logits else x[-1:]
         out = np.empty((len(rows), c.n_vocab), np.float32)
         par.run(lambda r0, r1: self._logits(rows, out, r0, r1, i8), par.split(len(rows)))
