@@ -237,8 +237,8 @@ class CpuBackend(Backend):
         self.model = build_model(cfg, gguf)
         # One-token passes multiply quantized matrices with x quantized to 8 bits as llama.cpp does
         # (engine/cpu/kernels_int8.py: ~2x faster kernels); int8=False (or HEARTH_CPU_INT8=0) keeps
-        # float32 x, the exact float path the consistency tests compare against. Prefill is float32
-        # either way (BLAS tiles).
+        # float32 x, the exact float path the consistency tests compare against. Batches are float32
+        # either way (BLAS tiles); with int8 the last of several ids runs as a one-token pass (forward).
         self.int8 = False
         self.set_int8(int8_default() if int8 is None else int8)
         self.model.make_resident(progress)
