@@ -9,7 +9,10 @@ operations in WGSL: it asks for the feature, compiles 8x8 f32 and 16x16 f16 prod
 `--matmul-sweep` (no model needed) times the prefill product alone (f32 kernel, f16 kernel in
 several tiles) on 8B and 1B shapes, 2,048 tokens, and checks a corner of each output against numpy.
 `--matvec-sweep` (no model needed) times the decode matvec alone on 8B-shaped matrices in every
-layout (lanes, rows per thread) and prints GB/s of weights streamed, the chosen layout marked.
+layout (lanes, rows per thread) and prints GB/s of weights streamed, the chosen layout marked;
+for rows of ops.INT8_PRE_K_MIN and more (the down products) also x quantized once to global memory
+("pre": the quantize_x pass and the matvec reading its blocks, both timed). `--sweep-only NAME`
+keeps the cases whose name contains NAME (e.g. down).
 """
 
 from __future__ import annotations
@@ -90,7 +93,12 @@ def sane_blocks(rng, qtype, m, k):
     return raw.reshape(-1)
 
 
-def matvec_sweep(reps=20):
+# layouts (lanes, rows per thread, unroll) swept for x quantized once to global memory
+PRE_LAYOUTS = [(256, 4, 2), (256, 4, 1), (256, 2, 2), (256, 1, 2), (128, 4, 1), (128, 4, 2), (128, 2, 2),
+               (128, 1, 2), (64, 4, 1), (64, 2, 1), (64, 1, 2), (32, 2, 1)]
+
+
+def matvec_sweep(reps=20, only=""):
     """The decode matvec alone: weights in 4 copies (rotated, so the 50 MB L2 does not hold them)."""
     from hearth.engine.gpu import ops  # noqa: PLC0415
     from hearth.engine.gpu.device import Device  # noqa: PLC0415
@@ -102,7 +110,8 @@ def matvec_sweep(reps=20):
              ("gate+up", ["Q4_K", "Q4_K"], 4096, 14336, "glu"), ("down", ["Q4_0"], 14336, 4096, "concat"),
              ("down", ["Q6_K"], 14336, 4096, "concat"), ("o", ["Q4_0"], 4096, 4096, "concat"),
              ("head", ["Q6_K"], 4096, 128256, "concat"), ("1B gate+up", ["Q4_K", "Q4_K"], 2048, 8192, "glu"),
-             ("1B down", ["Q6_K"], 8192, 2048, "concat")]
+             ("1B down", ["Q6_K"], 8192, 2048, "concat"), ("down", ["Q4_K"], 14336, 4096, "concat"),
+             ("down", ["Q8_0"], 14336, 4096, "concat"), ("1B down", ["Q4_K"], 8192, 2048, "concat")]
     layouts = [(32, 1, 1), (128, 4, 1), (256, 4, 1), (128, 4, 2), (256, 4, 2)]
     layouts = [(lay, 0) for lay in layouts] + [(lay, 1) for lay in layouts + [(64, 4, 1), (128, 2, 1)]]
     cases.insert(3, ("gate+up", ["Q4_1", "Q4_1"], 4096, 14336, "glu"))
@@ -110,6 +119,8 @@ def matvec_sweep(reps=20):
     print("\nmatvec sweep: GB/s of weights (us per dispatch); * = the layout the backend picks;"
           " i8 = x as int8 blocks (ops.int8_ok)")
     for name, types, k, m, mode in cases:
+        if only not in name:
+            continue
         rb = ops.row_bytes(types[0], k)
         copies = 1 if m * rb * len(types) > 400 << 20 else 4
         ws = [[dev.upload(sane_blocks(rng, t, m, k)) for t in types] for _ in range(copies)]
@@ -118,7 +129,7 @@ def matvec_sweep(reps=20):
         y = dev.buffer(m * 4)
         chosen = ops.matvec_layout(k, m, mats=len(types) if mode == "glu" else 1)
         row = []
-        for lay, i8 in layouts:
+        for lay, i8 in layouts + ([] if (chosen, 0) in layouts else [(chosen, 0)]):
             if i8 and not ops.int8_ok(dev, types, k):
                 continue
             norm = mode == "glu"
@@ -129,6 +140,21 @@ def matvec_sweep(reps=20):
             gbs = m * rb * len(types) / max(sec, 1e-9) / 1e9
             row.append(f"{'i8 ' if i8 else ''}{'x'.join(map(str, lay))}{'*' if lay == chosen else ''} "
                        f"{gbs:,.0f} ({sec * 1e6:.0f})")
+        if mode == "concat" and ops.int8_pre_ok(dev, types, k):
+            xg = dev.buffer(ops.q8_words(k) * 4)
+            qk = ops.quantize_x(ks)
+            for lay in PRE_LAYOUTS:
+                kern = ops.matvec(ks, types, residual=True, layout=lay, q8x=k, q8g=True)
+                prm = ops.matvec_params(types, k, [m])
+                disp = []
+                for w in ws:
+                    disp += [(qk, [x, xg], ops.quantize_x_groups(k), dict(K=k)),
+                             (kern, [xg, y] + w, ops.matvec_groups(m, lay), prm)]
+                sec = timed(dev, disp, max(1, reps // copies)) / copies
+                gbs = m * rb / max(sec, 1e-9) / 1e9
+                mark = "*" if lay == ops.INT8_PRE_LAYOUT else ""
+                row.append(f"pre {'x'.join(map(str, lay))}{mark} {gbs:,.0f} ({sec * 1e6:.0f})")
+            xg.destroy()
         print(f"  {name:11s} {'+'.join(types):10s} K={k:<6d} M={m:<7d} " + " | ".join(row), flush=True)
         for w in ws:
             for b in w:
@@ -285,9 +311,11 @@ def main(argv=None):
     ap.add_argument("--model", default=None)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--matvec-sweep", action="store_true")
+    ap.add_argument("--sweep-only", default="", help="--matvec-sweep: only cases whose name contains this")
     ap.add_argument("--coop-probe", action="store_true")
     ap.add_argument("--matmul-sweep", action="store_true")
     ap.add_argument("--prefill-only", action="store_true", help="only the prefill chunk's per-kernel times")
+    ap.add_argument("--decode-only", action="store_true", help="only decode's per-kernel times")
     a = ap.parse_args(argv)
     if a.matmul_sweep:
         matmul_sweep()
@@ -296,7 +324,7 @@ def main(argv=None):
         coop_probe()
         return
     if a.matvec_sweep:
-        matvec_sweep(a.reps)
+        matvec_sweep(a.reps, a.sweep_only)
         return
     from hearth.engine.config import ModelConfig  # noqa: PLC0415
     from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
@@ -309,7 +337,8 @@ def main(argv=None):
     be.forward_argmax(np.array([5], np.int32), 2048)
     if not a.prefill_only:
         decode_profile(be, a.reps)
-    prefill_profile(be)
+    if not a.decode_only:
+        prefill_profile(be)
     be.close()
 
 

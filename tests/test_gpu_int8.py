@@ -183,13 +183,16 @@ def test_close_to_the_unquantized_product(ks, rng, qtype):
 
 
 @pytest.mark.slow
-def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm2_reference, monkeypatch):
+@pytest.mark.parametrize("pre_down", [False, True], ids=["in-workgroup", "down-prequantized"])
+def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm2_reference, monkeypatch, pre_down):
     """The default model with every decode matvec on the int8 path (forced on lavapipe and for every
     row length, not only ops.INT8_K_MIN..MAX; on lavapipe the backend's default keeps f32 x because the unchanged whole-model bounds of test_gpu_backend.py
     (max |diff| <= 2e-2) are tighter than 8-bit x: the K cache of the last layer differs from numpy's
     by ~0.025 after 8 tokens). Bounds here are those of 8-bit activations, as llama.cpp's own CPU and
     CUDA paths use for these types: logits within INT8_MEAN / INT8_MAX of numpy (mean difference
-    removed) and the same greedy tokens unless numpy's top two are within INT8_MAX."""
+    removed) and the same greedy tokens unless numpy's top two are within INT8_MAX. down-prequantized:
+    the down products take the path of long rows (quantize_x once a layer, then the matvec reading its
+    blocks), the same bounds."""
     from hearth.engine.config import ModelConfig  # noqa: PLC0415
     from hearth.engine.cpu_backend import CpuBackend  # noqa: PLC0415
     from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
@@ -202,6 +205,8 @@ def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm
     dev.destroy()
     monkeypatch.setattr(ops, "INT8_K_MIN", 32)
     monkeypatch.setattr(ops, "INT8_K_MAX", 1 << 20)
+    if pre_down:          # the down products (K = n_ff = 1,536) read x quantized once a layer
+        monkeypatch.setattr(ops, "INT8_PRE_K_MIN", 1536)
     prompt = next(p for p in smollm2_reference["prompts"] if p["name"] == "english")["ids"][:6]
     g = GGUFFile.open(default_model_path)
     cfg = ModelConfig.from_gguf(g)
@@ -209,6 +214,7 @@ def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm
     gpu = GpuBackend(cfg, g, 64, adapter=adapter, int8=True)
     try:
         assert gpu.int8
+        assert any(op["label"].endswith("quantize_x") for op in gpu.decode_plan.ops) == pre_down
         lc = cpu.forward(np.asarray(prompt, np.int32), 0)
         lg = gpu.forward(np.asarray(prompt, np.int32), 0)
         errs = []
@@ -254,3 +260,62 @@ def test_int8_only_where_measured_and_for_quantized_types():
     assert not ops.int8_ok(d, ["Q4_0"], 4096)          # x's int8 copy over workgroup memory
     d.int8 = False
     assert not ops.int8_ok(d, ["Q4_0"], 4096)
+
+
+def q8_words_ref(x: np.ndarray) -> np.ndarray:
+    """numpy's quantize_x output [ops.q8_words(k)] u32: codes (4 int8 a word), chunk sums, scales."""
+    q, d = q8_blocks(x)
+    codes = q.astype(np.int8).view(np.uint32)
+    sums = q.reshape(-1, 8).sum(axis=1).astype(np.int32).view(np.uint32)
+    return np.concatenate([codes, sums, d.view(np.uint32)])
+
+
+@pytest.mark.parametrize("k", [256, 14336])
+def test_quantize_x_writes_numpys_blocks(ks, rng, k):
+    """The once-a-layer pass: every code and chunk sum bit-equal to numpy's q8 of x, the scales
+    within 4e-7 (x given at an offset; nothing written past its q8_words). Scales are max |x| / 127,
+    and WGSL's f32 division is exact only to 2.5 ulps (the H200 differs from numpy by an ulp in some
+    of 448 blocks; lavapipe matches to the bit)."""
+    dev = ks.dev
+    x = safe_x(rng, k)
+    xs = np.concatenate([gauss(rng, 8), x])
+    n = ops.q8_words(k)
+    out = dev.upload(np.full(n + 16, 0xDEADBEEF, np.uint32))
+    dispatch_once(dev, ops.quantize_x(ks), [dev.upload(xs), out], ops.quantize_x_groups(k), K=k, x_off=8)
+    got = dev.read([(out, 0, (n + 16) * 4)]).view(np.uint32)
+    ref = q8_words_ref(x)
+    assert np.array_equal(got[:k // 4 + k // 8], ref[:k // 4 + k // 8])
+    d_got, d_ref = got[k // 4 + k // 8:n].view(np.float32), ref[k // 4 + k // 8:].view(np.float32)
+    assert np.allclose(d_got, d_ref, rtol=4e-7, atol=0) and (d_ref > 0).all()
+    assert (got[n:] == 0xDEADBEEF).all()
+
+
+PRE_LAYOUTS = [(32, 1), (256, 4, 2), (128, 2, 2), (64, 4, 1)]
+
+
+@pytest.mark.parametrize("layout", PRE_LAYOUTS)
+@pytest.mark.parametrize("qtype", ops.INT8_TYPES)
+def test_prequantized_x_residual(ks, rng, layout, qtype):
+    """The down product's path: quantize_x, then the matvec reading those blocks (q8g), residual
+    added; against numpy's product with x quantized the same way, the f32 kernels' RTOL."""
+    dev = ks.dev
+    k, m = 2048, 2 * ops.matvec_rows(layout) + 3
+    raw = random_rows(rng, qtype, m, k)
+    x = safe_x(rng, k)
+    y0 = gauss(rng, m)
+    xg, ybuf = dev.buffer(ops.q8_words(k) * 4), dev.upload(y0)
+    dispatch_once(dev, ops.quantize_x(ks), [dev.upload(x), xg], ops.quantize_x_groups(k), K=k)
+    dispatch_once(dev, ops.matvec(ks, [qtype], residual=True, layout=layout, q8x=k, q8g=True),
+                  [xg, ybuf, dev.upload(raw)], ops.matvec_groups(m, layout), **ops.matvec_params([qtype], k, [m]))
+    ref = y0 + dequant_reference(raw, qtype, k) @ q8_ref(x)
+    assert rel_err(read_f32(dev, ybuf, m), ref) < RTOL
+
+
+def test_prequantized_x_only_for_long_quantized_rows():
+    d = _Dev()
+    assert ops.int8_pre_ok(d, ["Q6_K"], 14336) and ops.int8_pre_ok(d, ["Q4_K"], 14336)
+    assert not ops.int8_pre_ok(d, ["Q6_K"], 8192)       # the 1B's down product: slower whole-model
+    assert not ops.int8_pre_ok(d, ["Q4_0"], 4096)       # the in-workgroup int8 path's range
+    assert not ops.int8_pre_ok(d, ["F16"], 14336)       # float weights keep f32 x
+    d.int8 = False
+    assert not ops.int8_pre_ok(d, ["Q6_K"], 14336)

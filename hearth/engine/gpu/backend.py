@@ -7,7 +7,8 @@ through the persistent staging buffer (logits, or 4 bytes with `forward_argmax`)
 matrix-vector kernels with RMSNorm, SwiGLU/GeGLU, RoPE, the KV store and residual adds fused in; longer
 inputs use the tiled matmul plan in chunks of `chunk` tokens. On a real GPU with 4-way int8 dot
 products, decode matvecs of row length 2,048-4,096 take x as int8 blocks of 32 (ops.int8_ok; as
-llama.cpp's CUDA path does), which moves decode logits off numpy's by ~0.1; CPU rasterizers keep
+llama.cpp's CUDA path does), and the down products of 12,288 and more read x quantized once a layer
+to global memory by a pass before them (ops.int8_pre_ok: one dispatch more a layer), which moves decode logits off numpy's by ~0.1; CPU rasterizers keep
 f32 x (`int8=True` or HEARTH_GPU_INT8=1 forces it, =0 turns it off). Likewise the prefill products
 run in half precision on a real GPU with shader-f16 (ops.matmul16: f16 products summed over 64
 weights, then in f32; ~1e-3 of the output's norm off numpy) and in f32 on CPU rasterizers
@@ -16,7 +17,8 @@ weights, then in f32; ~1e-3 of the output's norm off numpy) and in f32 on CPU ra
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
 attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
 + head (final norm fused) + argmax; 6 per layer where merging the splits inside the O projection
-would cost more than a combine pass (large models, long contexts: ops.ATTN_FUSE_BYTES). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
+would cost more than a combine pass (large models, long contexts: ops.ATTN_FUSE_BYTES), and one
+more where the down product reads x quantized once (ops.int8_pre_ok). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
 the whole head), gemma3 two post-norm dispatches per layer.
 """
 
@@ -110,6 +112,7 @@ class GpuBackend(Backend):
         self.q = buf(chunk * nh * hd * 4, "q")           # [chunk, nh, hd] rotated
         self.att = buf(chunk * nh * hd * 4, "att")       # [chunk, nh * hd]
         self.ff = buf(chunk * nff * 4, "ff")             # [chunk, n_ff] act(gate) * up
+        self.ffq = buf(ops.q8_words(nff) * 4, "ff-q8")  # [q8_words(n_ff)] u32: decode's ff as int8 blocks
         self.logits = buf(nv * 4, "logits")              # [n_vocab]
         self.step = buf((STEP_HEADER + chunk) * 4, "step")
         self.amax = buf(16, "argmax")
@@ -259,12 +262,21 @@ class GpuBackend(Backend):
                          layout=f_lay, q8x=f_q8),
               [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, f_lay),
               f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
-        dn_lay, dn_q8 = self._layout([L["down"].qtype], nff, d)
-        self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", layout=dn_lay, q8=dn_q8)
+        dn_t = [L["down"].qtype]
+        if self.int8 and ops.int8_pre_ok(self.dev, dn_t, nff):
+            # long rows: x quantized once to global memory, then read at 1.6 bytes a value
+            P.add(ops.quantize_x(ks), [self.ff, self.ffq], ops.quantize_x_groups(nff), f"{i}.quantize_x", K=nff)
+            self._decode_proj(P, L["down"], self.ffq, nff, None, L["post_ffn"], f"{i}.down",
+                              layout=ops.INT8_PRE_LAYOUT, q8=nff, q8g=True)
+        else:
+            dn_lay, dn_q8 = self._layout(dn_t, nff, d)
+            self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", layout=dn_lay, q8=dn_q8)
 
-    def _decode_proj(self, P, w, src, k, bias, post_norm, label, attn_x=False, layout=None, when=None, q8=0) -> None:
+    def _decode_proj(self, P, w, src, k, bias, post_norm, label, attn_x=False, layout=None, when=None, q8=0,
+                     q8g=False) -> None:
         """x += W src (+ bias), or with a post-norm (gemma3): x += norm(W src). attn_x: src is the
-        attention partials, merged inside the product. when(n, kv): dispatched only if true. q8: see _layout."""
+        attention partials, merged inside the product. when(n, kv): dispatched only if true. q8: see
+        _layout; q8g: src holds quantize_x's int8 blocks (ops.int8_pre_ok)."""
         c, d = self.cfg, self.cfg.n_embd
         prm = ops.matvec_params([w.qtype], k, [d])
         extra = [bias] if bias is not None else []
@@ -278,10 +290,11 @@ class GpuBackend(Backend):
             groups = lambda n, kv, g=groups: g if when(n, kv) else (0, 0, 0)  # noqa: E731
         if post_norm is None:
             P.add(ops.matvec(self.ks, [w.qtype], residual=True, bias=bias is not None, attn_x=ax, attn_ws=ws,
-                             layout=layout, q8x=q8),
+                             layout=layout, q8x=q8, q8g=q8g),
                   [src, self.x, w.buffer] + extra, groups, label, **prm)
         else:
-            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax, attn_ws=ws, layout=layout, q8x=q8),
+            P.add(ops.matvec(self.ks, [w.qtype], bias=bias is not None, attn_x=ax, attn_ws=ws, layout=layout, q8x=q8,
+                             q8g=q8g),
                   [src, self.tmp, w.buffer] + extra, groups, label, **prm)
             post = (1, 1, 1) if when is None else (lambda n, kv: (1, 1, 1) if when(n, kv) else (0, 0, 0))
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], post, label + ".post",

@@ -93,21 +93,60 @@ def int8_ok(dev, qtypes, k: int) -> bool:
 
 
 def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
-           attn_ws=1, layout=None, q8x=0):
+           attn_ws=1, layout=None, q8x=0, q8g=False):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
     attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
     params a0 = head dim, a1 = max splits), merged before the product; attn_ws = heads x max splits.
     rope = "normal" | "neox": Q|K|V with RoPE and the KV store fused (a0 = head dim, a1 = max_ctx).
     layout: (lanes, rows per thread), see matvec_layout; concat boundaries must be multiples of its
     rows per workgroup (matvec_rows). q8x = K: x goes to int8 blocks of 32 first (see int8_ok);
-    the kernel is then built for rows of exactly K weights."""
+    the kernel is then built for rows of exactly K weights. q8g (with q8x): x (binding 1) is
+    already quantized, quantize_x's blocks (see int8_pre_ok); no norm, no attn_x."""
     lanes, rpt, *rest = layout or MATVEC_DEFAULT
     unroll = rest[0] if rest else 1
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
               + (["r"] if attn_x else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
-                  ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x))
+                  ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g))
+
+
+# Row lengths whose matvec reads x quantized once, to global memory, by a pass before it
+# (quantize_x, then matvec q8g): the 8B's down products (K 14,336), where every workgroup quantizing
+# all of x itself cost more than it saved (above). Measured on the H200 (bench.gpu, same call): 8B
+# Q4_K_M decode 1.12x, Q4_0 1.01x; the 1B's (K 8,192) 0.96x (its Q6_K down rows gain nothing and the
+# pass is one dispatch more a layer), so it keeps f32 x.
+INT8_PRE_K_MIN = 12288
+QUANTIZE_X_FIELDS = (("K", "u"), ("x_off", "u"))
+
+
+def q8_words(k: int) -> int:
+    """u32 words of x's int8 blocks in global memory: codes K/4, chunk sums K/8, scales K/32."""
+    return k // 4 + k // 8 + k // 32
+
+
+def quantize_x(ks):
+    """x [K] f32 -> int8 blocks of 32 (codes, chunk sums, scales: q8_words). Bindings: x, xg.
+    Params K (a multiple of 32), x_off."""
+    return ks.get("quantize_x.wgsl", ["r", "rw"], QUANTIZE_X_FIELDS)
+
+
+def quantize_x_groups(k: int):
+    return -(-(k // 8) // 256), 1, 1
+
+
+def int8_pre_ok(dev, qtypes, k: int) -> bool:
+    """Whether a matvec over these weight types and row length reads x quantized once to global
+    memory (quantize_x + matvec q8g): the device has the integer dot products, the weights are
+    quantized and K is at least INT8_PRE_K_MIN (nothing in workgroup memory, so no upper bound)."""
+    return (getattr(dev, "int8", False) and k % 32 == 0 and k >= INT8_PRE_K_MIN
+            and all(t in INT8_TYPES for t in qtypes))
+
+
+# The layout of those products (lanes, rows per thread, unroll): in the H200 sweep (--matvec-sweep,
+# the pass included) 128x2x2, 128x4x1, 256x2x2, 256x4x1 and 256x4x2 summed to 386-404 us over the 8B
+# down products in Q4_0, Q4_K, Q6_K and Q8_0, within the noise of each other; 64 lanes 415-514.
+INT8_PRE_LAYOUT = (128, 2, 2)
 
 
 def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):

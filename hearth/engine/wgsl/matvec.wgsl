@@ -25,12 +25,19 @@
 // products are 4-way integer dot products on the weights' codes (quant.wgsl `_dq8`), scaled once per
 // 8 weights: no dequantization to f32 per weight. With NORM, x * g is quantized (RMSNorm is one
 // factor per row, applied at the end) and the sum of squares of each block kept beside its scale.
+// Q8G (with Q8X = K): x arrives already quantized, in global memory (quantize_x.wgsl, once for all
+// workgroups): binding 1 is those blocks, and the kernel reads 1.6 bytes per x (codes, chunk sums,
+// scales) where f32 x costs 4; no NORM, no ATTN_X.
 // SUBGROUPS: sums within a subgroup by shuffles, then one barrier to add the subgroups of a row group
 // (a barrier is costly on CPU rasterizers like lavapipe, which run invocations as coroutines);
 // without it, a shared-memory tree.
 {% from "quant.wgsl" import quant_fns with context %}
+{% from "q8_block.wgsl" import q8_scale, q8_codes %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
+{% set Q8X = Q8X | default(0) %}
+{% set Q8G = Q8G | default(False) %}
+{% if Q8G and (not Q8X or NORM or ATTN_X) %}{{ raise("pre-quantized x needs Q8X and is built without NORM and ATTN_X") }}{% endif %}
 {% set RPT = RPT | default(1) %}
 {% set LANES = 256 * RPT // ROWS %}
 {% set NV = RPT * (2 if GLU else 1) + (1 if NORM else 0) %}
@@ -52,6 +59,10 @@ struct Params {
 @group(0) @binding(0) var<uniform> P: Params;
 {% if ATTN_X %}
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+{% elif Q8G %}
+@group(0) @binding(1) var<storage, read> xg: array<u32>;   // quantize_x.wgsl's blocks of x
+const XG_SUMS: u32 = {{Q8X // 4}}u;
+const XG_SCALES: u32 = {{Q8X // 4 + Q8X // 8}}u;
 {% else %}
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 {% endif %}
@@ -101,9 +112,8 @@ var<workgroup> lh: array<f32, 256>;
 {% for t in QTYPES %}
 {{ quant_fns("w" ~ loop.index0, t) }}
 {% endfor %}
-{% set Q8X = Q8X | default(0) %}
 {% if Q8X and ATTN_X %}{{ raise("int8 x is not built for the attention-merging O projection") }}{% endif %}
-{% if Q8X %}
+{% if Q8X and not Q8G %}
 var<workgroup> xq: array<vec2<u32>, {{Q8X // 8}}>;   // [chunk] 8 int8 values of x
 var<workgroup> xd: array<f32, {{Q8X // 32}}>;        // [block of 32] scale
 var<workgroup> xn: array<i32, {{Q8X // 8}}>;         // [chunk] sum of its 8 values
@@ -115,6 +125,7 @@ var<workgroup> xss: array<f32, {{Q8X // 32}}>;       // [block] sum of squares o
 var<workgroup> red: array<f32, {{NV * 256}}>;   // [value][thread or subgroup]
 
 struct X8 { lo: vec4<f32>, hi: vec4<f32> }
+{% if not Q8G %}
 
 // chunk c of x (weights 8c .. 8c + 7), unnormalized
 fn xin(c: u32) -> X8 {
@@ -127,6 +138,7 @@ fn xin(c: u32) -> X8 {
     return X8(x[i], x[i + 1u]);
 {% endif %}
 }
+{% endif %}
 
 {% set UNROLL = UNROLL | default(1) %}
 {% macro dots(src, rowvar, accvar, u) %}
@@ -141,7 +153,11 @@ fn xin(c: u32) -> X8 {
 
 {% macro load_x(u) %}
             let c{{u}} = c + {{u}}u * LANES;
-{% if Q8X %}
+{% if Q8G %}
+            let xv{{u}} = vec2<u32>(xg[c{{u}} * 2u], xg[c{{u}} * 2u + 1u]);
+            let xn{{u}} = bitcast<i32>(xg[XG_SUMS + c{{u}}]);
+            let xs{{u}} = bitcast<f32>(xg[XG_SCALES + (c{{u}} >> 2u)]);
+{% elif Q8X %}
             let xv{{u}} = xq[c{{u}}];
             let xn{{u}} = xn[c{{u}}];
             let xs{{u}} = xd[c{{u}} >> 2u];
@@ -218,7 +234,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
 {% endif %}
-{% if Q8X %}
+{% if Q8X and not Q8G %}
     // x (times g) to int8 blocks of 32 in workgroup memory, a block a thread
     for (var bk = tid; bk < P.K / 32u; bk += 256u) {
 {% for i in range(4) %}
@@ -235,16 +251,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         mx = max(mx, max(abs(v{{i}}.lo), abs(v{{i}}.hi)));
 {% endfor %}
         let amax = max(max(mx.x, mx.y), max(mx.z, mx.w));
-        let d = amax / 127.0;
-        let id = select(0.0, 1.0 / d, d > 0.0);
+{{ q8_scale("amax") }}
         xd[bk] = d;
 {% for i in range(4) %}
-        {
-            let a = vec4<i32>(round(v{{i}}.lo * id));
-            let b = vec4<i32>(round(v{{i}}.hi * id));
-            xq[bk * 4u + {{i}}u] = vec2<u32>(pack4xI8(a), pack4xI8(b));
-            xn[bk * 4u + {{i}}u] = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
-        }
+{{ q8_codes(i) }}
+        xq[bk * 4u + {{i}}u] = vec2<u32>(pack4xI8(qa{{i}}), pack4xI8(qb{{i}}));
+        xn[bk * 4u + {{i}}u] = qn{{i}};
 {% endfor %}
     }
     workgroupBarrier();
