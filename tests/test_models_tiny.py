@@ -26,7 +26,7 @@ def tiny(request, reference_dir):
     d = reference_dir / "tiny" / request.param
     manifest = json.loads((d / "manifest.json").read_text())
     g = GGUFFile.open(d / manifest["file"])
-    return d, manifest, CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128)
+    return d, manifest, CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, int8=True)
 
 
 def prompt_of(manifest, name):

@@ -236,8 +236,9 @@ class CpuBackend(Backend):
         self.cfg = cfg
         self.model = build_model(cfg, gguf)
         # One-token passes multiply quantized matrices with x quantized to 8 bits as llama.cpp does
-        # (engine/cpu/kernels_int8.py: ~2x faster kernels); int8=False (or HEARTH_CPU_INT8=0) keeps
-        # float32 x, the exact float path the consistency tests compare against. Batches are float32
+        # (engine/cpu/kernels_int8.py: ~2x faster kernels) with int8=True or HEARTH_CPU_INT8=1; the
+        # default is float32 x, the exact float path (the default model's greedy replies move with
+        # 8-bit x: bench/README.md). Batches are float32
         # either way (BLAS tiles); with int8 the last of several ids runs as a one-token pass (forward).
         self.int8 = False
         self.set_int8(int8_default() if int8 is None else int8)
@@ -325,7 +326,7 @@ class CpuBackend(Backend):
     def describe(self) -> dict:
         # What K/V values depend on (prefix-image keys): the float-x path computes a decoded
         # token's K/V a little differently from the default 8-bit x, so it says so.
-        return {"backend": "cpu"} if self.int8 else {"backend": "cpu", "decode_x": "float32"}
+        return {"backend": "cpu", "decode_x": "int8"} if self.int8 else {"backend": "cpu"}
 
     def close(self) -> None:
         self.model = None
