@@ -32,22 +32,23 @@ HIGHER_IS_BETTER = {"prefill 512", "prefill 2000", "decode after 16", "decode af
 # Run by the child interpreter (Hearth's or llama.cpp's): prints one JSON line of measurements.
 CHILD = r"""
 import json, os, resource, sys, time
-engine_kind, model, ids_file, n_dec, threads, long_ = sys.argv[1:7]
+engine_kind, model, ids_file, n_dec, threads, long_, kv_dtype = sys.argv[1:8]
 n_dec, threads, long_ = int(n_dec), int(threads), long_ == "1"
 ids = json.load(open(ids_file))
 t0 = time.perf_counter()
 if engine_kind == "hearth":
     sys.path.insert(0, os.environ["HEARTH_ROOT"])
     from hearth.engine import Engine
-    eng = Engine.load(model, backend="cpu", n_ctx=4096)
+    eng = Engine.load(model, backend="cpu", n_ctx=4096, kv_dtype=kv_dtype)
     load = time.perf_counter() - t0
     def reset(): eng.reset()
     def feed(toks): return eng.feed(toks)
 else:
     import numpy as np
     from llama_cpp import Llama
+    ggml_type = {"f32": 0, "f16": 1}[kv_dtype]   # GGML_TYPE_F32, GGML_TYPE_F16 (llama.cpp's default)
     llm = Llama(model_path=model, n_ctx=4096, n_batch=512, n_threads=threads, n_threads_batch=threads,
-                verbose=False)
+                type_k=ggml_type, type_v=ggml_type, verbose=False)
     load = time.perf_counter() - t0
     def reset(): llm.reset()
     def feed(toks):
@@ -73,9 +74,11 @@ print("RESULT " + json.dumps(res))
 """
 
 
-def run_child(kind: str, py: str, model: str, ids_file: str, n_dec: int, threads: int, long_: bool) -> dict:
+def run_child(kind: str, py: str, model: str, ids_file: str, n_dec: int, threads: int, long_: bool,
+              kv_dtype: str = "f32") -> dict:
     env = dict(os.environ, HEARTH_ROOT=str(ROOT))
-    p = subprocess.run([py, "-c", CHILD, kind, model, ids_file, str(n_dec), str(threads), "1" if long_ else "0"],
+    p = subprocess.run([py, "-c", CHILD, kind, model, ids_file, str(n_dec), str(threads), "1" if long_ else "0",
+                        kv_dtype],
                        capture_output=True, text=True, env=env, cwd=ROOT)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -91,6 +94,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--llama-python", default=os.environ.get("HEARTH_LLAMA_PYTHON"))
     ap.add_argument("--no-long", action="store_true", help="skip the 2,000-token prompt")
+    ap.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32",
+                    help="KV cache precision of both engines (llama.cpp's default is f16: like for like)")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
@@ -109,11 +114,12 @@ def main(argv=None) -> int:
         for _ in range(a.repeat):
             for kind, py in engines:
                 runs[kind].append(run_child("hearth" if kind == "hearth" else "llama", py, model, str(ids_file),
-                                            a.decode_tokens, a.threads, not a.no_long))
+                                            a.decode_tokens, a.threads, not a.no_long, a.kv_dtype))
     finally:
         ids_file.unlink(missing_ok=True)
     loads = [r["load avg"] for rs in runs.values() for r in rs]
-    print(f"model {Path(model).name} ({os.path.getsize(model) / 2**20:,.0f} MiB), n_ctx 4096, {a.repeat} runs each "
+    print(f"model {Path(model).name} ({os.path.getsize(model) / 2**20:,.0f} MiB), n_ctx 4096, KV {a.kv_dtype}, "
+          f"{a.repeat} runs each "
           f"alternating, {a.threads} threads for llama.cpp, load avg {min(loads):.1f}..{max(loads):.1f}, "
           f"{time.strftime('%H:%M')}")
     head = "| measure | " + " | ".join(k for k, _ in engines) + (" | Hearth / llama.cpp |" if len(engines) > 1 else " |")

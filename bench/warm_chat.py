@@ -1,4 +1,4 @@
-"""Chats kept warm: `python -m bench.warm_chat [--tokens 4000] [--repeat 3] [--backend cpu]`.
+"""Chats kept warm: `python -m bench.warm_chat [--tokens 4000] [--repeat 3] [--backend cpu] [--kv-dtype f32]`.
 
 A chat of ~4,000 tokens on the default model (n_ctx 4096): a preset prefix (the system prompt, kept
 as a prefix image) and exchanges of ~400 tokens (text of ../shared/reference/smollm2/bench_prompts.json),
@@ -9,7 +9,8 @@ files in the page cache):
     restored, the new user message (~20 tokens) read, the first token sampled;
   - the same with the cache emptied: everything computed;
   - bytes written by one more exchange (the last save), against the whole chain's bytes;
-  - image bytes per token (float32 K/V; float16 is not implemented).
+  - image bytes per token, of the KV cache's dtype (`--kv-dtype f32` or `f16`; bench.kv_dtype puts the
+    two side by side).
 The window's worst event-loop stall while a chat is saved is measured by bench.app_responsive-style
 probing in `--stall` (the real window, a long message, its save after the reply).
 Goals: first token <= 300 ms with images and >= 20x faster than the recompute; one exchange's bytes
@@ -56,11 +57,11 @@ def chat_text(eng, n_tokens: int) -> list[str]:
         i += 1
 
 
-def build(cache: Path, n_tokens: int, backend: str) -> dict:
+def build(cache: Path, n_tokens: int, backend: str, kv_dtype: str) -> dict:
     from hearth.engine import Engine
     from hearth.engine.prefix import PrefixStore
     from hearth.engine.prefix.chat_images import ChatImages, Root
-    eng = Engine.load(n_ctx=4096, backend=backend)
+    eng = Engine.load(n_ctx=4096, backend=backend, kv_dtype=kv_dtype)
     store = PrefixStore(cache, cap_bytes=8 << 30)
     chats = ChatImages(store)
     store.ensure(eng, PRESET)
@@ -75,12 +76,12 @@ def build(cache: Path, n_tokens: int, backend: str) -> dict:
     return {"saves": saves, "chain_bytes": total, "tokens": len(eng.tokenize(text)), "text": text}
 
 
-def send(cache: Path, text: str, backend: str) -> dict:
+def send(cache: Path, text: str, backend: str, kv_dtype: str) -> dict:
     """A restarted Hearth: load, let the KV pages be made resident, then Send -> first token."""
     from hearth.engine import Engine, Sampling
     from hearth.engine.prefix import PrefixStore
     from hearth.engine.prefix.chat_images import ChatImages, Root
-    eng = Engine.load(n_ctx=4096, backend=backend)
+    eng = Engine.load(n_ctx=4096, backend=backend, kv_dtype=kv_dtype)
     if getattr(eng, "_prefault", None) is not None:
         eng._prefault.join()
     store = PrefixStore(cache, cap_bytes=8 << 30)
@@ -88,21 +89,22 @@ def send(cache: Path, text: str, backend: str) -> dict:
     ids = eng.tokenize(text + NEXT)
     t0 = time.perf_counter()
     pre = store.ensure(eng, PRESET)
+    t_prefix = time.perf_counter() - t0
     root = Root.of_prefix(eng, eng.prefix_ids(PRESET))
     got = chats.restore(eng, ids, root)
     t_restore = time.perf_counter() - t0
     ev = next(iter(eng.generate(ids, max_tokens=1, sampling=Sampling(temperature=0))))
     ttft = time.perf_counter() - t0
-    return {"ttft_s": ttft, "restore_s": t_restore, "prefix": pre.action, "restored": got.restored,
-            "prompt": len(ids), "first": ev.token_id}
+    return {"ttft_s": ttft, "restore_s": t_restore, "prefix_s": t_prefix, "prefix": pre.action,
+            "restored": got.restored, "prefix_n": root.n, "prompt": len(ids), "first": ev.token_id}
 
 
 def child(args) -> int:
     cache = Path(args.cache)
     if args.child == "build":
-        out = build(cache, args.tokens, args.backend)
+        out = build(cache, args.tokens, args.backend, args.kv_dtype)
     else:
-        out = send(cache, Path(args.text).read_text(), args.backend)
+        out = send(cache, Path(args.text).read_text(), args.backend, args.kv_dtype)
     print("RESULT " + json.dumps(out))
     return 0
 
@@ -120,6 +122,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=4000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--backend", default="cpu", choices=("cpu", "gpu"))
+    ap.add_argument("--kv-dtype", default="f32", choices=("f32", "f16"))
     ap.add_argument("--child", choices=("build", "send"))
     ap.add_argument("--cache")
     ap.add_argument("--text")
@@ -129,30 +132,35 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="hearth-warm-") as d:
         cache, empty = Path(d) / "cache", Path(d) / "empty"
         cache.mkdir()
+        kv = ("--kv-dtype", args.kv_dtype)
         b = run_child("--child", "build", "--cache", str(cache), "--tokens", str(args.tokens),
-                      "--backend", args.backend)
+                      "--backend", args.backend, *kv)
         text = Path(d) / "chat.txt"
         text.write_text(b["text"])
         warm, cold = [], []
         for _ in range(args.repeat):  # alternated, so both see the same machine load
             warm.append(run_child("--child", "send", "--cache", str(cache), "--text", str(text),
-                                  "--backend", args.backend))
+                                  "--backend", args.backend, *kv))
             empty.mkdir(exist_ok=True)
             for p in empty.iterdir():
                 p.unlink() if p.is_file() else None
             cold.append(run_child("--child", "send", "--cache", str(empty), "--text", str(text),
-                                  "--backend", args.backend))
+                                  "--backend", args.backend, *kv))
     assert all(w["first"] == c["first"] for w, c in zip(warm, cold)), "restored and recomputed differ"
     med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
     last, first = b["saves"][-1], b["saves"][0]
     new_tokens = last["tokens"] - b["saves"][-2]["tokens"]
     print(f"chat: {b['tokens']:,} tokens in {len(b['saves'])} exchanges, backend {args.backend}, "
+          f"KV {args.kv_dtype}, "
           f"{args.repeat} restarts each way (medians)\n")
     print("| Send -> first token after a restart | median | runs |")
     print("|---|---:|---|")
     print(f"| with the chat's images (restored {warm[0]['restored']:,} + prefix) | {med(warm, 'ttft_s') * 1000:.0f} ms | "
           + ", ".join(f"{w['ttft_s'] * 1000:.0f}" for w in warm) + " |")
-    print(f"| of which restoring | {med(warm, 'restore_s') * 1000:.0f} ms | |")
+    print(f"| of which restoring (preset image {med(warm, 'prefix_s') * 1000:.0f} ms, then the segments) | "
+          f"{med(warm, 'restore_s') * 1000:.0f} ms | " + ", ".join(f"{w['restore_s'] * 1000:.0f}" for w in warm) + " |")
+    print(f"| then computing the {warm[0]['prompt'] - warm[0]['restored'] - warm[0]['prefix_n']:,} new tokens"
+          f" and sampling | {statistics.median(w['ttft_s'] - w['restore_s'] for w in warm) * 1000:.0f} ms | |")
     print(f"| cache emptied (all {cold[0]['prompt']:,} tokens computed) | {med(cold, 'ttft_s') * 1000:.0f} ms | "
           + ", ".join(f"{c['ttft_s'] * 1000:.0f}" for c in cold) + " |")
     print(f"| speed-up | {med(cold, 'ttft_s') / med(warm, 'ttft_s'):.1f}x | |\n")

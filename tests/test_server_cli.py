@@ -54,6 +54,23 @@ def test_presets_file_default_is_the_apps(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_kv_dtype_option_loads_a_float16_cache(tmp_path):
+    assert parse_args([]).kv_dtype == "f32" and parse_args(["--kv-dtype", "f16"]).kv_dtype == "f16"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", HEARTH_CACHE_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "hearth.engine", "serve", "--port", "0", "--ctx", "256",
+                             "--kv-dtype", "f16", "--no-presets"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().split()[3]
+        model = httpx.get(f"{url}/models").json()["data"][0]
+        assert model["kv_dtype"] == "f16" and model["n_ctx"] == 256
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
 def test_serves_with_a_token_and_ends_on_sigterm():
     env = dict(os.environ, PYTHONUNBUFFERED="1", HEARTH_SERVER_TOKEN="s3cret")
     proc = subprocess.Popen([sys.executable, "-m", "hearth.engine", "serve", "--port", "0", "--ctx", "256",

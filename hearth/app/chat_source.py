@@ -44,6 +44,7 @@ class ModelInfo:
     size_bytes: int = 0
     n_ctx: int = 0
     backend: str = ""            # "cpu" / "gpu" / "remote"
+    kv_dtype: str = ""           # the KV cache's precision, "f32" / "f16" ("" for a remote server)
     adapter: str = ""            # what runs it, in words
     load_s: float = 0.0
     tool_format: str = "generic"  # how its template writes tool calls: hermes / llama3 / generic
@@ -66,7 +67,9 @@ class ChatBackend:
 
     kind = "abstract"
 
-    def load(self, path: str | None, backend: str, n_ctx: int, progress: Progress) -> ModelInfo:
+    def load(self, path: str | None, backend: str, n_ctx: int, progress: Progress,
+             kv_dtype: str = "f32") -> ModelInfo:
+        """`kv_dtype`: the KV cache's precision, "f32" or "f16" (a local engine's; a server keeps its own)."""
         raise NotImplementedError
 
     def prepare_prefix(self, system: str, tools: list, progress: Progress, label: str | None = None,
@@ -179,7 +182,7 @@ class LocalBackend(ChatBackend):
         self._contexts = None
 
     # -- model ----------------------------------------------------------------------------------------
-    def load(self, path, backend, n_ctx, progress):
+    def load(self, path, backend, n_ctx, progress, kv_dtype="f32"):
         from hearth.engine import Engine
         from hearth.engine.paths import default_model_path
         real = Path(path) if path else default_model_path()
@@ -188,7 +191,7 @@ class LocalBackend(ChatBackend):
         progress(f"Loading {info.name}", 0, 0)
         t0 = time.perf_counter()
         eng = Engine.load(path=str(real), backend=backend, n_ctx=n_ctx,
-                          progress=_percent(progress, f"Loading {info.name}"))
+                          progress=_percent(progress, f"Loading {info.name}"), kv_dtype=kv_dtype)
         info.load_s = time.perf_counter() - t0
         self.save_chat()                        # the old engine's resident chat, before it goes
         old, self.engine = self.engine, eng
@@ -198,6 +201,7 @@ class LocalBackend(ChatBackend):
         if self._contexts is not None:   # nothing of any chat is resident in the new engine
             self._contexts.chat, self._contexts.dirty = None, False
         info.n_ctx = int(getattr(eng, "n_ctx", n_ctx))
+        info.kv_dtype = eng.kv_dtype
         info.tool_format = tool_format_of(eng)
         source = eng.gguf.metadata.get("tokenizer.chat_template") if getattr(eng, "gguf", None) else None
         info.thinking_switch = has_thinking_switch(source if isinstance(source, str) else None)

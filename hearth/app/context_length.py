@@ -48,8 +48,8 @@ def set_n_ctx(store: ModelSettingsStore, path: str, n_ctx: int) -> int:
     return n_ctx
 
 
-def memory_text(facts: ModelFacts, n_ctx: int) -> str:
-    fit, needed = fit_for(facts, n_ctx)
+def memory_text(facts: ModelFacts, n_ctx: int, kv_dtype: str = "f32") -> str:
+    fit, needed = fit_for(facts, n_ctx, kv_dtype=kv_dtype)
     verdict = {Fit.FITS: "fits in memory", Fit.TIGHT: "tight: little memory left",
                Fit.WONT_FIT: "does not fit in the memory available", Fit.UNKNOWN: ""}[fit]
     return f"needs about {human_bytes(needed)}" + (f" ({verdict})" if verdict else "")
@@ -60,10 +60,11 @@ class ContextLengthDialog(QDialog):
 
     chosen = Signal(int)
 
-    def __init__(self, facts: ModelFacts, current: int, parent=None):
+    def __init__(self, facts: ModelFacts, current: int, parent=None, kv_dtype: str = "f32"):
         super().__init__(parent, objectName="contextLengthDialog")
         self.setWindowTitle("Context length")
         self.facts = facts
+        self.kv_dtype = kv_dtype
         trained = facts.context_length or max(current, 4096)
         lay = QVBoxLayout(self)
         lay.addWidget(QLabel(f"How many tokens of the chat {facts.name} sees at once. It was trained for "
@@ -87,7 +88,7 @@ class ContextLengthDialog(QDialog):
         self._show_memory(self.lengthBox.value())
 
     def _show_memory(self, n: int) -> None:
-        self.memoryLabel.setText(memory_text(self.facts, n))
+        self.memoryLabel.setText(memory_text(self.facts, n, self.kv_dtype))
 
     def apply(self) -> None:
         n = check_n_ctx(self.lengthBox.value(), self.facts.context_length)

@@ -27,7 +27,7 @@ def _facts_of(path: str):
     return _facts[key]
 
 
-def fit_line(path: str, n_ctx: int | None) -> tuple[str, str]:
+def fit_line(path: str, n_ctx: int | None, kv_dtype: str = "f32") -> tuple[str, str]:
     """(short line, fit value) for the model at `path` ("" = the default model): "742 MB · fits",
     "fits"; ("", "") for what is not a local file (a remote server's model) or cannot be read."""
     if path.startswith("remote:"):
@@ -37,7 +37,7 @@ def fit_line(path: str, n_ctx: int | None) -> tuple[str, str]:
         facts = _facts_of(real)
     except (OSError, EngineError):
         return "", ""
-    fit, _needed = fit_for(facts, int(n_ctx or facts.context_length or 4096))
+    fit, _needed = fit_for(facts, int(n_ctx or facts.context_length or 4096), kv_dtype=kv_dtype)
     if fit is Fit.UNKNOWN:
         return human_bytes(facts.size), ""
     return f"{human_bytes(facts.size)} · {fit.value}", fit.value

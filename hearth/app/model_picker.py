@@ -166,7 +166,7 @@ class ModelPicker(QObject):
 
     def _mark_fit(self, row: int, path: str, tip: str) -> None:
         """Size and fit (fits / tight / won't fit at the context it would load with) of a local model."""
-        line, value = fit_line(path, self.n_ctx_of(path))
+        line, value = fit_line(path, self.n_ctx_of(path), self.settings.get("model/kv_dtype"))
         self.combo.setItemData(row, line, FIT_ROLE)
         self.combo.setItemData(row, value, FIT_VALUE_ROLE)
         if line:
@@ -222,7 +222,7 @@ class ModelPicker(QObject):
         self.infoLabel.setText("loading…")
         self._loading_backend = self.backendBox.currentData()
         self.refresh()
-        self.client.load_model(path, self._loading_backend, self.n_ctx_of(path))
+        self.client.load_model(path, self._loading_backend, self.n_ctx_of(path), self.settings.get("model/kv_dtype"))
 
     def _on_backend_picked(self, index: int) -> None:
         self.settings.set("model/backend", self.backendBox.itemData(index))
@@ -254,7 +254,8 @@ class ModelPicker(QObject):
                        f"{info.get('quant', '?')} · {runs_on}",
                        f"{info.get('path')} ({human_bytes(info.get('size_bytes', 0))})\n"
                        f"runs on {adapter}\n"
-                       f"loaded in {info.get('load_s', 0):.2f} s, context {info.get('n_ctx')} tokens")
+                       f"loaded in {info.get('load_s', 0):.2f} s, context {info.get('n_ctx')} tokens, "
+                       f"KV cache {'float16' if info.get('kv_dtype') == 'f16' else 'float32'}")
         self.backendBox.setToolTip(f"Running on: {adapter}")
         # The box names what runs: "Auto (CPU)", "GPU · <adapter>".
         device = adapter.removeprefix("GPU: ").split(" [")[0]

@@ -92,7 +92,7 @@ class RemoteBackend(ChatBackend):
         self.info: ModelInfo | None = None
         self._used = 0
 
-    def load(self, path, backend, n_ctx, progress) -> ModelInfo:
+    def load(self, path, backend, n_ctx, progress, kv_dtype="f32") -> ModelInfo:
         from hearth.engine.remote import RemoteClient, RemoteError
         parsed = parse_remote_path(path)
         if parsed is None:
@@ -182,11 +182,11 @@ class RoutingBackend(ChatBackend):
         """What the worker checks before a request: None while nothing usable is loaded."""
         return self.local.engine if self.active is self.local else self.remote.client
 
-    def load(self, path, backend, n_ctx, progress) -> ModelInfo:
+    def load(self, path, backend, n_ctx, progress, kv_dtype="f32") -> ModelInfo:
         target = self.remote if parse_remote_path(path) else self.local
         if target is not self.local:
             self.local.save_chat()   # the local chat context stops being resident
-        info = target.load(path, backend, n_ctx, progress)
+        info = target.load(path, backend, n_ctx, progress, kv_dtype)
         self.active = target
         return info
 

@@ -24,6 +24,7 @@ DECLARED: dict[str, tuple[type, object, str]] = {
     "model/recent": (list, [], "models opened from disk, most recent first, with their info"),
     "model/backend": (str, "auto", "auto | gpu | cpu"),
     "model/n_ctx": (int, 4096, "context size in tokens"),
+    "model/kv_dtype": (str, "f32", "KV cache precision: f32 | f16 (half the memory and disk)"),
     "chat/last": (int, 0, "the chat open at exit"),
     "preset/last": (str, "assistant", "preset for new chats"),
     "ui/theme": (str, "system", "system | light | dark"),

@@ -50,6 +50,8 @@ from .settings import Settings
 from .worker import EngineClient
 
 MIN_SIZE = QSize(760, 520)
+# the Settings menu's KV cache precisions (engine/kv_cache.py's names)
+KV_DTYPE_CHOICES = (("f32", "float32 (exact)"), ("f16", "float16 (half the memory)"))
 WIDE = 1300     # below this the top bar drops its "Preset" and "Model" labels
 NARROW = 1000   # below this the sampling panel has no room: its toggle goes too (Ctrl+Shift+S stays)
 
@@ -303,6 +305,18 @@ class MainWindow(QMainWindow):
         s = mb.addMenu("&Settings")
         s.addAction("Prefix cache…", self.open_cache_panel)
         self.contextLengthAction = s.addAction("Context length…", self.open_context_length)
+        kv = s.addMenu("KV cache precision")
+        kv.setObjectName("kvDtypeMenu")
+        self.kvDtypeGroup = QActionGroup(self)
+        self.kvDtypeActions: dict[str, QAction] = {}
+        for name, label in KV_DTYPE_CHOICES:
+            a = kv.addAction(label)
+            a.setObjectName(f"kvDtype_{name}")
+            a.setCheckable(True)
+            a.setChecked(self.settings.get("model/kv_dtype") == name)
+            a.triggered.connect(lambda _=False, n=name: self.set_kv_dtype(n))
+            self.kvDtypeGroup.addAction(a)
+            self.kvDtypeActions[name] = a
         self.serveToggle = ServeToggle(self.settings, self.client, s, self.statusBar(), self)
         self.serveToggle.problem.connect(self.show_banner)
         self.modelReady.connect(self.serveToggle.on_model_ready)
@@ -635,7 +649,8 @@ class MainWindow(QMainWindow):
         except Exception as e:  # noqa: BLE001  the file went away or broke since it was loaded
             self.show_banner(f"Cannot read the model file: {e}")
             return None
-        dlg = ContextLengthDialog(facts, int(self.model_info.get("n_ctx") or 0), self)
+        dlg = ContextLengthDialog(facts, int(self.model_info.get("n_ctx") or 0), self,
+                                  self.settings.get("model/kv_dtype"))
         dlg.chosen.connect(self.set_context_length)
         self.contextLengthDialog = dlg
         dlg.show()
@@ -657,6 +672,20 @@ class MainWindow(QMainWindow):
             self.show_banner(str(e))
             return
         self.load_model(path)
+
+    def set_kv_dtype(self, name: str) -> None:
+        """Remember the KV cache precision ("f32" or "f16") and load the model again with a cache of it.
+        The chat stays: its context is restored from images of that precision, or computed again."""
+        if self.conversation.generating:
+            self.kvDtypeActions[self.settings.get("model/kv_dtype")].setChecked(True)
+            self.show_banner("Wait for the reply to finish before changing the KV cache precision.")
+            return
+        if name == self.settings.get("model/kv_dtype"):
+            return
+        self.settings.set("model/kv_dtype", name)
+        self.kvDtypeActions[name].setChecked(True)
+        if self.model_info and self.model_info.get("backend") != "remote":
+            self.load_model(self.model_info.get("path_setting", ""))
 
     # -- export and import ----------------------------------------------------------------------------
     def export_chats(self, path: str, fmt: str, all_chats: bool = False) -> bool:

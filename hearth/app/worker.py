@@ -83,7 +83,7 @@ class EngineWorker(QObject):
             return
         try:
             info = self.backend.load(req.get("path") or None, req.get("backend", "auto"),
-                                     int(req.get("n_ctx", 4096)), self._progress)
+                                     int(req.get("n_ctx", 4096)), self._progress, req.get("kv_dtype", "f32"))
             self.modelLoaded.emit(info.to_dict())
         except Exception as e:  # noqa: BLE001  any failure leaves the previous model loaded
             log.warning("model load failed: %s", traceback.format_exc())
@@ -310,9 +310,9 @@ class EngineClient(QObject):
         if self._pending == 0:
             self.busyChanged.emit(False)
 
-    def load_model(self, path: str, backend: str, n_ctx: int) -> None:
+    def load_model(self, path: str, backend: str, n_ctx: int, kv_dtype: str = "f32") -> None:
         self._queued()
-        self._loadRequested.emit({"path": path, "backend": backend, "n_ctx": n_ctx})
+        self._loadRequested.emit({"path": path, "backend": backend, "n_ctx": n_ctx, "kv_dtype": kv_dtype})
 
     def prepare_prefix(self, preset_id: str, system: str, tools: list, label: str = "") -> None:
         self._queued()

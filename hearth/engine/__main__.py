@@ -24,6 +24,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--model", "-m", help="GGUF file (default: the bundled SmolLM2-135M-Instruct)")
     ap.add_argument("--backend", choices=["cpu", "gpu", "auto"], default="cpu")
     ap.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    ap.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32",
+                    help="KV cache precision: f32 (default) or f16 (half the memory and image bytes)")
     ap.add_argument("--prompt", "-p", help="one-shot: answer this and exit")
     ap.add_argument("--system", "-s", help="system prompt")
     ap.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
@@ -57,7 +59,7 @@ def print_info(eng: Engine, load_s: float) -> None:
           f"head dim {c.head_dim}  ffn {c.n_ff}  vocab {c.n_vocab}")
     print(f"rope: base {c.rope_base:g} ({'neox' if c.rope_neox else 'normal'}, {c.n_rot} dims, "
           f"scaling {c.rope_scaling.kind})" + (f"  sliding window {c.sliding_window}" if c.sliding_window else ""))
-    print(f"context: trained {c.context_length}, this engine {eng.n_ctx}; KV cache {eng.kv.nbytes / 2**20:.1f} MiB")
+    print(f"context: trained {c.context_length}, this engine {eng.n_ctx}; KV cache {eng.kv.nbytes / 2**20:.1f} MiB ({eng.kv_dtype})")
     print("metadata:")
     for k, v in g.metadata.items():
         if hasattr(v, "__len__") and not isinstance(v, str):
@@ -103,7 +105,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     try:
         t = time.perf_counter()
-        eng = Engine.load(a.model, backend=a.backend, n_ctx=a.ctx)
+        eng = Engine.load(a.model, backend=a.backend, n_ctx=a.ctx, kv_dtype=a.kv_dtype)
         load_s = time.perf_counter() - t
         if a.info:
             print_info(eng, load_s)

@@ -232,7 +232,7 @@ class CpuBackend(Backend):
     name = "cpu"
 
     def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, chunk: int = DEFAULT_CHUNK, progress=None,
-                 int8: bool | None = None):
+                 kv_dtype: str = "f32", int8: bool | None = None):
         self.cfg = cfg
         self.model = build_model(cfg, gguf)
         # One-token passes multiply quantized matrices with x quantized to 8 bits as llama.cpp does
@@ -243,7 +243,7 @@ class CpuBackend(Backend):
         self.int8 = False
         self.set_int8(int8_default() if int8 is None else int8)
         self.model.make_resident(progress)
-        self.kv = KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, n_ctx)
+        self.kv = KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, n_ctx, kv_dtype)
         self.chunk = chunk
         self.threads = 1
         self._rows: ThreadedRows | None = None

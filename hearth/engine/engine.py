@@ -21,7 +21,9 @@ from .config import ModelConfig
 from .errors import ContextFullError, EngineError
 from .generation import GenerationEvent, GenerationStats, StopMatcher, cancel_check, common_prefix
 from .gguf import GGUFFile
-from .prefix.format import ImageHeader
+from .kv_cache import kv_dtype as parse_kv_dtype
+from .kv_cache import kv_dtype_name
+from .prefix.format import ImageHeader, dtype_code
 from .prefix.io import read_image, write_image
 from .prefix.key import key_digest, model_digest
 from .sampling import Sampler, Sampling
@@ -33,7 +35,7 @@ class Engine:
     """A loaded model, ready to generate. Build with `Engine.load(...)`.
 
     Attributes: gguf (GGUFFile), config (ModelConfig), tokenizer, backend (Backend), kv (the
-    backend's cache), n_ctx, backend_info (which backend runs and why).
+    backend's cache), n_ctx, kv_dtype ("f32" or "f16"), backend_info (which backend runs and why).
     """
 
     def __init__(self, gguf: GGUFFile, config: ModelConfig, backend, tokenizer, backend_info: dict):
@@ -51,14 +53,16 @@ class Engine:
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, backend: str = "cpu", n_ctx: int = 4096,
-             progress: Callable[[float, str], None] | None = None) -> "Engine":
-        """Open a GGUF model (path=None: the default model) on `backend` ("cpu", "gpu" or "auto").
+             progress: Callable[[float, str], None] | None = None, kv_dtype: str = "f32") -> "Engine":
+        """Open a GGUF model (path=None: the default model) on `backend` ("cpu", "gpu" or "auto"),
+        with a KV cache of `kv_dtype` ("f32", or "f16": half the memory and image bytes).
         Raises NotEnoughMemoryError (an EngineError) before loading what would not fit.
         `progress(fraction, what)` is called as loading goes, from this thread."""
         from .paths import default_model_path  # noqa: PLC0415
         from .tokenizer import Tokenizer  # noqa: PLC0415
         if backend not in BACKENDS:
             raise EngineError(f"unknown backend '{backend}' (choose one of {', '.join(BACKENDS)})")
+        kv_dtype = kv_dtype_name(parse_kv_dtype(kv_dtype))
         path = Path(path) if path is not None else default_model_path()
         if not path.is_file():
             raise EngineError(f"model file not found: {path}")
@@ -68,13 +72,13 @@ class Engine:
         if n_ctx <= 0:
             raise EngineError(f"n_ctx must be positive, not {n_ctx}")
         from . import memory  # noqa: PLC0415
-        memory.check(g, cfg, n_ctx, backend)
+        memory.check(g, cfg, n_ctx, backend, kv_dtype=kv_dtype)
         report = progress or (lambda fraction, what: None)
         # The tokenizer is built (mostly Python, holding the GIL) on a second thread while the
         # weights are dequantized (numpy, GIL released): load time is the longer of the two.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-load") as pool:
             tok_future = pool.submit(Tokenizer.from_gguf, g)
-            be, info = _make_backend(backend, cfg, g, n_ctx, report)
+            be, info = _make_backend(backend, cfg, g, n_ctx, report, kv_dtype)
             tok = tok_future.result()
         report(1.0, "ready")
         eng = cls(g, cfg, be, tok, info)
@@ -82,14 +86,17 @@ class Engine:
         return eng
 
     def _start_prefault(self) -> None:
-        """On a background thread, what a first restore would otherwise pay for: the KV cache's
-        pages made resident (a host cache only) and the key's cached fields (model digest, engine
-        build hash) computed. The first restore after a load then costs what the next ones do,
-        and nobody waits for it."""
+        """On a background thread, what a first restore and reply would otherwise pay for: the KV
+        cache's pages made resident (a host cache only), the key's cached fields (model digest,
+        engine build hash) and the tokenizer's pieces table (a reply's stream decoder reads it)
+        computed. The first restore after a load then costs what the next ones do, and nobody
+        waits for it."""
         def warm():
             if hasattr(self.backend.kv, "prefault"):
                 self.backend.kv.prefault()
             self.prefix_header([0])
+            if hasattr(self.tokenizer, "token_bytes"):
+                self.tokenizer.token_bytes(0)   # the pieces table a reply's stream decoder reads
         self._prefault = threading.Thread(target=warm, name="hearth-prefault", daemon=True)
         self._prefault.start()
 
@@ -103,6 +110,11 @@ class Engine:
     @property
     def n_ctx(self) -> int:
         return self.backend.kv.max_ctx
+
+    @property
+    def kv_dtype(self) -> str:
+        """The KV cache's precision: "f32" or "f16"."""
+        return kv_dtype_name(self.backend.kv.dtype)
 
     @property
     def tokens(self) -> list[int]:
@@ -218,13 +230,15 @@ class Engine:
     def prefix_header(self, ids: Sequence[int]) -> ImageHeader:
         """The header this engine writes for the prefix `ids` (and accepts on restore)."""
         kv = self.backend.kv
-        key = key_digest(backend=self.backend.describe(), model=model_digest(self.gguf), ids=ids)
-        return ImageHeader(kv.n_layers, kv.n_kv_heads, kv.head_dim, len(ids), int(self.config.n_vocab), key)
+        dtype = dtype_code(kv.dtype)
+        key = key_digest(backend=self.backend.describe(), model=model_digest(self.gguf), ids=ids, dtype=dtype)
+        return ImageHeader(kv.n_layers, kv.n_kv_heads, kv.head_dim, len(ids), int(self.config.n_vocab), key,
+                           dtype=dtype)
 
     def prefix_key(self, text: str | Sequence[int]) -> str:
         """The key (64 hex digits) of the image this engine would write for the prefix `text`."""
         return key_digest(backend=self.backend.describe(), model=model_digest(self.gguf),
-                          ids=self.prefix_ids(text)).hex()
+                          ids=self.prefix_ids(text), dtype=dtype_code(self.backend.kv.dtype)).hex()
 
     def save_prefix(self, text: str | Sequence[int], fileobj) -> int:
         """Make `text` resident (computing only what is not) and stream its prefix image to the
@@ -330,7 +344,7 @@ def _chatml(messages, add_generation_prompt: bool) -> str:
     return out + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
 
-def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int, report=None):
+def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int, report=None, kv_dtype: str = "f32"):
     """(backend, info). "auto" takes the GPU only when engine.gpu finds a real (non-CPU) adapter."""
     reason = ""
     if kind == "auto":
@@ -349,10 +363,10 @@ def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int, report=N
             from .gpu import GpuBackend  # noqa: PLC0415
         except Exception as e:
             raise EngineError(f"the GPU backend cannot be loaded: {e}") from e
-        be = GpuBackend(cfg, g, n_ctx)
+        be = GpuBackend(cfg, g, n_ctx, kv_dtype=kv_dtype)
     else:
         from .cpu_backend import CpuBackend  # noqa: PLC0415
-        be = CpuBackend(cfg, g, n_ctx, progress=report)
+        be = CpuBackend(cfg, g, n_ctx, progress=report, kv_dtype=kv_dtype)
     info = dict(be.describe())
     info["requested"] = "auto" if reason else kind
     if reason:

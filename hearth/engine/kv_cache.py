@@ -1,10 +1,15 @@
-"""The key/value cache: one preallocated float32 buffer for K and one for V.
+"""The key/value cache: one preallocated buffer for K and one for V, float32 or float16.
 
 Layout (the layout prefix images store, whichever backend wrote them):
-    k[layer], v[layer]: float32 [n_kv_heads, max_ctx, head_dim]  — contiguous per layer,
+    k[layer], v[layer]: dtype [n_kv_heads, max_ctx, head_dim]  — contiguous per layer,
     views into two arrays of shape [n_layers, n_kv_heads, max_ctx, head_dim] allocated once.
 Position p of head h lives at k[layer][h, p, :]. Nothing is ever grown or concatenated:
 `truncate` and `clear` only move `n_tokens`, the count of valid positions.
+
+dtype (`KV_DTYPES`): "f32" (the default: K and V exactly as computed) or "f16" (half the memory and
+image bytes, as llama.cpp keeps its cache by default). float16 values are rounded to nearest even
+when stored (numpy's conversion; the GPU cache rounds the same way, wgsl/f16_pack.wgsl) and read
+back exactly; all arithmetic stays float32.
 """
 
 from __future__ import annotations
@@ -14,6 +19,29 @@ import mmap
 import numpy as np
 
 from .errors import ContextFullError, EngineError
+
+
+KV_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}
+_ALIASES = {"float32": "f32", "float16": "f16", "fp32": "f32", "fp16": "f16"}
+
+
+def kv_dtype(name) -> np.dtype:
+    """The numpy dtype of a KV cache setting: "f32" or "f16" (also "float32", "float16")."""
+    key = str(name).lower()
+    key = _ALIASES.get(key, key)
+    if key not in KV_DTYPES:
+        raise EngineError(f"unknown KV cache dtype '{name}' (choose f32 or f16)")
+    return KV_DTYPES[key]
+
+
+def kv_dtype_name(dtype) -> str:
+    """"f32" or "f16" for a cache's numpy dtype."""
+    return next(k for k, v in KV_DTYPES.items() if v == np.dtype(dtype))
+
+
+def kv_bytes(n_layers: int, n_kv_heads: int, head_dim: int, n_ctx: int, dtype="f32") -> int:
+    """Bytes of K and V for n_ctx positions of every layer."""
+    return 2 * kv_dtype(dtype).itemsize * n_layers * n_kv_heads * head_dim * n_ctx
 
 
 # The checks both KV caches (this one and engine/gpu/kv.py's) make, with the same errors.
@@ -49,15 +77,14 @@ def _lazy_zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
 
 
 class KVCache:
-    dtype = np.float32
-
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int):
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int, dtype="f32"):
         check_sizes(n_layers, n_kv_heads, head_dim, max_ctx)
         self.n_layers, self.n_kv_heads, self.head_dim, self.max_ctx = n_layers, n_kv_heads, head_dim, max_ctx
+        self.dtype = kv_dtype(dtype)
         shape = (n_layers, n_kv_heads, max_ctx, head_dim)
         self._k = _lazy_zeros(shape, self.dtype)
         self._v = _lazy_zeros(shape, self.dtype)
-        self.k = [self._k[i] for i in range(n_layers)]  # each float32 [n_kv_heads, max_ctx, head_dim]
+        self.k = [self._k[i] for i in range(n_layers)]  # each dtype [n_kv_heads, max_ctx, head_dim]
         self.v = [self._v[i] for i in range(n_layers)]
         self.n_tokens = 0  # positions [0, n_tokens) hold valid K/V
 
@@ -77,19 +104,22 @@ class KVCache:
         check_range(pos, n, self.max_ctx)
 
     def store(self, layer: int, pos: int, k: np.ndarray, v: np.ndarray) -> None:
-        """Write K and V for positions [pos, pos + n); k, v: [n_kv_heads, n, head_dim] (any strides)."""
+        """Write K and V for positions [pos, pos + n); k, v: float32 [n_kv_heads, n, head_dim] (any
+        strides; rounded to nearest even in a float16 cache)."""
         n = k.shape[1]
         self.k[layer][:, pos:pos + n] = k
         self.v[layer][:, pos:pos + n] = v
 
     def read_prefix(self, layer: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Layer `layer`'s K and V for positions [0, n): views [n_kv_heads, n, head_dim], no copy."""
+        """Layer `layer`'s K and V for positions [0, n): views [n_kv_heads, n, head_dim] of the cache's
+        dtype, no copy."""
         if not 0 <= n <= self.max_ctx:
             raise EngineError(f"read_prefix: {n} positions asked of a cache of {self.max_ctx}")
         return self.k[layer][:, :n], self.v[layer][:, :n]
 
     def write_prefix(self, layer: int, n: int, k: np.ndarray, v: np.ndarray) -> None:
-        """Fill positions [0, n) of layer `layer` from k, v [n_kv_heads, n, head_dim]."""
+        """Fill positions [0, n) of layer `layer` from k, v [n_kv_heads, n, head_dim] of the cache's dtype
+        (an image's bytes)."""
         check_prefix_shapes(layer, k, v, (self.n_kv_heads, n, self.head_dim))
         self.check_fits(0, n)
         self.k[layer][:, :n] = k

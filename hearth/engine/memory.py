@@ -6,7 +6,7 @@ Engine.load before anything large is touched) and the app's model picker shows t
     weights   the tensors as the CPU backend keeps them: the file's blocks (memory-mapped; the
               pages a forward pass reads stay resident) plus float32 copies of the few types the
               kernels do not cover (engine.models.weights.Dense)
-    kv        the KV cache at n_ctx (float32 K and V for every layer)
+    kv        the KV cache at n_ctx (K and V for every layer, float32 or float16: `kv_dtype`)
     scratch   a prefill chunk's activations and attention scores, the logits, dequantized tiles
     runtime   the interpreter, numpy, numba and its compiled kernels, the tokenizer
 """
@@ -33,8 +33,9 @@ class NotEnoughMemoryError(EngineError):
         self.needed, self.available = needed, available
 
 
-def estimate(g, cfg, n_ctx: int, backend: str = "cpu") -> dict[str, int]:
+def estimate(g, cfg, n_ctx: int, backend: str = "cpu", kv_dtype: str = "f32") -> dict[str, int]:
     """Bytes needed by part (weights, kv, scratch, runtime) for GGUF `g` with config `cfg`."""
+    from .kv_cache import kv_bytes  # noqa: PLC0415
     from .cpu.linear import KERNEL_TYPES  # noqa: PLC0415  (the types used straight from the file)
     weights = 0
     for t in g.tensors.values():
@@ -42,7 +43,7 @@ def estimate(g, cfg, n_ctx: int, backend: str = "cpu") -> dict[str, int]:
         matrix = len(t.shape) == 2 and t.name != "token_embd.weight"
         if matrix and (t.type.name not in KERNEL_TYPES or t.shape[0] % 32):
             weights += 4 * t.n_elements     # dequantized to float32
-    kv = 2 * 4 * cfg.n_layer * cfg.n_head_kv * max(cfg.head_dim, cfg.head_dim_v) * n_ctx
+    kv = kv_bytes(cfg.n_layer, cfg.n_head_kv, max(cfg.head_dim, cfg.head_dim_v), n_ctx, kv_dtype)
     rows = min(CHUNK, n_ctx)
     width = max(2 * cfg.n_ff, (cfg.n_head + 2 * cfg.n_head_kv) * cfg.head_dim)
     scores = cfg.n_head * 128 * min(n_ctx, cfg.sliding_window or n_ctx) * 4
@@ -89,15 +90,18 @@ def _gb(n: int) -> str:
     return f"{n / GB:.1f} GB"
 
 
-def check(g, cfg, n_ctx: int, backend: str = "cpu", available: int | None = None) -> dict[str, int]:
+def check(g, cfg, n_ctx: int, backend: str = "cpu", available: int | None = None,
+          kv_dtype: str = "f32") -> dict[str, int]:
     """Raise NotEnoughMemoryError when the model will not fit; returns the estimate otherwise."""
-    parts = estimate(g, cfg, n_ctx, backend)
+    parts = estimate(g, cfg, n_ctx, backend, kv_dtype)
     needed = sum(parts.values())
     avail = available_bytes() if available is None else available
     if avail is not None and verdict(needed, avail) == "won't fit":
         hint = "pick a smaller quantization or model"
         if parts["kv"] > 0.25 * needed:
             hint += f", or a smaller context (n_ctx {n_ctx} takes {_gb(parts['kv'])} of it)"
+            if kv_dtype == "f32":
+                hint += ", or a float16 KV cache (half of that)"
         raise NotEnoughMemoryError(f"{g.path.name} needs {_gb(needed)}, {_gb(avail)} available: {hint}",
                                    needed, avail)
     return parts

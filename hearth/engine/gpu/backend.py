@@ -19,7 +19,8 @@ attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+
 + head (final norm fused) + argmax; 6 per layer where merging the splits inside the O projection
 would cost more than a combine pass (large models, long contexts: ops.ATTN_FUSE_BYTES), and one
 more where the down product reads x quantized once (ops.int8_pre_ok). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
-the whole head), gemma3 two post-norm dispatches per layer.
+the whole head), gemma3 two post-norm dispatches per layer. A float16 KV cache (`kv_dtype="f16"`)
+adds the RoPE dispatch too (rope_store.wgsl writes its words of two values whole).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class GpuBackend(Backend):
     name = "gpu"
 
     def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int | None = None,
-                 int8: bool | None = None, f16: bool | None = None):
+                 int8: bool | None = None, f16: bool | None = None, kv_dtype: str = "f32"):
         if cfg.final_softcap > 0:
             raise UnsupportedModelError(f"{gguf.path.name}: final logit soft-capping is not implemented on the GPU")
         if cfg.head_dim > 256 or cfg.head_dim % 4 or cfg.n_embd % 32:
@@ -78,7 +79,7 @@ class GpuBackend(Backend):
                 env = os.environ.get("HEARTH_GPU_F16", "")
                 f16 = env == "1" or (env != "0" and not self.dev.info["is_cpu"])
             self.f16 = bool(f16) and self.dev.f16
-            self._build(gguf, n_ctx, min(chunk, n_ctx))
+            self._build(gguf, n_ctx, min(chunk, n_ctx), kv_dtype)
         except EngineError:
             self.close()
             raise
@@ -93,7 +94,7 @@ class GpuBackend(Backend):
         self.submit_pieces = int(os.environ.get("HEARTH_GPU_PIECES", "1" if self.dev.info["is_cpu"] else "3"))
 
     # ------------------------------------------------------------------ building
-    def _build(self, g, n_ctx: int, chunk: int) -> None:
+    def _build(self, g, n_ctx: int, chunk: int, kv_dtype: str) -> None:
         c, dev = self.cfg, self.dev
         ks = self.ks = Kernels(dev)
         W = self.weights = GpuWeights(dev, g)
@@ -102,7 +103,8 @@ class GpuBackend(Backend):
         widest = max(nff, (nh + 2 * nkv) * hd, nh * ops.ATTN_MAX_SPLITS * (hd + 2)) * 4
         chunk = max(1, min(chunk, int(dev.limits["max-storage-buffer-binding-size"]) // widest))
         self.chunk = chunk
-        self.kv = GpuKVCache(dev, c.n_layer, nkv, hd, n_ctx)
+        self.kv = GpuKVCache(dev, c.n_layer, nkv, hd, n_ctx, kv_dtype)
+        self.kv_f16 = self.kv.dtype == np.float16
         qkv_dim = (nh + 2 * nkv) * hd
         buf = dev.buffer
         self.x = buf(chunk * d * 4, "x")                 # [chunk, d] residual stream
@@ -210,7 +212,7 @@ class GpuBackend(Backend):
         c = self.cfg
         qk = L["q_norm"] is not None
         bufs = [self.qkv, self.q, self.kv.k[i], self.kv.v[i], cs, self.step] + ([L["q_norm"], L["k_norm"]] if qk else [])
-        return ops.rope_store(self.ks, c.head_dim, qk), bufs, dict(
+        return ops.rope_store(self.ks, c.head_dim, qk, self.kv_f16), bufs, dict(
             n_head=c.n_head, n_kv=c.n_head_kv, n_rot=c.n_rot, max_ctx=self.kv.max_ctx, neox=int(c.rope_neox),
             eps=c.rms_eps)
 
@@ -224,8 +226,9 @@ class GpuBackend(Backend):
         prm = ops.matvec_params(types, d, rows, eps=c.rms_eps)
         lay, q8 = self._layout(types, d, sum(rows), math.gcd(rows[0], rows[1]))
         rpw = ops.matvec_rows(lay)
-        if L["q_norm"] is None and c.n_rot == hd and rpw % 2 == 0:
-            # RoPE and the K/V store fused into the Q|K|V product (qk-norm models need the whole head first)
+        if L["q_norm"] is None and c.n_rot == hd and rpw % 2 == 0 and not self.kv_f16:
+            # RoPE and the K/V store fused into the Q|K|V product (qk-norm models need the whole head
+            # first; a float16 cache takes two values a u32 word, written whole by rope_store.wgsl)
             P.add(ops.matvec(ks, types, norm=True, bias=bias, rope="neox" if c.rope_neox else "normal", layout=lay,
                              q8x=q8),
                   [self.x, self.q] + wbufs + [self.kv.k[i], self.kv.v[i], cs, self.step],
@@ -236,7 +239,7 @@ class GpuBackend(Backend):
             k, bufs, rp = self._rope_args(i, L, cs)
             P.add(k, bufs, ops.rope_groups(1, nh, nkv), f"{i}.rope", **rp)
         ap = dict(self._attn_params(window), max_splits=self.max_splits)
-        P.add(ops.attn_split(ks, hd), [self.q, self.kv.k[i], self.kv.v[i], self.part, self.step],
+        P.add(ops.attn_split(ks, hd, self.kv_f16), [self.q, self.kv.k[i], self.kv.v[i], self.part, self.step],
               lambda n, kv: (ops.attn_splits(kv), nh, 1), f"{i}.attn", **ap)
         # The split merge fused into the O projection while that is cheap (short contexts: one
         # dispatch less), else a combine pass first; the plan holds both and the step's kv_len picks
@@ -327,7 +330,7 @@ class GpuBackend(Backend):
         k, bufs, rp = self._rope_args(i, L, cs)
         P.add(k, bufs, lambda n, kv: ops.rope_groups(n, nh, nkv), f"{i}.rope", **rp)
         ap = dict(self._attn_params(window), n_splits=lambda n, kv: ops.attn_prefill_splits(kv))
-        P.add(ops.attn_prefill(ks, hd), [self.q, self.kv.k[i], self.kv.v[i], self.ppart, self.step],
+        P.add(ops.attn_prefill(ks, hd, self.kv_f16), [self.q, self.kv.k[i], self.kv.v[i], self.ppart, self.step],
               lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv)), f"{i}.attn", **ap)
         P.add(ops.attn_prefill_combine(ks, hd), [self.ppart, self.att], lambda n, kv: ops.rows_groups(n * nh),
               f"{i}.combine", **ap)

@@ -1,7 +1,8 @@
 """The KV cache on the GPU, in the numpy backend's layout.
 
-Per layer one K and one V storage buffer, each float32 [n_kv_heads, max_ctx, head_dim]: position p of
-head h at element (h * max_ctx + p) * head_dim. Allocated once at load.
+Per layer one K and one V storage buffer, each [n_kv_heads, max_ctx, head_dim] of the cache's dtype
+(float32, or float16 as numpy lays it out: two values a u32 word for the shaders, wgsl/f16_kv.wgsl):
+position p of head h at element (h * max_ctx + p) * head_dim. Allocated once at load.
 
 `read_prefix(layer, n)` copies positions [0, n) of every head (one copy command per head range) into
 the device's one staging buffer and maps it once. A prefix image reads layers 0, 1, ... in turn, so the
@@ -15,21 +16,21 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EngineError
-from ..kv_cache import check_prefix_shapes, check_range, check_sizes
+from ..kv_cache import check_prefix_shapes, check_range, check_sizes, kv_dtype
 
 
 class GpuKVCache:
-    dtype = np.float32
-
-    def __init__(self, dev, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int):
+    def __init__(self, dev, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int, dtype="f32"):
         check_sizes(n_layers, n_kv_heads, head_dim, max_ctx)
         self.dev = dev
         self.n_layers, self.n_kv_heads, self.head_dim, self.max_ctx = n_layers, n_kv_heads, head_dim, max_ctx
-        self.layer_bytes = n_kv_heads * max_ctx * head_dim * 4
+        self.dtype = kv_dtype(dtype)
+        self.itemsize = self.dtype.itemsize
+        self.layer_bytes = n_kv_heads * max_ctx * head_dim * self.itemsize
         if self.layer_bytes > dev.limits["max-storage-buffer-binding-size"]:
             raise EngineError(f"a KV cache layer of {self.layer_bytes >> 20} MiB exceeds what the GPU binds "
                               f"({dev.limits['max-storage-buffer-binding-size'] >> 20} MiB): use a smaller n_ctx")
-        self.k = [dev.buffer(self.layer_bytes, f"k{i}") for i in range(n_layers)]   # [n_kv, max_ctx, hd] f32
+        self.k = [dev.buffer(self.layer_bytes, f"k{i}") for i in range(n_layers)]   # [n_kv, max_ctx, hd] dtype
         self.v = [dev.buffer(self.layer_bytes, f"v{i}") for i in range(n_layers)]
         self.n_tokens = 0
         self._snapshot = None     # (n, uint8 bytes of every layer's K then V ranges)
@@ -48,23 +49,23 @@ class GpuKVCache:
         self.generation += 1
 
     def _ranges(self, layer: int, n: int):
-        row = self.max_ctx * self.head_dim * 4
-        size = n * self.head_dim * 4
+        row = self.max_ctx * self.head_dim * self.itemsize
+        size = n * self.head_dim * self.itemsize
         return ([(self.k[layer], h * row, size) for h in range(self.n_kv_heads)] +
                 [(self.v[layer], h * row, size) for h in range(self.n_kv_heads)])
 
     def read_prefix(self, layer: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Layer `layer`'s K and V for positions [0, n): float32 [n_kv_heads, n, head_dim] arrays
-        (host copies; later forward passes do not change them)."""
+        """Layer `layer`'s K and V for positions [0, n): [n_kv_heads, n, head_dim] arrays of the cache's
+        dtype (host copies; later forward passes do not change them)."""
         if not 0 <= n <= self.max_ctx or not 0 <= layer < self.n_layers:
             raise EngineError(f"read_prefix: layer {layer}, {n} positions asked of a cache of "
                               f"{self.n_layers} layers x {self.max_ctx}")
         shape = (self.n_kv_heads, n, self.head_dim)
         if n == 0:
-            return np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+            return np.zeros(shape, self.dtype), np.zeros(shape, self.dtype)
         if self._snapshot is None or self._snapshot[0] != n:
             copies = [c for i in range(self.n_layers) for c in self._ranges(i, n)]
-            self._snapshot = (n, self.dev.read(copies).view(np.float32))
+            self._snapshot = (n, self.dev.read(copies).view(self.dtype))
         per = self.n_kv_heads * n * self.head_dim
         data = self._snapshot[1]
         # views of the snapshot (which nothing writes again): the copy from the GPU is the only one
@@ -80,10 +81,10 @@ class GpuKVCache:
         self.touched()
         if n == 0:
             return
-        row = self.max_ctx * self.head_dim * 4
+        row = self.max_ctx * self.head_dim * self.itemsize
         q = self.dev.queue
         for buf, src in ((self.k[layer], k), (self.v[layer], v)):
-            src = np.ascontiguousarray(src, np.float32)
+            src = np.ascontiguousarray(src, self.dtype)
             for h in range(self.n_kv_heads):
                 q.write_buffer(buf, h * row, src[h])
             q.submit([])      # flush this tensor's staged upload before the next one

@@ -252,10 +252,10 @@ def matmul16_groups(m: int, n: int, tile=None):
 ROPE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("n_rot", "u"), ("max_ctx", "u"), ("neox", "u"), ("eps", "f"))
 
 
-def rope_store(ks, head_dim: int, qk_norm: bool):
-    """Bindings: qkv, q_out, k_cache, v_cache, cos_sin, step[, q_norm, k_norm]."""
+def rope_store(ks, head_dim: int, qk_norm: bool, kv_f16: bool = False):
+    """Bindings: qkv, q_out, k_cache, v_cache, cos_sin, step[, q_norm, k_norm]. kv_f16: a float16 cache."""
     access = ["r", "rw", "rw", "rw", "r", "r"] + (["r", "r"] if qk_norm else [])
-    return ks.get("rope_store.wgsl", access, ROPE_FIELDS, HD=head_dim, QK_NORM=bool(qk_norm))
+    return ks.get("rope_store.wgsl", access, ROPE_FIELDS, HD=head_dim, QK_NORM=bool(qk_norm), KV_F16=bool(kv_f16))
 
 
 def rope_groups(n_tokens: int, n_head: int, n_kv: int):
@@ -267,10 +267,10 @@ ATTN_DECODE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("max_sp
                       ("window", "u"))
 
 
-def attn_split(ks, head_dim: int):
-    """Bindings: q, k_cache, v_cache, partials, step."""
+def attn_split(ks, head_dim: int, kv_f16: bool = False):
+    """Bindings: q, k_cache, v_cache, partials, step. kv_f16: a float16 cache."""
     return ks.get("attn_decode.wgsl", ["r", "r", "r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim,
-                  CHUNK=ATTN_CHUNK, PASS="split")
+                  CHUNK=ATTN_CHUNK, PASS="split", KV_F16=bool(kv_f16))
 
 
 def attn_combine(ks, head_dim: int):
@@ -289,11 +289,11 @@ ATTN_BQ = 64
 ATTN_MAX_SPLITS = 8
 
 
-def attn_prefill(ks, head_dim: int):
-    """Bindings: q, k_cache, v_cache, partials, step. Then attn_prefill_combine."""
+def attn_prefill(ks, head_dim: int, kv_f16: bool = False):
+    """Bindings: q, k_cache, v_cache, partials, step. Then attn_prefill_combine. kv_f16: a float16 cache."""
     kt = max(4, min(32, 2048 // head_dim))
     return ks.get("attn_prefill.wgsl", ["r", "r", "r", "rw", "r"], ATTN_PREFILL_FIELDS, HD=head_dim,
-                  BQ=ATTN_BQ, KT=kt, PASS="split")
+                  BQ=ATTN_BQ, KT=kt, PASS="split", KV_F16=bool(kv_f16))
 
 
 def attn_prefill_combine(ks, head_dim: int):

@@ -5,7 +5,8 @@ the GPU one; the caller passes which).
 The estimate is a function, `MemoryEstimate(facts, n_ctx) -> bytes`, so the engine's own memory
 estimate replaces `simple_estimate` here (set `ESTIMATE`) without the library or the app changing.
 `simple_estimate` counts what dominates: the weights (the file is mapped, every page is touched)
-plus Hearth's float32 KV cache for `n_ctx` (K and V, every layer) plus the logits buffers.
+plus Hearth's KV cache for `n_ctx` (K and V, every layer; float32, or float16 with `kv_dtype="f16"`)
+plus the logits buffers.
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ class Fit(enum.Enum):
     UNKNOWN = "unknown"
 
 
-def kv_cache_bytes(facts: ModelFacts, n_ctx: int) -> int | None:
-    """float32 K [n_head_kv, n_ctx, head_dim] and V [n_head_kv, n_ctx, head_dim_v] per layer."""
+def kv_cache_bytes(facts: ModelFacts, n_ctx: int, kv_dtype: str = "f32") -> int | None:
+    """K [n_head_kv, n_ctx, head_dim] and V [n_head_kv, n_ctx, head_dim_v] per layer, float32 or float16."""
     if not (facts.n_layer and facts.n_head_kv and facts.head_dim):
         return None
-    return 4 * facts.n_layer * facts.n_head_kv * n_ctx * (facts.head_dim + (facts.head_dim_v or facts.head_dim))
+    from ..kv_cache import kv_dtype as parse  # noqa: PLC0415
+    return (parse(kv_dtype).itemsize * facts.n_layer * facts.n_head_kv * n_ctx
+            * (facts.head_dim + (facts.head_dim_v or facts.head_dim)))
 
 
-def simple_estimate(facts: ModelFacts, n_ctx: int) -> int:
-    kv = kv_cache_bytes(facts, n_ctx)
+def simple_estimate(facts: ModelFacts, n_ctx: int, kv_dtype: str = "f32") -> int:
+    kv = kv_cache_bytes(facts, n_ctx, kv_dtype)
     if kv is None:
         return size_only_estimate(facts.size)
     logits = 2 * 4 * (facts.n_vocab or 0)  # the last position's logits and the sampler's copy
@@ -65,9 +68,12 @@ def judge(needed: int, available: int | None) -> Fit:
 
 
 def fit_for(facts: ModelFacts, n_ctx: int, available: int | None = None,
-            estimate: MemoryEstimate | None = None) -> tuple[Fit, int]:
-    """(fit, bytes needed) for a model on disk at `n_ctx`."""
+            estimate: MemoryEstimate | None = None, kv_dtype: str = "f32") -> tuple[Fit, int]:
+    """(fit, bytes needed) for a model on disk at `n_ctx` with a KV cache of `kv_dtype`. An estimate
+    function is for float32; a float16 cache needs the difference of the two cache sizes less."""
     needed = (estimate or ESTIMATE)(facts, n_ctx)
+    if kv_dtype != "f32" and kv_cache_bytes(facts, n_ctx) is not None:
+        needed -= kv_cache_bytes(facts, n_ctx) - kv_cache_bytes(facts, n_ctx, kv_dtype)
     return judge(needed, available_memory() if available is None else available), needed
 
 

@@ -7,6 +7,7 @@ All math in float32 (angles in float64), like llama.cpp's CPU path apart from it
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -129,7 +130,7 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     """Causal grouped-query attention of n new queries against the cache.
 
     q: [n, nh, hd] for positions [pos, pos + n), already rotated and scaled.
-    k_cache, v_cache: [nkv, max_ctx, hd] with positions [0, pos + n) valid.
+    k_cache, v_cache: float32 or float16 [nkv, max_ctx, hd] with positions [0, pos + n) valid.
     window: > 0 for sliding-window layers (a query at p sees keys p - window < j <= p).
     Returns [n, nh * hd]. Only positions that some query can see are read, so the work is
     O(n * T), never proportional to max_ctx.
@@ -148,6 +149,33 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     return out.transpose(2, 0, 1, 3).reshape(n, nh * hd)
 
 
+_widened = threading.local()
+
+
+def _f32(cache: np.ndarray, start: int, end: int, slot: int) -> np.ndarray:
+    """Positions [start, end) of a cache layer [nkv, max_ctx, hd]: a float32 cache's view as it is, a
+    float16 cache's positions widened to float32 (exactly).
+    A prefill block converts the keys it attends to once for all of its ATTN_BLOCK queries, into
+    this thread's buffer `slot` (0 for K, 1 for V), kept and reused: a fresh array each time would be
+    fresh pages each time, ~2.4 s per GB on a virtual machine's first touch (measured: 340 ms of a
+    20-token prefill at 3,786 tokens of context in a fresh process)."""
+    x = cache[:, start:end]
+    if x.dtype == np.float32:
+        return x
+    bufs = getattr(_widened, "bufs", None)
+    if bufs is None:
+        bufs = _widened.bufs = [np.empty(0, np.float32), np.empty(0, np.float32)]
+    if bufs[slot].size < x.size:
+        bufs[slot] = np.empty(x.size, np.float32)
+    out = bufs[slot][:x.size].reshape(x.shape)
+    if x.shape[2] % 8 == 0:
+        from ..cpu.attention import widen_f16  # noqa: PLC0415
+        widen_f16(cache.view(np.uint8), start, end - start, out)
+    else:
+        np.copyto(out, x)
+    return out
+
+
 # From this many keys on, decode attention runs as matrix-vector products (no packing copy of
 # K and V, which OpenBLAS's matrix-matrix path makes for a 3-row query): ~20% less time at
 # 2,000 keys; below it, fewer calls win.
@@ -162,8 +190,12 @@ def _attend_one(q, k_cache, v_cache, pos: int, window: int) -> np.ndarray:
     rep = nh // nkv
     start = max(0, pos - window + 1) if window > 0 else 0
     T = pos + 1 - start
-    K = k_cache[:, start:pos + 1]                                     # [nkv, T, hd] views
-    V = v_cache[:, start:pos + 1]
+    if k_cache.dtype == np.float16 and hd % 32 == 0:
+        # a float16 cache read in place by compiled kernels (no float32 copy of K and V per token)
+        from ..cpu.attention import attend_one_f16  # noqa: PLC0415
+        return attend_one_f16(q.reshape(nkv, rep, hd), k_cache, v_cache, start, T).reshape(1, nh * hd)
+    K = _f32(k_cache, start, pos + 1, 0)                              # [nkv, T, hd] views
+    V = _f32(v_cache, start, pos + 1, 1)
     qg = q.reshape(nkv, rep, hd)
     if T < GEMV_FROM:
         s = np.matmul(qg, K.transpose(0, 2, 1))                       # [nkv, rep, T]
@@ -191,8 +223,8 @@ def _attend_block(qb, k_cache, v_cache, p0: int, window: int) -> np.ndarray:
     end = p0 + m
     start = max(0, p0 - window + 1) if window > 0 else 0
     T = end - start
-    K = k_cache[:, start:end]                                         # [nkv, T, hd] views
-    V = v_cache[:, start:end]
+    K = _f32(k_cache, start, end, 0)                                  # [nkv, T, hd] views
+    V = _f32(v_cache, start, end, 1)
     s = np.matmul(qb.reshape(nkv, rep * m, hd), K.transpose(0, 2, 1))  # [nkv, rep*m, T]
     if m > 1 or (window > 0 and T > window):
         # Mask only the columns some query cannot see: the causal square on the right and,

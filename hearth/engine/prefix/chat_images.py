@@ -30,7 +30,7 @@ import numpy as np
 from ..atomic_file import write_atomic, write_text_atomic
 from ..errors import PrefixImageError
 from ..generation import common_prefix
-from .format import DTYPE_F32, FLAG_LOGITS, I32
+from .format import FLAG_LOGITS, I32, dtype_code
 from .io import _read_into, write_all
 from .key import model_digest, segment_digest
 from .store import META_SUFFIX, SEGMENT_SUFFIX
@@ -353,7 +353,8 @@ class ChatImages:
 
 
 def _dtype(engine) -> int:
-    return DTYPE_F32
+    """The dtype code of the engine's KV cache: a segment of another dtype is refused by key and shape."""
+    return dtype_code(engine.kv.dtype)
 
 
 def _stored_ids(path: Path, h: SegmentHeader) -> list[int] | None:

@@ -9,7 +9,8 @@ Image layout (little-endian throughout; `n` = token count, `L`/`H`/`D` = layers,
     offset  size                what
     0       128                 header (below)
     128     4 n                 token ids, int32 [n]
-    ...     2 L x 4 H n D       for each layer: K then V, float32 [H, n, D]  (head-major, as the cache)
+    ...     2 L x e H n D       for each layer: K then V, the cache's dtype [H, n, D] (head-major, as
+                                the cache; e = 4 bytes for float32, 2 for float16)
     ...     4 n_vocab           logits after the last token, float32 [n_vocab]  (if FLAG_LOGITS)
     end-4   4                   CRC-32 of every byte before it (header included)
 
@@ -17,7 +18,7 @@ Header (128 bytes):
     0   8   magic b"\\x89HPX\\r\\n\\x1a\\n"  (a high byte, CR LF, ^Z, LF: like PNG's, so a text-mode
             transfer or a truncation to 7 bits is caught as 'magic', not as a wrong checksum)
     8   4   u32 format version          12  4  u32 header size (128)
-    16  4   u32 dtype (1 = float32)     20  4  u32 flags (bit 0: logits present)
+    16  4   u32 dtype (1 = float32, 16 = float16)   20  4  u32 flags (bit 0: logits present)
     24  4   u32 n_layers                28  4  u32 n_kv_heads
     32  4   u32 head_dim                36  4  u32 n_tokens
     40  4   u32 n_vocab                 44  4  u32 reserved, 0
@@ -48,8 +49,13 @@ from ..errors import PrefixImageError
 MAGIC = b"\x89HPX\r\n\x1a\n"
 FORMAT_VERSION = 1
 HEADER_SIZE = 128
+# KV dtype codes. float16 is 16 (its bit width) rather than the next free number so that no code
+# between them is ever read as a dtype: an image whose dtype field was damaged to 2..15 is refused
+# as "dtype" before its sizes are believed.
 DTYPE_F32 = 1
-DTYPE_NAMES = {DTYPE_F32: "float32"}
+DTYPE_F16 = 16
+DTYPE_NAMES = {DTYPE_F32: "float32", DTYPE_F16: "float16"}
+DTYPE_NUMPY = {DTYPE_F32: np.dtype("<f4"), DTYPE_F16: np.dtype("<f2")}
 FLAG_LOGITS = 1
 CHECKSUM_SIZE = 4
 
@@ -62,6 +68,15 @@ F32 = np.dtype("<f4")
 I32 = np.dtype("<i4")
 
 
+def dtype_code(dtype) -> int:
+    """The header's code of a KV cache's numpy dtype (float32 or float16)."""
+    dt = np.dtype(dtype).newbyteorder("<")
+    for code, known in DTYPE_NUMPY.items():
+        if known == dt:
+            return code
+    raise ValueError(f"no prefix image dtype for {dt}")
+
+
 class KVFileSizes:
     """The sizes of a file of K/V tensors (a prefix image or a chat segment): header, token ids,
     every layer's K and V, the last logits when flagged, the closing CRC."""
@@ -71,9 +86,14 @@ class KVFileSizes:
         return bool(self.flags & FLAG_LOGITS)
 
     @property
+    def kv_dtype(self) -> np.dtype:
+        """The numpy dtype of the K and V tensors (the logits are float32 whatever it is)."""
+        return DTYPE_NUMPY[self.dtype]
+
+    @property
     def tensor_bytes(self) -> int:
-        """Bytes of one K or V tensor: float32 [n_kv_heads, n_tokens, head_dim]."""
-        return 4 * self.n_kv_heads * self.n_tokens * self.head_dim
+        """Bytes of one K or V tensor: kv_dtype [n_kv_heads, n_tokens, head_dim]."""
+        return self.kv_dtype.itemsize * self.n_kv_heads * self.n_tokens * self.head_dim
 
     @property
     def image_size(self) -> int:
@@ -123,8 +143,8 @@ class ImageHeader(KVFileSizes):
             raise PrefixImageError("header", "the prefix image's header has fields this version does not "
                                              "define (header size, flags or reserved bytes)")
         if dtype not in DTYPE_NAMES:
-            raise PrefixImageError("dtype", f"the prefix image holds dtype code {dtype}; only float32 (1) "
-                                            f"is read")
+            raise PrefixImageError("dtype", f"the prefix image holds dtype code {dtype}; float32 (1) and "
+                                            f"float16 (16) are read")
         h = cls(n_layers, n_kv_heads, head_dim, n_tokens, n_vocab, key, flags, dtype, version)
         if image_size != h.image_size:
             raise PrefixImageError("header", f"the prefix image's header declares {image_size} bytes but "

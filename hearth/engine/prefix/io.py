@@ -160,10 +160,12 @@ def _read_upto(f, n: int) -> bytes:
 def write_image(f, header: ImageHeader, ids, kv, logits: np.ndarray | None) -> int:
     """Stream an image to the binary file object `f`, one write per tensor; returns its size.
 
-    `kv` is KVCache-like (`read_prefix(layer, n) -> (k, v)` float32 [n_kv_heads, n, head_dim]);
+    `kv` is KVCache-like (`read_prefix(layer, n) -> (k, v)` [n_kv_heads, n, head_dim] of the header's
+    dtype, float32 or float16: the cache's own, so the image holds its bytes as they are);
     `logits` float32 [n_vocab] after the last token (required when the header's flag says so).
     Errors from `f` (a full disk) propagate unchanged; nothing here modifies `kv`."""
     n, shape = header.n_tokens, (header.n_kv_heads, header.n_tokens, header.head_dim)
+    dt = header.kv_dtype
     ids = np.ascontiguousarray(ids, I32)
     if ids.shape != (n,):
         raise ValueError(f"write_image: {len(ids)} ids for a header of {n} tokens")
@@ -181,13 +183,13 @@ def write_image(f, header: ImageHeader, ids, kv, logits: np.ndarray | None) -> i
         for t in kv.read_prefix(layer, n):
             if tuple(t.shape) != shape:
                 raise ValueError(f"write_image: layer {layer} tensor has shape {t.shape}, expected {shape}")
-            if t.dtype == F32 and t.flags.c_contiguous:
+            if t.dtype == dt and t.flags.c_contiguous:
                 buf = t
             else:
                 if pending[slot] is not None:
                     pending[slot].result()
                 if scratch[slot] is None:
-                    scratch[slot] = np.empty(shape, F32)
+                    scratch[slot] = np.empty(shape, dt)
                 np.copyto(scratch[slot], t)
                 buf = scratch[slot]
             pending[slot] = crc.update(buf)
@@ -236,15 +238,16 @@ def _commit_tensors(f, header: ImageHeader, kv, resident: int, crc: RunningCrc) 
     shape = (header.n_kv_heads, n, header.head_dim)
     keep = max(0, min(resident, n))  # resident positions this restore overwrites
     backups: list[tuple[int, np.ndarray, np.ndarray]] = []
+    dt = header.kv_dtype
     # Two (K, V) scratch pairs, each [n_kv_heads, n, head_dim]: proportional to n, never to n_ctx.
-    pairs = [(np.empty(shape, F32), np.empty(shape, F32)) for _ in range(2 if header.n_layers > 1 else 1)]
+    pairs = [(np.empty(shape, dt), np.empty(shape, dt)) for _ in range(2 if header.n_layers > 1 else 1)]
     pending: list[Future | None] = [None] * (2 * len(pairs))
     offset = HEADER_SIZE + 4 * n
     # Copies of the resident positions this restore overwrites, all taken before the first write: a
     # GPU cache serves read_prefix from one snapshot download that any write invalidates.
     for layer in range(header.n_layers if keep else 0):
         k0, v0 = kv.read_prefix(layer, keep)
-        backups.append((layer, np.array(k0, F32), np.array(v0, F32)))
+        backups.append((layer, np.array(k0, dt), np.array(v0, dt)))
     written = 0
     try:
         for layer in range(header.n_layers):

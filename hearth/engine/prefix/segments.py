@@ -11,13 +11,14 @@ Segment layout: the prefix image's (format.py) with its own header, so one reade
     offset  size                what
     0       128                 header (below)
     128     4 n                 token ids of positions [start, start + n), int32 [n]
-    ...     2 L x 4 H n D       for each layer: K then V, float32 [H, n, D]  (head-major, as the cache)
+    ...     2 L x e H n D       for each layer: K then V, the cache's dtype [H, n, D] (head-major, as
+                                the cache; e = 4 bytes for float32, 2 for float16)
     ...     4 n_vocab           logits after the last token, float32 [n_vocab]  (if FLAG_LOGITS)
     end-4   4                   CRC-32 of every byte before it (header included)
 
 Header (128 bytes):
     0   8   magic b"\\x89HPS\\r\\n\\x1a\\n"     8  4  u32 format version     12  4  u32 header size (128)
-    16  4   u32 dtype (1 = float32)     20  4  u32 flags (bit 0: logits present)
+    16  4   u32 dtype (1 = float32, 16 = float16; format.py)   20  4  u32 flags (bit 0: logits present)
     24  4   u32 n_layers                28  4  u32 n_kv_heads            32  4  u32 head_dim
     36  4   u32 start                   40  4  u32 n_tokens              44  4  u32 n_vocab
     48  8   u64 image size in bytes, header to checksum included
@@ -122,7 +123,8 @@ def write_segment(f, header: SegmentHeader, ids, kv, logits: np.ndarray | None) 
         crc.update(part)
         write_all(f, part)
     shape = (header.n_kv_heads, header.n_tokens, header.head_dim)
-    scratch = [np.empty(shape, F32), np.empty(shape, F32)]  # one is CRC-checked while the other fills
+    # one is CRC-checked while the other fills
+    scratch = [np.empty(shape, header.kv_dtype), np.empty(shape, header.kv_dtype)]
     pending = [None, None]
     slot = 0
     for layer in range(header.n_layers):
@@ -151,11 +153,11 @@ class ChainPart:
     pending: list = field(default_factory=lambda: [None, None])
 
     def scratch(self, j: int) -> np.ndarray:
-        """Buffer j (0: K, 1: V) float32 [H, n, D], reused across layers (fresh pages are slow to
+        """Buffer j (0: K, 1: V) [H, n, D] of the segment's dtype, reused across layers (fresh pages are slow to
         touch) once the CRC thread is done with it."""
         if self._bufs is None:
             shape = (self.header.n_kv_heads, self.header.n_tokens, self.header.head_dim)
-            self._bufs = [np.empty(shape, F32), np.empty(shape, F32)]
+            self._bufs = [np.empty(shape, self.header.kv_dtype), np.empty(shape, self.header.kv_dtype)]
         if self.pending[j] is not None:
             self.pending[j].result()
             self.pending[j] = None
@@ -188,9 +190,10 @@ def read_chain(parts: list[ChainPart], ids, kv) -> tuple[int, np.ndarray | None]
         parts[len(good)].failed = True
     if not good:
         return (parts[0].header.start if parts else 0), None
-    # the host cache (engine/kv_cache.py): per-layer float32 numpy arrays, written in place
+    # the host cache (engine/kv_cache.py): per-layer numpy arrays of the segments' dtype, written in place
+    dt = good[0].header.kv_dtype
     direct = isinstance(getattr(kv, "k", None), list) and bool(kv.k) and isinstance(kv.k[0], np.ndarray) \
-        and kv.k[0].dtype == F32 and kv.k[0].flags.c_contiguous
+        and kv.k[0].dtype == dt and kv.k[0].flags.c_contiguous
     base = good[0].header.start
     end = good[-1].header.start + good[-1].use
     alive = list(good)
@@ -200,7 +203,7 @@ def read_chain(parts: list[ChainPart], ids, kv) -> tuple[int, np.ndarray | None]
         else:  # a device cache takes whole prefixes: [0, end) assembled on the host
             k0, v0 = kv.read_prefix(layer, base)
             shape = (kv.n_kv_heads, end, kv.head_dim)
-            dst_k, dst_v = np.empty(shape, F32), np.empty(shape, F32)
+            dst_k, dst_v = np.empty(shape, dt), np.empty(shape, dt)
             dst_k[:, :base], dst_v[:, :base] = k0, v0
         for p in list(alive):
             h = p.header

@@ -31,6 +31,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--model", "-m", help="GGUF file (default: the bundled SmolLM2-135M-Instruct)")
     ap.add_argument("--backend", choices=["cpu", "gpu", "auto"], default="cpu")
     ap.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    ap.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32",
+                    help="KV cache precision: f32 (default) or f16 (half the memory and image bytes)")
     ap.add_argument("--host", default="127.0.0.1",
                     help="address to listen on (default 127.0.0.1; any other needs --token)")
     ap.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 = any free port)")
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
     from .chat import ChatService  # noqa: PLC0415
     from .presets import PresetPrefixes  # noqa: PLC0415
     try:
-        engine = Engine.load(a.model, backend=a.backend, n_ctx=a.ctx)
+        engine = Engine.load(a.model, backend=a.backend, n_ctx=a.ctx, kv_dtype=a.kv_dtype)
     except EngineError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

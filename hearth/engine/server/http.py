@@ -369,6 +369,8 @@ def _as_request_error(e: BaseException) -> RequestError:
 def _model_meta(svc: ChatService) -> dict:
     eng = svc.engine
     meta = {"n_ctx": getattr(eng, "n_ctx", None)}
+    if isinstance(getattr(eng, "kv_dtype", None), str):
+        meta["kv_dtype"] = eng.kv_dtype
     info = getattr(eng, "backend_info", None)
     if isinstance(info, dict):
         meta["backend"] = info.get("backend")

@@ -2,7 +2,8 @@
 // scores keys [s CHUNK, (s + 1) CHUNK) of query head h against its KV head h / (n_head / n_kv) and
 // writes (max m, sum l, o[HD] = sum_j exp(score_j - m) v_j) to part[h, s, :].  Pass 2 (`combine`)
 // merges the splits of each head with the usual rescaling: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
-// q: [n_head, HD] (rotated, not scaled); kc, vc: [n_kv, max_ctx, HD]; step: [pos, n] (kv_len = pos + 1).
+// q: [n_head, HD] (rotated, not scaled); kc, vc: [n_kv, max_ctx, HD] float32, or float16 with KV_F16
+// (f16_kv.wgsl: a vec2<u32> holds 4 values, so indices are the same); step: [pos, n] (kv_len = pos + 1).
 const HD: u32 = {{HD}}u;
 const CHUNK: u32 = {{CHUNK}}u;
 const PW: u32 = HD + 2u;        // floats per partial: o[HD], m, l
@@ -20,8 +21,18 @@ const G: u32 = CHUNK / HD4;
 {% set VU = 8 %}
 const VU: u32 = {{VU}}u;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
+{% if KV_F16 | default(false) %}
+@group(0) @binding(2) var<storage, read> kc: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read> vc: array<vec2<u32>>;
+{% include "f16_kv.wgsl" %}
+fn kload(i: u32) -> vec4<f32> { return unpack_f16x4(kc[i]); }
+fn vload(i: u32) -> vec4<f32> { return unpack_f16x4(vc[i]); }
+{% else %}
 @group(0) @binding(2) var<storage, read> kc: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> vc: array<vec4<f32>>;
+fn kload(i: u32) -> vec4<f32> { return kc[i]; }
+fn vload(i: u32) -> vec4<f32> { return vc[i]; }
+{% endif %}
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 @group(0) @binding(5) var<storage, read> step: array<u32>;
 
@@ -49,7 +60,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // unrolled: the key's loads are independent and go out together (a loop would wait on each)
         var acc = 0.0;
 {% for d in range(HD // 4) %}
-        acc += dot(qs[{{d}}u], kc[kb + {{d}}u]);
+        acc += dot(qs[{{d}}u], kload(kb + {{d}}u));
 {% endfor %}
         sc = acc * P.scale;
     }
@@ -79,7 +90,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // VU keys a step with independent loads; indices clamped into the chunk's valid keys (p is 0 past them)
     for (var i0 = grp; i0 < nj; i0 += VU * G) {
 {% for u in range(VU) %}
-        { let i = min(i0 + {{u}}u * G, nj - 1u); o += select(0.0, p[i], i0 + {{u}}u * G < nj) * vc[vb + i * HD4]; }
+        { let i = min(i0 + {{u}}u * G, nj - 1u); o += select(0.0, p[i], i0 + {{u}}u * G < nj) * vload(vb + i * HD4); }
 {% endfor %}
     }
     acc4[t] = o;

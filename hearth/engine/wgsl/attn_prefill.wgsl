@@ -6,7 +6,8 @@
 // The keys a tile sees are split in n_splits contiguous ranges (workgroup z), so that a chunk's
 // attention fills the GPU; each writes (o unnormalized, m, l) to part[(i * n_head + h) * n_splits + s]
 // and the `combine` pass merges them: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
-// q: [n, n_head, HD] rotated, not scaled; kc, vc: [n_kv, max_ctx, HD]; out: [n, n_head * HD].
+// q: [n, n_head, HD] rotated, not scaled; kc, vc: [n_kv, max_ctx, HD] float32, or float16 with KV_F16
+// (f16_kv.wgsl); out: [n, n_head * HD].
 const HD: u32 = {{HD}}u;
 const BQ: u32 = {{BQ}}u;
 const KT: u32 = {{KT}}u;
@@ -43,8 +44,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 }
 {% else %}
 @group(0) @binding(1) var<storage, read> q: array<f32>;
+{% if KV_F16 | default(false) %}
+@group(0) @binding(2) var<storage, read> kc: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read> vc: array<vec2<u32>>;
+{% include "f16_kv.wgsl" %}
+// 4 values from element b (a multiple of 4)
+fn kload(b: u32) -> vec4<f32> { return unpack_f16x4(kc[b / 4u]); }
+fn vload(b: u32) -> vec4<f32> { return unpack_f16x4(vc[b / 4u]); }
+{% else %}
 @group(0) @binding(2) var<storage, read> kc: array<f32>;
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
+fn kload(b: u32) -> vec4<f32> { return vec4<f32>(kc[b], kc[b + 1u], kc[b + 2u], kc[b + 3u]); }
+fn vload(b: u32) -> vec4<f32> { return vec4<f32>(vc[b], vc[b + 1u], vc[b + 2u], vc[b + 3u]); }
+{% endif %}
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 @group(0) @binding(5) var<storage, read> step: array<u32>;   // [pos, n]
 
@@ -91,8 +103,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let kj = k0 + e / (HD / 4u);
             let b = (kvh * P.max_ctx + kj) * HD + (e % (HD / 4u)) * 4u;
             if (kj < k_end) {
-                ks[e] = vec4<f32>(kc[b], kc[b + 1u], kc[b + 2u], kc[b + 3u]);
-                vs[e] = vec4<f32>(vc[b], vc[b + 1u], vc[b + 2u], vc[b + 3u]);
+                ks[e] = kload(b);
+                vs[e] = vload(b);
             }
         }
         workgroupBarrier();

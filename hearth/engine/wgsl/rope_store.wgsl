@@ -1,6 +1,7 @@
 // Per token and head: optional per-head RMSNorm of q/k (qwen3, gemma3), RoPE, then q to `qo`
 // [n, n_head, hd] and k, v into the cache at position pos + token.
-// Cache layout per layer: kc, vc float32 [n_kv, max_ctx, hd].  qkv: [n, (n_head + 2 n_kv) hd].
+// Cache layout per layer: kc, vc float32 [n_kv, max_ctx, hd], or with KV_F16 float16 in u32 words
+// (f16_kv.wgsl) [n_kv, max_ctx, hd / 2].  qkv: [n, (n_head + 2 n_kv) hd].
 // cs: the RoPE table float32 [max_ctx, n_rot / 2, 2] (cos, sin) computed on the CPU exactly as the
 // numpy backend computes it.  Normal RoPE rotates pairs (2i, 2i + 1), NeoX (i, i + n_rot / 2).
 // One workgroup per (token, slot): slots [0, n_head) are q heads, [n_head, n_head + n_kv) kv heads.
@@ -12,8 +13,14 @@ struct Params {
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;
 @group(0) @binding(2) var<storage, read_write> qo: array<f32>;
+{% if KV_F16 | default(false) %}
+@group(0) @binding(3) var<storage, read_write> kc: array<u32>;
+@group(0) @binding(4) var<storage, read_write> vc: array<u32>;
+{% include "f16_kv.wgsl" %}
+{% else %}
 @group(0) @binding(3) var<storage, read_write> kc: array<f32>;
 @group(0) @binding(4) var<storage, read_write> vc: array<f32>;
+{% endif %}
 @group(0) @binding(5) var<storage, read> cs: array<f32>;
 @group(0) @binding(6) var<storage, read> step: array<u32>;   // [pos, n]
 {% if QK_NORM %}
@@ -80,6 +87,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let j = slot - P.n_head;
         let dst = (j * P.max_ctx + p) * HD;
         let vsrc = tok * stride + (P.n_head + P.n_kv + j) * HD;
+{% if KV_F16 | default(false) %}
+        for (var d = t; d < HD / 2u; d += 64u) {
+            kc[dst / 2u + d] = pack_f16x2(v[2u * d], v[2u * d + 1u]);
+            vc[dst / 2u + d] = pack_f16x2(qkv[vsrc + 2u * d], qkv[vsrc + 2u * d + 1u]);
+        }
+{% else %}
         for (var d = t; d < HD; d += 64u) { kc[dst + d] = v[d]; vc[dst + d] = qkv[vsrc + d]; }
+{% endif %}
     }
 }
