@@ -4,7 +4,11 @@ Random blocks (random bytes, sane float16 scales), odd row counts. Tolerances:
 - dequantization: exactly the reference's float32 values;
 - matrix-vector products: within 1e-5 of sum |w| |x| of the float64 product of the reference
   weights and the activations (float32 accumulation in 8 lanes and per-block partial sums);
-- block sums: float32 rounding.
+- block sums: float32 rounding;
+- 8-bit x (the decode kernels, x quantized as llama.cpp does): the codes, scales and sums exactly
+  those of the numpy reference (engine/quant_activations.py); the products within 1e-5 of
+  sum |w| |x8| of the float64 product of the reference weights and the dequantized 8-bit x (the
+  integer sums are exact; the tolerance covers the float32 scaling and accumulation).
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hearth.engine import quant_activations as QA
 from hearth.engine.cpu import kernels as K
+from hearth.engine.cpu import kernels_int8 as K8
 from hearth.engine.cpu.linear import Activations, Linear
 from hearth.engine.quants import TYPE_BY_NAME, dequantize_blocks
 
@@ -114,4 +120,77 @@ def test_stacked_matrices_equal_each_alone(name, n):
         alone = Linear(w, t, cols, name)
         alone.scale = 0.5 if i == 0 else 1.0
         np.testing.assert_array_equal(got[:, c:c + w.shape[0]], alone(Activations(x)))
+        c += w.shape[0]
+
+
+def _awkward_x(k: int, seed: int) -> np.ndarray:
+    """float32 [k]: normal values, a block of zeros, ties on the 8-bit grid, extremes of either sign
+    (Q8_K's scale takes the sign of its block's extreme)."""
+    x = np.random.default_rng(seed).standard_normal(k).astype(np.float32) * 3
+    x[32:64] = 0.0                                          # a Q8_0 block of zeros
+    x[64:96] = np.arange(32, dtype=np.float32) - 15.5       # max 15.5: x * 127 / 15.5 hits halves
+    x[200] = -40.0                                          # the first Q8_K block's extreme: negative
+    if k > 512:
+        x[600] = 50.0                                       # the third's: positive
+    return x
+
+
+@pytest.mark.parametrize("k", [256, 768])
+def test_quantize_x_equals_reference(k):
+    x = _awkward_x(k, k)
+    q, d, s = np.empty(k, np.int16), np.empty(k // 32, np.float32), np.empty(k // 32, np.float32)
+    K8.quantize_q8_0(x, q, d, s)
+    rq, rd, rs = QA.q8_0(x)
+    assert np.array_equal(q, rq) and np.array_equal(d, rd) and np.array_equal(s, rs)
+    assert np.abs(q).max() == 127 and not q[32:64].any()
+    q, d, b = np.empty(k, np.int16), np.empty(k // 256, np.float32), np.empty(k // 16, np.int32)
+    K8.quantize_q8_k(x, q, d, b)
+    rq, rd, rb = QA.q8_k(x)
+    assert np.array_equal(q, rq) and np.array_equal(d, rd) and np.array_equal(b, rb)
+    assert q[200] == -127 and d[0] > 0   # q = rint(-127 / m * x): the extreme maps to -127
+    if k > 512:
+        assert q[600] == -127 and d[2] < 0
+    zero = np.zeros(256, np.float32)
+    K8.quantize_q8_k(zero, q[:256], d[:1], b[:16])
+    assert not q[:256].any() and d[0] == 0 and not b[:16].any()
+
+
+@pytest.mark.parametrize("name", list(F16_FIELDS))
+@pytest.mark.parametrize("rows,cols", [(1, 256), (37, 768), (64, 2048)])
+def test_int8_matvec_matches_reference(name, rows, cols):
+    w = random_matrix(name, rows, cols, seed=cols)
+    x = _awkward_x(cols, 1)[None, :]
+    lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
+    assert lin.int8
+    q, d, _ = (QA.q8_k if name.endswith("_K") else QA.q8_0)(x[0])
+    x8 = QA.dequantized(q, d)
+    ref = reference(name, w).astype(np.float64)
+    want, bound = ref @ x8, np.abs(ref) @ np.abs(x8)
+    got = lin(Activations(x, int8=True))
+    assert got.shape == (1, rows) and got.dtype == np.float32
+    assert np.all(np.abs(got[0] - want) <= 1e-5 * bound + 1e-30)
+    # the 8-bit product really differs from the float one (the check above has teeth) ...
+    exact = ref @ x[0].astype(np.float64)
+    assert np.abs(got[0] - exact).max() > 1e-4 * bound.max()
+    # ... and an input that does not allow 8 bits (prefill, float path) gets the float kernel
+    lin.scale = 0.125
+    np.testing.assert_allclose(lin(Activations(x, int8=True))[0], got[0] * np.float32(0.125), rtol=1e-6)
+    flt = lin(Activations(x))[0] / np.float32(0.125)
+    assert np.all(np.abs(flt - exact) <= 1e-5 * (np.abs(ref) @ np.abs(x[0].astype(np.float64))) + 1e-30)
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q4_K", "Q6_K"])
+def test_int8_stacked_matrices_equal_each_alone(name):
+    cols = 512
+    ws = [random_matrix(name, r, cols, seed=r) for r in (40, 7, 13)]
+    x = np.random.default_rng(4).standard_normal((1, cols)).astype(np.float32)
+    t = TYPE_BY_NAME[name]
+    stacked = Linear(ws, t, cols, name, int8=True)
+    stacked.scales[0] = 0.5
+    got = stacked(Activations(x, int8=True))
+    c = 0
+    for i, w in enumerate(ws):
+        alone = Linear(w, t, cols, name, int8=True)
+        alone.scale = 0.5 if i == 0 else 1.0
+        np.testing.assert_array_equal(got[:, c:c + w.shape[0]], alone(Activations(x, int8=True)))
         c += w.shape[0]

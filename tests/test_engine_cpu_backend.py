@@ -156,3 +156,39 @@ def test_a_slow_pass_drops_to_one_thread():
     runner.deadline = 0.0  # long past
     runner.run(lambda r0, r1: calls.append((r0, r1)), [(0, 1)])
     assert runner.dropped and numba.get_num_threads() == 1 and calls == [(0, 1), (0, 1)]
+
+
+def test_float_x_switch(backend):
+    """8-bit x in one-token passes by default; the float-x path (the consistency tests' reference)
+    keys prefix images apart, since a decoded token's K/V differ a little between the two."""
+    assert not backend.int8 and backend.describe() == {"backend": "cpu"}   # float x by default
+    backend.set_int8(True)
+    backend.kv.clear()
+    backend.forward(list(range(100, 110)), 0)
+    eight = backend.forward([7], 10).copy()
+    assert backend.describe() != {"backend": "cpu"}
+    with backend.float_activations():
+        assert not backend.int8 and backend.describe() == {"backend": "cpu"}
+        flt = backend.forward([7], 10).copy()
+    assert backend.int8
+    backend.set_int8(False)
+    d = np.abs(eight - flt)
+    assert 0 < d.max() < 2.0       # the two paths ran, and agree as 8-bit activations do
+
+
+def test_logits_after_a_prompt_equal_a_recomputed_last_token(backend):
+    """The engine recomputes only a prompt's last token when it reuses the prompt's cache (the same
+    request again): those logits must be the bits the whole prompt gave, or a greedy reply could
+    change (one-token passes use 8-bit x, batches float32)."""
+    backend.set_int8(True)
+    ids = list(range(100, 140))
+    backend.kv.clear()
+    whole = backend.forward(ids, 0).copy()
+    backend.kv.truncate(len(ids) - 1)
+    again = backend.forward(ids[-1:], len(ids) - 1)
+    assert np.array_equal(whole, again)
+    with backend.float_activations():  # the float path: one pass, any split gives float rounding
+        backend.kv.clear()
+        flt = backend.forward(ids, 0)
+    backend.set_int8(False)
+    assert 0 < np.abs(flt - whole).max() < 2.0

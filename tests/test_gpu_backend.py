@@ -56,7 +56,7 @@ def run_both(path, ids, n_greedy, n_ctx=64):
     forward, numpy with forward. Returns a dict of everything the tests look at."""
     g = GGUFFile.open(path)
     cfg = ModelConfig.from_gguf(g)
-    cpu = CpuBackend(cfg, g, n_ctx)
+    cpu = CpuBackend(cfg, g, n_ctx, int8=False)
     gpu = GpuBackend(cfg, g, n_ctx, adapter=adapter())
     r = {"cfg": cfg, "cpu": cpu, "gpu": gpu, "ids": list(ids)}
     r["cpu_all"] = cpu.forward(np.asarray(ids, np.int32), 0, all_logits=True)
@@ -175,7 +175,7 @@ def test_tiny_model_matches_numpy(reference_dir, arch):
     ids = next(p for p in m["prompts"] if p["name"] == "english")["ids"]
     g = GGUFFile.open(d / m["file"])
     cfg = ModelConfig.from_gguf(g)
-    cpu = CpuBackend(cfg, g, 64)
+    cpu = CpuBackend(cfg, g, 64, int8=False)
     gpu = GpuBackend(cfg, g, 64, adapter=adapter())
     try:
         # prefill in two calls (matmul path, then the decode path at the end) so both plans run
@@ -239,7 +239,7 @@ def test_gemma3_270m_matches_numpy():
         pytest.skip("the Gemma 3 270M test model is not installed (./dev test installs it)")
     g = GGUFFile.open(path)
     cfg = ModelConfig.from_gguf(g)
-    cpu = CpuBackend(cfg, g, 32)
+    cpu = CpuBackend(cfg, g, 32, int8=False)
     gpu = GpuBackend(cfg, g, 32, adapter=adapter())
     try:
         ids = np.array([2, 651, 6037, 529, 7001], np.int32)       # <bos> and four ordinary tokens
@@ -259,7 +259,7 @@ def test_prefill_in_several_chunks_with_all_logits(reference_dir):
     ids = np.asarray(next(p for p in m["prompts"] if p["name"] == "english")["ids"], np.int32)
     g = GGUFFile.open(d / m["file"])
     cfg = ModelConfig.from_gguf(g)
-    cpu = CpuBackend(cfg, g, 64)
+    cpu = CpuBackend(cfg, g, 64, int8=False)
     gpu = GpuBackend(cfg, g, 64, adapter=adapter(), chunk=16)
     try:
         assert len(ids) > 2 * gpu.chunk

@@ -183,7 +183,7 @@ def test_whole_model_with_f16_prefill_stays_close_to_numpy(default_model_path, s
     ids = np.asarray(next(p for p in smollm2_reference["prompts"] if p["name"] == "english")["ids"][:6], np.int32)
     g = GGUFFile.open(default_model_path)
     cfg = ModelConfig.from_gguf(g)
-    cpu = CpuBackend(cfg, g, 64)
+    cpu = CpuBackend(cfg, g, 64, int8=False)
     default = GpuBackend(cfg, g, 64, adapter=ks.dev.adapter)
     assert default.f16 is False                  # a CPU rasterizer keeps f32 prefill unless asked
     default.close()

@@ -26,7 +26,7 @@ def tiny(request, reference_dir):
     d = reference_dir / "tiny" / request.param
     manifest = json.loads((d / "manifest.json").read_text())
     g = GGUFFile.open(d / manifest["file"])
-    return d, manifest, CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128)
+    return d, manifest, CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, int8=True)
 
 
 def prompt_of(manifest, name):
@@ -65,7 +65,8 @@ def test_last_position_matches_float_path(tiny, name):
     p = prompt_of(m, name)
     f32 = np.load(d / f"logits_f32path_last_{name}.npy")
     be.kv.clear()
-    got = be.forward(p["ids"], 0)
+    with be.float_activations():   # llama.cpp's float path (an all-F32 copy): against our float path
+        got = be.forward(p["ids"], 0)
     assert np.abs(got - f32).mean() <= 0.01
     assert np.abs(got - f32).max() <= 0.05
 
@@ -90,9 +91,31 @@ def test_decode_one_token_at_a_time_matches_prefill(tiny):
     prefill and token-by-token decoding."""
     _, m, be = tiny
     ids = prompt_of(m, "english")["ids"]
+    with be.float_activations():
+        be.kv.clear()
+        whole = be.forward(ids, 0, all_logits=True)
+        be.kv.clear()
+        for j, t in enumerate(ids):
+            step = be.forward([t], j)
+            np.testing.assert_allclose(step, whole[j], atol=1e-3)
+
+
+def test_decode_with_8bit_x_stays_near_prefill(tiny):
+    """One-token passes quantize x to 8 bits as llama.cpp does (prefill stays float32). Measured
+    against the float prefill at every position of the English prompt: mean |dlogit| per position
+    at most 0.03-0.07, max 0.19-0.43 (../shared/reference/README.md puts llama.cpp's own 8-bit
+    activations at 0.03 mean / 0.2-0.4 max on these models); the top-1 differed only where the
+    top-2 gap was under 0.07. Bounds: about twice the measured."""
+    _, m, be = tiny
+    ids = prompt_of(m, "english")["ids"]
+    assert be.int8
     be.kv.clear()
     whole = be.forward(ids, 0, all_logits=True)
     be.kv.clear()
-    for j, t in enumerate(ids):
-        step = be.forward([t], j)
-        np.testing.assert_allclose(step, whole[j], atol=1e-3)
+    steps = np.stack([be.forward([t], j).copy() for j, t in enumerate(ids)])
+    diff = np.abs(steps - whole)
+    assert diff.mean(axis=-1).max() <= 0.15
+    assert diff.max() <= 1.0
+    top = np.sort(whole, axis=-1)
+    sure = top[:, -1] - top[:, -2] >= 0.2
+    assert sure.sum() >= 5 and (steps.argmax(-1) == whole.argmax(-1))[sure].all()

@@ -20,12 +20,13 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 
 from .backend import Backend
 from .config import ModelConfig
-from .cpu.linear import no_parallel_kernels, set_threads
+from .cpu.linear import int8_default, no_parallel_kernels, set_threads
 from .kv_cache import KVCache
 from .models import build_model
 from .models.decoder import SERIAL, RowRunner
@@ -231,9 +232,16 @@ class CpuBackend(Backend):
     name = "cpu"
 
     def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, chunk: int = DEFAULT_CHUNK, progress=None,
-                 kv_dtype: str = "f32"):
+                 kv_dtype: str = "f32", int8: bool | None = None):
         self.cfg = cfg
         self.model = build_model(cfg, gguf)
+        # One-token passes multiply quantized matrices with x quantized to 8 bits as llama.cpp does
+        # (engine/cpu/kernels_int8.py: ~2x faster kernels) with int8=True or HEARTH_CPU_INT8=1; the
+        # default is float32 x, the exact float path (the default model's greedy replies move with
+        # 8-bit x: bench/README.md). Batches are float32
+        # either way (BLAS tiles); with int8 the last of several ids runs as a one-token pass (forward).
+        self.int8 = False
+        self.set_int8(int8_default() if int8 is None else int8)
         self.model.make_resident(progress)
         self.kv = KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, n_ctx, kv_dtype)
         self.chunk = chunk
@@ -241,6 +249,21 @@ class CpuBackend(Backend):
         self._rows: ThreadedRows | None = None
         self._decode = DecodeThreads(_BLAS.cores)
         self._deadline = DeadlineRunner()
+
+    def set_int8(self, on: bool) -> None:
+        """8-bit x in one-token passes (True) or float32 x everywhere (False)."""
+        self.int8 = bool(on)
+        self.model.set_int8(self.int8)
+
+    @contextmanager
+    def float_activations(self):
+        """Within: float32 x in every product (the exact float path), then the setting as it was."""
+        old = self.int8
+        self.set_int8(False)
+        try:
+            yield self
+        finally:
+            self.set_int8(old)
 
     def forward(self, ids, pos: int, all_logits: bool = False) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -251,6 +274,17 @@ class CpuBackend(Backend):
         bad = (ids < 0) | (ids >= self.cfg.n_vocab)
         if bad.any():
             raise ValueError(f"token id {int(ids[bad][0])} is outside the vocabulary of {self.cfg.n_vocab}")
+        if n > 1 and self.int8 and not all_logits:
+            # The logits after several ids come from a one-token pass of the last one, as they do
+            # when the engine recomputes only a prompt's last token after reusing its prefix: the
+            # same ids then give the same logits (and the same greedy reply) whichever way they
+            # arrived, one-token passes having 8-bit x and batches float32.
+            self._forward(ids[:-1], pos, False, logits=False)
+            return self._forward(ids[-1:], pos + n - 1, False)
+        return self._forward(ids, pos, all_logits)
+
+    def _forward(self, ids, pos: int, all_logits: bool, logits: bool = True) -> np.ndarray | None:
+        n = len(ids)
         adaptive = n == 1 and _BLAS.fixed is None and _BLAS.can_set
         if not adaptive:
             self._decode.forget()
@@ -262,13 +296,16 @@ class CpuBackend(Backend):
         outs = []
         for s in range(0, n, self.chunk):
             part = ids[s:s + self.chunk]
-            last = s + self.chunk >= n
-            out = self.model.forward(part, pos + s, self.kv, all_logits=all_logits, par=self._runner(len(part)))
+            want = logits and (all_logits or s + self.chunk >= n)
+            out = self.model.forward(part, pos + s, self.kv, all_logits=all_logits, par=self._runner(len(part)),
+                                     logits=want)
             self.kv.n_tokens = pos + s + len(part)
-            if all_logits or last:
+            if want:
                 outs.append(out)
         if adaptive:
             self._decode.record(self.threads, time.perf_counter() - started)
+        if not logits:
+            return None
         return np.concatenate(outs) if all_logits else outs[-1]
 
     def _runner(self, n_rows: int) -> RowRunner:
@@ -287,7 +324,9 @@ class CpuBackend(Backend):
         return self._deadline if n_rows == 1 else SERIAL
 
     def describe(self) -> dict:
-        return {"backend": "cpu"}
+        # What K/V values depend on (prefix-image keys): the float-x path computes a decoded
+        # token's K/V a little differently from the default 8-bit x, so it says so.
+        return {"backend": "cpu", "decode_x": "int8"} if self.int8 else {"backend": "cpu"}
 
     def close(self) -> None:
         self.model = None

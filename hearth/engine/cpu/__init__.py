@@ -1,8 +1,9 @@
 """Compiled CPU kernels for quantized weights (numba, explicit LLVM vector IR).
 
-Layers: `simd` (vector values and operations as LLVM IR), `blocks` (one GGML block: its dot
-product and its float32 values), `kernels` (whole rows, on all threads), `linear` (the matrices a
-model multiplies by, straight from the memory-mapped file).
+Layers: `simd` (vector values and operations as LLVM IR), `blocks` / `blocks_int8` (one GGML
+block: its dot product with float32 / 8-bit x, and its float32 values), `kernels` / `kernels_int8`
+(whole rows, on all threads), `linear` (the matrices a model multiplies by, straight from the
+memory-mapped file), `rows` (a one-token pass's RMSNorm and RoPE).
 
 Compiled code is cached under the user cache folder (engine.paths.cache_dir()/numba/<key>, or
 $NUMBA_CACHE_DIR/<key>), keyed by a hash of this package's sources and numba's version: numba itself
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -49,6 +51,14 @@ def _configure() -> None:
     # models. The workqueue stays the fallback where there is no OpenMP runtime (it takes one
     # launch at a time: engine.cpu.linear serializes them).
     os.environ.setdefault("NUMBA_THREADING_LAYER_PRIORITY", "omp tbb workqueue")
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        # numba was imported first and has read its environment already: set its config directly,
+        # or it caches beside these sources, where edits of the files a kernel inlines go unnoticed
+        # (measured: a stale Q4_K kernel at a third of the current one's speed).
+        if "NUMBA_CACHE_DIR" in os.environ:
+            numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+        numba.config.THREADING_LAYER_PRIORITY = os.environ["NUMBA_THREADING_LAYER_PRIORITY"].split()
 
 
 _configure()

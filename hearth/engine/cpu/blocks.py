@@ -10,10 +10,12 @@ Activations are float32: x [n], and xs [n / 16] (sums of x per 16, for the types
 whose offset term is m * sum(x)). A block's integer weights are converted to float32 in
 registers, multiplied by x, and the products scaled by the block's scale; the 8 lanes are summed
 only at the end of a row.
-Why not integer activations (llama.cpp quantizes them to 8 bits): a quantized activation turns the
-float rounding noise between a batched and a one-token pass into whole quantization steps where a
-value sits near a rounding boundary; even with 16 bits the logits of a chunked prefill moved 70x
-more (3e-3 on SmolLM2) than with float activations (5e-5).
+This is the exact float path (prefill tiles dequantize with deq_T; decode with float32 x, the
+reference the consistency tests use); one-token passes by default multiply with 8-bit x instead
+(engine/cpu/blocks_int8.py), as llama.cpp does. Why prefill stays float: a quantized activation
+turns the float rounding noise between a batched and a one-token pass into whole quantization
+steps where a value sits near a rounding boundary (even with 16 bits the logits of a chunked
+prefill moved 70x more, 3e-3 on SmolLM2, than with float activations, 5e-5).
 """
 
 from __future__ import annotations

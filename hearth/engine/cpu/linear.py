@@ -4,21 +4,28 @@
 nothing is copied or converted at load). `Activations(x)` quantizes the input rows once for every
 matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
 - a few rows (decode): the matrix-vector kernel of the weight type per row, on all of numba's
-  threads (engine.cpu.kernels);
+  threads: for quantized weights with x quantized to 8 bits as llama.cpp does
+  (engine.cpu.kernels_int8) where both the matrix (`Linear.int8`) and the input
+  (`Activations(x, int8=True)`: the decoder's one-token passes) allow it, else with float32 x
+  (engine.cpu.kernels);
 - more rows (prefill): the matrix in tiles of rows, each dequantized into a per-thread float32
   scratch buffer and multiplied by BLAS (sgemm is compute-bound there, and a tile's dequantization
   costs ~1/100 of its products at 512 rows).
-Both compute the float32 product of the file's weights and the activations, as the numpy
-reference does, so decode and prefill agree to float rounding.
+The float32 kernels and the tiles compute the float32 product of the file's weights and the
+activations, as the numpy reference does, so they agree to float rounding; the 8-bit kernels compute
+the product with x's 8-bit values (llama.cpp's arithmetic): each x moves by at most half a step,
+max |x| / 254 of its block. HEARTH_CPU_INT8=1 makes 8-bit x the default for quantized matrices.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
 
 from . import kernels as K
+from . import kernels_int8 as K8
 
 # Up to this many rows a product runs row by row through the matrix-vector kernel; from here on,
 # dequantized tiles and BLAS.
@@ -33,8 +40,15 @@ _local = threading.local()
 _QUANT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 _FLOAT = {"F32", "F16", "BF16"}
 _OFFSETS = {"Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K"}   # w = d * q + m: their products need sums of x
+_Q8_K = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}       # x as Q8_K (blocks of 256); the rest Q8_0 / Q8_1
 _NO_SUMS = np.zeros((1, 1), np.float32)
 KERNEL_TYPES = _QUANT | _FLOAT
+
+
+def int8_default() -> bool:
+    """Whether quantized matrices multiply one-row inputs with 8-bit x: off unless HEARTH_CPU_INT8=1
+    (the default model's greedy replies move with it: bench/README.md, 8-bit activations in decode)."""
+    return os.environ.get("HEARTH_CPU_INT8", "") == "1"
 
 
 def no_parallel_kernels() -> None:
@@ -58,12 +72,14 @@ def _scratch(n: int) -> np.ndarray:
 
 
 class Activations:
-    """Input rows x float32 [n, k], and their sums per 16 (xs float32 [n, k / 16], made when a
-    matrix with offsets asks), shared by every matrix that reads x."""
+    """Input rows x float32 [n, k], and what the matrices that read x ask of it, made once: its
+    sums per 16 (xs float32 [n, k / 16]) and its 8-bit quantizations (`q8`)."""
 
-    def __init__(self, x: np.ndarray):
+    def __init__(self, x: np.ndarray, int8: bool = False):
         self.x = np.ascontiguousarray(x, dtype=np.float32)
+        self.int8 = int8    # whether matrices that quantize x to 8 bits (Linear.int8) may do so here
         self._xs = None
+        self._q8 = {}
 
     @property
     def n(self) -> int:
@@ -76,12 +92,22 @@ class Activations:
             K.block_sums(self.x, self._xs)
         return self._xs
 
+    def q8(self, k_blocks: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """x in llama.cpp's 8-bit blocks (engine/quant_activations.py): Q8_K (k_blocks) ->
+        codes int16 [n, k], scales float32 [n, k / 256], code sums int32 [n, k / 16]; else Q8_0/Q8_1
+        -> codes int16 [n, k], scales float32 [n, k / 32], sums d * sum(q) float32 [n, k / 32]."""
+        got = self._q8.get(k_blocks)
+        if got is None:
+            got = self._q8[k_blocks] = (K8.q8_k_rows if k_blocks else K8.q8_0_rows)(self.x)
+        return got
+
 
 class Linear:
     """GGUF matrices of one type reading the same n_in inputs, their outputs stacked:
     y = x @ concat(W_p * scales[p]).T for x [n, n_in]. One matrix, or q/k/v, or gate/up."""
 
-    def __init__(self, ws, gtype, n_in: int, name: str = "matrix", tile_floats: int = TILE_FLOATS):
+    def __init__(self, ws, gtype, n_in: int, name: str = "matrix", tile_floats: int = TILE_FLOATS,
+                 int8: bool | None = None):
         ws = (ws,) if isinstance(ws, np.ndarray) else tuple(ws)
         if gtype.name not in KERNEL_TYPES or n_in % 32:
             raise ValueError(f"{name}: no CPU kernel for {gtype.name} rows of {n_in}")
@@ -96,6 +122,18 @@ class Linear:
         self._matvec = getattr(K, f"matvec_{key}")
         self._dequant = getattr(K, f"dequant_{key}")
         self._tile = max(1, min(max(self.rows), tile_floats // n_in))
+        self._matvec8 = getattr(K8, f"matvec_{key}", None)
+        self.k_blocks = gtype.name in _Q8_K
+        self.int8 = int8_default() if int8 is None else int8
+
+    @property
+    def int8(self) -> bool:
+        """Whether one-row products quantize x to 8 bits (quantized weights only)."""
+        return self._int8
+
+    @int8.setter
+    def int8(self, value: bool) -> None:
+        self._int8 = bool(value) and self._matvec8 is not None
 
     @property
     def nbytes(self) -> int:
@@ -126,7 +164,10 @@ class Linear:
         with _LAUNCH:
             for i in range(act.n):
                 dst = out[i] if direct else np.empty(self.n_out, np.float32)
-                if self.quantized:
+                if self._int8 and act.int8:
+                    q, d, s = act.q8(self.k_blocks)
+                    self._matvec8(self.ws, q[i], d[i], s[i], dst, self.scales)
+                elif self.quantized:
                     xs = act.xs[i] if self.sums else _NO_SUMS[0]
                     self._matvec(self.ws, act.x[i], xs, dst, self.scales)
                 else:

@@ -70,11 +70,22 @@ class Decoder:
                 if b.bqkv is not None:
                     b.bqkv[:qrows] *= np.float32(c.attn_scale)
 
+    def _matrices(self) -> list[W.Matrices]:
+        """Every matrix, in file order."""
+        return [m for b in self.blocks for m in (b.wqkv, b.wo, b.w_gate_up, b.w_down)] + [self.output]
+
+    def set_int8(self, on: bool) -> None:
+        """Whether one-row products of quantized matrices quantize x to 8 bits (engine/cpu/linear.py)."""
+        for m in self._matrices():
+            for p in m.parts:
+                if hasattr(p, "int8"):
+                    p.int8 = on
+
     def make_resident(self, progress=None) -> None:
         """Read one byte of every page of every matrix, in file order: the first token then does
         not wait for the disk, and loading a large file can report a percentage
         (`progress(fraction, what)`)."""
-        mats = [m for b in self.blocks for m in (b.wqkv, b.wo, b.w_gate_up, b.w_down)] + [self.output]
+        mats = self._matrices()
         total = sum(m.nbytes for m in mats) or 1
         done = 0
         for m in mats:
@@ -115,7 +126,7 @@ class Decoder:
     # -- forward ---------------------------------------------------------------------------
 
     def forward(self, ids: np.ndarray, pos: int, kv: KVCache, all_logits: bool = False,
-                par: "RowRunner | None" = None) -> np.ndarray:
+                par: "RowRunner | None" = None, logits: bool = True) -> np.ndarray | None:
         """ids int [n] at positions [pos, pos + n): writes their K/V into `kv` and returns
         float32 logits [n_vocab] of the last position ([n, n_vocab] with all_logits).
 
@@ -133,36 +144,39 @@ class Decoder:
         cs = self.rope.cos_sin(pos, n)
         cs_swa = self.rope_swa.cos_sin(pos, n) if self.rope_swa else None
         q = np.empty((n, c.n_head, c.head_dim), np.float32)      # this block's rotated queries
+        i8 = n == 1   # a one-token pass may quantize x to 8 bits (engine/cpu/linear.py); prefill never
         even = par.split(n)
         for i, b in enumerate(self.blocks):
             swa = c.is_swa(i)
             window = c.sliding_window if swa else 0
             rope_cs = cs_swa if swa else cs
-            par.run(lambda r0, r1: self._before_attention(i, b, x, q, r0, r1, pos, kv, rope_cs, window), even)
+            par.run(lambda r0, r1: self._before_attention(i, b, x, q, r0, r1, pos, kv, rope_cs, window, i8), even)
             # Later rows attend to more keys: balance the attention + FFN work, not the rows.
-            par.run(lambda r0, r1: self._from_attention(i, b, x, q, r0, r1, pos, kv, window),
+            par.run(lambda r0, r1: self._from_attention(i, b, x, q, r0, r1, pos, kv, window, i8),
                     par.split(n, pos=pos, fixed=3000, window=window))
+        if not logits:                                           # K/V only (logits=False): None
+            return None
         rows = x if all_logits else x[-1:]
         out = np.empty((len(rows), c.n_vocab), np.float32)
-        par.run(lambda r0, r1: self._logits(rows, out, r0, r1), par.split(len(rows)))
+        par.run(lambda r0, r1: self._logits(rows, out, r0, r1, i8), par.split(len(rows)))
         return out if all_logits else out[0]
 
-    def _logits(self, rows, out, r0, r1):
+    def _logits(self, rows, out, r0, r1, i8):
         c = self.cfg
         h = rms_norm(rows[r0:r1], self.output_norm, c.rms_eps)
         lg = out[r0:r1]                                         # [r, vocab]
-        self.output.parts[0](Activations(h), lg)
+        self.output.parts[0](Activations(h, i8), lg)
         if c.final_softcap > 0:                                  # gemma2-style soft-capping
             lg /= c.final_softcap
             np.tanh(lg, out=lg)
             lg *= c.final_softcap
 
-    def _before_attention(self, i, b: Block, x, q, r0, r1, pos, kv, cs, window):
+    def _before_attention(self, i, b: Block, x, q, r0, r1, pos, kv, cs, window, i8):
         """Rows [r0, r1): attention norm, q/k/v, q/k norms, RoPE; K/V into the cache, q into `q`."""
         c = self.cfg
         n, hd, nh, nkv = r1 - r0, c.head_dim, c.n_head, c.n_head_kv
         h = rms_norm(x[r0:r1], b.attn_norm, c.rms_eps)
-        qkv = b.wqkv(Activations(h))                           # [n, (nh + 2 nkv) hd]
+        qkv = b.wqkv(Activations(h, i8))                       # [n, (nh + 2 nkv) hd]
         if b.bqkv is not None:                                   # qwen2
             qkv += b.bqkv
         # q and k are adjacent in qkv: normalize and rotate them together, in place.
@@ -174,11 +188,11 @@ class Decoder:
         q[r0:r1] = qk[:, :nh]                                    # already carries attn_scale
         kv.store(i, pos + r0, qk[:, nh:].transpose(1, 0, 2), v.transpose(1, 0, 2))
 
-    def _from_attention(self, i, b: Block, x, q, r0, r1, pos, kv, window):
+    def _from_attention(self, i, b: Block, x, q, r0, r1, pos, kv, window, i8):
         """Rows [r0, r1): attention over the cache, output projection, FFN, residuals (in x)."""
         c = self.cfg
         a = attention(q[r0:r1], kv.k[i], kv.v[i], pos + r0, window)   # [n, nh hd]
-        o = b.wo(Activations(a))                               # [n, d]
+        o = b.wo(Activations(a, i8))                           # [n, d]
         if b.bo is not None:
             o += b.bo
         if b.post_attn_norm is not None:                         # gemma3
@@ -186,10 +200,10 @@ class Decoder:
         xr = x[r0:r1]
         xr += o
         h = rms_norm(xr, b.ffn_norm, c.rms_eps)
-        gu = b.w_gate_up(Activations(h))                       # [n, 2 n_ff]
+        gu = b.w_gate_up(Activations(h, i8))                   # [n, 2 n_ff]
         g, u = gu[:, :c.n_ff], gu[:, c.n_ff:]
         act = gelu_tanh_mul(g, u) if c.activation == "gelu_tanh" else silu_mul(g, u)
-        f = b.w_down(Activations(act))                         # [n, d]
+        f = b.w_down(Activations(act, i8))                     # [n, d]
         if b.post_ffn_norm is not None:                          # gemma3
             f = rms_norm(f, b.post_ffn_norm, c.rms_eps)
         xr += f
