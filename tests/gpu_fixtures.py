@@ -32,6 +32,24 @@ def make_test_device() -> Device:
     return Device(a)
 
 
+def subgroup_device(mode: str) -> Device:
+    """A test device made with subgroup operations on ("subgroups") or off ("no-subgroups"), the two
+    paths every matvec kernel has; skips "subgroups" where the adapter lacks them."""
+    old = os.environ.get("HEARTH_GPU_SUBGROUPS")
+    os.environ["HEARTH_GPU_SUBGROUPS"] = "1" if mode == "subgroups" else "0"
+    try:
+        d = make_test_device()
+    finally:
+        if old is None:
+            os.environ.pop("HEARTH_GPU_SUBGROUPS")
+        else:
+            os.environ["HEARTH_GPU_SUBGROUPS"] = old
+    if mode == "subgroups" and not d.subgroups:
+        d.destroy()
+        pytest.skip("the adapter has no subgroup operations")
+    return d
+
+
 def random_rows(rng, qtype: str, m: int, k: int) -> np.ndarray:
     """uint8 [m, row_bytes]: m rows of k weights in GGUF type `qtype`, with fresh random bits."""
     t = TYPE_BY_NAME[qtype]

@@ -11,7 +11,6 @@ and the RTOL of the f32 kernels applies. A separate test checks the int8 result 
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -23,7 +22,8 @@ if probe() is None:
 
 from hearth.engine.gpu import ops  # noqa: E402
 from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
-from gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err  # noqa: E402
+from gpu_fixtures import (  # noqa: E402
+    RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err, subgroup_device)
 
 pytestmark = pytest.mark.gpu
 
@@ -38,21 +38,10 @@ INT8_MEAN, INT8_MAX = 0.2, 1.5
 
 @pytest.fixture(scope="module", params=["subgroups", "no-subgroups"])
 def ks(request):
-    old = os.environ.get("HEARTH_GPU_SUBGROUPS")
-    os.environ["HEARTH_GPU_SUBGROUPS"] = "1" if request.param == "subgroups" else "0"
-    try:
-        d = make_test_device()
-    finally:
-        if old is None:
-            os.environ.pop("HEARTH_GPU_SUBGROUPS")
-        else:
-            os.environ["HEARTH_GPU_SUBGROUPS"] = old
+    d = subgroup_device(request.param)
     if not d.int8:
         d.destroy()
         pytest.skip("the adapter has no 4-way int8 dot products")
-    if request.param == "subgroups" and not d.subgroups:
-        d.destroy()
-        pytest.skip("the adapter has no subgroup operations")
     yield Kernels(d)
     d.destroy()
 

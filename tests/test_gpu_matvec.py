@@ -7,7 +7,6 @@ pass first) on a whole model. Runs on lavapipe in CI, like tests/test_gpu_kernel
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -22,7 +21,8 @@ from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import GpuBackend, ops  # noqa: E402
 from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
 from hearth.engine.models.layers import rms_norm  # noqa: E402
-from gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err  # noqa: E402
+from gpu_fixtures import (  # noqa: E402
+    RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err, subgroup_device)
 
 pytestmark = pytest.mark.gpu
 
@@ -31,18 +31,7 @@ LAYOUTS = [(32, 1), (64, 2), (128, 4), (256, 4), (256, 1), (32, 1, 4), (64, 2, 2
 
 @pytest.fixture(scope="module", params=["subgroups", "no-subgroups"])
 def ks(request):
-    old = os.environ.get("HEARTH_GPU_SUBGROUPS")
-    os.environ["HEARTH_GPU_SUBGROUPS"] = "1" if request.param == "subgroups" else "0"
-    try:
-        d = make_test_device()
-    finally:
-        if old is None:
-            os.environ.pop("HEARTH_GPU_SUBGROUPS")
-        else:
-            os.environ["HEARTH_GPU_SUBGROUPS"] = old
-    if request.param == "subgroups" and not d.subgroups:
-        d.destroy()
-        pytest.skip("the adapter has no subgroup operations")
+    d = subgroup_device(request.param)
     yield Kernels(d)
     d.destroy()
 
