@@ -2,8 +2,9 @@
 
 On the default model with the exact prompts of ../shared/reference/smollm2/bench_prompts.json
 (HEARTH_REFERENCE overrides where that folder is): load time, prefill tokens/s at 512 and 2,000
-tokens, decode tokens/s after 16 and after 2,000 tokens (greedy, with the on-GPU argmax, and with full
-logits read back), dispatches per decoded token, and the time to save (read_prefix of every layer) and
+tokens, decode tokens/s after 16 and after 2,000 tokens (greedy, with the on-GPU argmax a step at a
+time, pipelined with the id kept on the GPU (GpuBackend.greedy_steps), and with full logits read
+back), dispatches per decoded token, and the time to save (read_prefix of every layer) and
 restore (write_prefix of every layer) a 2,000-token prefix's KV cache — with the numpy backend's
 figures from the same run beside them. Timings are medians of --repeat runs after one warm-up.
 HEARTH_GPU_ADAPTER picks the adapter by name.
@@ -45,12 +46,16 @@ def prefill_tps(be, ids, repeat):
     return med(once, repeat)
 
 
-def decode_tps(be, ids, n, repeat, argmax=True):
+def decode_tps(be, ids, n, repeat, argmax=True, pipelined=False):
     def once():
         be.forward(np.asarray(ids, np.int32), 0)
         tok = 1
         pos = len(ids)
         t = time.perf_counter()
+        if pipelined:
+            for tok in be.greedy_steps(tok, pos, n):
+                pass
+            return n / (time.perf_counter() - t)
         for i in range(n):
             if argmax and hasattr(be, "forward_argmax"):
                 tok = be.forward_argmax(np.array([tok], np.int32), pos + i)
@@ -106,8 +111,11 @@ def run(kind, cfg, g, ids512, ids2000, a):
     nd = a.decode_tokens if kind == "gpu" else max(8, a.decode_tokens // 8)
     r["decode after 16 tok/s"] = decode_tps(be, ids512[:16], nd, rep)
     if kind == "gpu":
+        r["decode after 16 tok/s (pipelined)"] = decode_tps(be, ids512[:16], nd, rep, pipelined=True)
         r["decode after 16 tok/s (full logits)"] = decode_tps(be, ids512[:16], nd, rep, argmax=False)
     r["decode after 2000 tok/s"] = decode_tps(be, ids2000, nd, rep)
+    if kind == "gpu":
+        r["decode after 2000 tok/s (pipelined)"] = decode_tps(be, ids2000, nd, rep, pipelined=True)
     if kind == "gpu":
         be.forward_argmax(np.array([1], np.int32), 20)
         r["dispatches per token"] = be.last_dispatches

@@ -267,10 +267,11 @@ ATTN_DECODE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("max_sp
                       ("window", "u"))
 
 
-def attn_split(ks, head_dim: int, kv_f16: bool = False):
-    """Bindings: q, k_cache, v_cache, partials, step. kv_f16: a float16 cache."""
+def attn_split(ks, head_dim: int, kv_f16: bool = False, direct: bool = False):
+    """Bindings: q, k_cache, v_cache, partials, step. kv_f16: a float16 cache. direct: for contexts of
+    one split (attn_splits(kv_len) == 1), the partials binding gets the merged output [n_head, head_dim]."""
     return ks.get("attn_decode.wgsl", ["r", "r", "r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim,
-                  CHUNK=ATTN_CHUNK, PASS="split", KV_F16=bool(kv_f16))
+                  CHUNK=ATTN_CHUNK, PASS="split", KV_F16=bool(kv_f16), DIRECT=bool(direct))
 
 
 def attn_combine(ks, head_dim: int):
