@@ -111,15 +111,18 @@ def matvec_sweep(reps=20, only=""):
              ("down", ["Q6_K"], 14336, 4096, "concat"), ("o", ["Q4_0"], 4096, 4096, "concat"),
              ("head", ["Q6_K"], 4096, 128256, "concat"), ("1B gate+up", ["Q4_K", "Q4_K"], 2048, 8192, "glu"),
              ("1B down", ["Q6_K"], 8192, 2048, "concat"), ("down", ["Q4_K"], 14336, 4096, "concat"),
-             ("down", ["Q8_0"], 14336, 4096, "concat"), ("1B down", ["Q4_K"], 8192, 2048, "concat")]
+             ("down", ["Q8_0"], 14336, 4096, "concat"), ("1B down", ["Q4_K"], 8192, 2048, "concat"),
+             ("1B qkv", ["Q4_K"], 2048, 3072, "concat"), ("1B o", ["Q4_K"], 2048, 2048, "concat"),
+             ("1B head", ["Q6_K"], 2048, 128256, "concat")]
     layouts = [(32, 1, 1), (128, 4, 1), (256, 4, 1), (128, 4, 2), (256, 4, 2)]
-    layouts = [(lay, 0) for lay in layouts] + [(lay, 1) for lay in layouts + [(64, 4, 1), (128, 2, 1)]]
+    layouts = [(lay, 0) for lay in layouts] + [(lay, 1) for lay in layouts + [(64, 4, 1), (128, 2, 1), (32, 4, 1),
+                                                                               (32, 2, 1), (64, 2, 1), (64, 4, 2)]]
     cases.insert(3, ("gate+up", ["Q4_1", "Q4_1"], 4096, 14336, "glu"))
     cases.insert(4, ("gate+up", ["Q5_0", "Q5_0"], 4096, 14336, "glu"))
     print("\nmatvec sweep: GB/s of weights (us per dispatch); * = the layout the backend picks;"
           " i8 = x as int8 blocks (ops.int8_ok)")
     for name, types, k, m, mode in cases:
-        if only not in name:
+        if only and not any(o in f"{name} {types[0]}" for o in only.split(",")):
             continue
         rb = ops.row_bytes(types[0], k)
         copies = 1 if m * rb * len(types) > 400 << 20 else 4
@@ -311,7 +314,7 @@ def main(argv=None):
     ap.add_argument("--model", default=None)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--matvec-sweep", action="store_true")
-    ap.add_argument("--sweep-only", default="", help="--matvec-sweep: only cases whose name contains this")
+    ap.add_argument("--sweep-only", default="", help="--matvec-sweep: only cases whose name (and type) contains one of these (comma-separated)")
     ap.add_argument("--coop-probe", action="store_true")
     ap.add_argument("--matmul-sweep", action="store_true")
     ap.add_argument("--dispatch-floor", action="store_true", help="the GPU's cost of an empty dispatch (no model)")
