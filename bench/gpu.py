@@ -102,6 +102,11 @@ def run(kind, cfg, g, ids512, ids2000, a):
         be = CpuBackend(cfg, g, a.n_ctx)
     r = {"load s": time.perf_counter() - t}
     rep = a.repeat if kind == "gpu" else 1
+    if a.decode16_only:
+        r["decode after 16 tok/s"] = decode_tps(be, ids512[:16], a.decode_tokens, rep)
+        r["decode after 16 tok/s (pipelined)"] = decode_tps(be, ids512[:16], a.decode_tokens, rep, pipelined=True)
+        be.close()
+        return r
     r["prefill 512 tok/s"] = prefill_tps(be, ids512, rep)
     r["prefill 2000 tok/s"] = prefill_tps(be, ids2000, rep)
     if a.prefill_only:
@@ -146,6 +151,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run on a software adapter)")
     ap.add_argument("--no-numpy", action="store_true")
+    ap.add_argument("--decode16-only", action="store_true", help="only decode after 16 tokens (a step at a time, pipelined)")
     ap.add_argument("--prefill-only", action="store_true", help="load and prefill figures only (no decode, no prefix)")
     a = ap.parse_args(argv)
     from hearth.engine.gpu import probe  # noqa: PLC0415
