@@ -105,6 +105,7 @@ def run(kind, cfg, g, ids512, ids2000, a):
     if a.decode16_only:
         r["decode after 16 tok/s"] = decode_tps(be, ids512[:16], a.decode_tokens, rep)
         r["decode after 16 tok/s (pipelined)"] = decode_tps(be, ids512[:16], a.decode_tokens, rep, pipelined=True)
+        r["describe"] = be.describe()
         be.close()
         return r
     r["prefill 512 tok/s"] = prefill_tps(be, ids512, rep)
