@@ -96,7 +96,7 @@ def run(kind, cfg, g, ids512, ids2000, a):
     t = time.perf_counter()
     if kind == "gpu":
         from hearth.engine.gpu import GpuBackend  # noqa: PLC0415
-        be = GpuBackend(cfg, g, a.n_ctx)
+        be = GpuBackend(cfg, g, a.n_ctx, kv_dtype=a.kv_dtype)
     else:
         from hearth.engine.cpu_backend import CpuBackend  # noqa: PLC0415
         be = CpuBackend(cfg, g, a.n_ctx)
@@ -152,6 +152,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run on a software adapter)")
     ap.add_argument("--no-numpy", action="store_true")
+    ap.add_argument("--kv-dtype", default="f32", help="the GPU backend's KV cache: f32 or f16")
     ap.add_argument("--decode16-only", action="store_true", help="only decode after 16 tokens (a step at a time, pipelined)")
     ap.add_argument("--prefill-only", action="store_true", help="load and prefill figures only (no decode, no prefix)")
     a = ap.parse_args(argv)
