@@ -79,3 +79,37 @@ def test_greedy_steps_stop_at_the_context_end(tiny):
     n = gpu.kv.max_ctx - len(ids)
     got = list(gpu.greedy_steps(1, len(ids), 100))
     assert len(got) == n and gpu.kv.n_tokens == gpu.kv.max_ctx
+
+
+def test_engine_greedy_generation_is_the_same_pipelined_or_step_by_step(reference_dir, monkeypatch):
+    """Engine.generate with plain greedy sampling takes greedy_steps on the GPU: the same tokens, the
+    same resident sequence and the same stop reasons as reading the logits back each step; sampling
+    with a temperature keeps the logits path (its draws are seeded and repeat)."""
+    from hearth.engine import Engine, Sampling  # noqa: PLC0415
+    d = reference_dir / "tiny" / "llama"
+    m = json.loads((d / "manifest.json").read_text())
+    ids = next(p for p in m["prompts"] if p["name"] == "english")["ids"][:10]
+
+    def run(max_tokens, sampling, n_ctx=64):
+        e = Engine.load(d / m["file"], backend="gpu", n_ctx=n_ctx)
+        try:
+            ev = list(e.generate(ids, max_tokens=max_tokens, sampling=sampling))
+            again = None                   # a second turn reusing the resident prefix, where it fits
+            if len(e.tokens) + 4 <= n_ctx:
+                again = [x.token_id for x in e.generate(list(e.tokens) + [7], max_tokens=3, sampling=sampling)]
+            return [x.token_id for x in ev[:-1]], ev[-1].stop_reason, list(e.tokens), again
+        finally:
+            e.close()
+    calls = []
+    steps = GpuBackend.greedy_steps
+    monkeypatch.setattr(GpuBackend, "greedy_steps", lambda self, *a: calls.append(a) or steps(self, *a))
+    fast = run(8, Sampling.greedy())
+    full = run(14, Sampling.greedy(), n_ctx=len(ids) + 4)     # stops at the context end
+    assert len(calls) == 3               # every greedy generate took the pipelined path (the full run has no second turn)
+    warm = run(5, Sampling(temperature=0.8, seed=3))
+    assert len(calls) == 3
+    monkeypatch.delattr(GpuBackend, "greedy_steps")
+    assert run(8, Sampling.greedy()) == fast
+    assert run(14, Sampling.greedy(), n_ctx=len(ids) + 4) == full
+    assert run(5, Sampling(temperature=0.8, seed=3)) == warm
+    assert fast[1] == "length" and len(fast[0]) == 8 and full[1] == "context_full"
