@@ -15,10 +15,13 @@ weights, then in f32; ~1e-3 of the output's norm off numpy) and in f32 on CPU ra
 (`f16=True` or HEARTH_GPU_F16=1 forces it, =0 turns it off).
 
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
-attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
-+ head (final norm fused) + argmax; 6 per layer where merging the splits inside the O projection
-would cost more than a combine pass (large models, long contexts: ops.ATTN_FUSE_BYTES), and one
-more where the down product reads x quantized once (ops.int8_pre_ok). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
+attention, O-proj+residual, RMSNorm+gate/up+GLU, down+residual) + head (final norm fused) + argmax.
+Attention over at most ops.ATTN_CHUNK keys is one split that writes its merged output itself;
+longer, it is split over the KV range and the splits are merged inside the O projection, or by a
+combine pass first (one dispatch more a layer) where that merge would cost more (large models,
+long contexts: ops.ATTN_FUSE_BYTES); one more where the down product reads x quantized once
+(ops.int8_pre_ok). `greedy_steps` runs greedy decode with the next step submitted before the
+current one's id is read back (the id goes from the argmax into the next step's embedding on the GPU). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
 the whole head), gemma3 two post-norm dispatches per layer. A float16 KV cache (`kv_dtype="f16"`)
 adds the RoPE dispatch too (rope_store.wgsl writes its words of two values whole).
 """
