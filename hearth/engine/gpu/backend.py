@@ -486,12 +486,13 @@ class GpuBackend(Backend):
         def submit(p: int, j: int):
             if j:                          # the id slot already holds the previous step's argmax
                 dev.queue.write_buffer(self.step, 0, np.array([p, 1, 0, 0], np.uint32))
+            nd = 0
             for a, b in zip(cuts[:-2], cuts[1:-1]):
                 enc = dev.device.create_command_encoder()
-                plan.encode(enc, 1, p + 1, a, b)
+                nd += plan.encode(enc, 1, p + 1, a, b)
                 dev.submit(enc)
             enc = dev.device.create_command_encoder()
-            self.last_dispatches = plan.encode(enc, 1, p + 1, cuts[-2], cuts[-1])
+            self.last_dispatches = nd + plan.encode(enc, 1, p + 1, cuts[-2], cuts[-1])
             self.kv.touched()
             st = self._chain_staging[j % 2]
             enc.copy_buffer_to_buffer(self.amax, 0, self.step, STEP_HEADER * 4, 4)
