@@ -308,3 +308,58 @@ def test_prequantized_x_only_for_long_quantized_rows():
     assert not ops.int8_pre_ok(d, ["F16"], 14336)       # float weights keep f32 x
     d.int8 = False
     assert not ops.int8_pre_ok(d, ["Q6_K"], 14336)
+
+
+# 64-weight chunks (ops.int8_c64): rows with a chunk for every lane; the type sets mix the chunk's own
+# K-quant code paths with the eight-8-weight fallback of other types in one kernel
+C64_LAYOUTS = [(32, 1), (64, 4), (64, 2, 2)]
+C64_SETS = [("Q4_K", "Q5_K", "Q6_K"), ("Q6_K", "Q4_0", "Q4_K"), ("Q8_0", "Q3_K", "Q2_K")]
+
+
+@pytest.mark.parametrize("layout", C64_LAYOUTS)
+@pytest.mark.parametrize("types", C64_SETS)
+def test_64_weight_chunks_concat_with_norm_and_bias(ks, rng, layout, types):
+    dev = ks.dev
+    rpw = ops.matvec_rows(layout)
+    k = 4096
+    c64 = any(t in ops.C64_TYPES for t in types)
+    assert ops.int8_c64(types, k, layout[0]) == c64
+    rows = [rpw, rpw, rpw + 3]
+    raws = [random_rows(rng, t, r, k) for t, r in zip(types, rows)]
+    w = np.concatenate([dequant_reference(r, t, k) for r, t in zip(raws, types)])
+    g = nonzero_g(rng, k)
+    x, b = safe_x(rng, k, g), gauss(rng, sum(rows))
+    ref = w @ q8_ref(x, g, 1e-5) + b
+    y = poisoned(dev, sum(rows) + 5)
+    dispatch_once(dev, ops.matvec(ks, types, norm=True, bias=True, layout=layout, q8x=k),
+                  [dev.upload(x), y] + [dev.upload(r) for r in raws] + [dev.upload(g), dev.upload(b)],
+                  ops.matvec_groups(sum(rows), layout), **ops.matvec_params(types, k, rows, eps=1e-5))
+    got = read_f32(dev, y, sum(rows) + 5)
+    assert rel_err(got[:sum(rows)], ref) < RTOL
+    assert np.isnan(got[sum(rows):]).all()
+
+
+@pytest.mark.parametrize("layout", [(32, 1), (128, 2, 2)])
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K"])
+def test_64_weight_chunks_prequantized_x(ks, rng, layout, qtype):
+    """The down product's path (quantize_x, matvec q8g) with 64-weight chunks, residual added."""
+    dev = ks.dev
+    k, m = 8192, ops.matvec_rows(layout) + 3
+    assert ops.int8_c64([qtype], k, layout[0])
+    raw = random_rows(rng, qtype, m, k)
+    x = safe_x(rng, k)
+    y0 = gauss(rng, m)
+    xg, ybuf = dev.buffer(ops.q8_words(k) * 4), dev.upload(y0)
+    dispatch_once(dev, ops.quantize_x(ks), [dev.upload(x), xg], ops.quantize_x_groups(k), K=k)
+    dispatch_once(dev, ops.matvec(ks, [qtype], residual=True, layout=layout, q8x=k, q8g=True),
+                  [xg, ybuf, dev.upload(raw)], ops.matvec_groups(m, layout), **ops.matvec_params([qtype], k, [m]))
+    assert rel_err(read_f32(dev, ybuf, m), y0 + dequant_reference(raw, qtype, k) @ q8_ref(x)) < RTOL
+
+
+def test_64_weight_chunks_only_where_every_lane_has_one(monkeypatch):
+    assert ops.int8_c64(["Q4_K", "Q6_K"], 4096, 64) and ops.int8_c64(["Q4_0", "Q4_K"], 4096, 64)
+    assert not ops.int8_c64(["Q4_K"], 2048, 64)          # 32 chunks a row for 64 lanes
+    assert not ops.int8_c64(["Q4_0", "Q8_0"], 4096, 64)  # no type with its own 64-weight code
+    assert not ops.int8_c64(["Q4_K"], 0, 64)             # f32 x
+    monkeypatch.setattr(ops, "INT8_C64", False)
+    assert not ops.int8_c64(["Q4_K"], 4096, 64)

@@ -7,6 +7,7 @@ pipeline the model runs. Buffer order in each `access` tuple is the order of the
 from __future__ import annotations
 
 import math
+import os
 
 from ..quants import TYPE_BY_NAME
 from .kernels import grid
@@ -76,6 +77,8 @@ def int8_layout(k: int, m: int, qtypes, mult: int = 0) -> tuple[int, int, int]:
     against 128 x 4 209, 64 x 2 204, 128 x 2 164; 1B Q4_K_M 64 x 2 619 against 64 x 4 592, 32 x 2
     619, 128 x 4 575 (pipelined steps)."""
     lanes = 64
+    if INT8_C64 and INT8_C64_LANES and any(t in C64_TYPES for t in qtypes):
+        lanes = INT8_C64_LANES
     for rpt in ((2, 1) if k <= 2048 else (4, 2, 1)):
         if mult == 0 or mult % (256 // lanes * rpt) == 0:
             return lanes, rpt, 1
@@ -95,6 +98,22 @@ def int8_ok(dev, qtypes, k: int) -> bool:
     return need <= int(dev.limits["max-compute-workgroup-storage-size"])
 
 
+# Types whose int8-x matvec reads 64-weight chunks (matvec.wgsl C64, quant.wgsl `_dq64`): a matvec with
+# one of them among its weights takes them (its other types run eight 8-weight products a chunk),
+# where a row has a chunk for every lane (K >= 64 x lanes: 4,096 at the int8 layouts' 64 lanes).
+# HEARTH_GPU_KSUB=0 keeps 8-weight chunks everywhere; HEARTH_GPU_KSUB_LANES=n gives those
+# matvecs n lanes (bench.gpu comparisons; the layouts are measured in bench/README.md).
+C64_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+INT8_C64 = os.environ.get("HEARTH_GPU_KSUB", "") != "0"
+INT8_C64_LANES = int(os.environ.get("HEARTH_GPU_KSUB_LANES", "0") or 0)
+
+
+def int8_c64(qtypes, q8x: int, lanes: int) -> bool:
+    """Whether an int8-x matvec (q8x = K) over these types with this many lanes reads 64-weight chunks."""
+    return (bool(q8x) and INT8_C64 and q8x % 64 == 0 and q8x // 64 >= lanes
+            and any(t in C64_TYPES for t in qtypes))
+
+
 def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
            attn_ws=1, layout=None, q8x=0, q8g=False):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
@@ -111,7 +130,8 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
               + (["r"] if attn_x else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
-                  ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g))
+                  ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g),
+                  C64=int8_c64(qtypes, q8x, lanes))
 
 
 # Row lengths whose matvec reads x quantized once, to global memory, by a pass before it

@@ -28,6 +28,9 @@
 // Q8G (with Q8X = K): x arrives already quantized, in global memory (quantize_x.wgsl, once for all
 // workgroups): binding 1 is those blocks, and the kernel reads 1.6 bytes per x (codes, chunk sums,
 // scales) where f32 x costs 4; no NORM, no ATTN_X.
+// C64 (with Q8X): a lane's chunks are 64 weights, not 8 (quant.wgsl `_dq64`): a Q4_K / Q5_K chunk is
+// one run of 32 code bytes holding two whole sub-blocks, so their scales and mins are decoded once
+// per 32 weights, not per 8, and the codes are read 8 words at a time.
 // SUBGROUPS: sums within a subgroup by shuffles, then one barrier to add the subgroups of a row group
 // (a barrier is costly on CPU rasterizers like lavapipe, which run invocations as coroutines);
 // without it, a shared-memory tree.
@@ -37,6 +40,9 @@
 {% set GLU = MODE == "glu" %}
 {% set Q8X = Q8X | default(0) %}
 {% set Q8G = Q8G | default(False) %}
+{% set C64 = C64 | default(False) %}
+{% if C64 and not Q8X %}{{ raise("64-weight chunks are built for int8 x only") }}{% endif %}
+{% set CW = 64 if C64 else 8 %}
 {% if Q8G and (not Q8X or NORM or ATTN_X) %}{{ raise("pre-quantized x needs Q8X and is built without NORM and ATTN_X") }}{% endif %}
 {% set RPT = RPT | default(1) %}
 {% set LANES = 256 * RPT // ROWS %}
@@ -143,7 +149,9 @@ fn xin(c: u32) -> X8 {
 {% set UNROLL = UNROLL | default(1) %}
 {% macro dots(src, rowvar, accvar, u) %}
 {% for j in range(RPT) %}
-{% if Q8X %}
+{% if C64 %}
+            {{accvar}}{{j}} += {{src}}_dq64({{rowvar}}{{j}}, c{{u}}, xv{{u}});
+{% elif Q8X %}
             {{accvar}}{{j}} += {{src}}_dq8({{rowvar}}{{j}}, c{{u}}, xv{{u}}, xn{{u}}) * xs{{u}};
 {% else %}
             { let a = {{src}}_deq8({{rowvar}}{{j}}, c{{u}}); {{accvar}}{{j}} += dot(a.lo, xv{{u}}.lo) + dot(a.hi, xv{{u}}.hi); }
@@ -153,7 +161,21 @@ fn xin(c: u32) -> X8 {
 
 {% macro load_x(u) %}
             let c{{u}} = c + {{u}}u * LANES;
+{% if C64 %}
+            let b{{u}} = c{{u}} * 8u;   // its first 8-weight chunk
 {% if Q8G %}
+            let xv{{u}} = X64(array<vec2<u32>, 8>({% for i in range(8) %}vec2<u32>(xg[(b{{u}} + {{i}}u) * 2u], xg[(b{{u}} + {{i}}u) * 2u + 1u]){% if not loop.last %}, {% endif %}{% endfor %}),
+                              array<i32, 8>({% for i in range(8) %}bitcast<i32>(xg[XG_SUMS + b{{u}} + {{i}}u]){% if not loop.last %}, {% endif %}{% endfor %}),
+                              vec2<f32>(bitcast<f32>(xg[XG_SCALES + 2u * c{{u}}]), bitcast<f32>(xg[XG_SCALES + 2u * c{{u}} + 1u])));
+{% else %}
+            let xv{{u}} = X64(array<vec2<u32>, 8>({% for i in range(8) %}xq[b{{u}} + {{i}}u]{% if not loop.last %}, {% endif %}{% endfor %}),
+                              array<i32, 8>({% for i in range(8) %}xn[b{{u}} + {{i}}u]{% if not loop.last %}, {% endif %}{% endfor %}),
+                              vec2<f32>(xd[2u * c{{u}}], xd[2u * c{{u}} + 1u]));
+{% if NORM %}
+            ss += xss[2u * c{{u}}] + xss[2u * c{{u}} + 1u];
+{% endif %}
+{% endif %}
+{% elif Q8G %}
             let xv{{u}} = vec2<u32>(xg[c{{u}} * 2u], xg[c{{u}} * 2u + 1u]);
             let xn{{u}} = bitcast<i32>(xg[XG_SUMS + c{{u}}]);
             let xs{{u}} = bitcast<f32>(xg[XG_SCALES + (c{{u}} >> 2u)]);
@@ -260,7 +282,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {% endfor %}
     }
     workgroupBarrier();
-{% if NORM %}
+{% if NORM and not C64 %}
     let ssf = select(0.0, 1.0, (lane & 3u) == 0u);   // one lane in four adds each block's squares
 {% endif %}
 {% endif %}
@@ -272,7 +294,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let r{{j}} = min(d0 + {{j}}u, P.M - 1u);
 {% endif %}
 {% endfor %}
-    let nc = P.K / 8u;
+    let nc = P.K / {{CW}}u;             // chunks of CW weights a row
     var ss = 0.0;
 {% for j in range(RPT) %}
     var acc{{j}} = 0.0;

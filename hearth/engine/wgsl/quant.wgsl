@@ -59,6 +59,21 @@ fn spread4(qh: u32, b: u32) -> u32 {
 fn idot8(a: u32, b: u32, q: vec2<u32>) -> i32 {
     return dot4I8Packed(a, q.x) + dot4I8Packed(b, q.y);
 }
+{% if C64 | default(False) %}
+// 64 int8 values of x (weights [64c, 64c + 64), two blocks of 32): codes 8 to a chunk (q[i] = chunk i),
+// the chunks' code sums and the two blocks' scales
+struct X64 { q: array<vec2<u32>, 8>, n: array<i32, 8>, s: vec2<f32> }
+// sub-block j's (0..7) 6-bit (scale, min) from a K-quant's 12 scale bytes, held as 3 words s0..s2
+fn kq_scale_min(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<u32> {
+    let bs = (j & 3u) * 8u;
+    let b0 = (s0 >> bs) & 255u;
+    let b1 = (s1 >> bs) & 255u;
+    let b2 = (s2 >> bs) & 255u;
+    let hi = j >= 4u;
+    return vec2<u32>(select(b0 & 63u, (b2 & 15u) | ((b0 >> 6u) << 4u), hi),
+                     select(b1 & 63u, (b2 >> 4u) | ((b1 >> 6u) << 4u), hi));
+}
+{% endif %}
 {% endif %}
 
 {% macro quant_fns(buf, qtype) %}
@@ -333,5 +348,91 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
     {{ raise("no int8 kernel for weight type " ~ qtype) }}
 {% endif %}
 }
+{% if C64 | default(False) %}
+// the dot product of weights [64c, 64c + 64) of the row with x's 64 int8 values, x's scales applied.
+// Q4_K / Q5_K: the chunk is one 32-byte run of codes (sub-block 2p in the low nibbles, 2p + 1 in the
+// high), so each sub-block's 6-bit scale and min are decoded once and its 32 products are 8 integer
+// dot products summed as integers. Q6_K: four 16-weight pieces, one scale word, the codes read once
+// as 17 + 9 words. Other types: eight 8-weight `_dq8` products.
+fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
+{% if qtype == "Q4_K" or qtype == "Q5_K" %}
+{% set bb = 144 if qtype == "Q4_K" else 176 %}
+{% set qs_w = 4 if qtype == "Q4_K" else 12 %}
+    let wi = (rowbase >> 2u) + (c >> 2u) * {{bb // 4}}u;     // the super-block's first word (4-byte aligned)
+    let p = c & 3u;
+    let dm = unpack2x16float({{buf}}[wi]);
+    let s0 = {{buf}}[wi + 1u]; let s1 = {{buf}}[wi + 2u]; let s2 = {{buf}}[wi + 3u];
+    let sm0 = kq_scale_min(s0, s1, s2, 2u * p);
+    let sm1 = kq_scale_min(s0, s1, s2, 2u * p + 1u);
+    let o = wi + {{qs_w}}u + p * 8u;
+{% if qtype == "Q5_K" %}
+    let oh = wi + 4u;
+{% endif %}
+    var d0 = 0;
+    var d1 = 0;
+{% for i in range(8) %}
+    {
+        let w = {{buf}}[o + {{i}}u];
+{% if qtype == "Q5_K" %}
+        let h = {{buf}}[oh + {{i}}u] >> (2u * p);
+        d0 += dot4I8Packed((w & LO4) | ((h & 0x01010101u) << 4u), x.q[{{i // 2}}].{{"xy"[i % 2]}});
+        d1 += dot4I8Packed(((w >> 4u) & LO4) | ((h & 0x02020202u) << 3u), x.q[{{4 + i // 2}}].{{"xy"[i % 2]}});
+{% else %}
+        d0 += dot4I8Packed(w & LO4, x.q[{{i // 2}}].{{"xy"[i % 2]}});
+        d1 += dot4I8Packed((w >> 4u) & LO4, x.q[{{4 + i // 2}}].{{"xy"[i % 2]}});
+{% endif %}
+    }
+{% endfor %}
+    let n0 = x.n[0] + x.n[1] + x.n[2] + x.n[3];
+    let n1 = x.n[4] + x.n[5] + x.n[6] + x.n[7];
+    return x.s.x * (dm.x * f32(sm0.x) * f32(d0) - dm.y * f32(sm0.y) * f32(n0))
+         + x.s.y * (dm.x * f32(sm1.x) * f32(d1) - dm.y * f32(sm1.y) * f32(n1));
+{% elif qtype == "Q6_K" %}
+    // chunk q of the super-block: half n = q / 2 (ql bytes 64n.., qh 32n..), nibble h = q % 2; its
+    // 16-weight pieces j = 0..3 have the scales sc[8n + 4h + j] (one word), low bits from ql[64n + 16j..]
+    // and high bits from qh[32n + 16(j & 1)..] at shift 4h + 2(j / 2)
+    let base = rowbase + (c >> 2u) * 210u;   // 2-byte aligned: words are read unaligned
+    let n = (c >> 1u) & 1u;
+    let h = c & 1u;
+    let d = {{buf}}_f16(base + 208u);
+    let scw = {{buf}}_u32(base + 192u + 8u * n + 4u * h);
+    let il = (base + 64u * n) >> 2u;
+    let ih = (base + 128u + 32u * n) >> 2u;
+    let sh = (base & 3u) * 8u;              // 0 or 16, the same for ql and qh (64n, 128 + 32n are multiples of 4)
+{% for i in range(17) %}
+    let l{{i}} = {{buf}}[il + {{i}}u];
+{% endfor %}
+{% for i in range(9) %}
+    let g{{i}} = {{buf}}[ih + {{i}}u];
+{% endfor %}
+    var t0 = 0;
+    var t1 = 0;
+{% for j in range(4) %}
+    {
+        var dj = 0;
+{% for i in range(4) %}
+{% set li = 4 * j + i %}
+{% set hi = 4 * (j % 2) + i %}
+        {
+            let ql = (l{{li}} >> sh) | ((l{{li + 1}} << (31u - sh)) << 1u);
+            let qh = (g{{hi}} >> sh) | ((g{{hi + 1}} << (31u - sh)) << 1u);
+            let a = ((ql >> (4u * h)) & LO4) | (((qh >> (4u * h + {{2 * (j // 2)}}u)) & 0x03030303u) << 4u);
+            dj += dot4I8Packed(a, x.q[{{2 * j + i // 2}}].{{"xy"[i % 2]}});
+        }
+{% endfor %}
+        let sc = i32(scw << {{24 - 8 * j}}u) >> 24u;
+        t{{j // 2}} += sc * (dj - 32 * (x.n[{{2 * j}}] + x.n[{{2 * j + 1}}]));
+    }
+{% endfor %}
+    return d * (x.s.x * f32(t0) + x.s.y * f32(t1));
+{% else %}
+    var r = 0.0;
+{% for i in range(8) %}
+    r += {{buf}}_dq8(rowbase, c * 8u + {{i}}u, x.q[{{i}}], x.n[{{i}}]) * x.s.{{"xy"[i // 4]}};
+{% endfor %}
+    return r;
+{% endif %}
+}
+{% endif %}
 {% endif %}
 {% endmacro %}
