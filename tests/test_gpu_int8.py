@@ -363,3 +363,10 @@ def test_64_weight_chunks_only_where_every_lane_has_one(monkeypatch):
     assert not ops.int8_c64(["Q4_K"], 0, 64)             # f32 x
     monkeypatch.setattr(ops, "INT8_C64", False)
     assert not ops.int8_c64(["Q4_K"], 4096, 64)
+
+
+def test_short_k_quant_rows_take_32_lanes_for_their_64_weight_chunks():
+    lanes, rpt, _ = ops.int8_layout(2048, 8192, ["Q4_K", "Q4_K"], 0)
+    assert lanes == 32 and ops.int8_c64(["Q4_K"], 2048, lanes)
+    assert ops.int8_layout(2048, 3072, ["Q4_K", "Q4_K", "Q6_K"], 512)[0] == 32
+    assert ops.int8_layout(2048, 3072, ["Q6_K"], 512)[0] == 64          # the 8-weight chunks' layout

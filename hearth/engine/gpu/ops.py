@@ -75,10 +75,13 @@ def int8_layout(k: int, m: int, qtypes, mult: int = 0) -> tuple[int, int, int]:
     boundaries) needs it. Chosen from whole-model decode on the H200 (bench.gpu, one call each):
     8B Q4_K_M 64 x 4 195 tok/s against 32 x 2 187, 64 x 2 171, 128 x 4 174; 8B Q4_0 64 x 4 240
     against 128 x 4 209, 64 x 2 204, 128 x 2 164; 1B Q4_K_M 64 x 2 619 against 64 x 4 592, 32 x 2
-    619, 128 x 4 575 (pipelined steps)."""
+    619, 128 x 4 575 (pipelined steps). Rows of at most 2,048 weights with Q4_K / Q5_K weights take 32
+    lanes, so the 64-weight chunks (int8_c64) fill them (bench/README.md, round 6)."""
     lanes = 64
-    if INT8_C64 and INT8_C64_LANES and any(t in C64_TYPES for t in qtypes):
+    if INT8_C64_LANES and INT8_C64 and any(t in C64_TYPES for t in qtypes):
         lanes = INT8_C64_LANES
+    elif k <= 2048 and int8_c64(qtypes, k, 32) and any(t in ("Q4_K", "Q5_K") for t in qtypes):
+        lanes = 32      # a 64-weight chunk for every lane (1B Q4_K_M: 673 tok/s pipelined against 625 at 64 lanes)
     for rpt in ((2, 1) if k <= 2048 else (4, 2, 1)):
         if mult == 0 or mult % (256 // lanes * rpt) == 0:
             return lanes, rpt, 1
