@@ -70,9 +70,10 @@ class HubSearchTab(QWidget):
     tokenChanged = Signal(str)
 
     def __init__(self, tasks: HubTasks, n_ctx: int = 4096, available: int | None = None,
-                 token_note: str = "", parent=None):
+                 token_note: str = "", parent=None, kv_dtype: str = "f32"):
         super().__init__(parent)
         self.tasks, self.n_ctx, self.available = tasks, n_ctx, available
+        self.kv_dtype = kv_dtype   # the KV cache precision setting the memory figures are for
         self._search_rid = self._repo_rid = 0
         self._facts_rids: dict[int, str] = {}
         self._repos, self._details, self._facts = [], None, {}
@@ -180,16 +181,27 @@ class HubSearchTab(QWidget):
         self.detail.setText(f"{s.repo_id}{extra} · {len(details.models)} model file(s)"
                             if details.models else f"{s.repo_id} has no GGUF model files")
 
+    def set_kv_dtype(self, kv_dtype: str) -> None:
+        """The KV cache precision setting changed ("f32" or "f16"): the shown figures follow it."""
+        self.kv_dtype = kv_dtype
+        if self._details is not None:
+            for i, m in enumerate(self._details.models):
+                self._set_fit(i, m, self._facts.get(m.files[0].path))
+
     def _set_fit(self, row: int, model, facts) -> None:
         if facts is not None:
-            fit, need = fit_for(facts, min(self.n_ctx, facts.context_length or self.n_ctx), self.available)
+            n = min(self.n_ctx, facts.context_length or self.n_ctx)
+            fit, need = fit_for(facts, n, self.available, kv_dtype=self.kv_dtype)
             verdict = facts.verdict
-            how = f"needs about {human_bytes(need)} at {min(self.n_ctx, facts.context_length or self.n_ctx):,} tokens"
+            how = (f"needs about {human_bytes(need)} at {n:,} tokens "
+                   f"(KV cache {'float16' if self.kv_dtype == 'f16' else 'float32'})")
         else:
             fit, need = fit_before_download(model.size, self.available)
             verdict = model.verdict
             how = f"needs about {human_bytes(need)} (from the file size; select it to read its header)"
-        self.files.setItem(row, 3, _item("—" if verdict.runs is False else FIT_WORDS[fit], how))
+        cell = _item("—" if verdict.runs is False else FIT_WORDS[fit], how)
+        cell.setData(Qt.ItemDataRole.UserRole, need)   # the bytes the figure says
+        self.files.setItem(row, 3, cell)
         run = {True: "yes", False: "no", None: "?"}[verdict.runs]
         self.files.setItem(row, 4, _item(run if not verdict.reason else f"{run}: {verdict.reason}", verdict.reason))
 
