@@ -109,6 +109,7 @@ def test_the_memory_figures_follow_the_kv_cache_precision(qtbot, window, local_h
     assert w.settings.get("model/kv_dtype") == "f16"
     assert need() == f32 - (kv["f32"] - kv["f16"])
     assert "KV cache float16" in mw.hub.files.item(row, 3).toolTip()
+    assert mw.hub.need.text() == "tiny-qwen3-Q4_K_M.gguf " + mw.hub.files.item(row, 3).toolTip()
     wait_until(lambda: not w.client.busy, 120)
     w.kvDtypeActions["f32"].trigger()
     assert need() == f32

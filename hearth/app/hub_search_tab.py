@@ -93,6 +93,7 @@ class HubSearchTab(QWidget):
         self.download_button.clicked.connect(self.download)
         self.status = QLabel("", objectName="hint", wordWrap=True)
         self.detail = QLabel("", objectName="hint", wordWrap=True)
+        self.need = QLabel("", objectName="hubNeed", wordWrap=True)   # the selected file's memory figure
         self.token = QLineEdit(placeholderText="Hugging Face token (for gated models)", objectName="hubToken")
         self.token.setEchoMode(QLineEdit.EchoMode.Password)
         save = QPushButton("Save token")
@@ -106,6 +107,7 @@ class HubSearchTab(QWidget):
         fl = QVBoxLayout(files_box)
         fl.setContentsMargins(0, 0, 0, 0)
         fl.addWidget(self.files, 1)
+        fl.addWidget(self.need)
         row = QHBoxLayout()
         row.addWidget(self.detail, 1)
         row.addWidget(self.download_button)
@@ -160,6 +162,7 @@ class HubSearchTab(QWidget):
         self._repo_rid = self.tasks.open_repo(r.repo_id)
         self._details, self._facts = None, {}
         self.files.setRowCount(0)
+        self.need.setText("")
         self.download_button.setEnabled(False)
         self.detail.setText(f"Opening {r.repo_id}…")
 
@@ -204,6 +207,13 @@ class HubSearchTab(QWidget):
         self.files.setItem(row, 3, cell)
         run = {True: "yes", False: "no", None: "?"}[verdict.runs]
         self.files.setItem(row, 4, _item(run if not verdict.reason else f"{run}: {verdict.reason}", verdict.reason))
+        if self._selected_model()[1] == row:
+            self._show_need()
+
+    def _show_need(self) -> None:
+        m, row = self._selected_model()
+        cell = self.files.item(row, 3) if m is not None else None
+        self.need.setText(f"{m.name} {cell.toolTip()}" if cell is not None and m.verdict.runs is not False else "")
 
     def _selected_model(self):
         rows = self.files.selectionModel().selectedRows()
@@ -214,6 +224,7 @@ class HubSearchTab(QWidget):
     def _file_selected(self) -> None:
         m, row = self._selected_model()
         self.download_button.setEnabled(m is not None and m.verdict.runs is not False)
+        self._show_need()
         if m is not None and m.files[0].path not in self._facts and m.verdict.runs is not False:
             rid = self.tasks.read_facts(self._details.summary.repo_id, self._details.commit, m.files[0])
             self._facts_rids[rid] = m.files[0].path
