@@ -243,3 +243,32 @@ def test_results_depend_only_on_the_ids_not_on_what_ran_before(backend, monkeypa
     monkeypatch.setattr(cb._BLAS, "fixed", cb._BLAS.cores)
     assert perturbed(lambda: None)
 
+
+
+def test_threaded_map_runs_every_piece_once_and_raises_what_a_piece_raised():
+    rows = cb.ThreadedRows(2)
+    try:
+        seen = []
+        rows.map(seen.append, range(50))
+        assert sorted(seen) == list(range(50))
+        rows.map(seen.append, [])
+
+        def piece(i):
+            if i == 7:
+                raise ValueError("piece 7")
+        with pytest.raises(ValueError, match="piece 7"):
+            rows.map(piece, range(20))
+    finally:
+        rows.close()
+
+
+def test_a_short_input_spreads_its_pieces_over_the_threads(backend, monkeypatch):
+    """A 20-row input on two threads: rows together, tiles and heads spread (SpreadPieces)."""
+    if cb._BLAS.cores < 2 or not cb._BLAS.can_set:
+        pytest.skip("needs two cores and numpy's OpenBLAS")
+    backend.threads = 2
+    runner = backend._runner(20)
+    assert isinstance(runner, cb.SpreadPieces) and runner.work is backend._rows
+    assert runner.split(20) == [(0, 20)]
+    backend.threads = 1
+    assert backend._runner(20) is cb.SERIAL

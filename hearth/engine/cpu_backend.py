@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -218,8 +219,45 @@ class ThreadedRows(SplitRows):
             for f in futures:
                 f.result()
 
+    def map(self, fn, items) -> None:
+        """fn(item) for every item, each on whichever of the threads takes it next (this one
+        included): the pieces of one short input's products and attention."""
+        items = list(items)
+        if len(items) < 2:
+            for item in items:
+                fn(item)
+            return
+        lock, left = threading.Lock(), iter(items)
+
+        def drain() -> None:
+            while True:
+                with lock:
+                    item = next(left, _DONE)
+                if item is _DONE:
+                    return
+                fn(item)
+        futures = [self.pool.submit(drain) for _ in range(min(self.n_threads, len(items)) - 1)]
+        try:
+            drain()
+        finally:
+            for f in futures:
+                f.result()
+
     def close(self) -> None:
         self.pool.shutdown(wait=False)
+
+
+_DONE = object()
+
+
+class SpreadPieces(RowRunner):
+    """A short input (fewer than MIN_PARALLEL_ROWS rows): its rows stay together on this thread, and
+    the pieces of its work, fixed by the shapes whatever the thread count (the weight tiles of each
+    product, attention one KV head at a time), are spread over `rows`' threads. Split into row
+    ranges, a 20-row input would dequantize every weight tile once per range."""
+
+    def __init__(self, rows: ThreadedRows):
+        self.work = rows
 
 
 class DeadlineRunner(RowRunner):
@@ -343,17 +381,27 @@ class CpuBackend(Backend):
             self.kv.n_tokens = 0
 
     def _runner(self, n_rows: int) -> RowRunner:
-        """Decode and short inputs: this thread (numba's kernels on self.threads); longer chunks:
+        """Decode: this thread (numba's kernels on self.threads); short inputs: this thread, their
+        products' tiles and attention heads spread over our threads (SpreadPieces); longer chunks:
         row ranges on our own threads (ThreadedRows)."""
         # Row threads only where each is held to one BLAS thread (numpy's bundled OpenBLAS).
         if n_rows >= MIN_PARALLEL_ROWS and _BLAS.can_set and _BLAS.cores > 1:
             if self.threads == 1:
                 return SplitRows(_BLAS.cores)   # the same cuts, one after another
-            if self._rows is None or self._rows.n_threads != self.threads:
-                self._rows = ThreadedRows(self.threads)
-            return self._rows
+            return self._threaded()
         set_threads(self.threads)
-        return self._deadline if n_rows == 1 else SERIAL
+        if n_rows == 1:
+            return self._deadline
+        if self.threads > 1 and _BLAS.can_set:
+            return SpreadPieces(self._threaded())
+        return SERIAL
+
+    def _threaded(self) -> ThreadedRows:
+        if self._rows is None or self._rows.n_threads != self.threads:
+            if self._rows is not None:
+                self._rows.close()
+            self._rows = ThreadedRows(self.threads)
+        return self._rows
 
     def describe(self) -> dict:
         # What K/V values depend on (prefix-image keys): the float-x path computes a decoded
