@@ -1,4 +1,4 @@
-"""Chats kept warm: `python -m bench.warm_chat [--tokens 4000] [--repeat 3] [--backend cpu] [--kv-dtype f32]`.
+"""Chats kept warm: `python -m bench.warm_chat [--tokens 4000] [--repeat 3] [--backend cpu] [--kv-dtype f32] [--baseline DIR]`.
 
 A chat of ~4,000 tokens on the default model (n_ctx 4096): a preset prefix (the system prompt, kept
 as a prefix image) and exchanges of ~400 tokens (text of ../shared/reference/smollm2/bench_prompts.json),
@@ -7,6 +7,8 @@ restarted: the model loaded, the KV cache's pages made resident in the backgroun
 files in the page cache):
   - Send -> first token of the next reply with the chat's images: preset prefix restored, segments
     restored, the new user message (~20 tokens) read, the first token sampled;
+  - the same with the backend's warm-up passes left out (what the first passes of a fresh process cost);
+  - the same from `--baseline DIR`, another checkout (before/after side by side), from its own images;
   - the same with the cache emptied: everything computed;
   - bytes written by one more exchange (the last save), against the whole chain's bytes;
   - image bytes per token, of the KV cache's dtype (`--kv-dtype f32` or `f16`; bench.kv_dtype puts the
@@ -76,14 +78,20 @@ def build(cache: Path, n_tokens: int, backend: str, kv_dtype: str) -> dict:
     return {"saves": saves, "chain_bytes": total, "tokens": len(eng.tokenize(text)), "text": text}
 
 
-def send(cache: Path, text: str, backend: str, kv_dtype: str) -> dict:
-    """A restarted Hearth: load, let the KV pages be made resident, then Send -> first token."""
+def send(cache: Path, text: str, backend: str, kv_dtype: str, warm_up: bool = True) -> dict:
+    """A restarted Hearth: load, let the background warm-up finish (KV pages made resident, the
+    backend's first passes run; `warm_up=False`: the passes left out), then Send -> first token."""
     from hearth.engine import Engine, Sampling
     from hearth.engine.prefix import PrefixStore
     from hearth.engine.prefix.chat_images import ChatImages, Root
+    if not warm_up:
+        from hearth.engine.cpu_backend import CpuBackend
+        CpuBackend.warm_up = None   # Engine's background thread then skips the passes
     eng = Engine.load(n_ctx=4096, backend=backend, kv_dtype=kv_dtype)
+    t_loaded = time.perf_counter()
     if getattr(eng, "_prefault", None) is not None:
         eng._prefault.join()
+    t_warm = time.perf_counter() - t_loaded
     store = PrefixStore(cache, cap_bytes=8 << 30)
     chats = ChatImages(store)
     ids = eng.tokenize(text + NEXT)
@@ -95,7 +103,7 @@ def send(cache: Path, text: str, backend: str, kv_dtype: str) -> dict:
     t_restore = time.perf_counter() - t0
     ev = next(iter(eng.generate(ids, max_tokens=1, sampling=Sampling(temperature=0))))
     ttft = time.perf_counter() - t0
-    return {"ttft_s": ttft, "restore_s": t_restore, "prefix_s": t_prefix, "prefix": pre.action,
+    return {"ttft_s": ttft, "restore_s": t_restore, "prefix_s": t_prefix, "prefix": pre.action, "warm_s": t_warm,
             "restored": got.restored, "prefix_n": root.n, "prompt": len(ids), "first": ev.token_id}
 
 
@@ -104,13 +112,16 @@ def child(args) -> int:
     if args.child == "build":
         out = build(cache, args.tokens, args.backend, args.kv_dtype)
     else:
-        out = send(cache, Path(args.text).read_text(), args.backend, args.kv_dtype)
+        out = send(cache, Path(args.text).read_text(), args.backend, args.kv_dtype, not args.no_warm_up)
     print("RESULT " + json.dumps(out))
     return 0
 
 
-def run_child(*argv) -> dict:
-    r = subprocess.run([sys.executable, "-m", "bench.warm_chat", *argv], cwd=ROOT, capture_output=True, text=True)
+def run_child(*argv, root: Path = ROOT) -> dict:
+    """A child of this checkout's bench.warm_chat, or of another checkout's (`root`: a baseline)."""
+    env = dict(os.environ, PYTHONPATH=str(root), HEARTH_REFERENCE=str(REF))
+    r = subprocess.run([sys.executable, "-m", "bench.warm_chat", *argv], cwd=root, capture_output=True, text=True,
+                       env=env)
     for line in r.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -123,6 +134,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--backend", default="cpu", choices=("cpu", "gpu"))
     ap.add_argument("--kv-dtype", default="f32", choices=("f32", "f16"))
+    ap.add_argument("--no-warm-up", action="store_true", help="(child) the backend's warm-up passes left out")
+    ap.add_argument("--baseline", type=Path, help="another checkout of Hearth (e.g. a worktree of main) whose "
+                    "Send -> first token is measured in turn with this one's, from its own images")
     ap.add_argument("--child", choices=("build", "send"))
     ap.add_argument("--cache")
     ap.add_argument("--text")
@@ -137,16 +151,28 @@ def main(argv=None) -> int:
                       "--backend", args.backend, *kv)
         text = Path(d) / "chat.txt"
         text.write_text(b["text"])
-        warm, cold = [], []
-        for _ in range(args.repeat):  # alternated, so both see the same machine load
+        base_cache, base = Path(d) / "baseline", []
+        if args.baseline:
+            base_cache.mkdir()
+            run_child("--child", "build", "--cache", str(base_cache), "--tokens", str(args.tokens),
+                      "--backend", args.backend, *kv, root=args.baseline.resolve())
+        warm, unwarmed, cold = [], [], []
+        for _ in range(args.repeat):  # alternated, so all see the same machine load
+            if args.baseline:
+                base.append(run_child("--child", "send", "--cache", str(base_cache), "--text", str(text),
+                                      "--backend", args.backend, *kv, root=args.baseline.resolve()))
             warm.append(run_child("--child", "send", "--cache", str(cache), "--text", str(text),
                                   "--backend", args.backend, *kv))
+            unwarmed.append(run_child("--child", "send", "--cache", str(cache), "--text", str(text),
+                                      "--backend", args.backend, "--no-warm-up", *kv))
             empty.mkdir(exist_ok=True)
             for p in empty.iterdir():
                 p.unlink() if p.is_file() else None
             cold.append(run_child("--child", "send", "--cache", str(empty), "--text", str(text),
                                   "--backend", args.backend, *kv))
-    assert all(w["first"] == c["first"] for w, c in zip(warm, cold)), "restored and recomputed differ"
+    assert all(w["first"] == u["first"] == c["first"] for w, u, c in zip(warm, unwarmed, cold)), \
+        "restored and recomputed differ"
+    assert all(r["first"] == warm[0]["first"] for r in base), "the baseline sampled another first token"
     med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
     last, first = b["saves"][-1], b["saves"][0]
     new_tokens = last["tokens"] - b["saves"][-2]["tokens"]
@@ -161,9 +187,20 @@ def main(argv=None) -> int:
           f"{med(warm, 'restore_s') * 1000:.0f} ms | " + ", ".join(f"{w['restore_s'] * 1000:.0f}" for w in warm) + " |")
     print(f"| then computing the {warm[0]['prompt'] - warm[0]['restored'] - warm[0]['prefix_n']:,} new tokens"
           f" and sampling | {statistics.median(w['ttft_s'] - w['restore_s'] for w in warm) * 1000:.0f} ms | |")
+    if base:
+        print(f"| the baseline checkout ({args.baseline}), with its images | {med(base, 'ttft_s') * 1000:.0f} ms | "
+              + ", ".join(f"{r['ttft_s'] * 1000:.0f}" for r in base) + " |")
+        print(f"| of which restoring, then computing and sampling | {med(base, 'restore_s') * 1000:.0f} ms, "
+              f"{statistics.median(r['ttft_s'] - r['restore_s'] for r in base) * 1000:.0f} ms | |")
+    print(f"| with the images, the backend's warm-up passes left out | {med(unwarmed, 'ttft_s') * 1000:.0f} ms | "
+          + ", ".join(f"{u['ttft_s'] * 1000:.0f}" for u in unwarmed) + " |")
+    print(f"| of which computing the new tokens and sampling | "
+          f"{statistics.median(u['ttft_s'] - u['restore_s'] for u in unwarmed) * 1000:.0f} ms | |")
     print(f"| cache emptied (all {cold[0]['prompt']:,} tokens computed) | {med(cold, 'ttft_s') * 1000:.0f} ms | "
           + ", ".join(f"{c['ttft_s'] * 1000:.0f}" for c in cold) + " |")
-    print(f"| speed-up | {med(cold, 'ttft_s') / med(warm, 'ttft_s'):.1f}x | |\n")
+    print(f"| speed-up | {med(cold, 'ttft_s') / med(warm, 'ttft_s'):.1f}x | |")
+    print(f"| background warm-up after load (not waited for by Send) | {med(warm, 'warm_s') * 1000:.0f} ms | "
+          + ", ".join(f"{w['warm_s'] * 1000:.0f}" for w in warm) + " |\n")
     per_token = (last["bytes"]) / max(1, new_tokens)
     print("| bytes written | bytes | tokens | per token |")
     print("|---|---:|---:|---:|")

@@ -84,3 +84,44 @@ def test_a_file_opened_from_disk_joins_the_local_models(qtbot, window, tiny_mode
     w.modelsButton.click()
     w.library.window.tabs.setCurrentIndex(1)
     assert _cell(w.library.window.local.table, 0, 2) == "qwen2"
+
+
+def test_the_memory_figures_follow_the_kv_cache_precision(qtbot, window, local_hub):
+    """The Hub tab's "needs about" counts the KV cache of the setting: switched to float16 from the
+    window's menu, the figure drops by half the cache (engine.memory's KV part), and back."""
+    from hearth.engine import memory
+    w = window
+    w.modelsButton.click()
+    mw = w.library.window
+    _open_repo(qtbot, mw, "qwen3", "Tiny-Qwen3-GGUF")
+    row = _select_file(mw, "tiny-qwen3-Q4_K_M.gguf")
+    qtbot.waitUntil(lambda: "tokens" in mw.hub.files.item(row, 3).toolTip(), timeout=20_000)
+    [facts] = mw.hub._facts.values()
+    need = lambda: mw.hub.files.item(row, 3).data(Qt.ItemDataRole.UserRole)  # noqa: E731
+    n = min(512, facts.context_length or 512)
+    kv = {d: memory.kv_part(facts.n_layer, facts.n_head_kv, facts.head_dim, facts.head_dim_v, n, d)
+          for d in ("f32", "f16")}
+    assert kv["f16"] * 2 == kv["f32"] > 0
+    f32 = need()
+    assert "KV cache float32" in mw.hub.files.item(row, 3).toolTip()
+    wait_until(lambda: not w.client.busy, 120)
+    w.kvDtypeActions["f16"].trigger()
+    assert w.settings.get("model/kv_dtype") == "f16"
+    assert need() == f32 - (kv["f32"] - kv["f16"])
+    assert "KV cache float16" in mw.hub.files.item(row, 3).toolTip()
+    assert mw.hub.need.text() == "tiny-qwen3-Q4_K_M.gguf " + mw.hub.files.item(row, 3).toolTip()
+    wait_until(lambda: not w.client.busy, 120)
+    w.kvDtypeActions["f32"].trigger()
+    assert need() == f32
+    wait_until(lambda: not w.client.busy, 120)
+
+
+def test_a_models_window_opened_after_the_switch_shows_float16_figures(qtbot, window, local_hub):
+    w = window
+    w.settings.set("model/kv_dtype", "f16")
+    w.modelsButton.click()
+    mw = w.library.window
+    _open_repo(qtbot, mw, "qwen3", "Tiny-Qwen3-GGUF")
+    row = _select_file(mw, "tiny-qwen3-Q4_K_M.gguf")
+    qtbot.waitUntil(lambda: "tokens" in mw.hub.files.item(row, 3).toolTip(), timeout=20_000)
+    assert "KV cache float16" in mw.hub.files.item(row, 3).toolTip()

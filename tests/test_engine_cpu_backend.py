@@ -192,3 +192,83 @@ def test_logits_after_a_prompt_equal_a_recomputed_last_token(backend):
         flt = backend.forward(ids, 0)
     backend.set_int8(False)
     assert 0 < np.abs(flt - whole).max() < 2.0
+
+
+def _sequence(backend):
+    """A chunk for the row threads (40 ids), a short input (20 ids), three one-token passes: the
+    logits of each and the K/V they left, as bits."""
+    backend.kv.clear()
+    out = [backend.forward(list(range(100, 140)), 0).copy(), backend.forward(list(range(300, 320)), 40).copy()]
+    out += [backend.forward([t], 60 + i).copy() for i, t in enumerate((7, 8, 9))]
+    n = backend.kv.n_tokens
+    return out, [x.copy() for layer in (0, 11, 29) for x in backend.kv.read_prefix(layer, n)]
+
+
+def _set_openblas_threads(n: int) -> None:
+    for fn in cb._BLAS._setters:
+        fn(n)
+
+
+def test_results_depend_only_on_the_ids_not_on_what_ran_before(backend, monkeypatch):
+    """Deterministic by construction: a warm-up run on another thread, OpenBLAS set to all cores by
+    other code, a busy or a quiet machine, one or all threads: the same ids give the same bits.
+    (OpenBLAS's thread count is process-wide and its sgemm's bits follow it: unpinned, a warm-up's
+    one-token pass on the background thread left it at two and changed every later chunk.)"""
+    import threading  # noqa: PLC0415
+    if cb._BLAS.cores < 2 or not cb._BLAS.can_set:
+        pytest.skip("needs two cores and numpy's OpenBLAS")
+    monkeypatch.setattr(cb._BLAS, "fixed", None)
+    monkeypatch.setattr(cb.os, "getloadavg", lambda: (0.1, 0.0, 0.0))   # quiet: all cores
+    ref_logits, ref_kv = _sequence(backend)
+
+    def perturbed(setup):
+        setup()
+        logits, kv = _sequence(backend)
+        return all(np.array_equal(a, b) for a, b in zip(logits + kv, ref_logits + ref_kv))
+
+    def warm_elsewhere():
+        t = threading.Thread(target=backend.warm_up)
+        t.start()
+        t.join()
+        assert backend.kv.n_tokens == 0
+    assert perturbed(warm_elsewhere), "a warm-up on another thread changed later results"
+
+    def other_code_sets_blas():
+        t = threading.Thread(target=_set_openblas_threads, args=(cb._BLAS.cores,))
+        t.start()
+        t.join()
+    assert perturbed(other_code_sets_blas), "OpenBLAS threads set by other code changed the results"
+    monkeypatch.setattr(cb.os, "getloadavg", lambda: (cb._BLAS.cores + 5.0, 0.0, 0.0))
+    assert perturbed(lambda: None), "a busy machine (one thread) computed other bits than a quiet one"
+    monkeypatch.setattr(cb._BLAS, "fixed", cb._BLAS.cores)
+    assert perturbed(lambda: None)
+
+
+
+def test_threaded_map_runs_every_piece_once_and_raises_what_a_piece_raised():
+    rows = cb.ThreadedRows(2)
+    try:
+        seen = []
+        rows.map(seen.append, range(50))
+        assert sorted(seen) == list(range(50))
+        rows.map(seen.append, [])
+
+        def piece(i):
+            if i == 7:
+                raise ValueError("piece 7")
+        with pytest.raises(ValueError, match="piece 7"):
+            rows.map(piece, range(20))
+    finally:
+        rows.close()
+
+
+def test_a_short_input_spreads_its_pieces_over_the_threads(backend, monkeypatch):
+    """A 20-row input on two threads: rows together, tiles and heads spread (SpreadPieces)."""
+    if cb._BLAS.cores < 2 or not cb._BLAS.can_set:
+        pytest.skip("needs two cores and numpy's OpenBLAS")
+    backend.threads = 2
+    runner = backend._runner(20)
+    assert isinstance(runner, cb.SpreadPieces) and runner.work is backend._rows
+    assert runner.split(20) == [(0, 20)]
+    backend.threads = 1
+    assert backend._runner(20) is cb.SERIAL

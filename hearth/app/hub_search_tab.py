@@ -70,9 +70,10 @@ class HubSearchTab(QWidget):
     tokenChanged = Signal(str)
 
     def __init__(self, tasks: HubTasks, n_ctx: int = 4096, available: int | None = None,
-                 token_note: str = "", parent=None):
+                 token_note: str = "", parent=None, kv_dtype: str = "f32"):
         super().__init__(parent)
         self.tasks, self.n_ctx, self.available = tasks, n_ctx, available
+        self.kv_dtype = kv_dtype   # the KV cache precision setting the memory figures are for
         self._search_rid = self._repo_rid = 0
         self._facts_rids: dict[int, str] = {}
         self._repos, self._details, self._facts = [], None, {}
@@ -92,6 +93,7 @@ class HubSearchTab(QWidget):
         self.download_button.clicked.connect(self.download)
         self.status = QLabel("", objectName="hint", wordWrap=True)
         self.detail = QLabel("", objectName="hint", wordWrap=True)
+        self.need = QLabel("", objectName="hubNeed", wordWrap=True)   # the selected file's memory figure
         self.token = QLineEdit(placeholderText="Hugging Face token (for gated models)", objectName="hubToken")
         self.token.setEchoMode(QLineEdit.EchoMode.Password)
         save = QPushButton("Save token")
@@ -105,6 +107,7 @@ class HubSearchTab(QWidget):
         fl = QVBoxLayout(files_box)
         fl.setContentsMargins(0, 0, 0, 0)
         fl.addWidget(self.files, 1)
+        fl.addWidget(self.need)
         row = QHBoxLayout()
         row.addWidget(self.detail, 1)
         row.addWidget(self.download_button)
@@ -159,6 +162,7 @@ class HubSearchTab(QWidget):
         self._repo_rid = self.tasks.open_repo(r.repo_id)
         self._details, self._facts = None, {}
         self.files.setRowCount(0)
+        self.need.setText("")
         self.download_button.setEnabled(False)
         self.detail.setText(f"Opening {r.repo_id}…")
 
@@ -180,18 +184,36 @@ class HubSearchTab(QWidget):
         self.detail.setText(f"{s.repo_id}{extra} · {len(details.models)} model file(s)"
                             if details.models else f"{s.repo_id} has no GGUF model files")
 
+    def set_kv_dtype(self, kv_dtype: str) -> None:
+        """The KV cache precision setting changed ("f32" or "f16"): the shown figures follow it."""
+        self.kv_dtype = kv_dtype
+        if self._details is not None:
+            for i, m in enumerate(self._details.models):
+                self._set_fit(i, m, self._facts.get(m.files[0].path))
+
     def _set_fit(self, row: int, model, facts) -> None:
         if facts is not None:
-            fit, need = fit_for(facts, min(self.n_ctx, facts.context_length or self.n_ctx), self.available)
+            n = min(self.n_ctx, facts.context_length or self.n_ctx)
+            fit, need = fit_for(facts, n, self.available, kv_dtype=self.kv_dtype)
             verdict = facts.verdict
-            how = f"needs about {human_bytes(need)} at {min(self.n_ctx, facts.context_length or self.n_ctx):,} tokens"
+            how = (f"needs about {human_bytes(need)} at {n:,} tokens "
+                   f"(KV cache {'float16' if self.kv_dtype == 'f16' else 'float32'})")
         else:
             fit, need = fit_before_download(model.size, self.available)
             verdict = model.verdict
             how = f"needs about {human_bytes(need)} (from the file size; select it to read its header)"
-        self.files.setItem(row, 3, _item("—" if verdict.runs is False else FIT_WORDS[fit], how))
+        cell = _item("—" if verdict.runs is False else FIT_WORDS[fit], how)
+        cell.setData(Qt.ItemDataRole.UserRole, need)   # the bytes the figure says
+        self.files.setItem(row, 3, cell)
         run = {True: "yes", False: "no", None: "?"}[verdict.runs]
         self.files.setItem(row, 4, _item(run if not verdict.reason else f"{run}: {verdict.reason}", verdict.reason))
+        if self._selected_model()[1] == row:
+            self._show_need()
+
+    def _show_need(self) -> None:
+        m, row = self._selected_model()
+        cell = self.files.item(row, 3) if m is not None else None
+        self.need.setText(f"{m.name} {cell.toolTip()}" if cell is not None and m.verdict.runs is not False else "")
 
     def _selected_model(self):
         rows = self.files.selectionModel().selectedRows()
@@ -202,6 +224,7 @@ class HubSearchTab(QWidget):
     def _file_selected(self) -> None:
         m, row = self._selected_model()
         self.download_button.setEnabled(m is not None and m.verdict.runs is not False)
+        self._show_need()
         if m is not None and m.files[0].path not in self._facts and m.verdict.runs is not False:
             rid = self.tasks.read_facts(self._details.summary.repo_id, self._details.commit, m.files[0])
             self._facts_rids[rid] = m.files[0].path

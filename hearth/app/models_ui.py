@@ -30,19 +30,25 @@ class ModelsUI(QObject):
         self.endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
         self.window = None  # the ModelsWindow, once opened
         window.modelReady.connect(self._on_model_ready)
+        window.settings.changed.connect(self._on_setting)
 
     def open(self):
         """Show the Models window (made on first use; it stays, with its downloads, when closed)."""
         if self.window is None:
             from .models_window import ModelsWindow  # noqa: PLC0415  (huggingface_hub only when asked)
             self.window = ModelsWindow(self.registry, keys=self.w.remote.servers.keys, endpoint=self.endpoint,
-                                       n_ctx=self.w.settings.get("model/n_ctx"), parent=self.w)
+                                       n_ctx=self.w.settings.get("model/n_ctx"), parent=self.w,
+                                       kv_dtype=self.w.settings.get("model/kv_dtype"))
             self.window.modelChosen.connect(self._use)
             self.window.modelsChanged.connect(self.modelsChanged)
         self.window.show()
         self.window.raise_()
         self.window.activateWindow()
         return self.window
+
+    def _on_setting(self, name: str) -> None:
+        if name == "model/kv_dtype" and self.window is not None:
+            self.window.set_kv_dtype(self.w.settings.get(name))
 
     def _use(self, path: str) -> None:
         self.loadRequested.emit(path)

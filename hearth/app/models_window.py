@@ -33,7 +33,7 @@ class ModelsWindow(QDialog):
     modelsChanged = Signal()
 
     def __init__(self, registry: ModelRegistry, keys=None, endpoint: str | None = None, n_ctx: int = 4096,
-                 available: int | None = None, parent=None):
+                 available: int | None = None, parent=None, kv_dtype: str = "f32"):
         """`keys`: a KeyStore (app.remote_servers) for the token, or None to keep it for this run only."""
         super().__init__(parent, objectName="modelsWindow")
         self.setWindowTitle("Models")
@@ -42,7 +42,7 @@ class ModelsWindow(QDialog):
         self.tasks = HubTasks(registry, endpoint, token or None, parent=self)
         note = ("Without a token, the login of huggingface_hub (hf auth login) is used. "
                 + (f"A saved token is kept in {keys.where()}." if keys is not None else ""))
-        self.hub = HubSearchTab(self.tasks, n_ctx=n_ctx, available=available, token_note=note)
+        self.hub = HubSearchTab(self.tasks, n_ctx=n_ctx, available=available, token_note=note, kv_dtype=kv_dtype)
         self.local = LocalModelsTab(registry)
         self.downloads = DownloadPanel()
         self.tabs = QTabWidget(objectName="modelsTabs")
@@ -63,6 +63,10 @@ class ModelsWindow(QDialog):
         self.tasks.downloadProgress.connect(self._on_progress)
         self.tasks.downloadFinished.connect(self._on_finished)
         self.show_pending()
+
+    def set_kv_dtype(self, kv_dtype: str) -> None:
+        """The KV cache precision setting ("f32" / "f16"): the memory figures follow it."""
+        self.hub.set_kv_dtype(kv_dtype)
 
     def show_pending(self) -> None:
         """Downloads left paused or cut off, by this run or an earlier one."""

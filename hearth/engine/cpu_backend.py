@@ -6,10 +6,12 @@ are [heads, block, T] rather than [heads, n, n], so memory stays bounded whateve
 length. numpy and the kernels release the GIL, so a GUI thread stays responsive while this runs in
 a worker.
 
-Threads: decode (one token) runs on the calling thread with the matrix-vector kernels (and
-OpenBLAS) on all cores or on one, whichever its own timings say is faster (DecodeThreads); a chunk
-of 32 rows or more is split into row ranges over our own threads, each with one BLAS thread
-(ThreadedRows); on an oversubscribed machine a chunk runs on one thread (BlasThreads).
+Threads: OpenBLAS always runs on one thread (BlasThreads says why: results must not depend on what
+ran before); decode (one token) runs on the calling thread with the matrix-vector kernels on all
+cores or on one, whichever its own timings say is faster (DecodeThreads); a chunk of 32 rows or
+more is split into row ranges over our own threads (ThreadedRows); on an oversubscribed machine a
+chunk runs on one thread (BlasThreads.choose). Every split is the same whatever thread count runs
+it, so the bits of K/V and logits never depend on the load or on an earlier pass.
 """
 
 from __future__ import annotations
@@ -35,31 +37,36 @@ DEFAULT_CHUNK = 512
 
 
 class BlasThreads:
-    """How many threads OpenBLAS uses for the calling thread's products.
+    """How many threads a forward pass uses, and OpenBLAS held to one of them.
 
-    OpenBLAS splits every product over all cores and its threads spin at each barrier. On a
-    quiet machine that is what we want; on an oversubscribed one (load average above the core
-    count: other processes, a busy GUI) each of the ~150 products per token waits for a
-    descheduled thread and the engine runs 5-10x slower than with one thread. So before each
-    forward pass we pick all cores when the machine is quiet and one core when it is not.
-    HEARTH_THREADS=<n> fixes the count. Without numpy's bundled OpenBLAS this does nothing.
+    OpenBLAS's thread count is one setting for the whole process (numpy's bundled OpenBLAS is a
+    pthreads build: `openblas_set_num_threads_local` called on one thread changes the products of
+    every thread), and its sgemm gives different bits on one and on two threads (it cuts the output
+    into other edge tiles). A count that follows the load, or that another thread or engine set last,
+    would make K/V depend on what ran before. So OpenBLAS is set to one thread (`pin`, before every
+    forward pass) and never to more: every product is a one-thread BLAS call whose bits depend only
+    on its shapes and values, and parallel work is our own (row ranges on ThreadedRows, numba's
+    matrix-vector kernels), cut the same way whatever thread count runs it.
+
+    `choose()` picks that thread count: all cores when the machine is quiet and one when it is not
+    (load average above the core count: another process wants a core, and every hand-off waits for
+    a descheduled thread). HEARTH_THREADS=<n> fixes it. Without numpy's bundled OpenBLAS nothing can
+    be pinned (`can_set` False) and chunks run on the calling thread.
     """
 
     def __init__(self):
-        self._set = None
-        self._local = threading.local()  # the setting is per calling thread
         self.cores = os.cpu_count() or 1
         env = os.environ.get("HEARTH_THREADS", "")
         self.fixed = int(env) if env.isdigit() and int(env) > 0 else None
-        libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-        for path in glob.glob(os.path.join(libdir, "libscipy_openblas*.so*")):
-            try:
-                fn = ctypes.CDLL(path).openblas_set_num_threads_local
-            except (OSError, AttributeError):
-                continue
-            fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
-            self._set = fn
-            break
+        self._setters = _openblas_thread_setters()
+        self.can_set = bool(self._setters)
+        self.pin()
+
+    def pin(self) -> None:
+        """OpenBLAS on one thread (again: other code in the process may have changed it since). A
+        forward pass calls it first; a call costs about a microsecond."""
+        for fn in self._setters:
+            fn(1)
 
     def choose(self) -> int:
         if self.fixed:
@@ -72,33 +79,42 @@ class BlasThreads:
             busy = False
         return 1 if busy else self.cores
 
-    @property
-    def can_set(self) -> bool:
-        return self._set is not None
 
-    def set(self, n: int) -> None:
-        """Use n BLAS threads for products called from this thread."""
-        if self._set is not None and n != getattr(self._local, "n", None):
-            self._set(n)
-            self._local.n = n
+def _openblas_thread_setters() -> list:
+    """numpy's bundled OpenBLAS's thread-count setters (the process-wide one and the calling
+    thread's), as ctypes functions of one int; none where numpy has no bundled OpenBLAS."""
+    libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    names = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads",
+             "openblas_set_num_threads_local")
+    for path in glob.glob(os.path.join(libdir, "libscipy_openblas*.so*")):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        fns = [getattr(lib, name) for name in names if hasattr(lib, name)]
+        for fn in fns:
+            fn.argtypes = [ctypes.c_int]
+        if fns:
+            return fns
+    return []
 
 
 _BLAS = BlasThreads()
 
 
 class DecodeThreads:
-    """Picks the thread count (kernels and BLAS) of one-token passes by timing them.
+    """Picks the thread count of one-token passes (numba's matrix-vector kernels) by timing them.
 
     The load average cannot tell a quiet machine from one where another process holds about one
-    core: our own threads are most of the load either way, and at that border two spinning OpenBLAS
+    core: our own threads are most of the load either way, and at that border two spinning
     threads make a token 5-10x slower than one thread (measured 4 vs 31 tok/s). So each count is timed
     on real tokens (a moving average of seconds per token), the faster is used, and the other is
     tried again now and then in case the machine changed (and timed afresh after every prefill,
     which moves the context length and with it a token's cost): after `probe_every` tokens, and twice as
     long after each probe that found it clearly slower (up to `max_interval`), since a probe of the
     slow count costs a slow token. 1 and 2 threads give bit-identical matrix-vector products here
-    (the kernels and OpenBLAS split them by output row; a test checks it), so switching never
-    changes a result.
+    (the kernels split them by output row, OpenBLAS stays on one thread; a test checks it), so
+    switching never changes a result.
     """
 
     def __init__(self, cores: int, probe_every: int = 32, max_interval: int = 1024):
@@ -149,7 +165,7 @@ MIN_PARALLEL_ROWS = 32
 
 
 def _row_thread() -> None:
-    _BLAS.set(1)
+    _BLAS.pin()
     no_parallel_kernels()
 
 
@@ -203,8 +219,45 @@ class ThreadedRows(SplitRows):
             for f in futures:
                 f.result()
 
+    def map(self, fn, items) -> None:
+        """fn(item) for every item, each on whichever of the threads takes it next (this one
+        included): the pieces of one short input's products and attention."""
+        items = list(items)
+        if len(items) < 2:
+            for item in items:
+                fn(item)
+            return
+        lock, left = threading.Lock(), iter(items)
+
+        def drain() -> None:
+            while True:
+                with lock:
+                    item = next(left, _DONE)
+                if item is _DONE:
+                    return
+                fn(item)
+        futures = [self.pool.submit(drain) for _ in range(min(self.n_threads, len(items)) - 1)]
+        try:
+            drain()
+        finally:
+            for f in futures:
+                f.result()
+
     def close(self) -> None:
         self.pool.shutdown(wait=False)
+
+
+_DONE = object()
+
+
+class SpreadPieces(RowRunner):
+    """A short input (fewer than MIN_PARALLEL_ROWS rows): its rows stay together on this thread, and
+    the pieces of its work, fixed by the shapes whatever the thread count (the weight tiles of each
+    product, attention one KV head at a time), are spread over `rows`' threads. Split into row
+    ranges, a 20-row input would dequantize every weight tile once per range."""
+
+    def __init__(self, rows: ThreadedRows):
+        self.work = rows
 
 
 class DeadlineRunner(RowRunner):
@@ -222,7 +275,6 @@ class DeadlineRunner(RowRunner):
     def run(self, fn, ranges) -> None:
         super().run(fn, ranges)
         if time.perf_counter() > self.deadline:
-            _BLAS.set(1)
             set_threads(1)
             self.deadline = float("inf")
             self.dropped = True
@@ -285,6 +337,7 @@ class CpuBackend(Backend):
 
     def _forward(self, ids, pos: int, all_logits: bool, logits: bool = True) -> np.ndarray | None:
         n = len(ids)
+        _BLAS.pin()
         adaptive = n == 1 and _BLAS.fixed is None and _BLAS.can_set
         if not adaptive:
             self._decode.forget()
@@ -308,20 +361,47 @@ class CpuBackend(Backend):
             return None
         return np.concatenate(outs) if all_logits else outs[-1]
 
+    def warm_up(self) -> None:
+        """A chunk on the row threads, a short input and a one-token pass on positions nothing holds,
+        so that the first real ones do not pay for what a fresh process does once: numba's
+        dispatchers loading the cached kernels, the row threads and numba's threads starting, this
+        backend's buffers first touched. The Engine's background thread calls it after a load,
+        holding the engine's lock, with nothing resident; it leaves nothing resident, and it changes
+        no later result (OpenBLAS stays on one thread, every split is fixed by its shapes: a test
+        compares a warmed engine's K/V with a fresh one's)."""
+        n = max(1, min(MIN_PARALLEL_ROWS, (self.kv.max_ctx - 1) // 2))
+        short = max(1, min(MIN_PARALLEL_ROWS // 2, n))
+        ids = np.zeros(n, np.int64)
+        try:
+            self.forward(ids, 0)
+            self.forward(ids[:short], n)
+            if n + short < self.kv.max_ctx:
+                self.forward(ids[:1], n + short)
+        finally:
+            self.kv.n_tokens = 0
+
     def _runner(self, n_rows: int) -> RowRunner:
-        """Decode and short inputs: this thread, with BLAS on all free cores; longer chunks:
+        """Decode: this thread (numba's kernels on self.threads); short inputs: this thread, their
+        products' tiles and attention heads spread over our threads (SpreadPieces); longer chunks:
         row ranges on our own threads (ThreadedRows)."""
-        # Row threads only where each can be held to one BLAS thread (numpy's bundled OpenBLAS).
+        # Row threads only where each is held to one BLAS thread (numpy's bundled OpenBLAS).
         if n_rows >= MIN_PARALLEL_ROWS and _BLAS.can_set and _BLAS.cores > 1:
-            _BLAS.set(1)
             if self.threads == 1:
                 return SplitRows(_BLAS.cores)   # the same cuts, one after another
-            if self._rows is None or self._rows.n_threads != self.threads:
-                self._rows = ThreadedRows(self.threads)
-            return self._rows
-        _BLAS.set(self.threads)
+            return self._threaded()
         set_threads(self.threads)
-        return self._deadline if n_rows == 1 else SERIAL
+        if n_rows == 1:
+            return self._deadline
+        if self.threads > 1 and _BLAS.can_set:
+            return SpreadPieces(self._threaded())
+        return SERIAL
+
+    def _threaded(self) -> ThreadedRows:
+        if self._rows is None or self._rows.n_threads != self.threads:
+            if self._rows is not None:
+                self._rows.close()
+            self._rows = ThreadedRows(self.threads)
+        return self._rows
 
     def describe(self) -> dict:
         # What K/V values depend on (prefix-image keys): the float-x path computes a decoded

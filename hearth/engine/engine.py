@@ -86,17 +86,30 @@ class Engine:
         return eng
 
     def _start_prefault(self) -> None:
-        """On a background thread, what a first restore and reply would otherwise pay for: the KV
-        cache's pages made resident (a host cache only), the key's cached fields (model digest,
-        engine build hash) and the tokenizer's pieces table (a reply's stream decoder reads it)
-        computed. The first restore after a load then costs what the next ones do, and nobody
-        waits for it."""
+        """On a background thread, what a first restore and the first forward passes would otherwise
+        pay for: the KV cache's pages made resident (a host cache only), the key's cached fields
+        (model digest, engine build hash) and the tokenizer's pieces table (a reply's stream decoder
+        reads it) computed, and the backend's `warm_up` run while nothing is resident (the CPU
+        backend's first passes: a fresh process's one-time costs). The first restore and reply after
+        a load then cost what the next ones do, and nobody waits for it: a call that comes first
+        takes the lock first, and the warm-up then finds something resident and skips. The warm-up
+        changes no result (the backend's results depend only on the ids and positions)."""
         def warm():
             if hasattr(self.backend.kv, "prefault"):
                 self.backend.kv.prefault()
             self.prefix_header([0])
             if hasattr(self.tokenizer, "token_bytes"):
                 self.tokenizer.token_bytes(0)   # the pieces table a reply's stream decoder reads
+            warm_up = getattr(self.backend, "warm_up", None)
+            if warm_up is None:
+                return
+            with self._lock:
+                if self._tokens:   # a caller came first: its own pass did the warming
+                    return
+                try:
+                    warm_up()
+                except Exception:  # noqa: BLE001  (closed meanwhile: nothing left to warm)
+                    pass
         self._prefault = threading.Thread(target=warm, name="hearth-prefault", daemon=True)
         self._prefault.start()
 

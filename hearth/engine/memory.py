@@ -33,9 +33,16 @@ class NotEnoughMemoryError(EngineError):
         self.needed, self.available = needed, available
 
 
+def kv_part(n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int | None, n_ctx: int,
+            kv_dtype: str = "f32") -> int:
+    """The `kv` part of an estimate: K and V at n_ctx for every layer, of the cache's dtype (the cache
+    keeps one head size for K and V, the larger). The model library's figures come from here too."""
+    from .kv_cache import kv_bytes  # noqa: PLC0415
+    return kv_bytes(n_layer, n_head_kv, max(head_dim, head_dim_v or head_dim), n_ctx, kv_dtype)
+
+
 def estimate(g, cfg, n_ctx: int, backend: str = "cpu", kv_dtype: str = "f32") -> dict[str, int]:
     """Bytes needed by part (weights, kv, scratch, runtime) for GGUF `g` with config `cfg`."""
-    from .kv_cache import kv_bytes  # noqa: PLC0415
     from .cpu.linear import KERNEL_TYPES  # noqa: PLC0415  (the types used straight from the file)
     weights = 0
     for t in g.tensors.values():
@@ -43,7 +50,7 @@ def estimate(g, cfg, n_ctx: int, backend: str = "cpu", kv_dtype: str = "f32") ->
         matrix = len(t.shape) == 2 and t.name != "token_embd.weight"
         if matrix and (t.type.name not in KERNEL_TYPES or t.shape[0] % 32):
             weights += 4 * t.n_elements     # dequantized to float32
-    kv = kv_bytes(cfg.n_layer, cfg.n_head_kv, max(cfg.head_dim, cfg.head_dim_v), n_ctx, kv_dtype)
+    kv = kv_part(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v, n_ctx, kv_dtype)
     rows = min(CHUNK, n_ctx)
     width = max(2 * cfg.n_ff, (cfg.n_head + 2 * cfg.n_head_kv) * cfg.head_dim)
     scores = cfg.n_head * 128 * min(n_ctx, cfg.sliding_window or n_ctx) * 4

@@ -148,15 +148,17 @@ class Linear:
     def scale(self, value: float) -> None:
         self.scales[:] = value
 
-    def __call__(self, act: Activations, out: np.ndarray | None = None) -> np.ndarray:
-        """float32 [act.n, n_out] (written into `out` when given, any row stride)."""
+    def __call__(self, act: Activations, out: np.ndarray | None = None, work=None) -> np.ndarray:
+        """float32 [act.n, n_out] (written into `out` when given, any row stride). `work` (an object
+        with `map(fn, items)`, None: this thread) runs the tiles of a tiled product, each on
+        whichever thread takes it: a tile's product is the same one-thread BLAS call either way."""
         n = act.n
         if out is None:
             out = np.empty((n, self.n_out), np.float32)
         if n <= MATVEC_MAX_ROWS and not getattr(_local, "serial", False):
             self._rows(act, out)
         else:
-            self._tiles(act, out)
+            self._tiles(act, out, work)
         return out
 
     def _rows(self, act: Activations, out: np.ndarray) -> None:
@@ -175,20 +177,26 @@ class Linear:
                 if not direct:
                     out[i] = dst
 
-    def _tiles(self, act: Activations, out: np.ndarray) -> None:
+    def _tiles(self, act: Activations, out: np.ndarray, work=None) -> None:
         t = self._tile
-        buf = _scratch(t * self.n_in).reshape(t, self.n_in)
-        c = 0
+        jobs, c = [], 0   # (matrix, its rows [r0, r1), output column of r0, scale): fixed by the shapes
         for w, nr, s in zip(self.ws, self.rows, self.scales):
-            for r0 in range(0, nr, t):
-                r1 = min(nr, r0 + t)
-                tile = buf[:r1 - r0]
-                self._dequant(w, r0, r1, tile)
-                dst = out[:, c + r0:c + r1]
-                np.matmul(act.x, tile.T, out=dst)
-                if s != 1.0:
-                    dst *= s
+            jobs += [(w, r0, min(nr, r0 + t), c + r0, s) for r0 in range(0, nr, t)]
             c += nr
+
+        def tile(job) -> None:
+            w, r0, r1, col, s = job
+            buf = _scratch(t * self.n_in).reshape(t, self.n_in)[:r1 - r0]   # this thread's
+            self._dequant(w, r0, r1, buf)
+            dst = out[:, col:col + r1 - r0]
+            np.matmul(act.x, buf.T, out=dst)
+            if s != 1.0:
+                dst *= s
+        if work is None or len(jobs) == 1:
+            for job in jobs:
+                tile(job)
+        else:
+            work.map(tile, jobs)
 
     def dequant(self, r0: int, r1: int, out: np.ndarray) -> None:
         """float32 rows [r0, r1) of the first matrix into out [r1 - r0, n_in] (C-contiguous)."""

@@ -31,12 +31,11 @@ class Fit(enum.Enum):
 
 
 def kv_cache_bytes(facts: ModelFacts, n_ctx: int, kv_dtype: str = "f32") -> int | None:
-    """K [n_head_kv, n_ctx, head_dim] and V [n_head_kv, n_ctx, head_dim_v] per layer, float32 or float16."""
+    """The KV cache at n_ctx of `kv_dtype` ("f32" or "f16"), as engine.memory's estimate counts it;
+    None when the header did not give the cache's dimensions."""
     if not (facts.n_layer and facts.n_head_kv and facts.head_dim):
         return None
-    from ..kv_cache import kv_dtype as parse  # noqa: PLC0415
-    return (parse(kv_dtype).itemsize * facts.n_layer * facts.n_head_kv * n_ctx
-            * (facts.head_dim + (facts.head_dim_v or facts.head_dim)))
+    return memory.kv_part(facts.n_layer, facts.n_head_kv, facts.head_dim, facts.head_dim_v, n_ctx, kv_dtype)
 
 
 def simple_estimate(facts: ModelFacts, n_ctx: int, kv_dtype: str = "f32") -> int:

@@ -146,13 +146,15 @@ class Decoder:
         q = np.empty((n, c.n_head, c.head_dim), np.float32)      # this block's rotated queries
         i8 = n == 1   # a one-token pass may quantize x to 8 bits (engine/cpu/linear.py); prefill never
         even = par.split(n)
+        work = par.work   # what spreads a range's weight tiles and attention heads over threads, or None
         for i, b in enumerate(self.blocks):
             swa = c.is_swa(i)
             window = c.sliding_window if swa else 0
             rope_cs = cs_swa if swa else cs
-            par.run(lambda r0, r1: self._before_attention(i, b, x, q, r0, r1, pos, kv, rope_cs, window, i8), even)
+            par.run(lambda r0, r1: self._before_attention(i, b, x, q, r0, r1, pos, kv, rope_cs, window, i8, work),
+                    even)
             # Later rows attend to more keys: balance the attention + FFN work, not the rows.
-            par.run(lambda r0, r1: self._from_attention(i, b, x, q, r0, r1, pos, kv, window, i8),
+            par.run(lambda r0, r1: self._from_attention(i, b, x, q, r0, r1, pos, kv, window, i8, work),
                     par.split(n, pos=pos, fixed=3000, window=window))
         if not logits:                                           # K/V only (logits=False): None
             return None
@@ -171,12 +173,12 @@ class Decoder:
             np.tanh(lg, out=lg)
             lg *= c.final_softcap
 
-    def _before_attention(self, i, b: Block, x, q, r0, r1, pos, kv, cs, window, i8):
+    def _before_attention(self, i, b: Block, x, q, r0, r1, pos, kv, cs, window, i8, work=None):
         """Rows [r0, r1): attention norm, q/k/v, q/k norms, RoPE; K/V into the cache, q into `q`."""
         c = self.cfg
         n, hd, nh, nkv = r1 - r0, c.head_dim, c.n_head, c.n_head_kv
         h = rms_norm(x[r0:r1], b.attn_norm, c.rms_eps)
-        qkv = b.wqkv(Activations(h, i8))                       # [n, (nh + 2 nkv) hd]
+        qkv = b.wqkv(Activations(h, i8), work)                     # [n, (nh + 2 nkv) hd]
         if b.bqkv is not None:                                   # qwen2
             qkv += b.bqkv
         # q and k are adjacent in qkv: normalize and rotate them together, in place.
@@ -188,11 +190,11 @@ class Decoder:
         q[r0:r1] = qk[:, :nh]                                    # already carries attn_scale
         kv.store(i, pos + r0, qk[:, nh:].transpose(1, 0, 2), v.transpose(1, 0, 2))
 
-    def _from_attention(self, i, b: Block, x, q, r0, r1, pos, kv, window, i8):
+    def _from_attention(self, i, b: Block, x, q, r0, r1, pos, kv, window, i8, work=None):
         """Rows [r0, r1): attention over the cache, output projection, FFN, residuals (in x)."""
         c = self.cfg
-        a = attention(q[r0:r1], kv.k[i], kv.v[i], pos + r0, window)   # [n, nh hd]
-        o = b.wo(Activations(a, i8))                           # [n, d]
+        a = attention(q[r0:r1], kv.k[i], kv.v[i], pos + r0, window, work)   # [n, nh hd]
+        o = b.wo(Activations(a, i8), work)                         # [n, d]
         if b.bo is not None:
             o += b.bo
         if b.post_attn_norm is not None:                         # gemma3
@@ -200,10 +202,10 @@ class Decoder:
         xr = x[r0:r1]
         xr += o
         h = rms_norm(xr, b.ffn_norm, c.rms_eps)
-        gu = b.w_gate_up(Activations(h, i8))                   # [n, 2 n_ff]
+        gu = b.w_gate_up(Activations(h, i8), work)                 # [n, 2 n_ff]
         g, u = gu[:, :c.n_ff], gu[:, c.n_ff:]
         act = gelu_tanh_mul(g, u) if c.activation == "gelu_tanh" else silu_mul(g, u)
-        f = b.w_down(Activations(act, i8))                     # [n, d]
+        f = b.w_down(Activations(act, i8), work)                   # [n, d]
         if b.post_ffn_norm is not None:                          # gemma3
             f = rms_norm(f, b.post_ffn_norm, c.rms_eps)
         xr += f
@@ -211,8 +213,11 @@ class Decoder:
 
 class RowRunner:
     """Runs fn(r0, r1) over row ranges. This one runs everything at once on the calling thread;
-    the CPU backend's threaded runner splits rows between its threads."""
+    the CPU backend's threaded runner splits rows between its threads. `work`: what a range's
+    products and attention spread their pieces over (an object with `map(fn, items)`), or None
+    (the range's own thread: the row ranges are already the parallel part)."""
     n_threads = 1
+    work = None
 
     def split(self, n: int, pos: int = 0, fixed: int = 0, window: int = 0) -> list[tuple[int, int]]:
         return [(0, n)]

@@ -126,7 +126,8 @@ def _yarn_corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float,
 ATTN_BLOCK = 128
 
 
-def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int, window: int) -> np.ndarray:
+def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int, window: int,
+              work=None) -> np.ndarray:
     """Causal grouped-query attention of n new queries against the cache.
 
     q: [n, nh, hd] for positions [pos, pos + n), already rotated and scaled.
@@ -134,6 +135,9 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     window: > 0 for sliding-window layers (a query at p sees keys p - window < j <= p).
     Returns [n, nh * hd]. Only positions that some query can see are read, so the work is
     O(n * T), never proportional to max_ctx.
+    Several queries are computed one KV head at a time (the same products numpy's stacked matmul
+    makes, so the same bits), each head on whichever thread of `work` takes it (`map(fn, items)`;
+    None: this thread).
     """
     n, nh, hd = q.shape
     nkv = k_cache.shape[0]
@@ -143,9 +147,17 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     # Query heads of one KV head next to each other: head h = kv * rep + r uses kv head h // rep.
     qg = q.reshape(n, nkv, rep, hd).transpose(1, 2, 0, 3)           # [nkv, rep, n, hd] view
     out = np.empty((nkv, rep, n, hd), np.float32)
-    for b0 in range(0, n, ATTN_BLOCK):
-        b1 = min(n, b0 + ATTN_BLOCK)
-        out[:, :, b0:b1] = _attend_block(qg[:, :, b0:b1], k_cache, v_cache, pos + b0, window)
+
+    def head(h: int) -> None:
+        for b0 in range(0, n, ATTN_BLOCK):
+            b1 = min(n, b0 + ATTN_BLOCK)
+            out[h:h + 1, :, b0:b1] = _attend_block(qg[h:h + 1, :, b0:b1], k_cache[h:h + 1], v_cache[h:h + 1],
+                                                   pos + b0, window)
+    if work is None:
+        for h in range(nkv):
+            head(h)
+    else:
+        work.map(head, range(nkv))
     return out.transpose(2, 0, 1, 3).reshape(n, nh * hd)
 
 

@@ -30,7 +30,7 @@ class Dense:
     def nbytes(self) -> int:
         return self.w.nbytes
 
-    def __call__(self, act: Activations, out: np.ndarray) -> np.ndarray:
+    def __call__(self, act: Activations, out: np.ndarray, work=None) -> np.ndarray:
         np.matmul(act.x, self.w.T, out=out)
         if self.scales[0] != 1.0:
             out *= self.scales[0]
@@ -62,11 +62,12 @@ class Matrices:
         """Multiply the first matrix's outputs by s."""
         self.parts[0].scales[0] = s
 
-    def __call__(self, act: Activations) -> np.ndarray:
+    def __call__(self, act: Activations, work=None) -> np.ndarray:
+        """`work`: spreads a product's weight tiles over threads (`RowRunner.map`), or None."""
         out = np.empty((act.n, self.n_out), np.float32)
         c = 0
         for p in self.parts:
-            p(act, out[:, c:c + p.n_out])
+            p(act, out[:, c:c + p.n_out], work)
             c += p.n_out
         return out
 
