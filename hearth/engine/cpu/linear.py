@@ -95,7 +95,7 @@ class Activations:
     def q8(self, k_blocks: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """x in llama.cpp's 8-bit blocks (engine/quant_activations.py): Q8_K (k_blocks) ->
         codes int16 [n, k], scales float32 [n, k / 256], code sums int32 [n, k / 16]; else Q8_0/Q8_1
-        -> codes int16 [n, k], scales float32 [n, k / 32], sums d * sum(q) float32 [n, k / 32]."""
+        -> codes int16 [n, k], scales float32 [n, k / 32], block sums float32 [n, k / 32]."""
         got = self._q8.get(k_blocks)
         if got is None:
             got = self._q8[k_blocks] = (K8.q8_k_rows if k_blocks else K8.q8_0_rows)(self.x)
