@@ -14,7 +14,7 @@ matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
 The float32 kernels and the tiles compute the float32 product of the file's weights and the
 activations, as the numpy reference does, so they agree to float rounding; the 8-bit kernels compute
 the product with x's 8-bit values (llama.cpp's arithmetic): each x moves by at most half a step,
-max |x| / 254 of its block. HEARTH_CPU_INT8=1 makes 8-bit x the default for quantized matrices.
+max |x| / 254 of its block. HEARTH_CPU_INT8=0 turns 8-bit x off (float32 x everywhere).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ KERNEL_TYPES = _QUANT | _FLOAT
 
 
 def int8_default() -> bool:
-    """Whether quantized matrices multiply one-row inputs with 8-bit x: off unless HEARTH_CPU_INT8=1
-    (the default model's greedy replies move with it: bench/README.md, 8-bit activations in decode)."""
-    return os.environ.get("HEARTH_CPU_INT8", "") == "1"
+    """Whether quantized matrices multiply one-row inputs with 8-bit x, as llama.cpp does: on unless
+    HEARTH_CPU_INT8=0 (bench/README.md, 8-bit activations in decode)."""
+    return os.environ.get("HEARTH_CPU_INT8", "") != "0"
 
 
 def no_parallel_kernels() -> None:
