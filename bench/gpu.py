@@ -2,8 +2,9 @@
 
 On the default model with the exact prompts of ../shared/reference/smollm2/bench_prompts.json
 (HEARTH_REFERENCE overrides where that folder is): load time, prefill tokens/s at 512 and 2,000
-tokens, decode tokens/s after 16 and after 2,000 tokens (greedy, with the on-GPU argmax, and with full
-logits read back), dispatches per decoded token, and the time to save (read_prefix of every layer) and
+tokens, decode tokens/s after 16 and after 2,000 tokens (greedy, with the on-GPU argmax a step at a
+time, pipelined with the id kept on the GPU (GpuBackend.greedy_steps), and with full logits read
+back), dispatches per decoded token, and the time to save (read_prefix of every layer) and
 restore (write_prefix of every layer) a 2,000-token prefix's KV cache — with the numpy backend's
 figures from the same run beside them. Timings are medians of --repeat runs after one warm-up.
 HEARTH_GPU_ADAPTER picks the adapter by name.
@@ -45,12 +46,16 @@ def prefill_tps(be, ids, repeat):
     return med(once, repeat)
 
 
-def decode_tps(be, ids, n, repeat, argmax=True):
+def decode_tps(be, ids, n, repeat, argmax=True, pipelined=False):
     def once():
         be.forward(np.asarray(ids, np.int32), 0)
         tok = 1
         pos = len(ids)
         t = time.perf_counter()
+        if pipelined:
+            for tok in be.greedy_steps(tok, pos, n):
+                pass
+            return n / (time.perf_counter() - t)
         for i in range(n):
             if argmax and hasattr(be, "forward_argmax"):
                 tok = be.forward_argmax(np.array([tok], np.int32), pos + i)
@@ -91,12 +96,18 @@ def run(kind, cfg, g, ids512, ids2000, a):
     t = time.perf_counter()
     if kind == "gpu":
         from hearth.engine.gpu import GpuBackend  # noqa: PLC0415
-        be = GpuBackend(cfg, g, a.n_ctx)
+        be = GpuBackend(cfg, g, a.n_ctx, kv_dtype=a.kv_dtype)
     else:
         from hearth.engine.cpu_backend import CpuBackend  # noqa: PLC0415
         be = CpuBackend(cfg, g, a.n_ctx)
     r = {"load s": time.perf_counter() - t}
     rep = a.repeat if kind == "gpu" else 1
+    if a.decode16_only:
+        r["decode after 16 tok/s"] = decode_tps(be, ids512[:16], a.decode_tokens, rep)
+        r["decode after 16 tok/s (pipelined)"] = decode_tps(be, ids512[:16], a.decode_tokens, rep, pipelined=True)
+        r["describe"] = be.describe()
+        be.close()
+        return r
     r["prefill 512 tok/s"] = prefill_tps(be, ids512, rep)
     r["prefill 2000 tok/s"] = prefill_tps(be, ids2000, rep)
     if a.prefill_only:
@@ -106,8 +117,11 @@ def run(kind, cfg, g, ids512, ids2000, a):
     nd = a.decode_tokens if kind == "gpu" else max(8, a.decode_tokens // 8)
     r["decode after 16 tok/s"] = decode_tps(be, ids512[:16], nd, rep)
     if kind == "gpu":
+        r["decode after 16 tok/s (pipelined)"] = decode_tps(be, ids512[:16], nd, rep, pipelined=True)
         r["decode after 16 tok/s (full logits)"] = decode_tps(be, ids512[:16], nd, rep, argmax=False)
     r["decode after 2000 tok/s"] = decode_tps(be, ids2000, nd, rep)
+    if kind == "gpu":
+        r["decode after 2000 tok/s (pipelined)"] = decode_tps(be, ids2000, nd, rep, pipelined=True)
     if kind == "gpu":
         be.forward_argmax(np.array([1], np.int32), 20)
         r["dispatches per token"] = be.last_dispatches
@@ -138,6 +152,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run on a software adapter)")
     ap.add_argument("--no-numpy", action="store_true")
+    ap.add_argument("--kv-dtype", default="f32", help="the GPU backend's KV cache: f32 or f16")
+    ap.add_argument("--decode16-only", action="store_true", help="only decode after 16 tokens (a step at a time, pipelined)")
     ap.add_argument("--prefill-only", action="store_true", help="load and prefill figures only (no decode, no prefix)")
     a = ap.parse_args(argv)
     from hearth.engine.gpu import probe  # noqa: PLC0415

@@ -3,6 +3,8 @@
 Prints, for decode and for a 2,048-token prefill chunk: the Python time to encode a token's plan,
 the empty submit+readback round trip, and per kernel label the GPU time of one dispatch (each op
 repeated R times in one pass, the round trip subtracted), summed over layers.
+`--dispatch-floor` (no model needed) times a dispatch that does nothing, with and without a
+barrier before it. `--split-only`: only the decode token's split (GPU alone, host, pipelined).
 `--coop-probe` (no model needed) says whether this wgpu exposes cooperative-matrix (tensor-core)
 operations in WGSL: it asks for the feature, compiles 8x8 f32 and 16x16 f16 products, checks the
 8x8 one against numpy and times a naive 4,096-cube product with it.
@@ -44,8 +46,7 @@ def per_op(be, plan, n, kv_len, reps):
     count = collections.Counter()
     for i in range(len(plan.ops)):
         enc = be.dev.device.create_command_encoder()
-        for _ in range(reps):
-            plan.encode(enc, n, kv_len, i, i + 1)
+        plan.encode(enc, n, kv_len, i, i + 1, repeat=reps)
         t = time.perf_counter()
         be.dev.read([(be.amax, 0, 4)], enc)
         dt = time.perf_counter() - t - rt
@@ -67,8 +68,7 @@ def timed(dev, dispatches, reps):
 
     def once(r):
         enc = dev.device.create_command_encoder()
-        for _ in range(r):
-            plan.encode(enc, 1, 1)
+        plan.encode(enc, 1, 1, repeat=r)
         t = time.perf_counter()
         dev.read([(probe, 0, 4)], enc)
         return time.perf_counter() - t
@@ -111,15 +111,18 @@ def matvec_sweep(reps=20, only=""):
              ("down", ["Q6_K"], 14336, 4096, "concat"), ("o", ["Q4_0"], 4096, 4096, "concat"),
              ("head", ["Q6_K"], 4096, 128256, "concat"), ("1B gate+up", ["Q4_K", "Q4_K"], 2048, 8192, "glu"),
              ("1B down", ["Q6_K"], 8192, 2048, "concat"), ("down", ["Q4_K"], 14336, 4096, "concat"),
-             ("down", ["Q8_0"], 14336, 4096, "concat"), ("1B down", ["Q4_K"], 8192, 2048, "concat")]
+             ("down", ["Q8_0"], 14336, 4096, "concat"), ("1B down", ["Q4_K"], 8192, 2048, "concat"),
+             ("1B qkv", ["Q4_K"], 2048, 3072, "concat"), ("1B o", ["Q4_K"], 2048, 2048, "concat"),
+             ("1B head", ["Q6_K"], 2048, 128256, "concat")]
     layouts = [(32, 1, 1), (128, 4, 1), (256, 4, 1), (128, 4, 2), (256, 4, 2)]
-    layouts = [(lay, 0) for lay in layouts] + [(lay, 1) for lay in layouts + [(64, 4, 1), (128, 2, 1)]]
+    layouts = [(lay, 0) for lay in layouts] + [(lay, 1) for lay in layouts + [(64, 4, 1), (128, 2, 1), (32, 4, 1),
+                                                                               (32, 2, 1), (64, 2, 1), (64, 4, 2)]]
     cases.insert(3, ("gate+up", ["Q4_1", "Q4_1"], 4096, 14336, "glu"))
     cases.insert(4, ("gate+up", ["Q5_0", "Q5_0"], 4096, 14336, "glu"))
     print("\nmatvec sweep: GB/s of weights (us per dispatch); * = the layout the backend picks;"
           " i8 = x as int8 blocks (ops.int8_ok)")
     for name, types, k, m, mode in cases:
-        if only not in name:
+        if only and not any(o in f"{name} {types[0]}" for o in only.split(",")):
             continue
         rb = ops.row_bytes(types[0], k)
         copies = 1 if m * rb * len(types) > 400 << 20 else 4
@@ -311,14 +314,19 @@ def main(argv=None):
     ap.add_argument("--model", default=None)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--matvec-sweep", action="store_true")
-    ap.add_argument("--sweep-only", default="", help="--matvec-sweep: only cases whose name contains this")
+    ap.add_argument("--sweep-only", default="", help="--matvec-sweep: only cases whose name (and type) contains one of these (comma-separated)")
     ap.add_argument("--coop-probe", action="store_true")
     ap.add_argument("--matmul-sweep", action="store_true")
+    ap.add_argument("--dispatch-floor", action="store_true", help="the GPU's cost of an empty dispatch (no model)")
     ap.add_argument("--prefill-only", action="store_true", help="only the prefill chunk's per-kernel times")
     ap.add_argument("--decode-only", action="store_true", help="only decode's per-kernel times")
+    ap.add_argument("--split-only", action="store_true", help="only the decode token's split (no per-kernel times)")
     a = ap.parse_args(argv)
     if a.matmul_sweep:
         matmul_sweep()
+        return
+    if a.dispatch_floor:
+        dispatch_floor()
         return
     if a.coop_probe:
         coop_probe()
@@ -335,9 +343,11 @@ def main(argv=None):
     be = GpuBackend(cfg, g, 4096)
     be.forward(np.arange(2048, dtype=np.int32) + 100, 0)
     be.forward_argmax(np.array([5], np.int32), 2048)
-    if not a.prefill_only:
+    if a.split_only:
+        token_split(be)
+    elif not a.prefill_only:
         decode_profile(be, a.reps)
-    if not a.decode_only:
+    if not (a.decode_only or a.split_only):
         prefill_profile(be)
     be.close()
 
@@ -374,6 +384,7 @@ def decode_profile(be, reps):
             be.forward_argmax(np.array([5], np.int32), 100 + i)
             tok.append(time.perf_counter() - t)
         print(f"  submitted in {pieces} pieces: whole token {np.median(tok) * 1e3:.3f} ms at kv ~120")
+    token_split(be)
     be.submit_pieces = 1
     for kv in (17, 2049):
         by, cnt, rt = per_op(be, P, 1, kv, reps)
@@ -381,6 +392,103 @@ def decode_profile(be, reps):
         for k, v in by.most_common():
             print(f"  {k:10s} {v * 1e3:8.3f}  ({cnt[k]})")
         print(f"  total      {sum(by.values()) * 1e3:8.3f}")
+
+
+def token_split(be, n=40):
+    """Where a decode token's time goes (kv ~120): the whole step (forward_argmax, and pipelined
+    through greedy_steps), the GPU alone (K whole tokens encoded into one command buffer beforehand,
+    one readback; the difference of K = 8 and K = 1 over 7), the host side (encode + finish + submit
+    of one token, no wait), the empty readback round trip, and one small dispatch (the embedding's
+    one workgroup, 200 times in one pass)."""
+    P, dev = be.decode_plan, be.dev
+    tok = []
+    for i in range(n):
+        t = time.perf_counter()
+        be.forward_argmax(np.array([5], np.int32), 100 + i)
+        tok.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    for _ in be.greedy_steps(5, 100, n):
+        pass
+    pipe = (time.perf_counter() - t) / n
+
+    def gpu_only(k):
+        enc = dev.device.create_command_encoder()
+        for _ in range(k):
+            P.encode(enc, 1, 120)
+        t = time.perf_counter()
+        dev.read([(be.amax, 0, 4)], enc)
+        return time.perf_counter() - t
+    gpu_only(2)
+    g1 = float(np.median([gpu_only(1) for _ in range(7)]))
+    g8 = float(np.median([gpu_only(8) for _ in range(5)]))
+    host = []
+    for _ in range(n):
+        t = time.perf_counter()
+        enc = dev.device.create_command_encoder()
+        P.encode(enc, 1, 120)
+        dev.submit(enc)
+        host.append(time.perf_counter() - t)
+    dev.read([(be.amax, 0, 4)])
+    rt = roundtrip(be)
+
+    def floor(k):
+        enc = dev.device.create_command_encoder()
+        P.encode(enc, 1, 120, 0, 1, repeat=k)
+        t = time.perf_counter()
+        dev.read([(be.amax, 0, 4)], enc)
+        return time.perf_counter() - t
+    floor(10)
+    f = (float(np.median([floor(201) for _ in range(5)])) - float(np.median([floor(1) for _ in range(5)]))) / 200
+    print(f"\ntoken split (kv ~120): step {np.median(tok) * 1e3:.3f} ms, "
+          f"pipelined {pipe * 1e3:.3f} ms; GPU alone {(g8 - g1) / 7 * 1e3:.3f} ms (one token + readback "
+          f"{g1 * 1e3:.3f}); host encode+finish+submit {np.median(host) * 1e3:.3f} ms; empty round trip "
+          f"{rt * 1e3:.3f} ms; embedding dispatch {f * 1e6:.1f} us (in one pass)")
+
+
+FLOOR_WGSL = """
+@group(0) @binding(0) var<storage, read_write> o: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) { if (g.x == 0u) { o[0] = o[0] + 1u; } }
+"""
+
+
+def dispatch_floor(n=200):
+    """The GPU's cost of a dispatch that does nothing (one thread adds 1): in one pass on one buffer
+    (a barrier between each), each on its own buffer (no hazard), with 1,024 workgroups, and each in
+    its own compute pass. Seconds per dispatch: (time of n + 1) - (time of 1), over n."""
+    from hearth.engine.gpu.device import Device  # noqa: PLC0415
+    dev = Device()
+    d, BU = dev.device, dev.wgpu.BufferUsage
+    pipe = d.create_compute_pipeline(layout="auto", compute={"module": d.create_shader_module(code=FLOOR_WGSL),
+                                                            "entry_point": "main"})
+    bufs = [dev.buffer(256, f"floor-{i}", BU.STORAGE | BU.COPY_SRC | BU.COPY_DST) for i in range(n + 1)]
+    bgs = [d.create_bind_group(layout=pipe.get_bind_group_layout(0),
+                               entries=[{"binding": 0, "resource": {"buffer": b, "offset": 0, "size": 256}}]) for b in bufs]
+
+    def once(k, own_buffer, groups, own_pass):
+        enc = d.create_command_encoder()
+        cp = None
+        for i in range(k):
+            if cp is None or own_pass:
+                if cp is not None:
+                    cp.end()
+                cp = enc.begin_compute_pass()
+                cp.set_pipeline(pipe)
+            cp.set_bind_group(0, bgs[i if own_buffer else 0])
+            cp.dispatch_workgroups(groups)
+        cp.end()
+        t = time.perf_counter()
+        dev.read([(bufs[0], 0, 4)], enc)
+        return time.perf_counter() - t
+    print(f"\ndispatch floor ({dev.info['device']}), us a dispatch that does nothing:")
+    for name, args in (("one pass, one buffer", (False, 1, False)), ("one pass, own buffers", (True, 1, False)),
+                       ("one pass, one buffer, 1,024 workgroups", (False, 1024, False)),
+                       ("own passes, one buffer", (False, 1, True))):
+        once(n + 1, *args)
+        t1 = float(np.median([once(1, *args) for _ in range(5)]))
+        tn = float(np.median([once(n + 1, *args) for _ in range(5)]))
+        print(f"  {name:42s} {(tn - t1) / n * 1e6:7.2f}")
+    dev.destroy()
 
 
 def prefill_profile(be):

@@ -236,7 +236,7 @@ class _Dev:
 def test_int8_layout_choice(k, m, mult, types):
     lanes, rpt, unroll = ops.int8_layout(k, m, types, mult)
     assert mult == 0 or mult % ops.matvec_rows((lanes, rpt)) == 0
-    assert lanes == (128 if "Q4_0" in types else 64) and k // 8 >= 2 * lanes
+    assert lanes == 64 and k // 8 >= 2 * lanes
     assert ops.int8_ok(_Dev(), types, k)
 
 

@@ -247,6 +247,28 @@ def test_attention_decode_split_k(dev, ks, rng, kv_len, window, hd):
     assert rel_err(read_f32(dev, ybuf, d), y0 + dequant_reference(raw, "Q8_0", nh * hd) @ ref) < RTOL
 
 
+@pytest.mark.parametrize("kv_len,window,hd", [(1, 0, 64), (64, 0, 64), (50, 20, 128), (17, 0, 256)])
+def test_attention_decode_in_one_split_writes_the_merged_output(dev, ks, rng, kv_len, window, hd):
+    """Contexts of one split: the direct pass gives the combine pass's output to the bit."""
+    nh, nkv, max_ctx = 4, 2, 128
+    scale = 1.0 / np.sqrt(hd)
+    k_c, v_c = _kv(rng, nkv, max_ctx, hd)
+    q = f32(rng, 1, nh, hd)
+    ref = attention(q * np.float32(scale), k_c, v_c, kv_len - 1, window)[0]
+    splits = ops.attn_splits(max_ctx)
+    assert ops.attn_splits(kv_len) == 1
+    part, out, direct = poisoned(dev, nh * splits * (hd + 2)), poisoned(dev, nh * hd), poisoned(dev, nh * hd)
+    step = dev.upload(np.array([kv_len - 1, 1], np.uint32))
+    qb, kc, vc = dev.upload(q), dev.upload(k_c), dev.upload(v_c)
+    p = dict(n_head=nh, n_kv=nkv, max_ctx=max_ctx, max_splits=splits, scale=scale, window=window)
+    dispatch_once(dev, ops.attn_split(ks, hd), [qb, kc, vc, part, step], (1, nh, 1), **p)
+    dispatch_once(dev, ops.attn_combine(ks, hd), [part, out, step], (nh, 1, 1), **p)
+    dispatch_once(dev, ops.attn_split(ks, hd, direct=True), [qb, kc, vc, direct, step], (1, nh, 1), **p)
+    got = read_f32(dev, direct, nh * hd)
+    assert rel_err(got, ref) < RTOL
+    assert np.array_equal(got, read_f32(dev, out, nh * hd))
+
+
 @pytest.mark.parametrize("pos,n,window,hd,splits", [(0, 70, 0, 64, 1), (33, 100, 0, 64, 3), (10, 90, 24, 64, 2),
                                                    (5, 20, 0, 256, 1), (200, 64, 0, 64, 8)])
 def test_attention_prefill_causal_tiles(dev, ks, rng, pos, n, window, hd, splits):

@@ -26,7 +26,7 @@ from .kv_cache import kv_dtype_name
 from .prefix.format import ImageHeader, dtype_code
 from .prefix.io import read_image, write_image
 from .prefix.key import key_digest, model_digest
-from .sampling import Sampler, Sampling
+from .sampling import Sampler, Sampling, is_plain_greedy
 
 BACKENDS = ("cpu", "gpu", "auto")
 
@@ -180,6 +180,35 @@ class Engine:
             self._last_logits = out[-1] if all_logits else out
             return out
 
+    def _greedy_stream(self, tok: int, n: int) -> Iterator[int]:
+        """Feed tok, then each id this yields, up to n steps: the argmax after each, taken on the
+        backend's device with the next step already running (backend.greedy_steps). Yields nothing
+        more (and stops its steps) if the resident sequence changed meanwhile."""
+        with self._lock:
+            pos = len(self._tokens)
+            self.kv.check_fits(pos, 1)
+            self.kv.truncate(pos)
+            steps = self.backend.greedy_steps(tok, pos, n)
+        try:
+            while True:
+                with self._lock:
+                    if len(self._tokens) != pos:
+                        return
+                    try:
+                        nxt = next(steps)
+                    except StopIteration:
+                        return
+                    except BaseException:
+                        self.kv.truncate(pos)  # positions past pos may be half written: forget them
+                        raise
+                    self._tokens.append(tok)
+                    self._last_logits = None   # recomputed if needed (_sync)
+                pos += 1
+                yield nxt
+                tok = nxt
+        finally:
+            steps.close()
+
     def truncate(self, n: int) -> None:
         """Keep only the first n resident tokens."""
         with self._lock:
@@ -297,32 +326,49 @@ class Engine:
         eog = self.tokenizer.eog_ids
         reason = "length"
         t_first = None
-        for step in range(max(0, max_tokens)):
-            if cancelled():
-                reason = "cancelled"
-                break
-            tok = sampler(logits, self._tokens)
-            stats.generated_tokens += 1
-            if t_first is None:
-                t_first = time.perf_counter()
-                stats.ttft_s = t_first - t0
-            if tok in eog:
-                reason = "eog"
-                break
-            text, hit = stops.feed(decoder.feed(tok))
-            if hit:
+        # Greedy without penalties on a backend that takes the argmax on its device: each token is
+        # computed while the one before is handed out (the ids stay on the device); any other
+        # sampling reads the logits back and draws here, a step at a time.
+        stream = None
+        fast = is_plain_greedy(sampling) and hasattr(self.backend, "greedy_steps")
+        nxt = None
+        try:
+            for step in range(max(0, max_tokens)):
+                if cancelled():
+                    reason = "cancelled"
+                    break
+                tok = nxt if nxt is not None else sampler(logits, self._tokens)
+                nxt = None
+                stats.generated_tokens += 1
+                if t_first is None:
+                    t_first = time.perf_counter()
+                    stats.ttft_s = t_first - t0
+                if tok in eog:
+                    reason = "eog"
+                    break
+                text, hit = stops.feed(decoder.feed(tok))
+                if hit:
+                    yield GenerationEvent(text, tok)
+                    reason = "stop"
+                    break
+                if step + 1 == max_tokens:
+                    yield GenerationEvent(text, tok)
+                    break
+                if len(self._tokens) >= self.n_ctx:
+                    yield GenerationEvent(text, tok)
+                    reason = "context_full"
+                    break
+                if fast:
+                    if stream is None:
+                        stream = self._greedy_stream(tok, max_tokens - step - 1)
+                    nxt = next(stream, None)
+                if nxt is None:
+                    fast = False
+                    logits = self.feed([tok])
                 yield GenerationEvent(text, tok)
-                reason = "stop"
-                break
-            if step + 1 == max_tokens:
-                yield GenerationEvent(text, tok)
-                break
-            if len(self._tokens) >= self.n_ctx:
-                yield GenerationEvent(text, tok)
-                reason = "context_full"
-                break
-            logits = self.feed([tok])
-            yield GenerationEvent(text, tok)
+        finally:
+            if stream is not None:
+                stream.close()
         tail = ""
         if reason != "stop":
             tail, hit = stops.feed(decoder.flush())

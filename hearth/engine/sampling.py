@@ -31,12 +31,22 @@ class Sampling:
         return cls(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0)
 
 
+def penalties_off(s: Sampling) -> bool:
+    return s.repeat_last_n == 0 or (s.repeat_penalty == 1.0 and s.presence_penalty == 0.0
+                                    and s.frequency_penalty == 0.0)
+
+
+def is_plain_greedy(s: Sampling) -> bool:
+    """Temperature 0 and no penalties: every token is the argmax of the raw logits, which a
+    backend may take on its device (GpuBackend.greedy_steps)."""
+    return s.temperature <= 0.0 and penalties_off(s)
+
+
 def apply_penalties(logits: np.ndarray, history, s: Sampling) -> np.ndarray:
     """A copy of logits with llama.cpp's penalties applied for the tokens in `history`'s window:
     repetition (positive logits divided by the penalty, negative ones multiplied), then
     minus count * frequency_penalty and minus presence_penalty once per seen token."""
-    if s.repeat_last_n == 0 or not len(history) or (
-            s.repeat_penalty == 1.0 and s.presence_penalty == 0.0 and s.frequency_penalty == 0.0):
+    if not len(history) or penalties_off(s):
         return logits
     window = history if s.repeat_last_n < 0 else history[-s.repeat_last_n:]
     ids, counts = np.unique(np.asarray(window, dtype=np.int64), return_counts=True)

@@ -15,10 +15,13 @@ weights, then in f32; ~1e-3 of the output's norm off numpy) and in f32 on CPU ra
 (`f16=True` or HEARTH_GPU_F16=1 forces it, =0 turns it off).
 
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
-attention split over the KV range, split merge+O-proj+residual, RMSNorm+gate/up+GLU, down+residual)
-+ head (final norm fused) + argmax; 6 per layer where merging the splits inside the O projection
-would cost more than a combine pass (large models, long contexts: ops.ATTN_FUSE_BYTES), and one
-more where the down product reads x quantized once (ops.int8_pre_ok). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
+attention, O-proj+residual, RMSNorm+gate/up+GLU, down+residual) + head (final norm fused) + argmax.
+Attention over at most ops.ATTN_CHUNK keys is one split that writes its merged output itself;
+longer, it is split over the KV range and the splits are merged inside the O projection, or by a
+combine pass first (one dispatch more a layer) where that merge would cost more (large models,
+long contexts: ops.ATTN_FUSE_BYTES); one more where the down product reads x quantized once
+(ops.int8_pre_ok). `greedy_steps` runs greedy decode with the next step submitted before the
+current one's id is read back (the id goes from the argmax into the next step's embedding on the GPU). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
 the whole head), gemma3 two post-norm dispatches per layer. A float16 KV cache (`kv_dtype="f16"`)
 adds the RoPE dispatch too (rope_store.wgsl writes its words of two values whole).
 """
@@ -161,6 +164,7 @@ class GpuBackend(Backend):
             p.add(ops.argmax(ks), [self.logits, self.amax], (1, 1, 1), "argmax", n=nv)
             p.finalize()
         self.all_plan = None
+        self._chain_staging = None
 
     def _layer_weights(self, W, i: int) -> dict:
         c = self.cfg
@@ -239,11 +243,16 @@ class GpuBackend(Backend):
             k, bufs, rp = self._rope_args(i, L, cs)
             P.add(k, bufs, ops.rope_groups(1, nh, nkv), f"{i}.rope", **rp)
         ap = dict(self._attn_params(window), max_splits=self.max_splits)
+        # A context of one split (at most ops.ATTN_CHUNK keys): the attention pass writes its merged
+        # output itself; longer: split partials, then the merge. The plan holds every variant and the
+        # step's kv_len picks (ops whose workgroup count is 0 are not dispatched).
+        nsp = ops.attn_splits
         P.add(ops.attn_split(ks, hd, self.kv_f16), [self.q, self.kv.k[i], self.kv.v[i], self.part, self.step],
-              lambda n, kv: (ops.attn_splits(kv), nh, 1), f"{i}.attn", **ap)
+              lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.attn", **ap)
+        P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True), [self.q, self.kv.k[i], self.kv.v[i], self.att, self.step],
+              lambda n, kv: (1, nh, 1) if nsp(kv) == 1 else (0, 0, 0), f"{i}.attn", **ap)
         # The split merge fused into the O projection while that is cheap (short contexts: one
-        # dispatch less), else a combine pass first; the plan holds both and the step's kv_len picks
-        # (ops whose workgroup count is 0 are not dispatched).
+        # dispatch less), else a combine pass first.
         wo = [L["wo"].qtype]
         o_lay, o_q8 = self._layout(wo, nh * hd, d)
         fuse = 0
@@ -251,14 +260,13 @@ class GpuBackend(Backend):
             o_lay_x, o_q8x = self._layout(wo, nh * hd, d, attn_x=True)
             fuse = min(self.max_splits, ops.attn_fuse_splits(ops.matvec_groups(d, o_lay_x)[0], nh * hd))
         if fuse < self.max_splits:
-            on = (lambda n, kv: True) if fuse == 0 else (lambda n, kv: ops.attn_splits(kv) > fuse)
             P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step],
-                  lambda n, kv: (nh, 1, 1) if on(n, kv) else (0, 0, 0), f"{i}.combine", **ap)
-            self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o", layout=o_lay,
-                              when=on, q8=o_q8)
-        if fuse > 0:
+                  lambda n, kv: (nh, 1, 1) if nsp(kv) > max(fuse, 1) else (0, 0, 0), f"{i}.combine", **ap)
+        self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o", layout=o_lay,
+                          when=lambda n, kv: nsp(kv) == 1 or nsp(kv) > fuse, q8=o_q8)
+        if fuse > 1:
             self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True,
-                              layout=o_lay_x, when=lambda n, kv: ops.attn_splits(kv) <= fuse, q8=o_q8x)
+                              layout=o_lay_x, when=lambda n, kv: 1 < nsp(kv) <= fuse, q8=o_q8x)
         gt = [L["gate"].qtype, L["up"].qtype]
         f_lay, f_q8 = self._layout(gt, d, nff, mats=2)
         P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
@@ -452,12 +460,81 @@ class GpuBackend(Backend):
         penalties. Ties go to the lowest id, as numpy.argmax does."""
         return self._forward(ids, pos, "argmax")
 
+    def greedy_steps(self, tok: int, pos: int, max_steps: int):
+        """Greedy decode with one step in flight: yields the argmax token after each step, starting
+        from `tok` at position `pos`; after the k-th yielded id, positions [pos, pos + k) hold the
+        inputs tok, id 1, ..., id k-1. Each step's argmax is copied on the GPU into the next step's
+        id slot of the step buffer, so step k+1 is encoded and submitted before step k's id is read
+        back: Python's encoding, wgpu's finish and the readback overlap the GPU's work. A consumer
+        that stops early leaves one step computed past what it took: its K/V sit past the resident
+        positions (kv.n_tokens), where the next forward overwrites them. Ties as forward_argmax."""
+        if max_steps <= 0:
+            return
+        dev = self.dev
+        if self._chain_staging is None:
+            BU = dev.wgpu.BufferUsage
+            self._chain_staging = [dev.buffer(256, f"chain-staging-{j}", BU.MAP_READ | BU.COPY_DST) for j in range(2)]
+        self._check([tok], pos)
+        hdr = np.zeros(STEP_HEADER + 1, np.uint32)
+        hdr[0], hdr[1], hdr[STEP_HEADER] = pos, 1, tok
+        dev.queue.write_buffer(self.step, 0, hdr)
+        plan, stop = self.decode_plan, len(self.decode_plan.ops)
+        pieces = self.submit_pieces      # 1B, H200: 3 pieces 589 tok/s, 1 piece 559 (same call)
+        cuts = [round(stop * i / pieces) for i in range(pieces + 1)]
+        pending = []                       # (staging buffer, map promise, position) of submitted steps
+
+        def submit(p: int, j: int):
+            if j:                          # the id slot already holds the previous step's argmax
+                dev.queue.write_buffer(self.step, 0, np.array([p, 1, 0, 0], np.uint32))
+            nd = 0
+            for a, b in zip(cuts[:-2], cuts[1:-1]):
+                enc = dev.device.create_command_encoder()
+                nd += plan.encode(enc, 1, p + 1, a, b)
+                dev.submit(enc)
+            enc = dev.device.create_command_encoder()
+            self.last_dispatches = nd + plan.encode(enc, 1, p + 1, cuts[-2], cuts[-1])
+            self.kv.touched()
+            st = self._chain_staging[j % 2]
+            enc.copy_buffer_to_buffer(self.amax, 0, self.step, STEP_HEADER * 4, 4)
+            enc.copy_buffer_to_buffer(self.amax, 0, st, 0, 4)
+            dev.submit(enc)
+            pending.append((st, st.map_async(dev.wgpu.MapMode.READ, 0, 4), p))
+
+        try:
+            submit(pos, 0)
+            for j in range(1, max_steps + 1):
+                nxt = pos + j
+                if j < max_steps and nxt < self.kv.max_ctx:
+                    submit(nxt, j)
+                st, promise, p = pending.pop(0)
+                promise.sync_wait()
+                out = int(np.frombuffer(st.read_mapped(0, 4, copy=False), np.uint32)[0])
+                st.unmap()
+                self.kv.n_tokens = p + 1
+                yield out
+                if not pending:
+                    return
+        except EngineError:
+            raise
+        except Exception as e:  # wgpu validation / device-lost errors
+            raise EngineError(f"the GPU forward pass failed on {self.dev.info['device']}: {e}") from e
+        finally:
+            for st, promise, _ in pending:   # a step still in flight: let its mapping finish, then drop it
+                try:
+                    promise.sync_wait()
+                    st.unmap()
+                except Exception:
+                    pass
+
     def describe(self) -> dict:
         info = {k: v for k, v in self.dev.info.items() if k != "is_cpu"}
         return {"backend": "gpu", **info, "weights_bytes": self.weights.nbytes, "kv_bytes": self.kv.nbytes,
                 "fallbacks": list(self.weights.fallbacks)}
 
     def close(self) -> None:
+        for st in getattr(self, "_chain_staging", None) or []:
+            st.destroy()
+        self._chain_staging = None
         for p in ("decode_plan", "prefill_plan", "all_plan"):
             plan = getattr(self, p, None)
             if plan is not None:

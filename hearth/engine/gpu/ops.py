@@ -70,10 +70,13 @@ INT8_K_MIN, INT8_K_MAX = 2048, 4096
 
 def int8_layout(k: int, m: int, qtypes, mult: int = 0) -> tuple[int, int, int]:
     """The int8 path's (lanes, rows per thread, unroll): 64 lanes x 4 rows (16 rows a workgroup share
-    the quantized x) measured best for every type but Q4_0, which ran best at 128 x 4; fewer rows a
-    thread where `mult` (the Q|K|V boundaries) needs it."""
-    lanes = 128 if "Q4_0" in qtypes else 64
-    for rpt in (4, 2, 1):
+    the quantized x); rows of at most 2,048 weights 2 rows a thread; fewer where `mult` (the Q|K|V
+    boundaries) needs it. Chosen from whole-model decode on the H200 (bench.gpu, one call each):
+    8B Q4_K_M 64 x 4 195 tok/s against 32 x 2 187, 64 x 2 171, 128 x 4 174; 8B Q4_0 64 x 4 240
+    against 128 x 4 209, 64 x 2 204, 128 x 2 164; 1B Q4_K_M 64 x 2 619 against 64 x 4 592, 32 x 2
+    619, 128 x 4 575 (pipelined steps)."""
+    lanes = 64
+    for rpt in ((2, 1) if k <= 2048 else (4, 2, 1)):
         if mult == 0 or mult % (256 // lanes * rpt) == 0:
             return lanes, rpt, 1
     return 256, 1, 1
@@ -267,10 +270,11 @@ ATTN_DECODE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("max_sp
                       ("window", "u"))
 
 
-def attn_split(ks, head_dim: int, kv_f16: bool = False):
-    """Bindings: q, k_cache, v_cache, partials, step. kv_f16: a float16 cache."""
+def attn_split(ks, head_dim: int, kv_f16: bool = False, direct: bool = False):
+    """Bindings: q, k_cache, v_cache, partials, step. kv_f16: a float16 cache. direct: for contexts of
+    one split (attn_splits(kv_len) == 1), the partials binding gets the merged output [n_head, head_dim]."""
     return ks.get("attn_decode.wgsl", ["r", "r", "r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim,
-                  CHUNK=ATTN_CHUNK, PASS="split", KV_F16=bool(kv_f16))
+                  CHUNK=ATTN_CHUNK, PASS="split", KV_F16=bool(kv_f16), DIRECT=bool(direct))
 
 
 def attn_combine(ks, head_dim: int):

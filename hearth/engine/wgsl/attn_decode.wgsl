@@ -2,6 +2,8 @@
 // scores keys [s CHUNK, (s + 1) CHUNK) of query head h against its KV head h / (n_head / n_kv) and
 // writes (max m, sum l, o[HD] = sum_j exp(score_j - m) v_j) to part[h, s, :].  Pass 2 (`combine`)
 // merges the splits of each head with the usual rescaling: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
+// With DIRECT (a context of at most CHUNK keys: one split) pass 1 writes out = o / l itself and no
+// combine pass runs: one dispatch less a layer.
 // q: [n_head, HD] (rotated, not scaled); kc, vc: [n_kv, max_ctx, HD] float32, or float16 with KV_F16
 // (f16_kv.wgsl: a vec2<u32> holds 4 values, so indices are the same); step: [pos, n] (kv_len = pos + 1).
 const HD: u32 = {{HD}}u;
@@ -95,6 +97,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     acc4[t] = o;
     workgroupBarrier();
+{% if DIRECT | default(false) %}
+    // the whole range in this one split: the merged output o / l itself, [n_head, HD] (what the
+    // combine pass computes from a single split, to the bit)
+    if (grp == 0u) {
+        for (var g = 1u; g < G; g++) { o += acc4[g * HD4 + col]; }
+        let l = red[0];
+        let b = h * HD + 4u * col;
+        part[b] = o.x / l; part[b + 1u] = o.y / l; part[b + 2u] = o.z / l; part[b + 3u] = o.w / l;
+    }
+{% else %}
     let base = (h * P.max_splits + s) * PW;
     if (grp == 0u) {
         for (var g = 1u; g < G; g++) { o += acc4[g * HD4 + col]; }
@@ -105,6 +117,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         part[base + HD] = m;
         part[base + HD + 1u] = red[0];
     }
+{% endif %}
 }
 {% else %}
 @group(0) @binding(1) var<storage, read> part: array<f32>;
