@@ -1,5 +1,5 @@
 """CPU engine benchmark, Hearth beside llama.cpp: `python -m bench.cpu [--model PATH] [--repeat N]
-[--llama-python PY] [--threads T] [--no-long]`.
+[--llama-python PY] [--threads T] [--no-long] [--before CHECKOUT]`.
 
 For one GGUF file (default: the default model), n_ctx 4096: load time, prefill tokens/s at 512 and
 2,000 tokens, decode tokens/s after a 16-token and after the 2,000-token prompt, peak RSS. Every
@@ -11,6 +11,9 @@ The prompts are ../shared/reference/smollm2/bench_prompts.json's texts, tokenize
 engines are fed the same ids. llama.cpp runs through llama-cpp-python from `--llama-python` (an
 interpreter where it is installed; the env var HEARTH_LLAMA_PYTHON works too), with n_threads and
 n_threads_batch = --threads (default: all cores), n_batch 512, its default f16 KV cache.
+`--before CHECKOUT` adds the Hearth of another checkout (for example the main branch) to the same
+alternation: before and after a change, measured side by side. HEARTH_THREADS=1 in the
+environment holds Hearth to one thread, as --threads 1 does llama.cpp.
 """
 
 from __future__ import annotations
@@ -75,8 +78,8 @@ print("RESULT " + json.dumps(res))
 
 
 def run_child(kind: str, py: str, model: str, ids_file: str, n_dec: int, threads: int, long_: bool,
-              kv_dtype: str = "f32") -> dict:
-    env = dict(os.environ, HEARTH_ROOT=str(ROOT))
+              kv_dtype: str = "f32", root: Path = ROOT) -> dict:
+    env = dict(os.environ, HEARTH_ROOT=str(root))
     p = subprocess.run([py, "-c", CHILD, kind, model, ids_file, str(n_dec), str(threads), "1" if long_ else "0",
                         kv_dtype],
                        capture_output=True, text=True, env=env, cwd=ROOT)
@@ -96,6 +99,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-long", action="store_true", help="skip the 2,000-token prompt")
     ap.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32",
                     help="KV cache precision of both engines (llama.cpp's default is f16: like for like)")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="another checkout's Hearth, measured in the same alternation (column 'before')")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
@@ -108,13 +113,15 @@ def main(argv=None) -> int:
     ids = {"512": ids["512"][:512], "2000": ids["2000"][:2000]}
     ids_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"hearth-bench-ids-{os.getpid()}.json"
     ids_file.write_text(json.dumps(ids))
-    engines = [("hearth", sys.executable)] + ([("llama.cpp", a.llama_python)] if a.llama_python else [])
-    runs: dict[str, list[dict]] = {k: [] for k, _ in engines}
+    # (column, interpreter, Hearth checkout or None for llama.cpp)
+    engines = ([("before", sys.executable, a.before.resolve())] if a.before else []) + [("hearth", sys.executable, ROOT)]
+    engines += [("llama.cpp", a.llama_python, None)] if a.llama_python else []
+    runs: dict[str, list[dict]] = {k: [] for k, _, _ in engines}
     try:
         for _ in range(a.repeat):
-            for kind, py in engines:
-                runs[kind].append(run_child("hearth" if kind == "hearth" else "llama", py, model, str(ids_file),
-                                            a.decode_tokens, a.threads, not a.no_long, a.kv_dtype))
+            for kind, py, root in engines:
+                runs[kind].append(run_child("llama" if root is None else "hearth", py, model, str(ids_file),
+                                            a.decode_tokens, a.threads, not a.no_long, a.kv_dtype, root or ROOT))
     finally:
         ids_file.unlink(missing_ok=True)
     loads = [r["load avg"] for rs in runs.values() for r in rs]
@@ -122,9 +129,11 @@ def main(argv=None) -> int:
           f"{a.repeat} runs each "
           f"alternating, {a.threads} threads for llama.cpp, load avg {min(loads):.1f}..{max(loads):.1f}, "
           f"{time.strftime('%H:%M')}")
-    head = "| measure | " + " | ".join(k for k, _ in engines) + (" | Hearth / llama.cpp |" if len(engines) > 1 else " |")
+    mine = [k for k, _, root in engines if root is not None]
+    vs = "llama.cpp" in runs
+    head = "| measure | " + " | ".join(k for k, _, _ in engines) + "".join(f" | {k} / llama.cpp" for k in mine if vs) + " |"
     print(head)
-    print("|---" * (len(engines) + 1 + (len(engines) > 1)) + "|")
+    print("|---" * (len(engines) + 1 + (len(mine) if vs else 0)) + "|")
     for m in MEASURES:
         if not all(m in r for rs in runs.values() for r in rs):
             continue
@@ -134,9 +143,7 @@ def main(argv=None) -> int:
             lo, hi = min(r[m] for r in rs), max(r[m] for r in rs)
             fmt = "{:.2f}" if m == "load s" else "{:.0f}" if m == "peak RSS MiB" else "{:.1f}"
             cells.append(fmt.format(med[k]) + (f" ({fmt.format(lo)}..{fmt.format(hi)})" if len(rs) > 1 else ""))
-        ratio = ""
-        if len(engines) > 1 and med["llama.cpp"]:
-            ratio = f" | {med['hearth'] / med['llama.cpp']:.2f}x"
+        ratio = "".join(f" | {med[k] / med['llama.cpp']:.2f}x" for k in mine) if vs and med["llama.cpp"] else ""
         print(f"| {m} | " + " | ".join(cells) + ratio + " |")
     return 0
 

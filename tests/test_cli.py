@@ -15,8 +15,13 @@ def engine_cli(*args, stdin=None, timeout=300):
                           text=True, timeout=timeout, env=env)
 
 
+# "Name the capital of France." and not "What is the capital of France?": asked the latter, the
+# model's first token is a near tie ("The" 0.08-0.13 above "L" here; llama.cpp picks "L" and
+# answers "L'Étoile, la Marseillaise", no Paris), so the reply hung on last-bit rounding. Asked
+# this way, the greedy reply's smallest top-2 gap is 1.35-1.66 on both of Hearth's paths and on
+# llama.cpp (bench/README.md, 8-bit activations in decode).
 def test_one_shot_streams_reply_and_speed_line():
-    r = engine_cli("-p", "What is the capital of France?", "--temp", "0", "-n", "20", "--ctx", "256")
+    r = engine_cli("-p", "Name the capital of France.", "--temp", "0", "-n", "20", "--ctx", "256")
     assert r.returncode == 0, r.stderr
     assert "Paris" in r.stdout
     last = r.stderr.strip().splitlines()[-1]
@@ -25,7 +30,7 @@ def test_one_shot_streams_reply_and_speed_line():
 
 def test_interactive_chat_keeps_the_conversation():
     r = engine_cli("--temp", "0", "-n", "20", "--ctx", "512", "--system", "You are terse.",
-                   stdin="What is the capital of France?\nAnd of Italy?\n/quit\n")
+                   stdin="Name the capital of France.\nAnd of Italy?\n/quit\n")
     assert r.returncode == 0, r.stderr
     assert "Paris" in r.stdout and "Rome" in r.stdout
     lines = [x for x in r.stderr.splitlines() if "tok/s" in x]

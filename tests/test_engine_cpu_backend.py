@@ -81,7 +81,7 @@ def test_forward_checks(backend):
         backend.forward([1] * 10, 250)
     with pytest.raises(ValueError):
         backend.forward([], 0)
-    assert backend.describe() == {"backend": "cpu"}
+    assert backend.describe() == {"backend": "cpu", "decode_x": "int8"}   # 8-bit decode x, the default
 
 
 def test_decode_threads_prefer_the_faster_and_probe_the_other():
@@ -161,8 +161,7 @@ def test_a_slow_pass_drops_to_one_thread():
 def test_float_x_switch(backend):
     """8-bit x in one-token passes by default; the float-x path (the consistency tests' reference)
     keys prefix images apart, since a decoded token's K/V differ a little between the two."""
-    assert not backend.int8 and backend.describe() == {"backend": "cpu"}   # float x by default
-    backend.set_int8(True)
+    assert backend.int8 and backend.describe() == {"backend": "cpu", "decode_x": "int8"}   # the default
     backend.kv.clear()
     backend.forward(list(range(100, 110)), 0)
     eight = backend.forward([7], 10).copy()
@@ -171,7 +170,6 @@ def test_float_x_switch(backend):
         assert not backend.int8 and backend.describe() == {"backend": "cpu"}
         flt = backend.forward([7], 10).copy()
     assert backend.int8
-    backend.set_int8(False)
     d = np.abs(eight - flt)
     assert 0 < d.max() < 2.0       # the two paths ran, and agree as 8-bit activations do
 
@@ -190,7 +188,6 @@ def test_logits_after_a_prompt_equal_a_recomputed_last_token(backend):
     with backend.float_activations():  # the float path: one pass, any split gives float rounding
         backend.kv.clear()
         flt = backend.forward(ids, 0)
-    backend.set_int8(False)
     assert 0 < np.abs(flt - whole).max() < 2.0
 
 

@@ -96,8 +96,9 @@ def test_a_tool_call_round_trip(client, served):
     """The model's call comes back as an engine.tools ToolCall; its result goes back and the chat
     continues. (SmolLM2 never calls a tool by itself: the reply is begun by the client.)"""
     _, service = served
-    begun = [{"role": "user", "content": "What is 23*47?"}, {"role": "assistant", "content":
-             '<tool_call>\n{"name": "calculator", "arguments": {"expression": "23*47"}'}]
+    # not a near tie between ending the call and "\n\n": tests/test_server_openai.py, BEGUN_CALL
+    begun = [{"role": "user", "content": "Use the calculator to find 23*47."}, {"role": "assistant", "content":
+             '<tool_call>\n{"name": "calculator", "arguments": {"expression": "23*47"}}'}]
     events = list(client.chat(begun, service.model_id, tools=[CALC], sampling=Sampling.greedy(), max_tokens=40))
     final = events[-1]
     assert final.stop_reason == "tool_calls" and final.stats.finish_reason == "tool_calls"

@@ -200,8 +200,12 @@ CALC = {"type": "function", "function": {"name": "calculator", "description": "E
                                              "expression": {"type": "string"}}, "required": ["expression"]}}}
 # SmolLM2 never calls a tool by itself (bench/README.md, "Tool calls"): the client begins the reply
 # (an assistant prefill, continued by the model) and the model writes the call's end and more.
-BEGUN_CALL = [{"role": "user", "content": "What is 23*47?"},
-              {"role": "assistant", "content": '<tool_call>\n{"name": "calculator", "arguments": {"expression": "23*47"}'}]
+# The question and the head are chosen so that the model's choice between "\n</tool_call>" and
+# "\n\n" is not a tie: after "What is 23*47?" and a head without the last "}", the gap was 0.03-0.11
+# (llama.cpp and Hearth's 8-bit path wrote "\n\n", Hearth's float path "</tool_call>"); here it is
+# 0.95-1.13 on all three (bench/README.md, 8-bit activations in decode).
+BEGUN_CALL = [{"role": "user", "content": "Use the calculator to find 23*47."},
+              {"role": "assistant", "content": '<tool_call>\n{"name": "calculator", "arguments": {"expression": "23*47"}}'}]
 
 
 def test_a_tool_call_in_the_models_reply_is_an_openai_tool_call(client, served):

@@ -288,10 +288,10 @@ class CpuBackend(Backend):
         self.cfg = cfg
         self.model = build_model(cfg, gguf)
         # One-token passes multiply quantized matrices with x quantized to 8 bits as llama.cpp does
-        # (engine/cpu/kernels_int8.py: ~2x faster kernels) with int8=True or HEARTH_CPU_INT8=1; the
-        # default is float32 x, the exact float path (the default model's greedy replies move with
-        # 8-bit x: bench/README.md). Batches are float32
-        # either way (BLAS tiles); with int8 the last of several ids runs as a one-token pass (forward).
+        # (engine/cpu/kernels_int8.py: ~2x faster kernels, llama.cpp's products to float rounding),
+        # the default; int8=False or HEARTH_CPU_INT8=0 gives float32 x everywhere, the exact float
+        # path. Batches are float32 either way (BLAS tiles); with int8 the last of several ids runs
+        # as a one-token pass (forward), so a prompt's logits equal those of its recomputed last token.
         self.int8 = False
         self.set_int8(int8_default() if int8 is None else int8)
         self.model.make_resident(progress)

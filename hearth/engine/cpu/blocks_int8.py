@@ -7,8 +7,8 @@ For each quantized type:
         float32 accumulators (F32x8); b is the block's index in the row. Q4_1 and Q5_1 take and
         return (a0, t) instead, t a float32 scalar for their offset terms.
 Activations: xq int16 [n] the codes; for the 32-weight types xd float32 [n / 32] their scales and
-xs float32 [n / 32] the dequantized block sums d * sum(q) (the offset term m * sum(x) of Q4_1 and
-Q5_1); for the K-quants xd float32 [n / 256] and xs int32 [n / 16] the code sums per 16.
+xs float32 [n / 32] the block sums (max|x| / 127) * sum(q) rounded to float16 (the offset
+term m * sum(x) of Q4_1 and Q5_1); for the K-quants xd float32 [n / 256] and xs int32 [n / 16] the code sums per 16.
 A block's integer weights (times their sub-block scales, in int16, where the type has them) are
 multiplied by the codes and summed in int32 (`madd`; Q4_K and Q5_K scale the int32 sums instead), converted to float32 once per block and
 scaled by the weight scale times the activation scale: the arithmetic of llama.cpp's

@@ -1,7 +1,7 @@
 """Row kernels with 8-bit activations: the decode matrix-vector products as llama.cpp computes them.
 
     quantize_q8_0(x, q, d, s)   x float32 [k] -> llama.cpp's Q8_0/Q8_1 blocks of 32: codes
-                                q int16 [k], scales d float32 [k / 32], sums d * sum(q) s [k / 32]
+                                q int16 [k], scales d float32 [k / 32], block sums s [k / 32]
     quantize_q8_k(x, q, d, bs)  x float32 [k] -> Q8_K blocks of 256: q int16 [k], d float32
                                 [k / 256], code sums per 16 bs int32 [k / 16]
     q8_0_rows(x), q8_k_rows(x)  the same for every row of x float32 [n, k], in fresh arrays
@@ -40,8 +40,9 @@ def quantize_q8_0(x, q, d, s):
             v = np.int64(np.rint(x[32 * b + j] * inv))
             q[32 * b + j] = v
             total += v
-        d[b] = f16_round(amax / np.float32(127.0))
-        s[b] = d[b] * np.float32(total)
+        d32 = amax / np.float32(127.0)
+        d[b] = f16_round(d32)
+        s[b] = f16_round(d32 * np.float32(total))
 
 
 @jit

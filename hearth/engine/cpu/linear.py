@@ -14,7 +14,7 @@ matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
 The float32 kernels and the tiles compute the float32 product of the file's weights and the
 activations, as the numpy reference does, so they agree to float rounding; the 8-bit kernels compute
 the product with x's 8-bit values (llama.cpp's arithmetic): each x moves by at most half a step,
-max |x| / 254 of its block. HEARTH_CPU_INT8=1 makes 8-bit x the default for quantized matrices.
+max |x| / 254 of its block. HEARTH_CPU_INT8=0 turns 8-bit x off (float32 x everywhere).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ KERNEL_TYPES = _QUANT | _FLOAT
 
 
 def int8_default() -> bool:
-    """Whether quantized matrices multiply one-row inputs with 8-bit x: off unless HEARTH_CPU_INT8=1
-    (the default model's greedy replies move with it: bench/README.md, 8-bit activations in decode)."""
-    return os.environ.get("HEARTH_CPU_INT8", "") == "1"
+    """Whether quantized matrices multiply one-row inputs with 8-bit x, as llama.cpp does: on unless
+    HEARTH_CPU_INT8=0 (bench/README.md, 8-bit activations in decode)."""
+    return os.environ.get("HEARTH_CPU_INT8", "") != "0"
 
 
 def no_parallel_kernels() -> None:
@@ -95,7 +95,7 @@ class Activations:
     def q8(self, k_blocks: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """x in llama.cpp's 8-bit blocks (engine/quant_activations.py): Q8_K (k_blocks) ->
         codes int16 [n, k], scales float32 [n, k / 256], code sums int32 [n, k / 16]; else Q8_0/Q8_1
-        -> codes int16 [n, k], scales float32 [n, k / 32], sums d * sum(q) float32 [n, k / 32]."""
+        -> codes int16 [n, k], scales float32 [n, k / 32], block sums float32 [n, k / 32]."""
         got = self._q8.get(k_blocks)
         if got is None:
             got = self._q8[k_blocks] = (K8.q8_k_rows if k_blocks else K8.q8_0_rows)(self.x)
