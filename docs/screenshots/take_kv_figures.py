@@ -39,6 +39,11 @@ def main() -> int:
         w.hub.files.selectRow(0)
         spin(lambda: "float16" in w.hub.need.text(), 20)
         shot("models-kv-f16", w)
+        main_window.set_theme("dark")
+        w.resize(760, 560)
+        spin(lambda: False, 0.5)
+        shot("models-kv-f16-dark-small", w)
+        main_window.set_theme("light")
         w.close()
         main_window.close()
     return 0
