@@ -96,13 +96,9 @@ def nonzero_g(rng, k):
 TYPE_SETS = [("Q4_0", "Q4_1", "Q5_0"), ("Q5_1", "Q8_0", "Q2_K"), ("Q3_K", "Q4_K", "Q5_K"), ("Q6_K", "Q4_K", "Q6_K")]
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("types", TYPE_SETS)
-def test_concat_three_types_with_norm_and_bias(ks, rng, layout, types):
+def check_concat_with_norm_and_bias(ks, rng, layout, types, k: int, rows: list[int]) -> None:
+    """A Q|K|V-style concat of `types` with `rows` rows each, RMSNorm and bias, int8 x, against numpy."""
     dev = ks.dev
-    rpw = ops.matvec_rows(layout)
-    k = 512
-    rows = [2 * rpw, rpw, rpw + 3]
     raws = [random_rows(rng, t, r, k) for t, r in zip(types, rows)]
     w = np.concatenate([dequant_reference(r, t, k) for r, t in zip(raws, types)])
     g = nonzero_g(rng, k)
@@ -115,6 +111,13 @@ def test_concat_three_types_with_norm_and_bias(ks, rng, layout, types):
     got = read_f32(dev, y, sum(rows) + 5)
     assert rel_err(got[:sum(rows)], ref) < RTOL
     assert np.isnan(got[sum(rows):]).all()                # nothing written past M
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("types", TYPE_SETS)
+def test_concat_three_types_with_norm_and_bias(ks, rng, layout, types):
+    rpw = ops.matvec_rows(layout)
+    check_concat_with_norm_and_bias(ks, rng, layout, types, 512, [2 * rpw, rpw, rpw + 3])
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -321,24 +324,10 @@ C64_SETS = [("Q4_K", "Q5_K", "Q6_K"), ("Q6_K", "Q4_0", "Q4_K"), ("Q8_0", "Q3_K",
 @pytest.mark.parametrize("layout", C64_LAYOUTS)
 @pytest.mark.parametrize("types", C64_SETS)
 def test_64_weight_chunks_concat_with_norm_and_bias(ks, rng, layout, types):
-    dev = ks.dev
     rpw = ops.matvec_rows(layout)
     k = 4096
-    c64 = any(t in ops.C64_TYPES for t in types)
-    assert ops.int8_c64(types, k, layout[0]) == c64
-    rows = [rpw, rpw, rpw + 3]
-    raws = [random_rows(rng, t, r, k) for t, r in zip(types, rows)]
-    w = np.concatenate([dequant_reference(r, t, k) for r, t in zip(raws, types)])
-    g = nonzero_g(rng, k)
-    x, b = safe_x(rng, k, g), gauss(rng, sum(rows))
-    ref = w @ q8_ref(x, g, 1e-5) + b
-    y = poisoned(dev, sum(rows) + 5)
-    dispatch_once(dev, ops.matvec(ks, types, norm=True, bias=True, layout=layout, q8x=k),
-                  [dev.upload(x), y] + [dev.upload(r) for r in raws] + [dev.upload(g), dev.upload(b)],
-                  ops.matvec_groups(sum(rows), layout), **ops.matvec_params(types, k, rows, eps=1e-5))
-    got = read_f32(dev, y, sum(rows) + 5)
-    assert rel_err(got[:sum(rows)], ref) < RTOL
-    assert np.isnan(got[sum(rows):]).all()
+    assert ops.int8_c64(types, k, layout[0]) == any(t in ops.C64_TYPES for t in types)
+    check_concat_with_norm_and_bias(ks, rng, layout, types, k, [rpw, rpw, rpw + 3])
 
 
 @pytest.mark.parametrize("layout", [(32, 1), (128, 2, 2)])
