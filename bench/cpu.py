@@ -11,9 +11,10 @@ The prompts are ../shared/reference/smollm2/bench_prompts.json's texts, tokenize
 engines are fed the same ids. llama.cpp runs through llama-cpp-python from `--llama-python` (an
 interpreter where it is installed; the env var HEARTH_LLAMA_PYTHON works too), with n_threads and
 n_threads_batch = --threads (default: all cores), n_batch 512, its default f16 KV cache.
-`--before CHECKOUT` adds the Hearth of another checkout (for example the main branch) to the same
-alternation: before and after a change, measured side by side. HEARTH_THREADS=1 in the
-environment holds Hearth to one thread, as --threads 1 does llama.cpp.
+`--threads T` also holds Hearth to T threads (HEARTH_THREADS=T in its process), so both engines run on
+the same count; without it llama.cpp runs on all cores and Hearth makes its own choice (what the app
+does). `--before CHECKOUT` adds the Hearth of another checkout (for example the main branch) to the
+same alternation: before and after a change, measured side by side.
 """
 
 from __future__ import annotations
@@ -78,8 +79,10 @@ print("RESULT " + json.dumps(res))
 
 
 def run_child(kind: str, py: str, model: str, ids_file: str, n_dec: int, threads: int, long_: bool,
-              kv_dtype: str = "f32", root: Path = ROOT) -> dict:
+              kv_dtype: str = "f32", root: Path = ROOT, hold_threads: bool = False) -> dict:
     env = dict(os.environ, HEARTH_ROOT=str(root))
+    if hold_threads and kind == "hearth":
+        env["HEARTH_THREADS"] = str(threads)
     p = subprocess.run([py, "-c", CHILD, kind, model, ids_file, str(n_dec), str(threads), "1" if long_ else "0",
                         kv_dtype],
                        capture_output=True, text=True, env=env, cwd=ROOT)
@@ -94,7 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--decode-tokens", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads of both engines (default: all cores for llama.cpp, Hearth's own choice)")
     ap.add_argument("--llama-python", default=os.environ.get("HEARTH_LLAMA_PYTHON"))
     ap.add_argument("--no-long", action="store_true", help="skip the 2,000-token prompt")
     ap.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32",
@@ -102,6 +106,9 @@ def main(argv=None) -> int:
     ap.add_argument("--before", type=Path, default=None,
                     help="another checkout's Hearth, measured in the same alternation (column 'before')")
     a = ap.parse_args(argv)
+    held = a.threads is not None
+    if not held:
+        a.threads = os.cpu_count() or 1
     sys.path.insert(0, str(ROOT))
     from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
     from hearth.engine.paths import default_model_path  # noqa: PLC0415
@@ -121,13 +128,14 @@ def main(argv=None) -> int:
         for _ in range(a.repeat):
             for kind, py, root in engines:
                 runs[kind].append(run_child("llama" if root is None else "hearth", py, model, str(ids_file),
-                                            a.decode_tokens, a.threads, not a.no_long, a.kv_dtype, root or ROOT))
+                                            a.decode_tokens, a.threads, not a.no_long, a.kv_dtype, root or ROOT, held))
     finally:
         ids_file.unlink(missing_ok=True)
     loads = [r["load avg"] for rs in runs.values() for r in rs]
     print(f"model {Path(model).name} ({os.path.getsize(model) / 2**20:,.0f} MiB), n_ctx 4096, KV {a.kv_dtype}, "
           f"{a.repeat} runs each "
-          f"alternating, {a.threads} threads for llama.cpp, load avg {min(loads):.1f}..{max(loads):.1f}, "
+          f"alternating, {a.threads} threads for llama.cpp, "
+          f"{f'{a.threads} for Hearth' if held else 'Hearth its own choice'}, load avg {min(loads):.1f}..{max(loads):.1f}, "
           f"{time.strftime('%H:%M')}")
     mine = [k for k, _, root in engines if root is not None]
     vs = "llama.cpp" in runs
