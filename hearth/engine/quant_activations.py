@@ -11,7 +11,7 @@ agree with llama.cpp's:
     Q8_K         blocks of 256 (for the K-quants): the value of largest magnitude m (the first one),
                  iscale = -127 / m, q = min(127, rint(iscale * x)), d = 1 / iscale (float32), and
                  the sums of q per 16
-Each returns the codes as int16 (the kernels' operand width), values in -127..127.
+Each returns the codes as int8 (the kernels' operand width), values in -127..127.
 """
 
 from __future__ import annotations
@@ -20,26 +20,26 @@ import numpy as np
 
 
 def q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x float32 [k] -> codes int16 [k], scales float32 [k / 32], block sums float32 [k / 32] (values of float16)."""
+    """x float32 [k] -> codes int8 [k], scales float32 [k / 32], block sums float32 [k / 32] (values of float16)."""
     xb = np.asarray(x, np.float32).reshape(-1, 32)
     amax = np.abs(xb).max(axis=1)
     d32 = (amax / np.float32(127)).astype(np.float32)
     d = d32.astype(np.float16).astype(np.float32)
     with np.errstate(divide="ignore"):
         inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
-    q = np.rint(xb * inv[:, None]).astype(np.int16)
+    q = np.rint(xb * inv[:, None]).astype(np.int8)
     s = (d32 * q.sum(axis=1).astype(np.float32)).astype(np.float16).astype(np.float32)
     return q.reshape(-1), d, s
 
 
 def q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x float32 [k] -> codes int16 [k], scales float32 [k / 256], sums of codes int32 [k / 16]."""
+    """x float32 [k] -> codes int8 [k], scales float32 [k / 256], sums of codes int32 [k / 16]."""
     xb = np.asarray(x, np.float32).reshape(-1, 256)
     m = xb[np.arange(len(xb)), np.abs(xb).argmax(axis=1)]          # first value of largest |x|
     with np.errstate(divide="ignore"):
         iscale = np.where(m != 0, np.float32(-127) / m, np.float32(0)).astype(np.float32)
         d = np.where(m != 0, np.float32(1) / iscale, np.float32(0)).astype(np.float32)
-    q = np.minimum(np.rint(xb * iscale[:, None]), 127).astype(np.int16)
+    q = np.minimum(np.rint(xb * iscale[:, None]), 127).astype(np.int8)
     return q.reshape(-1), d, q.reshape(-1, 16).sum(axis=1).astype(np.int32)
 
 

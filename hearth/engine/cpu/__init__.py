@@ -6,7 +6,8 @@ block: its dot product with float32 / 8-bit x, and its float32 values), `kernels
 memory-mapped file), `rows` (a one-token pass's RMSNorm and RoPE).
 
 Compiled code is cached under the user cache folder (engine.paths.cache_dir()/numba/<key>, or
-$NUMBA_CACHE_DIR/<key>), keyed by a hash of this package's sources and numba's version: numba itself
+$NUMBA_CACHE_DIR/<key>), keyed by a hash of this package's sources, numba's version and
+HEARTH_CPU_SIMD (generic: no x86-specific instructions, engine.cpu.simd): numba itself
 only notices edits of the file that holds the cached function, not of the intrinsics it inlines
 from other files.
 This module must be imported before numba is (it sets numba's environment).
@@ -26,6 +27,7 @@ def _cache_key() -> str:
     h = hashlib.blake2b(digest_size=8)
     for p in sorted(_HERE.glob("*.py")):
         h.update(p.name.encode() + p.read_bytes())
+    h.update(os.environ.get("HEARTH_CPU_SIMD", "").encode())   # the instruction choice of simd.py
     try:
         import importlib.metadata as md  # noqa: PLC0415
         h.update(md.version("numba").encode())

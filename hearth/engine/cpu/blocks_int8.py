@@ -6,62 +6,73 @@ For each quantized type:
         adds the block at byte `o` of the weight row `w` (uint8), times the activations, to the
         float32 accumulators (F32x8); b is the block's index in the row. Q4_1 and Q5_1 take and
         return (a0, t) instead, t a float32 scalar for their offset terms.
-Activations: xq int16 [n] the codes; for the 32-weight types xd float32 [n / 32] their scales and
+Activations: xq int8 [n] the codes; for the 32-weight types xd float32 [n / 32] their scales and
 xs float32 [n / 32] the block sums (max|x| / 127) * sum(q) rounded to float16 (the offset
-term m * sum(x) of Q4_1 and Q5_1); for the K-quants xd float32 [n / 256] and xs int32 [n / 16] the code sums per 16.
-A block's integer weights (times their sub-block scales, in int16, where the type has them) are
-multiplied by the codes and summed in int32 (`madd`; Q4_K and Q5_K scale the int32 sums instead), converted to float32 once per block and
-scaled by the weight scale times the activation scale: the arithmetic of llama.cpp's
-ggml_vec_dot_*_q8_* up to the order of float additions.
-Bounds: a weight times its sub-block scale is at most 4,096 in magnitude (Q6_K: 32 x 128), a code
-127, so a block's int32 lanes stay below 2^25.
+term m * sum(x) of Q4_1 and Q5_1); for the K-quants xd float32 [n / 256] and xs int32 [n / 16]
+the code sums per 16.
+The arrangement is llama.cpp's AVX2 one (ggml_vec_dot_*_q8_*): 32 weights as bytes times 32 codes,
+pairs summed in int16 (`mul_us`: pmaddubsw; signed weights through the sign trick, `mul_ss`), those
+sums times the sub-block scales and summed in pairs into int32 (`scale_sum`: pmaddwd), the block's
+int32 lanes converted to float32 once and scaled by the weight scale times the activation scale.
+Unsigned weights (Q4_1, Q5_1, the K-quants' q) are multiplied as stored and their offsets applied
+through sums of x: Q4_1/Q5_1's m * s, Q4_K/Q5_K/Q2_K's mins and Q6_K's -32 from the code sums per 16.
+Bounds, per type below: the int16 pair sums stay below 2^15 (pmaddubsw saturates), the int32 lanes
+below 2^31.
+Q3_K keeps the int16 path (weights and their scales widened to int16 lanes, `madd32`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .blocks import _i8, _q3_k, _q3_scale, _q5, _q5_k, _q6_k, inline
-from .simd import (add_lane0, bit_fields, f16_at, fma_i, fma_mins, hi_nibbles, iadd, imac, izero, lo_nibbles, madd32, signed_bytes,
-                   u32_at, vaddc, vmulc)
+from .blocks import _i8, _q3_k, _q3_scale, inline
+from .simd import (bytes32, f16_at, field8, fma_i, fma_mins, iadd, izero, madd32, mul_ss, mul_us, nibbles32, or_shl8,
+                   add8, bits_to_bytes, pair_sum, scale_sum, scale_sum2_i8, scale_sum2_lo4, sums_dot_hi4, sums_dot_i8,
+                   u32_at, vmulc)
 
 
 # --- the 32-weight types: one activation block per weight block ---------------------------------
 
-# Q4_0: d f16 | qs[16]; w = d * (nibble - 8)
+# Q4_0: d f16 | qs[16]; w = d * (nibble - 8), -8..7 as int8 (|w| <= 8: pair sums <= 2,032)
 @inline
 def dot_q4_0(w, o, xq, xd, xs, b, a0, a1):
-    p = madd32(vaddc(lo_nibbles(w, o + 2), -8), vaddc(hi_nibbles(w, o + 2), -8), xq, b * 32)
+    p = pair_sum(mul_ss(add8(nibbles32(w, o + 2), -8), xq, b * 32))
     return fma_i(a0, p, f16_at(w, o) * xd[b]), a1
 
 
-# Q4_1: d f16 | m f16 | qs[16]; w = d * nibble + m. The offset terms m * sum(x) go to the scalar t
-# (a lane insert per block would lengthen the vector accumulator's dependency chain).
+# Q4_1: d f16 | m f16 | qs[16]; w = d * nibble + m (nibbles 0..15: pair sums <= 3,810). The offset
+# terms m * sum(x) go to the scalar t (a lane insert per block would lengthen the vector
+# accumulator's dependency chain).
 @inline
 def dot_q4_1(w, o, xq, xd, xs, b, a0, t):
-    p = madd32(lo_nibbles(w, o + 4), hi_nibbles(w, o + 4), xq, b * 32)
+    p = pair_sum(mul_us(nibbles32(w, o + 4), xq, b * 32))
     return fma_i(a0, p, f16_at(w, o) * xd[b]), t + f16_at(w, o + 2) * xs[b]
 
 
-# Q5_0: d f16 | qh u32 | qs[16]; w = d * (q - 16)
+@inline
+def _q5(w, qh_at, qs_at):
+    """The 5-bit values 0..31 of Q5_0/Q5_1: nibbles | bit j of the u32 qh << 4."""
+    return or_shl8(nibbles32(w, qs_at), bits_to_bytes(u32_at(w, qh_at), 0), 4)
+
+
+# Q5_0: d f16 | qh u32 | qs[16]; w = d * (q - 16), -16..15 as int8 (pair sums <= 4,064)
 @inline
 def dot_q5_0(w, o, xq, xd, xs, b, a0, a1):
-    q0, q1 = _q5(w, o + 2, o + 6)
-    p = madd32(vaddc(q0, -16), vaddc(q1, -16), xq, b * 32)
+    p = pair_sum(mul_ss(add8(_q5(w, o + 2, o + 6), -16), xq, b * 32))
     return fma_i(a0, p, f16_at(w, o) * xd[b]), a1
 
 
-# Q5_1: d f16 | m f16 | qh u32 | qs[16]; w = d * q + m
+# Q5_1: d f16 | m f16 | qh u32 | qs[16]; w = d * q + m (q 0..31: pair sums <= 7,874)
 @inline
 def dot_q5_1(w, o, xq, xd, xs, b, a0, t):
-    q0, q1 = _q5(w, o + 4, o + 8)
-    return fma_i(a0, madd32(q0, q1, xq, b * 32), f16_at(w, o) * xd[b]), t + f16_at(w, o + 2) * xs[b]
+    p = pair_sum(mul_us(_q5(w, o + 4, o + 8), xq, b * 32))
+    return fma_i(a0, p, f16_at(w, o) * xd[b]), t + f16_at(w, o + 2) * xs[b]
 
 
-# Q8_0: d f16 | qs int8[32]; w = d * q
+# Q8_0: d f16 | qs int8[32]; w = d * q (|q| <= 128: pair sums <= 32,512 < 2^15)
 @inline
 def dot_q8_0(w, o, xq, xd, xs, b, a0, a1):
-    p = madd32(signed_bytes(w, o + 2), signed_bytes(w, o + 18), xq, b * 32)
+    p = pair_sum(mul_ss(bytes32(w, o + 2), xq, b * 32))
     return fma_i(a0, p, f16_at(w, o) * xd[b]), a1
 
 
@@ -78,41 +89,49 @@ def _k_scales(w, s):
 
 
 # Q4_K: sub-block 2j = low nibbles of qs[32j:32j+32], 2j + 1 = their high nibbles;
-# w = d * sc * q - dmin * m
+# w = d * sc * q - dmin * m (q 0..15: pair sums <= 3,810; times sc <= 63, 8 sub-blocks: < 2^22)
 @inline
 def dot_q4_k(w, o, xq, xd, xs, b, a0, a1):
     sc, mn = _k_scales(w, o + 4)
     acc = izero()
     for j in range(4):
-        g, e = o + 16 + 32 * j, b * 256 + 64 * j
-        acc = imac(acc, madd32(lo_nibbles(w, g), lo_nibbles(w, g + 16), xq, e), (sc >> (16 * j)) & 255)
-        acc = imac(acc, madd32(hi_nibbles(w, g), hi_nibbles(w, g + 16), xq, e + 32), (sc >> (16 * j + 8)) & 255)
+        v, e = bytes32(w, o + 16 + 32 * j), b * 256 + 64 * j
+        acc = scale_sum(acc, mul_us(field8(v, 0, 15), xq, e), (sc >> (16 * j)) & 255)
+        acc = scale_sum(acc, mul_us(field8(v, 4, 15), xq, e + 32), (sc >> (16 * j + 8)) & 255)
     dx = xd[b]
     return fma_i(a0, acc, f16_at(w, o) * dx), fma_mins(a1, mn, xs, b * 16, -(f16_at(w, o + 2) * dx))
 
 
-# Q5_K: as Q4_K plus bit i of qh[l] as bit 4 of weight l of sub-block i
+# Q5_K: d f16 | dmin f16 | scales[12] | qh[32] | qs[128]; as Q4_K plus bit i of qh[l] as bit 4 of
+# weight l of sub-block i (q 0..31: pair sums <= 7,874)
 @inline
 def dot_q5_k(w, o, xq, xd, xs, b, a0, a1):
     sc, mn = _k_scales(w, o + 4)
+    qh = bytes32(w, o + 16)
     acc = izero()
-    for i in range(8):
-        q0, q1 = _q5_k(w, o, i)
-        acc = imac(acc, madd32(q0, q1, xq, b * 256 + 32 * i), (sc >> (8 * i)) & 255)
+    for j in range(4):
+        v, e = bytes32(w, o + 48 + 32 * j), b * 256 + 64 * j
+        acc = scale_sum(acc, mul_us(or_shl8(field8(v, 0, 15), field8(qh, 2 * j, 1), 4), xq, e), (sc >> (16 * j)) & 255)
+        acc = scale_sum(acc, mul_us(or_shl8(field8(v, 4, 15), field8(qh, 2 * j + 1, 1), 4), xq, e + 32),
+                        (sc >> (16 * j + 8)) & 255)
     dx = xd[b]
     return fma_i(a0, acc, f16_at(w, o) * dx), fma_mins(a1, mn, xs, b * 16, -(f16_at(w, o + 2) * dx))
 
 
-# Q6_K: w = d * scale * (q - 32), an int8 scale per 16 weights
+# Q6_K: ql[128] | qh[64] | scales int8[16] | d f16; w = d * scale * (q - 32), a scale per 16
+# weights; weight h*128 + k*32 + l: nibble k // 2 of ql[h*64 + (k % 2)*32 + l], bits 2k of
+# qh[h*32 + l] above it. q taken as 0..63 (pair sums <= 16,002; times |scale| <= 128, 16 of them:
+# < 2^26), the -32 from the code sums per 16 times the scales.
 @inline
 def dot_q6_k(w, o, xq, xd, xs, b, a0, a1):
     acc = izero()
     for h in range(2):
+        qh = bytes32(w, o + 128 + h * 32)
         for k in range(4):
-            q0, q1 = _q6_k(w, o, h, k)
-            sub = o + 192 + h * 8 + k * 2
-            acc = iadd(acc, madd32(vmulc(q0, _i8(w[sub])), vmulc(q1, _i8(w[sub + 1])), xq,
-                                   b * 256 + h * 128 + k * 32))
+            v = bytes32(w, o + h * 64 + (k % 2) * 32)
+            q = or_shl8(field8(v, 4 * (k // 2), 15), field8(qh, 2 * k, 3), 4)
+            acc = scale_sum2_i8(acc, mul_us(q, xq, b * 256 + h * 128 + k * 32), w, o + 192 + h * 8 + k * 2)
+    acc = sums_dot_i8(acc, xs, b * 16, w, o + 192, -32)
     return fma_i(a0, acc, f16_at(w, o + 208) * xd[b]), a1
 
 
@@ -129,20 +148,16 @@ def dot_q3_k(w, o, xq, xd, xs, b, a0, a1):
     return fma_i(a0, acc, f16_at(w, o + 108) * xd[b]), a1
 
 
-# Q2_K: weight h*128 + k*32 + l is 2-bit field k of qs[h*32 + l]; scales[i] low nibble scale, high
-# nibble min; w = d * sc * q - dmin * m
+# Q2_K: scales[16] | qs[64] | d f16 | dmin f16; weight h*128 + k*32 + l is 2-bit field k of
+# qs[h*32 + l]; scales[i] low nibble scale, high nibble min (i = h*8 + k*2 + l // 16);
+# w = d * sc * q - dmin * m (q 0..3: pair sums <= 762)
 @inline
 def dot_q2_k(w, o, xq, xd, xs, b, a0, a1):
     acc = izero()
-    mins = 0
     for h in range(2):
+        v = bytes32(w, o + 16 + h * 32)
         for k in range(4):
-            g = o + 16 + h * 32
-            sub = h * 8 + k * 2
-            s0, s1 = np.int64(w[o + sub]), np.int64(w[o + sub + 1])
-            acc = iadd(acc, madd32(vmulc(bit_fields(w, g, 2 * k, 3), s0 & 15), vmulc(bit_fields(w, g + 16, 2 * k, 3), s1 & 15),
-                                   xq, b * 256 + h * 128 + k * 32))
-            mins += (s0 >> 4) * np.int64(xs[b * 16 + sub]) + (s1 >> 4) * np.int64(xs[b * 16 + sub + 1])
+            acc = scale_sum2_lo4(acc, mul_us(field8(v, 2 * k, 3), xq, b * 256 + h * 128 + k * 32), w, o + h * 8 + k * 2)
     dx = xd[b]
-    a0 = fma_i(a0, acc, f16_at(w, o + 80) * dx)
-    return add_lane0(a0, -(f16_at(w, o + 82) * dx) * np.float32(mins)), a1
+    mins = sums_dot_hi4(izero(), xs, b * 16, w, o, 1)
+    return fma_i(a0, acc, f16_at(w, o + 80) * dx), fma_i(a1, mins, -(f16_at(w, o + 82) * dx))

@@ -1,8 +1,8 @@
 """Row kernels with 8-bit activations: the decode matrix-vector products as llama.cpp computes them.
 
     quantize_q8_0(x, q, d, s)   x float32 [k] -> llama.cpp's Q8_0/Q8_1 blocks of 32: codes
-                                q int16 [k], scales d float32 [k / 32], block sums s [k / 32]
-    quantize_q8_k(x, q, d, bs)  x float32 [k] -> Q8_K blocks of 256: q int16 [k], d float32
+                                q int8 [k], scales d float32 [k / 32], block sums s [k / 32]
+    quantize_q8_k(x, q, d, bs)  x float32 [k] -> Q8_K blocks of 256: q int8 [k], d float32
                                 [k / 256], code sums per 16 bs int32 [k / 16]
     q8_0_rows(x), q8_k_rows(x)  the same for every row of x float32 [n, k], in fresh arrays
                                 [n, ...] (one compiled call: ~1 us, against ~7 us for three
@@ -74,7 +74,7 @@ def quantize_q8_k(x, q, d, bs):
 @jit
 def q8_0_rows(x):
     n, k = x.shape
-    q, d, s = np.empty((n, k), np.int16), np.empty((n, k // 32), np.float32), np.empty((n, k // 32), np.float32)
+    q, d, s = np.empty((n, k), np.int8), np.empty((n, k // 32), np.float32), np.empty((n, k // 32), np.float32)
     for i in range(n):
         quantize_q8_0(x[i], q[i], d[i], s[i])
     return q, d, s
@@ -83,7 +83,7 @@ def q8_0_rows(x):
 @jit
 def q8_k_rows(x):
     n, k = x.shape
-    q, d, bs = np.empty((n, k), np.int16), np.empty((n, k // 256), np.float32), np.empty((n, k // 16), np.int32)
+    q, d, bs = np.empty((n, k), np.int8), np.empty((n, k // 256), np.float32), np.empty((n, k // 16), np.int32)
     for i in range(n):
         quantize_q8_k(x[i], q[i], d[i], bs[i])
     return q, d, bs

@@ -233,16 +233,20 @@ def fsum(typingctx, acc):
 
 # --- integer products (8-bit activations) -------------------------------------------------------
 
+def _codes16(context, builder, arrty, arr, off):
+    """The 16 codes at xq[off:off+16] (int8, or int16 for callers that keep wider codes) as <16 x i32>."""
+    ty = ir.IntType(arrty.dtype.bitwidth)
+    x = builder.load(_ptr(context, builder, arrty, arr, off, ir.VectorType(ty, 16)), align=1)
+    return builder.sext(x, V16I32)
+
+
 @intrinsic
 def madd(typingctx, q, xq, off):
-    """Products of q with the 16 int16 at xq[off:off+16], adjacent pairs summed: lane j of the
-    result = q[2j] x[2j] + q[2j+1] x[2j+1] (x86's pmaddwd; LLVM matches the pattern)."""
+    """Products of q with the 16 codes at xq[off:off+16], adjacent pairs summed: lane j of the
+    result = q[2j] x[2j] + q[2j+1] x[2j+1] (x86's pmaddwd after sign extension; LLVM matches the pattern)."""
     def codegen(context, builder, sig, args):
-        x = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], V16I16), align=2)
-        p = builder.mul(builder.sext(args[0], V16I32), builder.sext(x, V16I32))
-        even = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(I32, 8), [2 * j for j in range(8)]))
-        odd = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(I32, 8), [2 * j + 1 for j in range(8)]))
-        return builder.add(even, odd)
+        p = builder.mul(builder.sext(args[0], V16I32), _codes16(context, builder, sig.args[1], args[1], args[2]))
+        return _pairs(builder, p, 8)
     return i32x8(q, xq, off), codegen
 
 
@@ -253,11 +257,8 @@ def madd32(typingctx, q0, q1, xq, off):
         out = None
         for k in range(2):
             o = builder.add(args[3], ir.Constant(args[3].type, 16 * k))
-            x = builder.load(_ptr(context, builder, sig.args[2], args[2], o, V16I16), align=2)
-            p = builder.mul(builder.sext(args[k], V16I32), builder.sext(x, V16I32))
-            even = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(I32, 8), [2 * j for j in range(8)]))
-            odd = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(I32, 8), [2 * j + 1 for j in range(8)]))
-            s = builder.add(even, odd)
+            p = builder.mul(builder.sext(args[k], V16I32), _codes16(context, builder, sig.args[2], args[2], o))
+            s = _pairs(builder, p, 8)
             out = s if out is None else builder.add(out, s)
         return out
     return i32x8(q0, q1, xq, off), codegen
@@ -419,3 +420,225 @@ def _float_storer(name, load):
 copy_f32 = _float_storer("copy_f32", _load_f32)
 copy_f16 = _float_storer("copy_f16", _load_f16)
 copy_bf16 = _float_storer("copy_bf16", _load_bf16)
+
+
+# --- 32 weights as bytes times 32 int8 codes (llama.cpp's AVX2 arrangement) --------------------
+#
+# U8x32 holds 32 weights as bytes. `mul_us` multiplies unsigned weights (0..255 as stored) by 32
+# int8 codes and sums adjacent pairs into 16 int16 lanes (pmaddubsw: 32 products per instruction);
+# `scale_sum`/`scale_sum2`/`pair_sum` multiply those int16 pair sums by sub-block scales (or 1) and
+# sum pairs again into 8 int32 lanes (pmaddwd). pmaddubsw saturates its int16 sums; every caller
+# states why its sums stay below 2^15 (weight < 128 unsigned, or |weight| <= 128 with codes of
+# magnitude <= 127: 2 x 128 x 127 = 32,512). With AVX2 these are the x86 instructions themselves
+# (`llvm.x86.avx2.*`); on other CPUs the same integer arithmetic in generic vector IR (exact under
+# the same bounds, so both give the same sums). Which one is chosen when a kernel is compiled:
+# `use_avx2()`; HEARTH_CPU_SIMD=generic forces the generic IR (engine.cpu keys its compiled-code
+# cache by that variable).
+
+V32I8, V32I16 = ir.VectorType(I8, 32), ir.VectorType(I16, 32)
+u8x32 = _vector_type("U8x32", V32I8)
+
+
+def _host_avx2() -> bool:
+    """Whether numba compiles for a CPU with AVX2 (its target: NUMBA_CPU_NAME/FEATURES or the host)."""
+    import os  # noqa: PLC0415
+    if os.environ.get("HEARTH_CPU_SIMD", "") == "generic":
+        return False
+    try:
+        from numba.core.registry import cpu_target  # noqa: PLC0415
+        features = cpu_target.target_context.codegen()._get_host_cpu_features()
+        return "+avx2" in features.split(",")
+    except Exception:  # noqa: BLE001  (another numba layout: ask LLVM about the host)
+        import llvmlite.binding as llvm  # noqa: PLC0415
+        return bool(llvm.get_host_cpu_features().get("avx2", False))
+
+
+AVX2 = _host_avx2()   # read at code generation: a test may set it before compiling a fresh kernel
+
+
+def use_avx2() -> bool:
+    return AVX2
+
+
+def _x86(builder, name, ret, argtys, args):
+    fn = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(ret, argtys), name)
+    return builder.call(fn, args)
+
+
+def _pairs(builder, p, lanes):
+    """Lanes 2j + 2j+1 of p added: <2n x T> -> <n x T>."""
+    idx = ir.VectorType(I32, lanes)
+    even = builder.shuffle_vector(p, p, ir.Constant(idx, [2 * j for j in range(lanes)]))
+    odd = builder.shuffle_vector(p, p, ir.Constant(idx, [2 * j + 1 for j in range(lanes)]))
+    return builder.add(even, odd)
+
+
+def _maddubs(builder, w, x):
+    """pmaddubsw: w unsigned, x signed bytes -> <16 x i16> pair sums."""
+    if use_avx2():
+        return _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, [V32I8, V32I8], [w, x])
+    p = builder.mul(builder.zext(w, V32I16), builder.sext(x, V32I16))
+    return _pairs(builder, p, 16)
+
+
+def _maddwd(builder, a, b):
+    """pmaddwd: <16 x i16> x <16 x i16> -> <8 x i32> pair sums."""
+    if use_avx2():
+        return _x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, [V16I16, V16I16], [a, b])
+    return _pairs(builder, builder.mul(builder.sext(a, V16I32), builder.sext(b, V16I32)), 8)
+
+
+def _codes32(context, builder, arrty, arr, off):
+    return builder.load(_ptr(context, builder, arrty, arr, off, V32I8), align=1)
+
+
+def _scalar_i16(builder, v):
+    return builder.trunc(v, I16) if v.type.width > 16 else builder.sext(v, I16) if v.type.width < 16 else v
+
+
+@intrinsic
+def bytes32(typingctx, arr, off):
+    """The 32 bytes at (array, offset)."""
+    def codegen(context, builder, sig, args):
+        return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], V32I8), align=1)
+    return u8x32(arr, off), codegen
+
+
+@intrinsic
+def nibbles32(typingctx, arr, off):
+    """The 16 bytes at (array, offset) as 32 weights 0..15: their low nibbles, then their high ones
+    (the order of a Q4_0/Q4_1 block)."""
+    def codegen(context, builder, sig, args):
+        b = _bytes16(context, builder, sig, args)
+        v = builder.shuffle_vector(b, builder.lshr(b, _const(V16I8, 4)), ir.Constant(ir.VectorType(I32, 32), list(range(32))))
+        return builder.and_(v, _const(V32I8, 0x0F))
+    return u8x32(arr, off), codegen
+
+
+@intrinsic
+def field8(typingctx, v, shift, mask):
+    """(v >> shift) & mask in every byte lane (nibbles, 2-bit fields, single bits)."""
+    def codegen(context, builder, sig, args):
+        s = _splat(builder, builder.trunc(args[1], I8), V32I8)
+        m = _splat(builder, builder.trunc(args[2], I8), V32I8)
+        return builder.and_(builder.lshr(args[0], s), m)
+    return u8x32(v, shift, mask), codegen
+
+
+@intrinsic
+def or_shl8(typingctx, a, b, k):
+    """a | (b << k) in every byte lane (high bits joined to the low ones)."""
+    def codegen(context, builder, sig, args):
+        return builder.or_(args[0], builder.shl(args[1], _splat(builder, builder.trunc(args[2], I8), V32I8)))
+    return u8x32(a, b, k), codegen
+
+
+@intrinsic
+def add8(typingctx, v, c):
+    """v + c (c a scalar int, wrapping) in every byte lane: centred weights as int8."""
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], _splat(builder, builder.trunc(args[1], I8), V32I8))
+    return u8x32(v, c), codegen
+
+
+@intrinsic
+def bits_to_bytes(typingctx, u, k):
+    """Byte j = (bit j of the uint32 u) << k, j = 0..31 (Q5_0/Q5_1's fifth bits)."""
+    def codegen(context, builder, sig, args):
+        u = builder.trunc(args[0], I32) if args[0].type.width > 32 else args[0]
+        b4 = builder.bitcast(u, ir.VectorType(I8, 4))
+        v = builder.shuffle_vector(b4, b4, ir.Constant(ir.VectorType(I32, 32), [j // 8 for j in range(32)]))
+        bit = ir.Constant(V32I8, [ir.Constant(I8, 1 << (j % 8)) for j in range(32)])
+        one = builder.icmp_unsigned("!=", builder.and_(v, bit), _const(V32I8, 0))
+        k = builder.trunc(args[1], I8)
+        return builder.select(one, _splat(builder, builder.shl(ir.Constant(I8, 1), k), V32I8), _const(V32I8, 0))
+    return u8x32(u, k), codegen
+
+
+@intrinsic
+def mul_us(typingctx, w, xq, off):
+    """Unsigned weights w times the int8 codes xq[off:off+32], pairs summed (int16, saturating:
+    callers keep w < 128 so that 2 x 127 x w fits)."""
+    def codegen(context, builder, sig, args):
+        return _maddubs(builder, args[0], _codes32(context, builder, sig.args[1], args[1], args[2]))
+    return i16x16(w, xq, off), codegen
+
+
+@intrinsic
+def mul_ss(typingctx, w, xq, off):
+    """Signed weights w (int8) times the int8 codes xq[off:off+32], pairs summed in int16: |w| times
+    x with w's sign (llama.cpp's sign trick: psignb), so that pmaddubsw can take them; exact since
+    |w| <= 128 and |x| <= 127."""
+    def codegen(context, builder, sig, args):
+        x = _codes32(context, builder, sig.args[1], args[1], args[2])
+        w = args[0]
+        if use_avx2():
+            aw = _x86(builder, "llvm.x86.avx2.psign.b", V32I8, [V32I8, V32I8], [w, w])
+            sx = _x86(builder, "llvm.x86.avx2.psign.b", V32I8, [V32I8, V32I8], [x, w])
+            return _maddubs(builder, aw, sx)
+        p = builder.mul(builder.sext(w, V32I16), builder.sext(x, V32I16))
+        return _pairs(builder, p, 16)
+    return i16x16(w, xq, off), codegen
+
+
+@intrinsic
+def pair_sum(typingctx, p):
+    """The int16 pair sums p summed again in pairs, as 8 int32 (pmaddwd with ones)."""
+    def codegen(context, builder, sig, args):
+        return _maddwd(builder, args[0], _const(V16I16, 1))
+    return i32x8(p), codegen
+
+
+@intrinsic
+def scale_sum(typingctx, acc, p, c):
+    """acc + the int16 pair sums p times c (a scalar: the scale of their 32 weights), summed in
+    pairs (pmaddwd: int32, exact for |c| < 2^15)."""
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], _maddwd(builder, args[1], _splat(builder, _scalar_i16(builder, args[2]), V16I16)))
+    return i32x8(acc, p, c), codegen
+
+
+def _scale_pair(name, signed, nibble):
+    @intrinsic
+    def f(typingctx, acc, p, arr, off):
+        def codegen(context, builder, sig, args):
+            b2 = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], ir.VectorType(I8, 2)), align=1)
+            s = (builder.sext if signed else builder.zext)(b2, ir.VectorType(I16, 2))
+            if nibble:
+                s = builder.and_(s, ir.Constant(ir.VectorType(I16, 2), [15, 15]))
+            s16 = builder.shuffle_vector(s, s, ir.Constant(ir.VectorType(I32, 16), [0] * 8 + [1] * 8))
+            return builder.add(args[0], _maddwd(builder, args[1], s16))
+        return i32x8(acc, p, arr, off), codegen
+    f.__name__ = name
+    return f
+
+
+# acc + p's first 8 lanes (weights 0..15) times scale a and its last 8 (weights 16..31) times
+# scale b, summed in pairs (pmaddwd), a and b from the bytes arr[off], arr[off + 1]: Q6_K's int8
+# 16-weight scales, Q2_K's low nibbles
+scale_sum2_i8 = _scale_pair("scale_sum2_i8", True, False)
+scale_sum2_lo4 = _scale_pair("scale_sum2_lo4", False, True)
+
+
+def _sums_dot(name, nibble_hi):
+    @intrinsic
+    def f(typingctx, acc, bs, boff, arr, off, c):
+        def codegen(context, builder, sig, args):
+            b = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], V16I32), align=4)
+            s = builder.load(_ptr(context, builder, sig.args[3], args[3], args[4], V16I8), align=1)
+            s = builder.lshr(s, _const(V16I8, 4)) if nibble_hi else s
+            p = builder.mul(b, (builder.zext if nibble_hi else builder.sext)(s, V16I32))
+            lo = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(I32, 8), list(range(8))))
+            hi = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(I32, 8), list(range(8, 16))))
+            c = builder.trunc(args[5], I32) if args[5].type.width > 32 else args[5]
+            return builder.add(args[0], builder.mul(builder.add(lo, hi), _splat(builder, c, V8I32)))
+        return i32x8(acc, bs, boff, arr, off, c), codegen
+    f.__name__ = name
+    return f
+
+
+# acc + c * (bs[boff + i] * s_i)_i, the 16 products folded into 8 int32 lanes, s_i the byte
+# arr[off + i] as int8 (Q6_K's scales: its -32 offset) or its high nibble (Q2_K's mins): a
+# K-quant block's offset term from the code sums per 16; exact in int32 (|bs| <= 16 x 127).
+sums_dot_i8 = _sums_dot("sums_dot_i8", False)
+sums_dot_hi4 = _sums_dot("sums_dot_hi4", True)
