@@ -15,20 +15,20 @@ pairs summed in int16 (`mul_us`: pmaddubsw; signed weights through the sign tric
 sums times the sub-block scales and summed in pairs into int32 (`scale_sum`: pmaddwd), the block's
 int32 lanes converted to float32 once and scaled by the weight scale times the activation scale.
 Unsigned weights (Q4_1, Q5_1, the K-quants' q) are multiplied as stored and their offsets applied
-through sums of x: Q4_1/Q5_1's m * s, Q4_K/Q5_K/Q2_K's mins and Q6_K's -32 from the code sums per 16.
+through sums of x: Q4_1/Q5_1's m * s, Q4_K/Q5_K/Q2_K's mins and Q6_K's -32 / Q3_K's -4 from the
+code sums per 16.
 Bounds, per type below: the int16 pair sums stay below 2^15 (pmaddubsw saturates), the int32 lanes
 below 2^31.
-Q3_K keeps the int16 path (weights and their scales widened to int16 lanes, `madd32`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .blocks import _i8, _q3_k, _q3_scale, inline
-from .simd import (bytes32, f16_at, field8, fma_i, fma_mins, iadd, izero, madd32, mul_ss, mul_us, nibbles32, or_shl8,
-                   add8, bits_to_bytes, pair_sum, scale_sum, scale_sum2_i8, scale_sum2_lo4, sums_dot_hi4, sums_dot_i8,
-                   u32_at, vmulc)
+from .blocks import inline
+from .simd import (add8, bits_to_bytes, bytes32, f16_at, fma_i, fma_mins, field8, izero, mul_ss, mul_us,
+                   nibbles32, or_shl8, pair_sum, q3_scales, scale_sum, scale_sum2_i8, scale_sum2_lo4, scale_sum_v,
+                   sums_dot_hi4, sums_dot_i8, sums_dot_v, u32_at)
 
 
 # --- the 32-weight types: one activation block per weight block ---------------------------------
@@ -123,28 +123,44 @@ def dot_q5_k(w, o, xq, xd, xs, b, a0, a1):
 # qh[h*32 + l] above it. q taken as 0..63 (pair sums <= 16,002; times |scale| <= 128, 16 of them:
 # < 2^26), the -32 from the code sums per 16 times the scales.
 @inline
+def _q6_half(w, o, xq, e, acc, h):
+    """The products of weights h*128 .. h*128 + 127 (h a constant, as in _q3_half)."""
+    qh = bytes32(w, o + 128 + h * 32)
+    for k in range(4):
+        v = bytes32(w, o + h * 64 + (k % 2) * 32)
+        q = or_shl8(field8(v, 4 * (k // 2), 15), field8(qh, 2 * k, 3), 4)
+        acc = scale_sum2_i8(acc, mul_us(q, xq, e + h * 128 + k * 32), w, o + 192 + h * 8 + k * 2)
+    return acc
+
+
+@inline
 def dot_q6_k(w, o, xq, xd, xs, b, a0, a1):
-    acc = izero()
-    for h in range(2):
-        qh = bytes32(w, o + 128 + h * 32)
-        for k in range(4):
-            v = bytes32(w, o + h * 64 + (k % 2) * 32)
-            q = or_shl8(field8(v, 4 * (k // 2), 15), field8(qh, 2 * k, 3), 4)
-            acc = scale_sum2_i8(acc, mul_us(q, xq, b * 256 + h * 128 + k * 32), w, o + 192 + h * 8 + k * 2)
-    acc = sums_dot_i8(acc, xs, b * 16, w, o + 192, -32)
+    acc = _q6_half(w, o, xq, b * 256, sums_dot_i8(izero(), xs, b * 16, w, o + 192, -32), 0)
+    acc = _q6_half(w, o, xq, b * 256, acc, 1)
     return fma_i(a0, acc, f16_at(w, o + 208) * xd[b]), a1
 
 
-# Q3_K: w = d * (scale - 32) * q, q in -4..3
+# Q3_K: hmask[32] | qs[64] | scales[12] | d f16; w = d * (scale - 32) * (q - 4); weight
+# h*128 + k*32 + l: 2-bit field k of qs[h*32 + l], bit h*4 + k of hmask[l] above it. q taken as
+# 0..7 (pair sums <= 1,778; times |scale - 32| <= 32, 16 of them: < 2^20), the -4 from the code
+# sums per 16 times the scales.
+@inline
+def _q3_half(w, o, xq, e, acc, sc, hm, h):
+    """The products of weights h*128 .. h*128 + 127 (h a constant: the shifts and scale lanes below
+    are then constants, where a loop over h leaves them variables)."""
+    v = bytes32(w, o + 32 + h * 32)
+    for k in range(4):
+        q = or_shl8(field8(v, 2 * k, 3), field8(hm, h * 4 + k, 1), 2)
+        acc = scale_sum_v(acc, mul_us(q, xq, e + h * 128 + k * 32), sc, h * 8 + k * 2)
+    return acc
+
+
 @inline
 def dot_q3_k(w, o, xq, xd, xs, b, a0, a1):
-    acc = izero()
-    for h in range(2):
-        for k in range(4):
-            q0, q1 = _q3_k(w, o, h, k)
-            sub = h * 8 + k * 2
-            acc = iadd(acc, madd32(vmulc(q0, _q3_scale(w, o + 96, sub)), vmulc(q1, _q3_scale(w, o + 96, sub + 1)),
-                                   xq, b * 256 + h * 128 + k * 32))
+    sc = q3_scales(w, o + 96)
+    hm = bytes32(w, o)
+    acc = _q3_half(w, o, xq, b * 256, sums_dot_v(izero(), xs, b * 16, sc, -4), sc, hm, 0)
+    acc = _q3_half(w, o, xq, b * 256, acc, sc, hm, 1)
     return fma_i(a0, acc, f16_at(w, o + 108) * xd[b]), a1
 
 
@@ -152,12 +168,17 @@ def dot_q3_k(w, o, xq, xd, xs, b, a0, a1):
 # qs[h*32 + l]; scales[i] low nibble scale, high nibble min (i = h*8 + k*2 + l // 16);
 # w = d * sc * q - dmin * m (q 0..3: pair sums <= 762)
 @inline
+def _q2_half(w, o, xq, e, acc, h):
+    """The products of weights h*128 .. h*128 + 127 (h a constant, as in _q3_half)."""
+    v = bytes32(w, o + 16 + h * 32)
+    for k in range(4):
+        acc = scale_sum2_lo4(acc, mul_us(field8(v, 2 * k, 3), xq, e + h * 128 + k * 32), w, o + h * 8 + k * 2)
+    return acc
+
+
+@inline
 def dot_q2_k(w, o, xq, xd, xs, b, a0, a1):
-    acc = izero()
-    for h in range(2):
-        v = bytes32(w, o + 16 + h * 32)
-        for k in range(4):
-            acc = scale_sum2_lo4(acc, mul_us(field8(v, 2 * k, 3), xq, b * 256 + h * 128 + k * 32), w, o + h * 8 + k * 2)
+    acc = _q2_half(w, o, xq, b * 256, _q2_half(w, o, xq, b * 256, izero(), 0), 1)
     dx = xd[b]
     mins = sums_dot_hi4(izero(), xs, b * 16, w, o, 1)
     return fma_i(a0, acc, f16_at(w, o + 80) * dx), fma_i(a1, mins, -(f16_at(w, o + 82) * dx))

@@ -613,6 +613,58 @@ def _scale_pair(name, signed, nibble):
     return f
 
 
+i8x16 = _vector_type("I8x16", V16I8)
+
+
+@intrinsic
+def q3_scales(typingctx, arr, off):
+    """Q3_K's 16 signed 6-bit scales (minus 32) from the 12 bytes at (array, offset), one per lane
+    (llama.cpp's branch-free unpacking: low nibbles from bytes 0-7, high bits from bytes 8-11)."""
+    def codegen(context, builder, sig, args):
+        a = [builder.load(_ptr(context, builder, sig.args[0], args[0], builder.add(args[1], ir.Constant(args[1].type, 4 * i)), I32),
+                          align=1) for i in range(3)]
+        c = lambda v: ir.Constant(I32, v)  # noqa: E731
+        m4, m2 = c(0x0F0F0F0F), c(0x03030303)
+        hi = lambda k: builder.shl(builder.and_(builder.lshr(a[2], c(k)), m2), c(4))  # noqa: E731
+        words = [builder.or_(builder.and_(a[0], m4), hi(0)),
+                 builder.or_(builder.and_(a[1], m4), hi(2)),
+                 builder.or_(builder.and_(builder.lshr(a[0], c(4)), m4), hi(4)),
+                 builder.or_(builder.and_(builder.lshr(a[1], c(4)), m4), hi(6))]
+        v = ir.Constant(ir.VectorType(I32, 4), None)
+        for i, wd in enumerate(words):
+            v = builder.insert_element(v, wd, ir.Constant(I32, i))
+        return builder.sub(builder.bitcast(v, V16I8), _const(V16I8, 32))
+    return i8x16(arr, off), codegen
+
+
+@intrinsic
+def scale_sum_v(typingctx, acc, p, sc, i):
+    """acc + p's first 8 lanes (weights 0..15) times lane i of the scales sc and its last 8 times
+    lane i + 1, summed in pairs (pmaddwd)."""
+    def codegen(context, builder, sig, args):
+        i = builder.trunc(args[3], I32) if args[3].type.width > 32 else args[3]
+        v = ir.Constant(ir.VectorType(I16, 2), None)
+        for k in range(2):
+            e = builder.sext(builder.extract_element(args[2], builder.add(i, ir.Constant(I32, k))), I16)
+            v = builder.insert_element(v, e, ir.Constant(I32, k))
+        s16 = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, 16), [0] * 8 + [1] * 8))
+        return builder.add(args[0], _maddwd(builder, args[1], s16))
+    return i32x8(acc, p, sc, i), codegen
+
+
+@intrinsic
+def sums_dot_v(typingctx, acc, bs, boff, sc, c):
+    """acc + c * (bs[boff + i] * sc_i)_i, the 16 products folded into 8 int32 lanes (sc: 16 scales)."""
+    def codegen(context, builder, sig, args):
+        b = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], V16I32), align=4)
+        p = builder.mul(b, builder.sext(args[3], V16I32))
+        lo = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(I32, 8), list(range(8))))
+        hi = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(I32, 8), list(range(8, 16))))
+        c = builder.trunc(args[4], I32) if args[4].type.width > 32 else args[4]
+        return builder.add(args[0], builder.mul(builder.add(lo, hi), _splat(builder, c, V8I32)))
+    return i32x8(acc, bs, boff, sc, c), codegen
+
+
 # acc + p's first 8 lanes (weights 0..15) times scale a and its last 8 (weights 16..31) times
 # scale b, summed in pairs (pmaddwd), a and b from the bytes arr[off], arr[off + 1]: Q6_K's int8
 # 16-weight scales, Q2_K's low nibbles
