@@ -194,3 +194,90 @@ def test_int8_stacked_matrices_equal_each_alone(name):
         alone.scale = 0.5 if i == 0 else 1.0
         np.testing.assert_array_equal(got[:, c:c + w.shape[0]], alone(Activations(x, int8=True)))
         c += w.shape[0]
+
+
+def _int8_check(name: str, w: np.ndarray, x: np.ndarray, got: np.ndarray) -> None:
+    """got float32 [rows]: the 8-bit product of w with x against the float64 reference. Q4_1/Q5_1's
+    offset terms m * sum(x) are m times the Q8_1 block sum s, which llama.cpp rounds to float16
+    (engine/quant_activations.py): the reference takes them so, or a block of zero nibbles (all
+    offset) would differ by that rounding (2^-11), not by the kernel."""
+    q, d, s = (QA.q8_k if name.endswith("_K") else QA.q8_0)(x)
+    x8 = QA.dequantized(q, d)
+    ref = reference(name, w).astype(np.float64)
+    want, bound = ref @ x8, np.abs(ref) @ np.abs(x8)
+    if name in ("Q4_1", "Q5_1"):
+        t = TYPE_BY_NAME[name]
+        no_m = w.reshape(-1, t.type_size).copy()
+        m = no_m[:, 2:4].copy().view(np.float16).astype(np.float64).reshape(w.shape[0], -1)
+        no_m[:, 2:4] = 0
+        want = reference(name, no_m.reshape(w.shape)).astype(np.float64) @ x8 + m @ s.astype(np.float64)
+    assert np.all(np.abs(got - want) <= 1e-5 * bound + 1e-30)
+
+
+@pytest.mark.parametrize("name", list(F16_FIELDS))
+@pytest.mark.parametrize("fill", [0x00, 0xFF, 0x80, 0x7F])
+def test_int8_matvec_extreme_blocks(name, fill):
+    """Every weight byte at an extreme (largest unsigned values, Q8_0's -128 and 127) times codes of
+    +-127: the int16 pair sums of pmaddubsw at their bounds (2 x 128 x 127 for Q8_0, 2 x 63 x 127
+    for Q6_K) must not saturate."""
+    rows, cols = 5, 512
+    w = random_matrix(name, rows, cols, seed=fill)
+    t = TYPE_BY_NAME[name]
+    blocks = w.reshape(-1, t.type_size)
+    keep = np.zeros(t.type_size, bool)
+    for off in F16_FIELDS[name]:
+        keep[off:off + 2] = True
+    blocks[:, ~keep] = fill
+    for x in (np.full(cols, 0.75, np.float32), np.where(np.arange(cols) % 3, -1.5, 2.0).astype(np.float32)):
+        lin = Linear(w, t, cols, name, int8=True)
+        _int8_check(name, w, x, lin(Activations(x[None, :], int8=True))[0])
+
+
+def _kernel_asm(fn) -> str:
+    return "\n".join(fn.inspect_asm().values())
+
+
+@pytest.mark.parametrize("name", list(F16_FIELDS))
+def test_int8_generic_ir_equals_x86_path(name, monkeypatch):
+    """The generic vector IR (CPUs without AVX2; HEARTH_CPU_SIMD=generic) compiled here in a fresh
+    kernel: the same products as the default kernel, bit for bit (the integer sums are exact on
+    both, the float steps the same), and the reference's; where the host has AVX2 the default
+    kernel uses pmaddubsw and the generic one does not."""
+    from numba import njit
+
+    from hearth.engine.cpu import simd
+    rows, cols = 37, 768
+    w = random_matrix(name, rows, cols, seed=cols)
+    x = _awkward_x(cols, 2)
+    kb = name.endswith("_K")
+    q, d, s = (K8.q8_k_rows if kb else K8.q8_0_rows)(x[None, :])
+    default = getattr(K8, f"matvec_{name.lower()}")
+    ws, ones = (w,), np.ones(1, np.float32)
+    want = np.empty(rows, np.float32)
+    default(ws, q[0], d[0], s[0], want, ones)
+    x86 = simd.use_avx2()
+    for avx2 in {False, x86}:
+        monkeypatch.setattr(simd, "AVX2", avx2)
+        fresh = njit(nogil=True)(default.py_func)
+        got = np.empty(rows, np.float32)
+        fresh(ws, q[0], d[0], s[0], got, ones)
+        np.testing.assert_array_equal(got, want)
+        _int8_check(name, w, x, got)
+        asm = _kernel_asm(fresh)
+        assert ("pmaddubsw" in asm) == avx2 and ("psignb" in asm) == (avx2 and name in ("Q4_0", "Q5_0", "Q8_0"))
+
+
+def test_int8_one_row_buffers_follow_their_activations():
+    """One-row inputs share this thread's quantization buffers: an Activations used again after
+    another one of the same size still multiplies its own x."""
+    cols = 512
+    w = random_matrix("Q4_K", 9, cols)
+    lin = Linear(w, TYPE_BY_NAME["Q4_K"], cols, "Q4_K", int8=True)
+    rng = np.random.default_rng(5)
+    xa, xb = (rng.standard_normal((1, cols)).astype(np.float32) for _ in range(2))
+    a, b = Activations(xa, int8=True), Activations(xb, int8=True)
+    ya, yb = lin(a), lin(b)
+    np.testing.assert_array_equal(lin(a), ya)
+    np.testing.assert_array_equal(lin(Activations(xa.copy(), int8=True)), ya)
+    assert not np.array_equal(ya, yb)
+    _int8_check("Q4_K", w, xb[0], lin(b)[0])

@@ -94,12 +94,35 @@ class Activations:
 
     def q8(self, k_blocks: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """x in llama.cpp's 8-bit blocks (engine/quant_activations.py): Q8_K (k_blocks) ->
-        codes int16 [n, k], scales float32 [n, k / 256], code sums int32 [n, k / 16]; else Q8_0/Q8_1
-        -> codes int16 [n, k], scales float32 [n, k / 32], block sums float32 [n, k / 32]."""
+        codes int8 [n, k], scales float32 [n, k / 256], code sums int32 [n, k / 16]; else Q8_0/Q8_1
+        -> codes int8 [n, k], scales float32 [n, k / 32], block sums float32 [n, k / 32].
+        One row (a decode token) is quantized into this thread's buffers for its size, reused by the
+        next one-row Activations: ~1.2 us a call against ~3.4 us for fresh arrays (121 a token on
+        SmolLM2). Each buffer remembers which Activations filled it, so an older one that is used
+        again quantizes its x again instead of reading another x's codes."""
+        if self.x.shape[0] == 1:
+            key = (k_blocks, self.x.shape[1])
+            bufs = getattr(_local, "q8", None)
+            if bufs is None:
+                bufs = _local.q8 = {}
+            got = bufs.get(key)
+            if got is None:
+                got = bufs[key] = [None, *_q8_arrays(k_blocks, 1, self.x.shape[1])]
+            if got[0] is not self:
+                got[0] = self
+                (K8.quantize_q8_k if k_blocks else K8.quantize_q8_0)(self.x[0], got[1][0], got[2][0], got[3][0])
+            return got[1], got[2], got[3]
         got = self._q8.get(k_blocks)
         if got is None:
             got = self._q8[k_blocks] = (K8.q8_k_rows if k_blocks else K8.q8_0_rows)(self.x)
         return got
+
+
+def _q8_arrays(k_blocks: bool, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Empty (codes int8 [n, k], scales float32 [n, k / block], sums [n, ...]) of Q8_K or Q8_0/Q8_1."""
+    if k_blocks:
+        return np.empty((n, k), np.int8), np.empty((n, k // 256), np.float32), np.empty((n, k // 16), np.int32)
+    return np.empty((n, k), np.int8), np.empty((n, k // 32), np.float32), np.empty((n, k // 32), np.float32)
 
 
 class Linear:
