@@ -8,7 +8,9 @@ Random blocks (random bytes, sane float16 scales), odd row counts. Tolerances:
 - 8-bit x (the decode kernels, x quantized as llama.cpp does): the codes, scales and sums exactly
   those of the numpy reference (engine/quant_activations.py); the products within 1e-5 of
   sum |w| |x8| of the float64 product of the reference weights and the dequantized 8-bit x (the
-  integer sums are exact; the tolerance covers the float32 scaling and accumulation).
+  integer sums are exact; the tolerance covers the float32 scaling and accumulation), also with
+  every weight byte at an extreme (the int16 bounds of pmaddubsw), and on the generic vector IR
+  (CPUs without AVX2) bit for bit equal to the default kernel.
 """
 
 from __future__ import annotations

@@ -3,13 +3,15 @@
 Why: LLVM does not vectorize the 16- and 32-element reductions of quantized blocks when they are
 written as Python loops (measured 5-9 GFLOP/s), but it lowers explicit vector IR (`<16 x i16>`,
 `<8 x float>`, shuffles) to the host's SIMD instructions (AVX2 here, NEON on ARM, SSE elsewhere),
-and inlines these intrinsics into the numba loops that call them. Three value types:
-    I16x16  16 int16 lanes: the integer values of 16 weights
-    I32x8   8 int32 lanes: pairwise sums of 16 integer products (`madd`)
+and inlines these intrinsics into the numba loops that call them. Value types:
+    I16x16  16 int16 lanes: the integer values of 16 weights, or pair sums of 32 products
+    I32x8   8 int32 lanes: sums of integer products
     F32x8   8 float32 lanes: a dot-product accumulator
+    U8x32   32 weights as bytes; I8x16: 16 int8 scales
 Two kinds of products: float32 activations (integer weights converted in registers, `fdot32`;
-engine/cpu/blocks.py) and 8-bit activations stored as int16 (`madd`: what LLVM lowers to pmaddwd
-on x86 and to widening multiply-adds on ARM; engine/cpu/blocks_int8.py).
+engine/cpu/blocks.py) and 8-bit activations stored as int8 (llama.cpp's AVX2 arrangement: bytes
+times codes with pmaddubsw, then pmaddwd with the scales; generic vector IR on other CPUs; the
+section "32 weights as bytes" below; engine/cpu/blocks_int8.py).
 Every memory operation takes (array, element offset) and reads or writes without bounds checks: the
 kernels compute offsets from the block layouts, and the tests run them against the numpy reference.
 """
@@ -232,56 +234,6 @@ def fsum(typingctx, acc):
 
 
 # --- integer products (8-bit activations) -------------------------------------------------------
-
-def _codes16(context, builder, arrty, arr, off):
-    """The 16 codes at xq[off:off+16] (int8, or int16 for callers that keep wider codes) as <16 x i32>."""
-    ty = ir.IntType(arrty.dtype.bitwidth)
-    x = builder.load(_ptr(context, builder, arrty, arr, off, ir.VectorType(ty, 16)), align=1)
-    return builder.sext(x, V16I32)
-
-
-@intrinsic
-def madd(typingctx, q, xq, off):
-    """Products of q with the 16 codes at xq[off:off+16], adjacent pairs summed: lane j of the
-    result = q[2j] x[2j] + q[2j+1] x[2j+1] (x86's pmaddwd after sign extension; LLVM matches the pattern)."""
-    def codegen(context, builder, sig, args):
-        p = builder.mul(builder.sext(args[0], V16I32), _codes16(context, builder, sig.args[1], args[1], args[2]))
-        return _pairs(builder, p, 8)
-    return i32x8(q, xq, off), codegen
-
-
-@intrinsic
-def madd32(typingctx, q0, q1, xq, off):
-    """madd(q0, xq, off) + madd(q1, xq, off + 16): the integer dot product of 32 weights."""
-    def codegen(context, builder, sig, args):
-        out = None
-        for k in range(2):
-            o = builder.add(args[3], ir.Constant(args[3].type, 16 * k))
-            p = builder.mul(builder.sext(args[k], V16I32), _codes16(context, builder, sig.args[2], args[2], o))
-            s = _pairs(builder, p, 8)
-            out = s if out is None else builder.add(out, s)
-        return out
-    return i32x8(q0, q1, xq, off), codegen
-
-
-@intrinsic
-def iadd(typingctx, a, b):
-    def codegen(context, builder, sig, args):
-        return builder.add(args[0], args[1])
-    return i32x8(a, b), codegen
-
-
-@intrinsic
-def imac(typingctx, acc, p, c):
-    """acc + p * c (c a scalar int: a sub-block scale) in every int32 lane. Why not the weights
-    times c in int16 first (vmulc): with c from an unsigned 6-bit field LLVM proves the int16
-    products non-negative, and then no longer lowers `madd` to pmaddwd (measured: Q4_K 7.0 against
-    float x's 7.9 G weights/s)."""
-    def codegen(context, builder, sig, args):
-        c = builder.trunc(args[2], I32) if args[2].type.width > 32 else args[2]
-        return builder.add(args[0], builder.mul(args[1], _splat(builder, c, V8I32)))
-    return i32x8(acc, p, c), codegen
-
 
 @intrinsic
 def fma_mins(typingctx, acc, mn, xs, off, s):
@@ -510,7 +462,8 @@ def nibbles32(typingctx, arr, off):
     (the order of a Q4_0/Q4_1 block)."""
     def codegen(context, builder, sig, args):
         b = _bytes16(context, builder, sig, args)
-        v = builder.shuffle_vector(b, builder.lshr(b, _const(V16I8, 4)), ir.Constant(ir.VectorType(I32, 32), list(range(32))))
+        both = ir.Constant(ir.VectorType(I32, 32), list(range(32)))
+        v = builder.shuffle_vector(b, builder.lshr(b, _const(V16I8, 4)), both)
         return builder.and_(v, _const(V32I8, 0x0F))
     return u8x32(arr, off), codegen
 
@@ -621,8 +574,8 @@ def q3_scales(typingctx, arr, off):
     """Q3_K's 16 signed 6-bit scales (minus 32) from the 12 bytes at (array, offset), one per lane
     (llama.cpp's branch-free unpacking: low nibbles from bytes 0-7, high bits from bytes 8-11)."""
     def codegen(context, builder, sig, args):
-        a = [builder.load(_ptr(context, builder, sig.args[0], args[0], builder.add(args[1], ir.Constant(args[1].type, 4 * i)), I32),
-                          align=1) for i in range(3)]
+        at = [builder.add(args[1], ir.Constant(args[1].type, 4 * i)) for i in range(3)]
+        a = [builder.load(_ptr(context, builder, sig.args[0], args[0], o, I32), align=1) for o in at]
         c = lambda v: ir.Constant(I32, v)  # noqa: E731
         m4, m2 = c(0x0F0F0F0F), c(0x03030303)
         hi = lambda k: builder.shl(builder.and_(builder.lshr(a[2], c(k)), m2), c(4))  # noqa: E731
