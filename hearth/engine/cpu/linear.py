@@ -101,20 +101,30 @@ class Activations:
         SmolLM2). Each buffer remembers which Activations filled it, so an older one that is used
         again quantizes its x again instead of reading another x's codes."""
         if self.x.shape[0] == 1:
-            key = (k_blocks, self.x.shape[1])
-            bufs = getattr(_local, "q8", None)
-            if bufs is None:
-                bufs = _local.q8 = {}
-            got = bufs.get(key)
-            if got is None:
-                got = bufs[key] = [None, *_q8_arrays(k_blocks, 1, self.x.shape[1])]
-            if got[0] is not self:
-                got[0] = self
-                (K8.quantize_q8_k if k_blocks else K8.quantize_q8_0)(self.x[0], got[1][0], got[2][0], got[3][0])
-            return got[1], got[2], got[3]
+            return self._one_row(k_blocks)[1:4]
         got = self._q8.get(k_blocks)
         if got is None:
             got = self._q8[k_blocks] = (K8.q8_k_rows if k_blocks else K8.q8_0_rows)(self.x)
+        return got
+
+    def q8_row(self, k_blocks: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A one-row x's q8(k_blocks) as the row's own 1-D arrays (codes [k], scales, sums)."""
+        return self._one_row(k_blocks)[4:7]
+
+    def _one_row(self, k_blocks: bool) -> list:
+        """This thread's buffer entry for one row of this size, filled with this x: [the Activations
+        that filled it, codes [1, k], scales [1, ...], sums [1, ...], and the same as 1-D views]."""
+        key = (k_blocks, self.x.shape[1])
+        bufs = getattr(_local, "q8", None)
+        if bufs is None:
+            bufs = _local.q8 = {}
+        got = bufs.get(key)
+        if got is None:
+            arrays = _q8_arrays(k_blocks, 1, self.x.shape[1])
+            got = bufs[key] = [None, *arrays, *(a[0] for a in arrays)]
+        if got[0] is not self:
+            got[0] = self
+            (K8.quantize_q8_k if k_blocks else K8.quantize_q8_0)(self.x[0], got[4], got[5], got[6])
         return got
 
 
@@ -186,6 +196,11 @@ class Linear:
 
     def _rows(self, act: Activations, out: np.ndarray) -> None:
         direct = out.strides[1] == 4
+        if act.n == 1 and direct and self._int8 and act.int8:   # a decode token: no views to make
+            q, d, s = act.q8_row(self.k_blocks)
+            with _LAUNCH:
+                self._matvec8(self.ws, q, d, s, out[0], self.scales)
+            return
         with _LAUNCH:
             for i in range(act.n):
                 dst = out[i] if direct else np.empty(self.n_out, np.float32)
