@@ -268,15 +268,21 @@ class GpuBackend(Backend):
             self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True,
                               layout=o_lay_x, when=lambda n, kv: 1 < nsp(kv) <= fuse, q8=o_q8x)
         gt = [L["gate"].qtype, L["up"].qtype]
-        f_lay, f_q8 = self._layout(gt, d, nff, mats=2)
-        P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
-                         layout=f_lay, q8x=f_q8),
-              [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, f_lay),
-              f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
         dn_t = [L["down"].qtype]
-        if self.int8 and ops.int8_pre_ok(self.dev, dn_t, nff):
-            # long rows: x quantized once to global memory, then read at 1.6 bytes a value
-            P.add(ops.quantize_x(ks), [self.ff, self.ffq], ops.quantize_x_groups(nff), f"{i}.quantize_x", K=nff)
+        pre = self.int8 and ops.int8_pre_ok(self.dev, dn_t, nff)
+        f_lay, f_q8 = self._layout(gt, d, nff, mats=2)
+        q8out = pre and ops.glu_q8out_ok(f_q8, nff)
+        if q8out:
+            f_lay = ops.GLU_Q8OUT_LAYOUT
+        P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
+                         layout=f_lay, q8x=f_q8, q8out=q8out),
+              [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]] + ([self.ffq] if q8out else []),
+              ops.matvec_groups(nff, f_lay), f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
+        if pre:
+            # long rows: x quantized once to global memory (by the glu product itself where it can), then
+            # read at 1.6 bytes a value
+            if not q8out:
+                P.add(ops.quantize_x(ks), [self.ff, self.ffq], ops.quantize_x_groups(nff), f"{i}.quantize_x", K=nff)
             self._decode_proj(P, L["down"], self.ffq, nff, None, L["post_ffn"], f"{i}.down",
                               layout=ops.INT8_PRE_LAYOUT, q8=nff, q8g=True)
         else:

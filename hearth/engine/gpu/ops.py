@@ -104,10 +104,11 @@ def int8_ok(dev, qtypes, k: int) -> bool:
 # Types whose int8-x matvec reads 64-weight chunks (matvec.wgsl C64, quant.wgsl `_dq64`): a matvec with
 # one of them among its weights takes them (its other types run eight 8-weight products a chunk),
 # where a row has a chunk for every lane (K >= 64 x lanes: 4,096 at the int8 layouts' 64 lanes).
-# HEARTH_GPU_KSUB=0 keeps 8-weight chunks everywhere; HEARTH_GPU_KSUB_LANES=n gives those
-# matvecs n lanes (bench.gpu comparisons; the layouts are measured in bench/README.md).
-C64_TYPES = ("Q4_K", "Q5_K", "Q6_K")
-INT8_C64 = os.environ.get("HEARTH_GPU_KSUB", "") != "0"
+# HEARTH_GPU_KSUB=0 keeps 8-weight chunks everywhere, =k only for the K-quants; HEARTH_GPU_KSUB_LANES=n
+# gives those matvecs n lanes (bench.gpu comparisons; the layouts are measured in bench/README.md).
+_KSUB = os.environ.get("HEARTH_GPU_KSUB", "")
+C64_TYPES = ("Q4_K", "Q5_K", "Q6_K") + (() if _KSUB == "k" else ("Q4_0", "Q8_0"))
+INT8_C64 = _KSUB != "0"
 INT8_C64_LANES = int(os.environ.get("HEARTH_GPU_KSUB_LANES", "0") or 0)
 
 
@@ -118,7 +119,7 @@ def int8_c64(qtypes, q8x: int, lanes: int) -> bool:
 
 
 def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
-           attn_ws=1, layout=None, q8x=0, q8g=False):
+           attn_ws=1, layout=None, q8x=0, q8g=False, q8out=False):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
     attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
     params a0 = head dim, a1 = max splits), merged before the product; attn_ws = heads x max splits.
@@ -126,15 +127,17 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
     layout: (lanes, rows per thread), see matvec_layout; concat boundaries must be multiples of its
     rows per workgroup (matvec_rows). q8x = K: x goes to int8 blocks of 32 first (see int8_ok);
     the kernel is then built for rows of exactly K weights. q8g (with q8x): x (binding 1) is
-    already quantized, quantize_x's blocks (see int8_pre_ok); no norm, no attn_x."""
+    already quantized, quantize_x's blocks (see int8_pre_ok); no norm, no attn_x. q8out (glu, 32 rows a
+    workgroup: GLU_Q8OUT_LAYOUT; M a multiple of 32): y is also written as quantize_x's blocks to a
+    binding after the others (glu_q8out_ok)."""
     lanes, rpt, *rest = layout or MATVEC_DEFAULT
     unroll = rest[0] if rest else 1
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
-              + (["r"] if attn_x else []) + (["rw", "rw", "r", "r"] if rope else []))
+              + (["r"] if attn_x else []) + (["rw"] if q8out else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
                   ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g),
-                  C64=int8_c64(qtypes, q8x, lanes))
+                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes))
 
 
 # Row lengths whose matvec reads x quantized once, to global memory, by a pass before it
@@ -167,6 +170,18 @@ def int8_pre_ok(dev, qtypes, k: int) -> bool:
     quantized and K is at least INT8_PRE_K_MIN (nothing in workgroup memory, so no upper bound)."""
     return (getattr(dev, "int8", False) and k % 32 == 0 and k >= INT8_PRE_K_MIN
             and all(t in INT8_TYPES for t in qtypes))
+
+
+# The gate/up product in front of such a down product writes its output's int8 blocks itself (matvec
+# q8out: no quantize_x pass, one dispatch less a layer) in a layout of 32 rows a workgroup, one block:
+# 32 lanes x 4 rows. HEARTH_GPU_GLU_Q8=0 keeps the quantize_x pass (bench.gpu comparisons).
+GLU_Q8OUT_LAYOUT = (32, 4, 1)
+GLU_Q8OUT = os.environ.get("HEARTH_GPU_GLU_Q8", "") != "0"
+
+
+def glu_q8out_ok(gate_q8x: int, m: int) -> bool:
+    """Whether a glu matvec (int8 x when gate_q8x, M = m rows) writes its int8 blocks for the down product."""
+    return GLU_Q8OUT and bool(gate_q8x) and m % 32 == 0
 
 
 # The layout of those products (lanes, rows per thread, unroll): in the H200 sweep (--matvec-sweep,

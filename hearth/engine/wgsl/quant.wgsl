@@ -353,7 +353,8 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
 // Q4_K / Q5_K: the chunk is one 32-byte run of codes (sub-block 2p in the low nibbles, 2p + 1 in the
 // high), so each sub-block's 6-bit scale and min are decoded once and its 32 products are 8 integer
 // dot products summed as integers. Q6_K: four 16-weight pieces, one scale word, the codes read once
-// as 17 + 9 words. Other types: eight 8-weight `_dq8` products.
+// as 17 + 9 words. Q4_0 / Q8_0: the chunk's two blocks read once as 9 / 17 words, each block's 32
+// products summed as integers and scaled once. Other types: eight 8-weight `_dq8` products.
 fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
 {% if qtype == "Q4_K" or qtype == "Q5_K" %}
 {% set bb = 144 if qtype == "Q4_K" else 176 %}
@@ -425,6 +426,42 @@ fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
     }
 {% endfor %}
     return d * (x.s.x * f32(t0) + x.s.y * f32(t1));
+{% elif qtype == "Q4_0" %}
+    // two whole blocks, 36 bytes from a 4-byte aligned offset (a row of K = 64n weights is 36n bytes):
+    // 9 words, block 0's d and 16 code bytes from byte 0 (its codes 2 bytes off: funnel shifts),
+    // block 1's d in the high half of word 4 and its codes words 5..8
+    let wi = (rowbase >> 2u) + c * 9u;
+{% for i in range(9) %}
+    let a{{i}} = {{buf}}[wi + {{i}}u];
+{% endfor %}
+    var t0 = 0;
+    var t1 = 0;
+{% for m in range(4) %}
+    {
+        let q0 = (a{{m}} >> 16u) | (a{{m + 1}} << 16u);
+        let q1 = a{{m + 5}};
+        t0 += dot4I8Packed(q0 & LO4, x.q[{{m // 2}}].{{"xy"[m % 2]}}) + dot4I8Packed((q0 >> 4u) & LO4, x.q[{{2 + m // 2}}].{{"xy"[m % 2]}});
+        t1 += dot4I8Packed(q1 & LO4, x.q[{{4 + m // 2}}].{{"xy"[m % 2]}}) + dot4I8Packed((q1 >> 4u) & LO4, x.q[{{6 + m // 2}}].{{"xy"[m % 2]}});
+    }
+{% endfor %}
+    let n0 = x.n[0] + x.n[1] + x.n[2] + x.n[3];
+    let n1 = x.n[4] + x.n[5] + x.n[6] + x.n[7];
+    return x.s.x * unpack2x16float(a0).x * f32(t0 - 8 * n0) + x.s.y * unpack2x16float(a4).y * f32(t1 - 8 * n1);
+{% elif qtype == "Q8_0" %}
+    // two whole blocks, 68 bytes from a 4-byte aligned offset (K = 64n weights: 68n bytes a row): 17
+    // words, block 0's d and 32 codes from byte 0 (codes 2 bytes off: funnel shifts), block 1's d in
+    // the high half of word 8 and its codes words 9..16
+    let wi = (rowbase >> 2u) + c * 17u;
+{% for i in range(17) %}
+    let a{{i}} = {{buf}}[wi + {{i}}u];
+{% endfor %}
+    var t0 = 0;
+    var t1 = 0;
+{% for m in range(8) %}
+    t0 += dot4I8Packed((a{{m}} >> 16u) | (a{{m + 1}} << 16u), x.q[{{m // 2}}].{{"xy"[m % 2]}});
+    t1 += dot4I8Packed(a{{m + 9}}, x.q[{{4 + m // 2}}].{{"xy"[m % 2]}});
+{% endfor %}
+    return x.s.x * unpack2x16float(a0).x * f32(t0) + x.s.y * unpack2x16float(a8).y * f32(t1);
 {% else %}
     var r = 0.0;
 {% for i in range(8) %}
