@@ -187,7 +187,8 @@ def glu_q8out_ok(gate_q8x: int, m: int) -> bool:
 # The layout of those products (lanes, rows per thread, unroll): in the H200 sweep (--matvec-sweep,
 # the pass included) 128x2x2, 128x4x1, 256x2x2, 256x4x1 and 256x4x2 summed to 386-404 us over the 8B
 # down products in Q4_0, Q4_K, Q6_K and Q8_0, within the noise of each other; 64 lanes 415-514.
-INT8_PRE_LAYOUT = (128, 2, 2)
+# HEARTH_GPU_PRE_LAYOUT=lanes,rpt,unroll sets it (bench.gpu comparisons).
+INT8_PRE_LAYOUT = tuple(int(v) for v in os.environ.get("HEARTH_GPU_PRE_LAYOUT", "128,2,2").split(","))
 
 
 def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):
