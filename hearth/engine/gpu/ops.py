@@ -109,6 +109,9 @@ def int8_ok(dev, qtypes, k: int) -> bool:
 _KSUB = os.environ.get("HEARTH_GPU_KSUB", "")
 C64_TYPES = ("Q4_K", "Q5_K", "Q6_K") + (() if _KSUB == "k" else ("Q4_0", "Q8_0"))
 INT8_C64 = _KSUB != "0"
+# Those chunks' Q4_K / Q5_K header and codes read in 16-byte loads (matvec.wgsl V4); HEARTH_GPU_V4=0 reads
+# them a word at a time.
+INT8_V4 = os.environ.get("HEARTH_GPU_V4", "") != "0"
 INT8_C64_LANES = int(os.environ.get("HEARTH_GPU_KSUB_LANES", "0") or 0)
 
 
@@ -137,7 +140,7 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
                   ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g),
-                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes))
+                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4)
 
 
 # Row lengths whose matvec reads x quantized once, to global memory, by a pass before it
@@ -175,7 +178,7 @@ def int8_pre_ok(dev, qtypes, k: int) -> bool:
 # The gate/up product in front of such a down product writes its output's int8 blocks itself (matvec
 # q8out: no quantize_x pass, one dispatch less a layer) in a layout of 32 rows a workgroup, one block:
 # 32 lanes x 4 rows. HEARTH_GPU_GLU_Q8=0 keeps the quantize_x pass (bench.gpu comparisons).
-GLU_Q8OUT_LAYOUT = (32, 4, 1)
+GLU_Q8OUT_LAYOUT = tuple(int(v) for v in os.environ.get("HEARTH_GPU_GLU_Q8_LAYOUT", "32,4,1").split(","))
 GLU_Q8OUT = os.environ.get("HEARTH_GPU_GLU_Q8", "") != "0"
 
 

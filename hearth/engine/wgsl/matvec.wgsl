@@ -30,7 +30,8 @@
 // scales) where f32 x costs 4; no NORM, no ATTN_X.
 // C64 (with Q8X): a lane's chunks are 64 weights, not 8 (quant.wgsl `_dq64`): a Q4_K / Q5_K chunk is
 // one run of 32 code bytes holding two whole sub-blocks, so their scales and mins are decoded once
-// per 32 weights, not per 8, and the codes are read 8 words at a time.
+// per 32 weights, not per 8, and the codes are read 8 words at a time. V4 (with C64): Q4_K / Q5_K
+// weights are declared array<vec4<u32>> and a chunk's header and codes are read in 16-byte loads.
 // Q8OUT (glu, 32 rows a workgroup): the workgroup also writes its 32 outputs as one int8 block of
 // 32 to xo, in quantize_x.wgsl's layout and with its code (q8_block.wgsl), so the down product that
 // reads x pre-quantized (Q8G) needs no quantize_x pass: one dispatch less a layer.
@@ -46,6 +47,8 @@
 {% set C64 = C64 | default(False) %}
 {% if C64 and not Q8X %}{{ raise("64-weight chunks are built for int8 x only") }}{% endif %}
 {% set CW = 64 if C64 else 8 %}
+{% set V4 = C64 and (V4 | default(False)) %}
+{% set V4_TYPES = ("Q4_K", "Q5_K") %}
 {% if Q8G and (not Q8X or NORM or ATTN_X) %}{{ raise("pre-quantized x needs Q8X and is built without NORM and ATTN_X") }}{% endif %}
 {% set RPT = RPT | default(1) %}
 {% set Q8OUT = Q8OUT | default(False) %}
@@ -79,7 +82,7 @@ const XG_SCALES: u32 = {{Q8X // 4 + Q8X // 8}}u;
 {% endif %}
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 {% for t in QTYPES %}
-@group(0) @binding({{3 + loop.index0}}) var<storage, read> w{{loop.index0}}: array<u32>;
+@group(0) @binding({{3 + loop.index0}}) var<storage, read> w{{loop.index0}}: array<{{"vec4<u32>" if V4 and t in V4_TYPES else "u32"}}>;
 {% endfor %}
 {% set nb = 3 + QTYPES|length %}
 {% if NORM %}
@@ -126,7 +129,7 @@ var<workgroup> lh: array<f32, 256>;
 {% endif %}
 
 {% for t in QTYPES %}
-{{ quant_fns("w" ~ loop.index0, t) }}
+{{ quant_fns("w" ~ loop.index0, t, V4 and t in V4_TYPES) }}
 {% endfor %}
 {% if Q8X and ATTN_X %}{{ raise("int8 x is not built for the attention-merging O projection") }}{% endif %}
 {% if Q8X and not Q8G %}
