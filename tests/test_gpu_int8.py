@@ -336,7 +336,7 @@ def test_64_weight_chunks_concat_with_norm_and_bias(ks, rng, layout, types):
     check_concat_with_norm_and_bias(ks, rng, layout, types, k, [rpw, rpw, rpw + 3])
 
 
-@pytest.mark.parametrize("layout", [(32, 1), (128, 2, 2)])
+@pytest.mark.parametrize("layout", [(32, 1), (128, 2, 2), ops.INT8_PRE_LAYOUT])
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q8_0"])
 def test_64_weight_chunks_prequantized_x(ks, rng, layout, qtype):
     """The down product's path (quantize_x, matvec q8g) with 64-weight chunks, residual added."""

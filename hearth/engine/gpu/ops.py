@@ -109,7 +109,8 @@ def int8_ok(dev, qtypes, k: int) -> bool:
 _KSUB = os.environ.get("HEARTH_GPU_KSUB", "")
 C64_TYPES = ("Q4_K", "Q5_K", "Q6_K") + (() if _KSUB == "k" else ("Q4_0", "Q8_0"))
 INT8_C64 = _KSUB != "0"
-# Those chunks' Q4_K / Q5_K header and codes read in 16-byte loads (matvec.wgsl V4); HEARTH_GPU_V4=0 reads
+# Those chunks' Q4_K / Q5_K header and codes read in 16-byte loads (matvec.wgsl V4): 8B Q4_K_M 252-253
+# tok/s pipelined against 231-233 a word at a time (H200, bench/README.md round 7). HEARTH_GPU_V4=0 reads
 # them a word at a time.
 INT8_V4 = os.environ.get("HEARTH_GPU_V4", "") != "0"
 INT8_C64_LANES = int(os.environ.get("HEARTH_GPU_KSUB_LANES", "0") or 0)
@@ -177,7 +178,8 @@ def int8_pre_ok(dev, qtypes, k: int) -> bool:
 
 # The gate/up product in front of such a down product writes its output's int8 blocks itself (matvec
 # q8out: no quantize_x pass, one dispatch less a layer) in a layout of 32 rows a workgroup, one block:
-# 32 lanes x 4 rows. HEARTH_GPU_GLU_Q8=0 keeps the quantize_x pass (bench.gpu comparisons).
+# 32 lanes x 4 rows (8B Q4_K_M 252.3 tok/s pipelined against 64x8 219.7, 16x2 239.8; Q4_0 283-293
+# against 64x8 262.3; bench/README.md round 7). HEARTH_GPU_GLU_Q8=0 keeps the quantize_x pass.
 GLU_Q8OUT_LAYOUT = tuple(int(v) for v in os.environ.get("HEARTH_GPU_GLU_Q8_LAYOUT", "32,4,1").split(","))
 GLU_Q8OUT = os.environ.get("HEARTH_GPU_GLU_Q8", "") != "0"
 
@@ -187,11 +189,12 @@ def glu_q8out_ok(gate_q8x: int, m: int) -> bool:
     return GLU_Q8OUT and bool(gate_q8x) and m % 32 == 0
 
 
-# The layout of those products (lanes, rows per thread, unroll): in the H200 sweep (--matvec-sweep,
-# the pass included) 128x2x2, 128x4x1, 256x2x2, 256x4x1 and 256x4x2 summed to 386-404 us over the 8B
-# down products in Q4_0, Q4_K, Q6_K and Q8_0, within the noise of each other; 64 lanes 415-514.
+# The layout of those products (lanes, rows per thread, unroll): one chunk a step. With 64-weight
+# chunks (224 a 14,336 row) the 8B Q4_K_M decodes at 260.5 tok/s pipelined against 252.3-253.2 with
+# two a step (128x2x2, which the 8-weight chunks' sweep had picked), 64x4x1 261.7, 64x2x1 257.8-259.4,
+# 256x4x1 223.4 (without 16-byte loads), 32x1x1 211.4 (bench.gpu on the H200, bench/README.md round 7).
 # HEARTH_GPU_PRE_LAYOUT=lanes,rpt,unroll sets it (bench.gpu comparisons).
-INT8_PRE_LAYOUT = tuple(int(v) for v in os.environ.get("HEARTH_GPU_PRE_LAYOUT", "128,2,2").split(","))
+INT8_PRE_LAYOUT = tuple(int(v) for v in os.environ.get("HEARTH_GPU_PRE_LAYOUT", "128,2,1").split(","))
 
 
 def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):
