@@ -8,7 +8,8 @@ matrix-vector kernels with RMSNorm, SwiGLU/GeGLU, RoPE, the KV store and residua
 inputs use the tiled matmul plan in chunks of `chunk` tokens. On a real GPU with 4-way int8 dot
 products, decode matvecs of row length 2,048-4,096 take x as int8 blocks of 32 (ops.int8_ok; as
 llama.cpp's CUDA path does), and the down products of 12,288 and more read x quantized once a layer
-to global memory by a pass before them (ops.int8_pre_ok: one dispatch more a layer), which moves decode logits off numpy's by ~0.1; CPU rasterizers keep
+to global memory (ops.int8_pre_ok), written by the gate/up product itself where its x is int8 too
+(ops.glu_q8out_ok) and else by a quantize pass; this moves decode logits off numpy's by ~0.1; CPU rasterizers keep
 f32 x (`int8=True` or HEARTH_GPU_INT8=1 forces it, =0 turns it off). Likewise the prefill products
 run in half precision on a real GPU with shader-f16 (ops.matmul16: f16 products summed over 64
 weights, then in f32; ~1e-3 of the output's norm off numpy) and in f32 on CPU rasterizers
@@ -20,7 +21,7 @@ Attention over at most ops.ATTN_CHUNK keys is one split that writes its merged o
 longer, it is split over the KV range and the splits are merged inside the O projection, or by a
 combine pass first (one dispatch more a layer) where that merge would cost more (large models,
 long contexts: ops.ATTN_FUSE_BYTES); one more where the down product reads x quantized once
-(ops.int8_pre_ok). `greedy_steps` runs greedy decode with the next step submitted before the
+(ops.int8_pre_ok) and the gate/up product does not write those blocks (ops.glu_q8out_ok). `greedy_steps` runs greedy decode with the next step submitted before the
 current one's id is read back (the id goes from the argmax into the next step's embedding on the GPU). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
 the whole head), gemma3 two post-norm dispatches per layer. A float16 KV cache (`kv_dtype="f16"`)
 adds the RoPE dispatch too (rope_store.wgsl writes its words of two values whole).
