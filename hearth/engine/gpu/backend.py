@@ -278,7 +278,8 @@ class GpuBackend(Backend):
         P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
                          layout=f_lay, q8x=f_q8, q8out=q8out),
               [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]] + ([self.ffq] if q8out else []),
-              ops.matvec_groups(nff, f_lay), f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
+              ops.matvec_groups(nff, f_lay), f"{i}.ffn",
+              **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
         if pre:
             # long rows: x quantized once to global memory (by the glu product itself where it can), then
             # read at 1.6 bytes a value
