@@ -1,6 +1,7 @@
 // Dequantization of GGUF blocks read straight from a weight buffer `array<u32>` (the file's bytes,
 // padded by 4 bytes so an unaligned read of the last word stays inside the buffer).
-// `quant_fns(buf, qtype)` defines, for buffer `buf`:
+// `quant_fns(buf, qtype, v4=False)` defines, for buffer `buf` (v4: declared `array<vec4<u32>>`, which only
+// the 64-weight Q4_K / Q5_K chunks read as such; every other read takes word i through `{buf}_w(i)`):
 //   fn {buf}_deq8(rowbase: u32, c: u32) -> Deq8
 // the 8 consecutive weights [8c, 8c + 8) of the row starting at byte `rowbase`, and (Q8X templates,
 // every quantized type):
