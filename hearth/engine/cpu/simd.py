@@ -18,6 +18,8 @@ kernels compute offsets from the block layouts, and the tests run them against t
 
 from __future__ import annotations
 
+import os
+
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, models, register_model
@@ -161,9 +163,13 @@ def vshl(typingctx, a, k):
 def _fmuladd(builder, a, b, c):
     """a * b + c: one fused instruction where the CPU has FMA, a multiply and an add elsewhere."""
     t = a.type
-    name = f"llvm.fmuladd.v{t.count}f32"
-    fn = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(t, [t, t, t]), name)
-    return builder.call(fn, [a, b, c])
+    return _call(builder, f"llvm.fmuladd.v{t.count}f32", t, [t, t, t], [a, b, c])
+
+
+def _call(builder, name, ret, argtys, args):
+    """A call of the LLVM intrinsic `name` (declared in the module on first use)."""
+    fn = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(ret, argtys), name)
+    return builder.call(fn, args)
 
 
 def _fold16(builder, v):
@@ -393,7 +399,6 @@ u8x32 = _vector_type("U8x32", V32I8)
 
 def _host_avx2() -> bool:
     """Whether numba compiles for a CPU with AVX2 (its target: NUMBA_CPU_NAME/FEATURES or the host)."""
-    import os  # noqa: PLC0415
     if os.environ.get("HEARTH_CPU_SIMD", "") == "generic":
         return False
     try:
@@ -412,11 +417,6 @@ def use_avx2() -> bool:
     return AVX2
 
 
-def _x86(builder, name, ret, argtys, args):
-    fn = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(ret, argtys), name)
-    return builder.call(fn, args)
-
-
 def _pairs(builder, p, lanes):
     """Lanes 2j + 2j+1 of p added: <2n x T> -> <n x T>."""
     idx = ir.VectorType(I32, lanes)
@@ -428,7 +428,7 @@ def _pairs(builder, p, lanes):
 def _maddubs(builder, w, x):
     """pmaddubsw: w unsigned, x signed bytes -> <16 x i16> pair sums."""
     if use_avx2():
-        return _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, [V32I8, V32I8], [w, x])
+        return _call(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, [V32I8, V32I8], [w, x])
     p = builder.mul(builder.zext(w, V32I16), builder.sext(x, V32I16))
     return _pairs(builder, p, 16)
 
@@ -436,7 +436,7 @@ def _maddubs(builder, w, x):
 def _maddwd(builder, a, b):
     """pmaddwd: <16 x i16> x <16 x i16> -> <8 x i32> pair sums."""
     if use_avx2():
-        return _x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, [V16I16, V16I16], [a, b])
+        return _call(builder, "llvm.x86.avx2.pmadd.wd", V8I32, [V16I16, V16I16], [a, b])
     return _pairs(builder, builder.mul(builder.sext(a, V16I32), builder.sext(b, V16I32)), 8)
 
 
@@ -526,8 +526,8 @@ def mul_ss(typingctx, w, xq, off):
         x = _codes32(context, builder, sig.args[1], args[1], args[2])
         w = args[0]
         if use_avx2():
-            aw = _x86(builder, "llvm.x86.avx2.psign.b", V32I8, [V32I8, V32I8], [w, w])
-            sx = _x86(builder, "llvm.x86.avx2.psign.b", V32I8, [V32I8, V32I8], [x, w])
+            aw = _call(builder, "llvm.x86.avx2.psign.b", V32I8, [V32I8, V32I8], [w, w])
+            sx = _call(builder, "llvm.x86.avx2.psign.b", V32I8, [V32I8, V32I8], [x, w])
             return _maddubs(builder, aw, sx)
         p = builder.mul(builder.sext(w, V32I16), builder.sext(x, V32I16))
         return _pairs(builder, p, 16)
