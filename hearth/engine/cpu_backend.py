@@ -346,7 +346,11 @@ class CpuBackend(Backend):
             _BLAS.pin()
             self._decode.forget()
             self.threads = _BLAS.choose()
-            out = self.model.forward(ids, pos, self.kv, par=self._runner(n), tail=tail)
+            par = self._runner(n)
+            # The tail's matrix-vector products on this thread alone: numba's threads would spin
+            # after each of its launches while the pool thread runs the next block's pieces.
+            set_threads(1)
+            out = self.model.forward(ids, pos, self.kv, par=par, tail=tail)
             self.kv.n_tokens = pos + n + 1
             return out
         _BLAS.pin()
