@@ -28,7 +28,7 @@ import numpy as np
 
 from .backend import Backend
 from .config import ModelConfig
-from .cpu.linear import SHORT_ROWS, int8_default, no_parallel_kernels, set_threads
+from .cpu.linear import int8_default, no_parallel_kernels, set_threads
 from .kv_cache import KVCache
 from .models import build_model
 from .models.decoder import SERIAL, RowRunner
@@ -160,8 +160,8 @@ class DecodeThreads:
         self.cost[n] = seconds if old is None else 0.75 * old + 0.25 * seconds
 
 
-# Below this many rows a chunk's rows stay together (SpreadPieces spreads its pieces instead).
-MIN_PARALLEL_ROWS = SHORT_ROWS
+# Below this many rows a chunk runs on one thread: the hand-offs would cost more than they save.
+MIN_PARALLEL_ROWS = 32
 
 
 def _row_thread() -> None:

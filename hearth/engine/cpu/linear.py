@@ -32,12 +32,6 @@ from . import kernels_int8 as K8
 MATVEC_MAX_ROWS = 4
 # float32 elements of one dequantized tile (2 MiB): the tile stays in L2/L3 while BLAS packs it.
 TILE_FLOATS = 1 << 19
-# Inputs of fewer rows than SHORT_ROWS (a chat's next message) multiply in even tiles of at most
-# SHORT_TILE_ROWS weight rows: their tiles are the pieces spread over the threads (the CPU backend's
-# SpreadPieces), and in 2 MiB tiles most products would be one or two uneven pieces. The cut depends
-# only on the shapes, never on the thread count.
-SHORT_ROWS = 32
-SHORT_TILE_ROWS = 288
 
 # numba's workqueue pool takes one parallel launch at a time: serialize them across engines.
 _LAUNCH = threading.Lock()
@@ -184,14 +178,10 @@ class Linear:
                     out[i] = dst
 
     def _tiles(self, act: Activations, out: np.ndarray, work=None) -> None:
-        jobs, c, t = [], 0, 1   # (matrix, its rows [r0, r1), output column of r0, scale): fixed by the shapes
+        t = self._tile
+        jobs, c = [], 0   # (matrix, its rows [r0, r1), output column of r0, scale): fixed by the shapes
         for w, nr, s in zip(self.ws, self.rows, self.scales):
-            step = self._tile
-            if act.n < SHORT_ROWS:
-                step = min(step, SHORT_TILE_ROWS)
-                step = -(-nr // -(-nr // step))   # the same rows in as many tiles, even
-            jobs += [(w, r0, min(nr, r0 + step), c + r0, s) for r0 in range(0, nr, step)]
-            t = max(t, step)
+            jobs += [(w, r0, min(nr, r0 + t), c + r0, s) for r0 in range(0, nr, t)]
             c += nr
 
         def tile(job) -> None:

@@ -12,7 +12,6 @@ import threading
 import numpy as np
 
 from ..config import ModelConfig, RopeScaling
-from ..cpu.linear import SHORT_ROWS
 from ..cpu.rows import rms_norm_rows, rope_rows
 from ..cpu.softmax import softmax_rows
 
@@ -137,8 +136,9 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     window: > 0 for sliding-window layers (a query at p sees keys p - window < j <= p).
     Returns [n, nh * hd]. Only positions that some query can see are read, so the work is
     O(n * T), never proportional to max_ctx.
-    Several queries are computed one KV head and block of queries at a time (pieces fixed by the
-    shapes), each piece on whichever thread of `work` takes it (`map(fn, items)`; None: this thread).
+    Several queries are computed one KV head at a time (the same products numpy's stacked matmul
+    makes, so the same bits), each head on whichever thread of `work` takes it (`map(fn, items)`;
+    None: this thread).
     """
     n, nh, hd = q.shape
     nkv = k_cache.shape[0]
@@ -149,21 +149,16 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos: int,
     qg = q.reshape(n, nkv, rep, hd).transpose(1, 2, 0, 3)           # [nkv, rep, n, hd] view
     out = np.empty((nkv, rep, n, hd), np.float32)
 
-    # Pieces: one KV head's queries in blocks of ATTN_BLOCK; a short input's (fewer than SHORT_ROWS)
-    # in two halves, so that its pieces balance over two threads (three heads would not).
-    block = ATTN_BLOCK if n >= SHORT_ROWS else -(-n // 2)
-    pieces = [(h, b0) for h in range(nkv) for b0 in range(0, n, block)]
-
-    def piece(hb: tuple[int, int]) -> None:
-        h, b0 = hb
-        b1 = min(n, b0 + block)
-        out[h:h + 1, :, b0:b1] = _attend_block(qg[h:h + 1, :, b0:b1], k_cache[h:h + 1], v_cache[h:h + 1],
-                                               pos + b0, window)
+    def head(h: int) -> None:
+        for b0 in range(0, n, ATTN_BLOCK):
+            b1 = min(n, b0 + ATTN_BLOCK)
+            out[h:h + 1, :, b0:b1] = _attend_block(qg[h:h + 1, :, b0:b1], k_cache[h:h + 1], v_cache[h:h + 1],
+                                                   pos + b0, window)
     if work is None:
-        for hb in pieces:
-            piece(hb)
+        for h in range(nkv):
+            head(h)
     else:
-        work.map(piece, pieces)
+        work.map(head, range(nkv))
     return out.transpose(2, 0, 1, 3).reshape(n, nh * hd)
 
 
