@@ -177,8 +177,10 @@ def test_close_to_the_unquantized_product(ks, rng, qtype):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pre_down", [False, True], ids=["in-workgroup", "down-prequantized"])
-def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm2_reference, monkeypatch, pre_down):
+@pytest.mark.parametrize("pre_down,glu_q8", [(False, False), (True, False), (True, True)],
+                         ids=["in-workgroup", "down-prequantized", "glu-writes-int8"])
+def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm2_reference, monkeypatch, pre_down,
+                                                      glu_q8):
     """The default model with every decode matvec on the int8 path (forced on lavapipe and for every
     row length, not only ops.INT8_K_MIN..MAX; on lavapipe the backend's default keeps f32 x because the unchanged whole-model bounds of test_gpu_backend.py
     (max |diff| <= 2e-2) are tighter than 8-bit x: the K cache of the last layer differs from numpy's
@@ -186,7 +188,8 @@ def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm
     CUDA paths use for these types: logits within INT8_MEAN / INT8_MAX of numpy (mean difference
     removed) and the same greedy tokens unless numpy's top two are within INT8_MAX. down-prequantized:
     the down products take the path of long rows (quantize_x once a layer, then the matvec reading its
-    blocks), the same bounds."""
+    blocks), the same bounds; glu-writes-int8: those blocks written by the gate/up product (q8out), no
+    quantize_x pass."""
     from hearth.engine.config import ModelConfig  # noqa: PLC0415
     from hearth.engine.cpu_backend import CpuBackend  # noqa: PLC0415
     from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
@@ -201,6 +204,7 @@ def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm
     monkeypatch.setattr(ops, "INT8_K_MAX", 1 << 20)
     if pre_down:          # the down products (K = n_ff = 1,536) read x quantized once a layer
         monkeypatch.setattr(ops, "INT8_PRE_K_MIN", 1536)
+    monkeypatch.setattr(ops, "GLU_Q8OUT", glu_q8)
     prompt = next(p for p in smollm2_reference["prompts"] if p["name"] == "english")["ids"][:6]
     g = GGUFFile.open(default_model_path)
     cfg = ModelConfig.from_gguf(g)
@@ -208,7 +212,9 @@ def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm
     gpu = GpuBackend(cfg, g, 64, adapter=adapter, int8=True)
     try:
         assert gpu.int8
-        assert any(op["label"].endswith("quantize_x") for op in gpu.decode_plan.ops) == pre_down
+        assert any(op["label"].endswith("quantize_x") for op in gpu.decode_plan.ops) == (pre_down and not glu_q8)
+        ffn = [op for op in gpu.decode_plan.ops if op["label"].endswith(".ffn")]
+        assert any(op["buffers"][-1] is gpu.ffq for op in ffn) == glu_q8
         lc = cpu.forward(np.asarray(prompt, np.int32), 0)
         lg = gpu.forward(np.asarray(prompt, np.int32), 0)
         errs = []
@@ -318,7 +324,8 @@ def test_prequantized_x_only_for_long_quantized_rows():
 # 64-weight chunks (ops.int8_c64): rows with a chunk for every lane; the type sets mix the chunk's own
 # K-quant code paths with the eight-8-weight fallback of other types in one kernel
 C64_LAYOUTS = [(32, 1), (64, 4), (64, 2, 2)]
-C64_SETS = [("Q4_K", "Q5_K", "Q6_K"), ("Q6_K", "Q4_0", "Q4_K"), ("Q8_0", "Q3_K", "Q2_K")]
+C64_SETS = [("Q4_K", "Q5_K", "Q6_K"), ("Q6_K", "Q4_0", "Q4_K"), ("Q8_0", "Q3_K", "Q2_K"), ("Q4_0", "Q8_0", "Q4_0"),
+            ("Q4_1", "Q5_0", "Q5_1")]
 
 
 @pytest.mark.parametrize("layout", C64_LAYOUTS)
@@ -330,8 +337,8 @@ def test_64_weight_chunks_concat_with_norm_and_bias(ks, rng, layout, types):
     check_concat_with_norm_and_bias(ks, rng, layout, types, k, [rpw, rpw, rpw + 3])
 
 
-@pytest.mark.parametrize("layout", [(32, 1), (128, 2, 2)])
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("layout", [(32, 1), (128, 2, 2), ops.INT8_PRE_LAYOUT])
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q8_0"])
 def test_64_weight_chunks_prequantized_x(ks, rng, layout, qtype):
     """The down product's path (quantize_x, matvec q8g) with 64-weight chunks, residual added."""
     dev = ks.dev
@@ -350,7 +357,8 @@ def test_64_weight_chunks_prequantized_x(ks, rng, layout, qtype):
 def test_64_weight_chunks_only_where_every_lane_has_one(monkeypatch):
     assert ops.int8_c64(["Q4_K", "Q6_K"], 4096, 64) and ops.int8_c64(["Q4_0", "Q4_K"], 4096, 64)
     assert not ops.int8_c64(["Q4_K"], 2048, 64)          # 32 chunks a row for 64 lanes
-    assert not ops.int8_c64(["Q4_0", "Q8_0"], 4096, 64)  # no type with its own 64-weight code
+    assert ops.int8_c64(["Q4_0", "Q8_0"], 4096, 64)      # two whole blocks a chunk
+    assert not ops.int8_c64(["Q4_1", "Q5_0"], 4096, 64)  # no type with its own 64-weight code
     assert not ops.int8_c64(["Q4_K"], 0, 64)             # f32 x
     monkeypatch.setattr(ops, "INT8_C64", False)
     assert not ops.int8_c64(["Q4_K"], 4096, 64)
@@ -361,3 +369,33 @@ def test_short_k_quant_rows_take_32_lanes_for_their_64_weight_chunks():
     assert lanes == 32 and ops.int8_c64(["Q4_K"], 2048, lanes)
     assert ops.int8_layout(2048, 3072, ["Q4_K", "Q4_K", "Q6_K"], 512)[0] == 32
     assert ops.int8_layout(2048, 3072, ["Q6_K"], 512)[0] == 64          # the 8-weight chunks' layout
+
+
+@pytest.mark.parametrize("types,k", [(("Q4_K", "Q6_K"), 4096), (("Q4_0", "Q8_0"), 4096), (("Q5_1", "Q3_K"), 768)])
+def test_glu_writes_the_down_products_int8_blocks(ks, rng, types, k):
+    """The gate/up product in front of a pre-quantized down product (q8out): its f32 output against
+    numpy (the f32 kernels' RTOL), and its int8 blocks bit-equal to what quantize_x makes of that
+    output (the pass it replaces), nothing written past them."""
+    dev = ks.dev
+    lay = ops.GLU_Q8OUT_LAYOUT
+    m = 3 * ops.matvec_rows(lay)
+    assert ops.matvec_rows(lay) == 32 and ops.glu_q8out_ok(k, m) and not ops.glu_q8out_ok(k, m + 8)
+    assert ops.int8_c64(list(types), k, lay[0]) == (k == 4096)
+    rg, ru = (random_rows(rng, t, m, k) for t in types)
+    g = nonzero_g(rng, k)
+    x = safe_x(rng, k, g)
+    h = q8_ref(x, g, 1e-6)
+    gate, up = dequant_reference(rg, types[0], k) @ h, dequant_reference(ru, types[1], k) @ h
+    y = poisoned(dev, m)
+    n = ops.q8_words(m)
+    xo = dev.upload(np.full(n + 16, 0xDEADBEEF, np.uint32))
+    dispatch_once(dev, ops.matvec(ks, list(types), mode="glu", norm=True, layout=lay, q8x=k, q8out=True),
+                  [dev.upload(x), y, dev.upload(rg), dev.upload(ru), dev.upload(g), xo], ops.matvec_groups(m, lay),
+                  **ops.matvec_params(list(types), k, [m, m], eps=1e-6, mode="glu"))
+    got = read_f32(dev, y, m)
+    assert rel_err(got, gate / (1 + np.exp(-gate)) * up) < RTOL
+    xg = dev.upload(np.zeros(n, np.uint32))
+    dispatch_once(dev, ops.quantize_x(ks), [y, xg], ops.quantize_x_groups(m), K=m)
+    words = dev.read([(xo, 0, (n + 16) * 4)]).view(np.uint32)
+    assert np.array_equal(words[:n], dev.read([(xg, 0, n * 4)]).view(np.uint32))
+    assert (words[n:] == 0xDEADBEEF).all()

@@ -7,23 +7,14 @@ repositories), the default model's file selected and its header read.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 
-from shot_helpers import open_window, shot, spin, use_temp_dirs
-from take_models import repos
+from shot_helpers import shot, spin
+from take_models import hub_session, select_first_file
 
 
 def main() -> int:
-    use_temp_dirs()
-    os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hearth-shots-hf-")
-    os.environ.pop("HF_TOKEN", None)
-    from hub_server import LocalHub
-
-    with LocalHub(repos()) as hub:
-        os.environ["HF_ENDPOINT"] = hub.endpoint
-        main_window, ready = open_window()
+    with hub_session() as (_hub, main_window, ready):
         main_window.kvDtypeActions["f16"].trigger()
         spin(lambda: len(ready) > 1)
         spin(lambda: not main_window.client.busy)
@@ -31,12 +22,7 @@ def main() -> int:
         w = main_window.library.window
         w.resize(1100, 720)
         w.move(0, 0)
-        w.hub.query.setText("GGUF")
-        w.hub.search()
-        spin(lambda: w.hub.repos.rowCount() > 0, 20)
-        w.hub.repos.selectRow(0)
-        spin(lambda: w.hub.files.rowCount() > 0, 20)
-        w.hub.files.selectRow(0)
+        select_first_file(w)
         spin(lambda: "float16" in w.hub.need.text(), 20)
         shot("models-kv-f16", w)
         main_window.set_theme("dark")

@@ -10,6 +10,7 @@ ImageMagick's `import`. Uses temporary data/cache folders.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -50,15 +51,36 @@ def repos():
     ]
 
 
-def main() -> int:
+@contextlib.contextmanager
+def hub_session():
+    """(hub, main window, ready): temporary data, cache and Hub-client folders, a local Hub of
+    `repos()` on 127.0.0.1 that the window's Models window talks to, and the window with its model
+    loaded (`open_window`)."""
     use_temp_dirs()
     os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hearth-shots-hf-")
     os.environ.pop("HF_TOKEN", None)
-    from hub_server import Fault, LocalHub
+    from hub_server import LocalHub
 
     with LocalHub(repos()) as hub:
         os.environ["HF_ENDPOINT"] = hub.endpoint
         main_window, ready = open_window()
+        yield hub, main_window, ready
+
+
+def select_first_file(w) -> None:
+    """In Models window `w`'s Hub tab: search "GGUF", select the first repository and its first file."""
+    w.hub.query.setText("GGUF")
+    w.hub.search()
+    spin(lambda: w.hub.repos.rowCount() > 0, 20)
+    w.hub.repos.selectRow(0)
+    spin(lambda: w.hub.files.rowCount() > 0, 20)
+    w.hub.files.selectRow(0)
+
+
+def main() -> int:
+    from hub_server import Fault
+
+    with hub_session() as (hub, main_window, ready):
         for dark, size, name in ((False, (1100, 720), "models-light"), (True, (1100, 720), "models-dark"),
                                  (False, (760, 560), "models-small-light"), (True, (760, 560), "models-small-dark")):
             main_window.set_theme("dark" if dark else "light")
@@ -69,12 +91,7 @@ def main() -> int:
             w.tabs.setCurrentIndex(0)
             w.resize(*size)
             w.move(0, 0)
-            w.hub.query.setText("GGUF")
-            w.hub.search()
-            spin(lambda: w.hub.repos.rowCount() > 0, 20)
-            w.hub.repos.selectRow(0)
-            spin(lambda: w.hub.files.rowCount() > 0, 20)
-            w.hub.files.selectRow(0)
+            select_first_file(w)
             spin(lambda: "tokens" in (w.hub.files.item(0, 3).toolTip() or ""), 20)
             w.hub.download()
             spin(lambda: any(r.bar.value() > 150 for r in w.downloads.rows.values()), 60)

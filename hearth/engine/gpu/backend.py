@@ -8,7 +8,8 @@ matrix-vector kernels with RMSNorm, SwiGLU/GeGLU, RoPE, the KV store and residua
 inputs use the tiled matmul plan in chunks of `chunk` tokens. On a real GPU with 4-way int8 dot
 products, decode matvecs of row length 2,048-4,096 take x as int8 blocks of 32 (ops.int8_ok; as
 llama.cpp's CUDA path does), and the down products of 12,288 and more read x quantized once a layer
-to global memory by a pass before them (ops.int8_pre_ok: one dispatch more a layer), which moves decode logits off numpy's by ~0.1; CPU rasterizers keep
+to global memory (ops.int8_pre_ok), written by the gate/up product itself where its x is int8 too
+(ops.glu_q8out_ok) and else by a quantize pass; this moves decode logits off numpy's by ~0.1; CPU rasterizers keep
 f32 x (`int8=True` or HEARTH_GPU_INT8=1 forces it, =0 turns it off). Likewise the prefill products
 run in half precision on a real GPU with shader-f16 (ops.matmul16: f16 products summed over 64
 weights, then in f32; ~1e-3 of the output's norm off numpy) and in f32 on CPU rasterizers
@@ -20,7 +21,7 @@ Attention over at most ops.ATTN_CHUNK keys is one split that writes its merged o
 longer, it is split over the KV range and the splits are merged inside the O projection, or by a
 combine pass first (one dispatch more a layer) where that merge would cost more (large models,
 long contexts: ops.ATTN_FUSE_BYTES); one more where the down product reads x quantized once
-(ops.int8_pre_ok). `greedy_steps` runs greedy decode with the next step submitted before the
+(ops.int8_pre_ok) and the gate/up product does not write those blocks (ops.glu_q8out_ok). `greedy_steps` runs greedy decode with the next step submitted before the
 current one's id is read back (the id goes from the argmax into the next step's embedding on the GPU). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
 the whole head), gemma3 two post-norm dispatches per layer. A float16 KV cache (`kv_dtype="f16"`)
 adds the RoPE dispatch too (rope_store.wgsl writes its words of two values whole).
@@ -268,15 +269,22 @@ class GpuBackend(Backend):
             self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True,
                               layout=o_lay_x, when=lambda n, kv: 1 < nsp(kv) <= fuse, q8=o_q8x)
         gt = [L["gate"].qtype, L["up"].qtype]
-        f_lay, f_q8 = self._layout(gt, d, nff, mats=2)
-        P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
-                         layout=f_lay, q8x=f_q8),
-              [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, f_lay),
-              f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
         dn_t = [L["down"].qtype]
-        if self.int8 and ops.int8_pre_ok(self.dev, dn_t, nff):
-            # long rows: x quantized once to global memory, then read at 1.6 bytes a value
-            P.add(ops.quantize_x(ks), [self.ff, self.ffq], ops.quantize_x_groups(nff), f"{i}.quantize_x", K=nff)
+        pre = self.int8 and ops.int8_pre_ok(self.dev, dn_t, nff)
+        f_lay, f_q8 = self._layout(gt, d, nff, mats=2)
+        q8out = pre and ops.glu_q8out_ok(f_q8, nff)
+        if q8out:
+            f_lay = ops.GLU_Q8OUT_LAYOUT
+        P.add(ops.matvec(ks, gt, mode="glu", act="gelu" if c.activation == "gelu_tanh" else "silu", norm=True,
+                         layout=f_lay, q8x=f_q8, q8out=q8out),
+              [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]] + ([self.ffq] if q8out else []),
+              ops.matvec_groups(nff, f_lay), f"{i}.ffn",
+              **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
+        if pre:
+            # long rows: x quantized once to global memory (by the glu product itself where it can), then
+            # read at 1.6 bytes a value
+            if not q8out:
+                P.add(ops.quantize_x(ks), [self.ff, self.ffq], ops.quantize_x_groups(nff), f"{i}.quantize_x", K=nff)
             self._decode_proj(P, L["down"], self.ffq, nff, None, L["post_ffn"], f"{i}.down",
                               layout=ops.INT8_PRE_LAYOUT, q8=nff, q8g=True)
         else:

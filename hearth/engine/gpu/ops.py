@@ -104,10 +104,15 @@ def int8_ok(dev, qtypes, k: int) -> bool:
 # Types whose int8-x matvec reads 64-weight chunks (matvec.wgsl C64, quant.wgsl `_dq64`): a matvec with
 # one of them among its weights takes them (its other types run eight 8-weight products a chunk),
 # where a row has a chunk for every lane (K >= 64 x lanes: 4,096 at the int8 layouts' 64 lanes).
-# HEARTH_GPU_KSUB=0 keeps 8-weight chunks everywhere; HEARTH_GPU_KSUB_LANES=n gives those
-# matvecs n lanes (bench.gpu comparisons; the layouts are measured in bench/README.md).
-C64_TYPES = ("Q4_K", "Q5_K", "Q6_K")
-INT8_C64 = os.environ.get("HEARTH_GPU_KSUB", "") != "0"
+# HEARTH_GPU_KSUB=0 keeps 8-weight chunks everywhere, =k only for the K-quants; HEARTH_GPU_KSUB_LANES=n
+# gives those matvecs n lanes (bench.gpu comparisons; the layouts are measured in bench/README.md).
+_KSUB = os.environ.get("HEARTH_GPU_KSUB", "")
+C64_TYPES = ("Q4_K", "Q5_K", "Q6_K") + (() if _KSUB == "k" else ("Q4_0", "Q8_0"))
+INT8_C64 = _KSUB != "0"
+# Those chunks' Q4_K / Q5_K header and codes read in 16-byte loads (matvec.wgsl V4): 8B Q4_K_M 252-253
+# tok/s pipelined against 231-233 a word at a time (H200, bench/README.md round 7). HEARTH_GPU_V4=0 reads
+# them a word at a time.
+INT8_V4 = os.environ.get("HEARTH_GPU_V4", "") != "0"
 INT8_C64_LANES = int(os.environ.get("HEARTH_GPU_KSUB_LANES", "0") or 0)
 
 
@@ -118,7 +123,7 @@ def int8_c64(qtypes, q8x: int, lanes: int) -> bool:
 
 
 def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
-           attn_ws=1, layout=None, q8x=0, q8g=False):
+           attn_ws=1, layout=None, q8x=0, q8g=False, q8out=False):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
     attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
     params a0 = head dim, a1 = max splits), merged before the product; attn_ws = heads x max splits.
@@ -126,15 +131,17 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
     layout: (lanes, rows per thread), see matvec_layout; concat boundaries must be multiples of its
     rows per workgroup (matvec_rows). q8x = K: x goes to int8 blocks of 32 first (see int8_ok);
     the kernel is then built for rows of exactly K weights. q8g (with q8x): x (binding 1) is
-    already quantized, quantize_x's blocks (see int8_pre_ok); no norm, no attn_x."""
+    already quantized, quantize_x's blocks (see int8_pre_ok); no norm, no attn_x. q8out (glu, 32 rows a
+    workgroup: GLU_Q8OUT_LAYOUT; M a multiple of 32): y is also written as quantize_x's blocks to a
+    binding after the others (glu_q8out_ok)."""
     lanes, rpt, *rest = layout or MATVEC_DEFAULT
     unroll = rest[0] if rest else 1
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
-              + (["r"] if attn_x else []) + (["rw", "rw", "r", "r"] if rope else []))
+              + (["r"] if attn_x else []) + (["rw"] if q8out else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
                   ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g),
-                  C64=int8_c64(qtypes, q8x, lanes))
+                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4)
 
 
 # Row lengths whose matvec reads x quantized once, to global memory, by a pass before it
@@ -169,10 +176,25 @@ def int8_pre_ok(dev, qtypes, k: int) -> bool:
             and all(t in INT8_TYPES for t in qtypes))
 
 
-# The layout of those products (lanes, rows per thread, unroll): in the H200 sweep (--matvec-sweep,
-# the pass included) 128x2x2, 128x4x1, 256x2x2, 256x4x1 and 256x4x2 summed to 386-404 us over the 8B
-# down products in Q4_0, Q4_K, Q6_K and Q8_0, within the noise of each other; 64 lanes 415-514.
-INT8_PRE_LAYOUT = (128, 2, 2)
+# The gate/up product in front of such a down product writes its output's int8 blocks itself (matvec
+# q8out: no quantize_x pass, one dispatch less a layer) in a layout of 32 rows a workgroup, one block:
+# 32 lanes x 4 rows (8B Q4_K_M 252.3 tok/s pipelined against 64x8 219.7, 16x2 239.8; Q4_0 283-293
+# against 64x8 262.3; bench/README.md round 7). HEARTH_GPU_GLU_Q8=0 keeps the quantize_x pass.
+GLU_Q8OUT_LAYOUT = tuple(int(v) for v in os.environ.get("HEARTH_GPU_GLU_Q8_LAYOUT", "32,4,1").split(","))
+GLU_Q8OUT = os.environ.get("HEARTH_GPU_GLU_Q8", "") != "0"
+
+
+def glu_q8out_ok(gate_q8x: int, m: int) -> bool:
+    """Whether a glu matvec (int8 x when gate_q8x, M = m rows) writes its int8 blocks for the down product."""
+    return GLU_Q8OUT and bool(gate_q8x) and m % 32 == 0
+
+
+# The layout of those products (lanes, rows per thread, unroll): one chunk a step. With 64-weight
+# chunks (224 a 14,336 row) the 8B Q4_K_M decodes at 260.5 tok/s pipelined against 252.3-253.2 with
+# two a step (128x2x2, which the 8-weight chunks' sweep had picked), 64x4x1 261.7, 64x2x1 257.8-259.4,
+# 256x4x1 223.4 (without 16-byte loads), 32x1x1 211.4 (bench.gpu on the H200, bench/README.md round 7).
+# HEARTH_GPU_PRE_LAYOUT=lanes,rpt,unroll sets it (bench.gpu comparisons).
+INT8_PRE_LAYOUT = tuple(int(v) for v in os.environ.get("HEARTH_GPU_PRE_LAYOUT", "128,2,1").split(","))
 
 
 def matvec_params(qtypes, k, rows, eps=0.0, x_off=0, y_off=0, mode="concat"):

@@ -30,7 +30,11 @@
 // scales) where f32 x costs 4; no NORM, no ATTN_X.
 // C64 (with Q8X): a lane's chunks are 64 weights, not 8 (quant.wgsl `_dq64`): a Q4_K / Q5_K chunk is
 // one run of 32 code bytes holding two whole sub-blocks, so their scales and mins are decoded once
-// per 32 weights, not per 8, and the codes are read 8 words at a time.
+// per 32 weights, not per 8, and the codes are read 8 words at a time. V4 (with C64): Q4_K / Q5_K
+// weights are declared array<vec4<u32>> and a chunk's header and codes are read in 16-byte loads.
+// Q8OUT (glu, 32 rows a workgroup): the workgroup also writes its 32 outputs as one int8 block of
+// 32 to xo, in quantize_x.wgsl's layout and with its code (q8_block.wgsl), so the down product that
+// reads x pre-quantized (Q8G) needs no quantize_x pass: one dispatch less a layer.
 // SUBGROUPS: sums within a subgroup by shuffles, then one barrier to add the subgroups of a row group
 // (a barrier is costly on CPU rasterizers like lavapipe, which run invocations as coroutines);
 // without it, a shared-memory tree.
@@ -43,8 +47,12 @@
 {% set C64 = C64 | default(False) %}
 {% if C64 and not Q8X %}{{ raise("64-weight chunks are built for int8 x only") }}{% endif %}
 {% set CW = 64 if C64 else 8 %}
+{% set V4 = C64 and (V4 | default(False)) %}
+{% set V4_TYPES = ("Q4_K", "Q5_K") %}
 {% if Q8G and (not Q8X or NORM or ATTN_X) %}{{ raise("pre-quantized x needs Q8X and is built without NORM and ATTN_X") }}{% endif %}
 {% set RPT = RPT | default(1) %}
+{% set Q8OUT = Q8OUT | default(False) %}
+{% if Q8OUT and (not GLU or ROWS != 32) %}{{ raise("int8 output blocks are built for glu with 32 rows a workgroup") }}{% endif %}
 {% set LANES = 256 * RPT // ROWS %}
 {% set NV = RPT * (2 if GLU else 1) + (1 if NORM else 0) %}
 const LANES: u32 = {{LANES}}u;
@@ -74,7 +82,7 @@ const XG_SCALES: u32 = {{Q8X // 4 + Q8X // 8}}u;
 {% endif %}
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 {% for t in QTYPES %}
-@group(0) @binding({{3 + loop.index0}}) var<storage, read> w{{loop.index0}}: array<u32>;
+@group(0) @binding({{3 + loop.index0}}) var<storage, read> w{{loop.index0}}: array<{{"vec4<u32>" if V4 and t in V4_TYPES else "u32"}}>;
 {% endfor %}
 {% set nb = 3 + QTYPES|length %}
 {% if NORM %}
@@ -83,6 +91,11 @@ const XG_SCALES: u32 = {{Q8X // 4 + Q8X // 8}}u;
 {% endif %}
 {% if BIAS %}
 @group(0) @binding({{nb}}) var<storage, read> b: array<f32>;
+{% set nb = nb + 1 %}
+{% endif %}
+{% if Q8OUT %}
+@group(0) @binding({{nb}}) var<storage, read_write> xo: array<u32>;   // y [M] as int8 blocks (ops.q8_words(M))
+var<workgroup> qo: array<f32, 32>;
 {% set nb = nb + 1 %}
 {% endif %}
 {% if ROPE %}
@@ -116,7 +129,7 @@ var<workgroup> lh: array<f32, 256>;
 {% endif %}
 
 {% for t in QTYPES %}
-{{ quant_fns("w" ~ loop.index0, t) }}
+{{ quant_fns("w" ~ loop.index0, t, V4 and t in V4_TYPES) }}
 {% endfor %}
 {% if Q8X and ATTN_X %}{{ raise("int8 x is not built for the attention-merging O projection") }}{% endif %}
 {% if Q8X and not Q8G %}
@@ -406,8 +419,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {% if ROPE %}
         if (lane == 0u) { res[grp * RPT + {{j}}u] = v; }
 {% endif %}
+{% if Q8OUT %}
+        if (lane == 0u) { qo[grp * RPT + {{j}}u] = v; }
+{% endif %}
     }
 {% endfor %}
+{% if Q8OUT %}
+    // the block of the workgroup's 32 rows (M is a multiple of 32): a thread a chunk of 8
+    workgroupBarrier();
+    if (tid < 4u) {
+        var amax = 0.0;
+        for (var i = 0u; i < 32u; i++) { amax = max(amax, abs(qo[i])); }
+        let o = tid * 8u;
+        let v0 = X8(vec4<f32>(qo[o], qo[o + 1u], qo[o + 2u], qo[o + 3u]),
+                    vec4<f32>(qo[o + 4u], qo[o + 5u], qo[o + 6u], qo[o + 7u]));
+{{ q8_scale("amax") }}
+{{ q8_codes(0) }}
+        let ch = first / 8u + tid;
+        let mc = P.M / 8u;
+        xo[ch * 2u] = pack4xI8(qa0);
+        xo[ch * 2u + 1u] = pack4xI8(qb0);
+        xo[mc * 2u + ch] = bitcast<u32>(qn0);
+        if (tid == 0u) { xo[mc * 3u + first / 32u] = bitcast<u32>(d); }
+    }
+{% endif %}
 {% if ROPE %}
     workgroupBarrier();
     let hd = P.a0;

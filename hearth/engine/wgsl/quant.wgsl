@@ -1,6 +1,7 @@
 // Dequantization of GGUF blocks read straight from a weight buffer `array<u32>` (the file's bytes,
 // padded by 4 bytes so an unaligned read of the last word stays inside the buffer).
-// `quant_fns(buf, qtype)` defines, for buffer `buf`:
+// `quant_fns(buf, qtype, v4=False)` defines, for buffer `buf` (v4: declared `array<vec4<u32>>`, which only
+// the 64-weight Q4_K / Q5_K chunks read as such; every other read takes word i through `{buf}_w(i)`):
 //   fn {buf}_deq8(rowbase: u32, c: u32) -> Deq8
 // the 8 consecutive weights [8c, 8c + 8) of the row starting at byte `rowbase`, and (Q8X templates,
 // every quantized type):
@@ -76,36 +77,44 @@ fn kq_scale_min(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<u32> {
 {% endif %}
 {% endif %}
 
-{% macro quant_fns(buf, qtype) %}
+{% macro quant_fns(buf, qtype, v4=False) %}
+// word i of the buffer (`v4`: the buffer is declared array<vec4<u32>>, for 16-byte loads in `_dq64`)
+fn {{buf}}_w(i: u32) -> u32 {
+{% if v4 %}
+    return {{buf}}[i >> 2u][i & 3u];
+{% else %}
+    return {{buf}}[i];
+{% endif %}
+}
 fn {{buf}}_u32(off: u32) -> u32 {
     let i = off >> 2u;
     let s = (off & 3u) * 8u;
-    return ({{buf}}[i] >> s) | (({{buf}}[i + 1u] << (31u - s)) << 1u);
+    return ({{buf}}_w(i) >> s) | (({{buf}}_w(i + 1u) << (31u - s)) << 1u);
 }
 // 8 bytes from a 2-byte aligned offset: three word loads, no branch (a shift by 32 is avoided)
 fn {{buf}}_u32x2(off: u32) -> vec2<u32> {
     let i = off >> 2u;
     let s = (off & 3u) * 8u;
-    let a = {{buf}}[i]; let b = {{buf}}[i + 1u]; let c = {{buf}}[i + 2u];
+    let a = {{buf}}_w(i); let b = {{buf}}_w(i + 1u); let c = {{buf}}_w(i + 2u);
     return vec2<u32>((a >> s) | ((b << (31u - s)) << 1u), (b >> s) | ((c << (31u - s)) << 1u));
 }
 fn {{buf}}_f16(off: u32) -> f32 {
-    return unpack2x16float({{buf}}[off >> 2u] >> ((off & 2u) * 8u)).x;
+    return unpack2x16float({{buf}}_w(off >> 2u) >> ((off & 2u) * 8u)).x;
 }
 fn {{buf}}_u8(off: u32) -> u32 {
-    return ({{buf}}[off >> 2u] >> ((off & 3u) * 8u)) & 255u;
+    return ({{buf}}_w(off >> 2u) >> ((off & 3u) * 8u)) & 255u;
 }
 fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
 {% if qtype == "F32" %}
     let i = (rowbase >> 2u) + c * 8u;
-    return Deq8(vec4<f32>(bitcast<f32>({{buf}}[i]), bitcast<f32>({{buf}}[i + 1u]),
-                          bitcast<f32>({{buf}}[i + 2u]), bitcast<f32>({{buf}}[i + 3u])),
-                vec4<f32>(bitcast<f32>({{buf}}[i + 4u]), bitcast<f32>({{buf}}[i + 5u]),
-                          bitcast<f32>({{buf}}[i + 6u]), bitcast<f32>({{buf}}[i + 7u])));
+    return Deq8(vec4<f32>(bitcast<f32>({{buf}}_w(i)), bitcast<f32>({{buf}}_w(i + 1u)),
+                          bitcast<f32>({{buf}}_w(i + 2u)), bitcast<f32>({{buf}}_w(i + 3u))),
+                vec4<f32>(bitcast<f32>({{buf}}_w(i + 4u)), bitcast<f32>({{buf}}_w(i + 5u)),
+                          bitcast<f32>({{buf}}_w(i + 6u)), bitcast<f32>({{buf}}_w(i + 7u))));
 {% elif qtype == "F16" %}
     let o = (rowbase >> 2u) + c * 4u;         // rows of a multiple of 32 weights: 4-byte aligned
-    let a = {{buf}}[o]; let b = {{buf}}[o + 1u];
-    let e = {{buf}}[o + 2u]; let f = {{buf}}[o + 3u];
+    let a = {{buf}}_w(o); let b = {{buf}}_w(o + 1u);
+    let e = {{buf}}_w(o + 2u); let f = {{buf}}_w(o + 3u);
     return Deq8(vec4<f32>(unpack2x16float(a), unpack2x16float(b)),
                 vec4<f32>(unpack2x16float(e), unpack2x16float(f)));
 {% elif qtype == "Q4_0" %}
@@ -118,10 +127,10 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
 {% elif qtype == "Q4_1" %}
     let base = rowbase + (c >> 2u) * 20u;
     let p = c & 3u;
-    let dm = unpack2x16float({{buf}}[base >> 2u]);
+    let dm = unpack2x16float({{buf}}_w(base >> 2u));
     let o = (base + 4u + (p & 1u) * 8u) >> 2u;
     let sh = (p >> 1u) * 4u;
-    return Deq8(dm.x * nib4({{buf}}[o], sh) + dm.y, dm.x * nib4({{buf}}[o + 1u], sh) + dm.y);
+    return Deq8(dm.x * nib4({{buf}}_w(o), sh) + dm.y, dm.x * nib4({{buf}}_w(o + 1u), sh) + dm.y);
 {% elif qtype == "Q5_0" %}
     let base = rowbase + (c >> 2u) * 22u;
     let p = c & 3u;
@@ -136,13 +145,13 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let base = rowbase + (c >> 2u) * 24u;
     let p = c & 3u;
     let wi = base >> 2u;
-    let dm = unpack2x16float({{buf}}[wi]);
-    let qh = {{buf}}[wi + 1u];
+    let dm = unpack2x16float({{buf}}_w(wi));
+    let qh = {{buf}}_w(wi + 1u);
     let o = wi + 2u + (p & 1u) * 2u;
     let sh = (p >> 1u) * 4u;
     let e0 = p * 8u;
-    return Deq8(dm.x * (nib4({{buf}}[o], sh) + bits4(qh, e0)) + dm.y,
-                dm.x * (nib4({{buf}}[o + 1u], sh) + bits4(qh, e0 + 4u)) + dm.y);
+    return Deq8(dm.x * (nib4({{buf}}_w(o), sh) + bits4(qh, e0)) + dm.y,
+                dm.x * (nib4({{buf}}_w(o + 1u), sh) + bits4(qh, e0 + 4u)) + dm.y);
 {% elif qtype == "Q8_0" %}
     let base = rowbase + (c >> 2u) * 34u;
     let d = {{buf}}_f16(base);
@@ -154,7 +163,7 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let base = rowbase + (c >> 5u) * {{bb}}u;
     let e0 = (c & 31u) * 8u;          // first weight within the super-block
     let sub = e0 >> 5u;               // sub-block 0..7
-    let dm = unpack2x16float({{buf}}[base >> 2u]);
+    let dm = unpack2x16float({{buf}}_w(base >> 2u));
     let sc_base = base + 4u;
     var sc: u32; var mn: u32;
     if (sub < 4u) {
@@ -170,15 +179,15 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let d = dm.x * f32(sc);
     let m = dm.y * f32(mn);
 {% if qtype == "Q4_K" %}
-    return Deq8(d * nib4({{buf}}[o], sh) - m, d * nib4({{buf}}[o + 1u], sh) - m);
+    return Deq8(d * nib4({{buf}}_w(o), sh) - m, d * nib4({{buf}}_w(o + 1u), sh) - m);
 {% else %}
     let oh = (base + 16u + l) >> 2u;
-    let h0 = {{buf}}[oh]; let h1 = {{buf}}[oh + 1u];
+    let h0 = {{buf}}_w(oh); let h1 = {{buf}}_w(oh + 1u);
     let hlo = vec4<f32>(f32((h0 >> sub) & 1u), f32((h0 >> (sub + 8u)) & 1u),
                         f32((h0 >> (sub + 16u)) & 1u), f32((h0 >> (sub + 24u)) & 1u)) * 16.0;
     let hhi = vec4<f32>(f32((h1 >> sub) & 1u), f32((h1 >> (sub + 8u)) & 1u),
                         f32((h1 >> (sub + 16u)) & 1u), f32((h1 >> (sub + 24u)) & 1u)) * 16.0;
-    return Deq8(d * (nib4({{buf}}[o], sh) + hlo) - m, d * (nib4({{buf}}[o + 1u], sh) + hhi) - m);
+    return Deq8(d * (nib4({{buf}}_w(o), sh) + hlo) - m, d * (nib4({{buf}}_w(o + 1u), sh) + hhi) - m);
 {% endif %}
 {% elif qtype == "Q6_K" %}
     let base = rowbase + (c >> 5u) * 210u;
@@ -205,11 +214,11 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let j = (e0 >> 5u) & 3u;
     let l = e0 & 31u;
     let sc = {{buf}}_u8(base + 8u * n + 2u * j + (l >> 4u));
-    let dm = unpack2x16float({{buf}}[(base + 80u) >> 2u]);
+    let dm = unpack2x16float({{buf}}_w((base + 80u) >> 2u));
     let d = dm.x * f32(sc & 15u);
     let m = dm.y * f32(sc >> 4u);
     let o = (base + 16u + 32u * n + l) >> 2u;
-    return Deq8(d * two4({{buf}}[o], 2u * j) - m, d * two4({{buf}}[o + 1u], 2u * j) - m);
+    return Deq8(d * two4({{buf}}_w(o), 2u * j) - m, d * two4({{buf}}_w(o + 1u), 2u * j) - m);
 {% elif qtype == "Q3_K" %}
     let base = rowbase + (c >> 5u) * 110u;    // 2-byte aligned
     let e0 = (c & 31u) * 8u;
@@ -244,10 +253,10 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
 {% elif qtype == "Q4_1" %}
     let base = rowbase + (c >> 2u) * 20u;
     let p = c & 3u;
-    let dm = unpack2x16float({{buf}}[base >> 2u]);
+    let dm = unpack2x16float({{buf}}_w(base >> 2u));
     let o = (base + 4u + (p & 1u) * 8u) >> 2u;
     let sh = (p >> 1u) * 4u;
-    return dm.x * f32(idot8(({{buf}}[o] >> sh) & LO4, ({{buf}}[o + 1u] >> sh) & LO4, q)) + dm.y * f32(qsum);
+    return dm.x * f32(idot8(({{buf}}_w(o) >> sh) & LO4, ({{buf}}_w(o + 1u) >> sh) & LO4, q)) + dm.y * f32(qsum);
 {% elif qtype == "Q5_0" %}
     let base = rowbase + (c >> 2u) * 22u;
     let p = c & 3u;
@@ -261,12 +270,12 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
     let base = rowbase + (c >> 2u) * 24u;
     let p = c & 3u;
     let wi = base >> 2u;
-    let dm = unpack2x16float({{buf}}[wi]);
-    let qh = {{buf}}[wi + 1u];
+    let dm = unpack2x16float({{buf}}_w(wi));
+    let qh = {{buf}}_w(wi + 1u);
     let o = wi + 2u + (p & 1u) * 2u;
     let sh = (p >> 1u) * 4u;
     let e0 = p * 8u;
-    let s = idot8((({{buf}}[o] >> sh) & LO4) | spread4(qh, e0), (({{buf}}[o + 1u] >> sh) & LO4) | spread4(qh, e0 + 4u), q);
+    let s = idot8((({{buf}}_w(o) >> sh) & LO4) | spread4(qh, e0), (({{buf}}_w(o + 1u) >> sh) & LO4) | spread4(qh, e0 + 4u), q);
     return dm.x * f32(s) + dm.y * f32(qsum);
 {% elif qtype == "Q8_0" %}
     let base = rowbase + (c >> 2u) * 34u;
@@ -281,23 +290,23 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
     // the block is 4-byte aligned: its 12 scale bytes are 3 words; sub-block j's 6-bit scale and min
     // come from byte j & 3 of them without a branch (neighbouring lanes hold different sub-blocks)
     let wi = base >> 2u;
-    let dm = unpack2x16float({{buf}}[wi]);
+    let dm = unpack2x16float({{buf}}_w(wi));
     let bs = ((sub & 3u) * 8u);
-    let b0 = ({{buf}}[wi + 1u] >> bs) & 255u;
-    let b1 = ({{buf}}[wi + 2u] >> bs) & 255u;
-    let b2 = ({{buf}}[wi + 3u] >> bs) & 255u;
+    let b0 = ({{buf}}_w(wi + 1u) >> bs) & 255u;
+    let b1 = ({{buf}}_w(wi + 2u) >> bs) & 255u;
+    let b2 = ({{buf}}_w(wi + 3u) >> bs) & 255u;
     let hi = sub >= 4u;
     let sc = select(b0 & 63u, (b2 & 15u) | ((b0 >> 6u) << 4u), hi);
     let mn = select(b1 & 63u, (b2 >> 4u) | ((b1 >> 6u) << 4u), hi);
     let l = e0 & 31u;
     let o = (base + {{qs_off}}u + (e0 >> 6u) * 32u + l) >> 2u;
     let sh = (sub & 1u) * 4u;
-    var a = ({{buf}}[o] >> sh) & LO4;
-    var b = ({{buf}}[o + 1u] >> sh) & LO4;
+    var a = ({{buf}}_w(o) >> sh) & LO4;
+    var b = ({{buf}}_w(o + 1u) >> sh) & LO4;
 {% if qtype == "Q5_K" %}
     let oh = (base + 16u + l) >> 2u;
-    a |= (({{buf}}[oh] >> sub) & 0x01010101u) << 4u;
-    b |= (({{buf}}[oh + 1u] >> sub) & 0x01010101u) << 4u;
+    a |= (({{buf}}_w(oh) >> sub) & 0x01010101u) << 4u;
+    b |= (({{buf}}_w(oh + 1u) >> sub) & 0x01010101u) << 4u;
 {% endif %}
     return dm.x * f32(sc) * f32(idot8(a, b, q)) - dm.y * f32(mn) * f32(qsum);
 {% elif qtype == "Q6_K" %}
@@ -323,9 +332,9 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
     let j = (e0 >> 5u) & 3u;
     let l = e0 & 31u;
     let sc = {{buf}}_u8(base + 8u * n + 2u * j + (l >> 4u));
-    let dm = unpack2x16float({{buf}}[(base + 80u) >> 2u]);
+    let dm = unpack2x16float({{buf}}_w((base + 80u) >> 2u));
     let o = (base + 16u + 32u * n + l) >> 2u;
-    let s = idot8(({{buf}}[o] >> (2u * j)) & 0x03030303u, ({{buf}}[o + 1u] >> (2u * j)) & 0x03030303u, q);
+    let s = idot8(({{buf}}_w(o) >> (2u * j)) & 0x03030303u, ({{buf}}_w(o + 1u) >> (2u * j)) & 0x03030303u, q);
     return dm.x * f32(sc & 15u) * f32(s) - dm.y * f32(sc >> 4u) * f32(qsum);
 {% elif qtype == "Q3_K" %}
     let base = rowbase + (c >> 5u) * 110u;
@@ -353,15 +362,24 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
 // Q4_K / Q5_K: the chunk is one 32-byte run of codes (sub-block 2p in the low nibbles, 2p + 1 in the
 // high), so each sub-block's 6-bit scale and min are decoded once and its 32 products are 8 integer
 // dot products summed as integers. Q6_K: four 16-weight pieces, one scale word, the codes read once
-// as 17 + 9 words. Other types: eight 8-weight `_dq8` products.
+// as 17 + 9 words. Q4_0 / Q8_0: the chunk's two blocks read once as 9 / 17 words, each block's 32
+// products summed as integers and scaled once. Other types: eight 8-weight `_dq8` products.
 fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
 {% if qtype == "Q4_K" or qtype == "Q5_K" %}
 {% set bb = 144 if qtype == "Q4_K" else 176 %}
 {% set qs_w = 4 if qtype == "Q4_K" else 12 %}
     let wi = (rowbase >> 2u) + (c >> 2u) * {{bb // 4}}u;     // the super-block's first word (4-byte aligned)
     let p = c & 3u;
-    let dm = unpack2x16float({{buf}}[wi]);
-    let s0 = {{buf}}[wi + 1u]; let s1 = {{buf}}[wi + 2u]; let s2 = {{buf}}[wi + 3u];
+{% if v4 %}
+    // 16-byte loads: the block (144 / 176 bytes) and its header, qh and code runs start on 16 bytes
+    // where a row does (K a multiple of 256 weights)
+    let hv = {{buf}}[wi >> 2u];
+    let dm = unpack2x16float(hv.x);
+    let s0 = hv.y; let s1 = hv.z; let s2 = hv.w;
+{% else %}
+    let dm = unpack2x16float({{buf}}_w(wi));
+    let s0 = {{buf}}_w(wi + 1u); let s1 = {{buf}}_w(wi + 2u); let s2 = {{buf}}_w(wi + 3u);
+{% endif %}
     let sm0 = kq_scale_min(s0, s1, s2, 2u * p);
     let sm1 = kq_scale_min(s0, s1, s2, 2u * p + 1u);
     let o = wi + {{qs_w}}u + p * 8u;
@@ -370,11 +388,25 @@ fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
 {% endif %}
     var d0 = 0;
     var d1 = 0;
+{% if v4 %}
+    let cv0 = {{buf}}[o >> 2u]; let cv1 = {{buf}}[(o >> 2u) + 1u];
+{% if qtype == "Q5_K" %}
+    let hv0 = {{buf}}[oh >> 2u]; let hv1 = {{buf}}[(oh >> 2u) + 1u];
+{% endif %}
+{% endif %}
 {% for i in range(8) %}
     {
-        let w = {{buf}}[o + {{i}}u];
+{% if v4 %}
+        let w = cv{{i // 4}}.{{"xyzw"[i % 4]}};
+{% else %}
+        let w = {{buf}}_w(o + {{i}}u);
+{% endif %}
 {% if qtype == "Q5_K" %}
-        let h = {{buf}}[oh + {{i}}u] >> (2u * p);
+{% if v4 %}
+        let h = hv{{i // 4}}.{{"xyzw"[i % 4]}} >> (2u * p);
+{% else %}
+        let h = {{buf}}_w(oh + {{i}}u) >> (2u * p);
+{% endif %}
         d0 += dot4I8Packed((w & LO4) | ((h & 0x01010101u) << 4u), x.q[{{i // 2}}].{{"xy"[i % 2]}});
         d1 += dot4I8Packed(((w >> 4u) & LO4) | ((h & 0x02020202u) << 3u), x.q[{{4 + i // 2}}].{{"xy"[i % 2]}});
 {% else %}
@@ -400,10 +432,10 @@ fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
     let ih = (base + 128u + 32u * n) >> 2u;
     let sh = (base & 3u) * 8u;              // 0 or 16, the same for ql and qh (64n, 128 + 32n are multiples of 4)
 {% for i in range(17) %}
-    let l{{i}} = {{buf}}[il + {{i}}u];
+    let l{{i}} = {{buf}}_w(il + {{i}}u);
 {% endfor %}
 {% for i in range(9) %}
-    let g{{i}} = {{buf}}[ih + {{i}}u];
+    let g{{i}} = {{buf}}_w(ih + {{i}}u);
 {% endfor %}
     var t0 = 0;
     var t1 = 0;
@@ -425,6 +457,42 @@ fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
     }
 {% endfor %}
     return d * (x.s.x * f32(t0) + x.s.y * f32(t1));
+{% elif qtype == "Q4_0" %}
+    // two whole blocks, 36 bytes from a 4-byte aligned offset (a row of K = 64n weights is 36n bytes):
+    // 9 words, block 0's d and 16 code bytes from byte 0 (its codes 2 bytes off: funnel shifts),
+    // block 1's d in the high half of word 4 and its codes words 5..8
+    let wi = (rowbase >> 2u) + c * 9u;
+{% for i in range(9) %}
+    let a{{i}} = {{buf}}_w(wi + {{i}}u);
+{% endfor %}
+    var t0 = 0;
+    var t1 = 0;
+{% for m in range(4) %}
+    {
+        let q0 = (a{{m}} >> 16u) | (a{{m + 1}} << 16u);
+        let q1 = a{{m + 5}};
+        t0 += dot4I8Packed(q0 & LO4, x.q[{{m // 2}}].{{"xy"[m % 2]}}) + dot4I8Packed((q0 >> 4u) & LO4, x.q[{{2 + m // 2}}].{{"xy"[m % 2]}});
+        t1 += dot4I8Packed(q1 & LO4, x.q[{{4 + m // 2}}].{{"xy"[m % 2]}}) + dot4I8Packed((q1 >> 4u) & LO4, x.q[{{6 + m // 2}}].{{"xy"[m % 2]}});
+    }
+{% endfor %}
+    let n0 = x.n[0] + x.n[1] + x.n[2] + x.n[3];
+    let n1 = x.n[4] + x.n[5] + x.n[6] + x.n[7];
+    return x.s.x * unpack2x16float(a0).x * f32(t0 - 8 * n0) + x.s.y * unpack2x16float(a4).y * f32(t1 - 8 * n1);
+{% elif qtype == "Q8_0" %}
+    // two whole blocks, 68 bytes from a 4-byte aligned offset (K = 64n weights: 68n bytes a row): 17
+    // words, block 0's d and 32 codes from byte 0 (codes 2 bytes off: funnel shifts), block 1's d in
+    // the high half of word 8 and its codes words 9..16
+    let wi = (rowbase >> 2u) + c * 17u;
+{% for i in range(17) %}
+    let a{{i}} = {{buf}}_w(wi + {{i}}u);
+{% endfor %}
+    var t0 = 0;
+    var t1 = 0;
+{% for m in range(8) %}
+    t0 += dot4I8Packed((a{{m}} >> 16u) | (a{{m + 1}} << 16u), x.q[{{m // 2}}].{{"xy"[m % 2]}});
+    t1 += dot4I8Packed(a{{m + 9}}, x.q[{{4 + m // 2}}].{{"xy"[m % 2]}});
+{% endfor %}
+    return x.s.x * unpack2x16float(a0).x * f32(t0) + x.s.y * unpack2x16float(a8).y * f32(t1);
 {% else %}
     var r = 0.0;
 {% for i in range(8) %}
