@@ -269,3 +269,29 @@ def test_a_short_input_spreads_its_pieces_over_the_threads(backend, monkeypatch)
     assert runner.split(20) == [(0, 20)]
     backend.threads = 1
     assert backend._runner(20) is cb.SERIAL
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_short_input_s_last_token_block_by_block_equals_a_separate_one_token_pass(default_model_path, threads,
+                                                                                     monkeypatch):
+    """A short input's last token runs as a one-token pass interleaved with the input, block by block
+    (Decoder.forward's `tail`): its logits and every position's K/V are the bits of the batch
+    followed by a separate one-token pass, in float32 and float16 caches."""
+    monkeypatch.setattr(cb._BLAS, "fixed", threads)
+    g = GGUFFile.open(default_model_path)
+    for dtype in ("f32", "f16"):
+        be = cb.CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, kv_dtype=dtype)
+        ids = np.arange(500, 560)
+        be.forward(ids[:40], 0)
+        calls = []
+        real = be.model.forward
+        monkeypatch.setattr(be.model, "forward", lambda *a, **k: calls.append(k.get("tail")) or real(*a, **k))
+        fused = be.forward(ids[40:60], 40)
+        assert calls == [int(ids[59])] and be.kv.n_tokens == 60
+        kv = [x.copy() for layer in range(be.cfg.n_layer) for x in be.kv.read_prefix(layer, 60)]
+        be._forward(ids[40:59], 40, False, logits=False)
+        separate = be._forward(ids[59:60], 59, False)
+        assert np.array_equal(fused, separate), dtype
+        assert all(np.array_equal(a, b) for a, b in
+                   zip(kv, [x for layer in range(be.cfg.n_layer) for x in be.kv.read_prefix(layer, 60)])), dtype
+        be.close()

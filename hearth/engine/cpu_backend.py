@@ -330,13 +330,29 @@ class CpuBackend(Backend):
             # The logits after several ids come from a one-token pass of the last one, as they do
             # when the engine recomputes only a prompt's last token after reusing its prefix: the
             # same ids then give the same logits (and the same greedy reply) whichever way they
-            # arrived, one-token passes having 8-bit x and batches float32.
+            # arrived, one-token passes having 8-bit x and batches float32. After a short input
+            # the one-token pass runs block by block with it (Decoder.forward's `tail`): the same
+            # arithmetic, reading each block's K/V and weights while they are still in the caches.
+            if n - 1 < MIN_PARALLEL_ROWS and n - 1 <= self.chunk:
+                return self._forward(ids[:-1], pos, False, tail=int(ids[-1]))
             self._forward(ids[:-1], pos, False, logits=False)
             return self._forward(ids[-1:], pos + n - 1, False)
         return self._forward(ids, pos, all_logits)
 
-    def _forward(self, ids, pos: int, all_logits: bool, logits: bool = True) -> np.ndarray | None:
+    def _forward(self, ids, pos: int, all_logits: bool, logits: bool = True, tail: int | None = None
+                 ) -> np.ndarray | None:
         n = len(ids)
+        if tail is not None:   # one chunk, then the one-token pass of `tail` block by block with it
+            _BLAS.pin()
+            self._decode.forget()
+            self.threads = _BLAS.choose()
+            par = self._runner(n)
+            # The tail's matrix-vector products on this thread alone: numba's threads would spin
+            # after each of its launches while the pool thread runs the next block's pieces.
+            set_threads(1)
+            out = self.model.forward(ids, pos, self.kv, par=par, tail=tail)
+            self.kv.n_tokens = pos + n + 1
+            return out
         _BLAS.pin()
         adaptive = n == 1 and _BLAS.fixed is None and _BLAS.can_set
         if not adaptive:

@@ -126,7 +126,7 @@ class Decoder:
     # -- forward ---------------------------------------------------------------------------
 
     def forward(self, ids: np.ndarray, pos: int, kv: KVCache, all_logits: bool = False,
-                par: "RowRunner | None" = None, logits: bool = True) -> np.ndarray | None:
+                par: "RowRunner | None" = None, logits: bool = True, tail: int | None = None) -> np.ndarray | None:
         """ids int [n] at positions [pos, pos + n): writes their K/V into `kv` and returns
         float32 logits [n_vocab] of the last position ([n, n_vocab] with all_logits).
 
@@ -134,19 +134,29 @@ class Decoder:
         stored: rows independent) and from attention on (each query row reads the cache, then
         its own FFN). `par` runs a function over row ranges on several threads; None runs it
         once over all rows on this thread (decode, small inputs).
+
+        `tail` (a token id): then a one-token pass of it at position pos + n follows, block by
+        block, each block of it right after the same block of ids (whose K/V it reads while they
+        are still in the CPU's caches); returns its logits (all_logits and logits must be left
+        as they are). Its arithmetic is a separate one-token pass's, so its K/V and logits are
+        bit for bit those of forward([tail], pos + n).
         """
         c = self.cfg
         n = len(ids)
         par = par or SERIAL
-        x = self.tok_embd[ids]                                   # [n, d]
-        if c.embed_scale != 1.0:                                 # gemma3
-            x *= np.float32(c.embed_scale)
+        x = self._embed(ids)                                     # [n, d]
         cs = self.rope.cos_sin(pos, n)
         cs_swa = self.rope_swa.cos_sin(pos, n) if self.rope_swa else None
         q = np.empty((n, c.n_head, c.head_dim), np.float32)      # this block's rotated queries
         i8 = n == 1   # a one-token pass may quantize x to 8 bits (engine/cpu/linear.py); prefill never
         even = par.split(n)
         work = par.work   # what spreads a range's weight tiles and attention heads over threads, or None
+        if tail is not None:
+            tp = pos + n
+            xt = self._embed(np.array([tail], np.int64))         # [1, d]
+            qt = np.empty((1, c.n_head, c.head_dim), np.float32)
+            cst = self.rope.cos_sin(tp, 1)
+            cst_swa = self.rope_swa.cos_sin(tp, 1) if self.rope_swa else None
         for i, b in enumerate(self.blocks):
             swa = c.is_swa(i)
             window = c.sliding_window if swa else 0
@@ -156,12 +166,25 @@ class Decoder:
             # Later rows attend to more keys: balance the attention + FFN work, not the rows.
             par.run(lambda r0, r1: self._from_attention(i, b, x, q, r0, r1, pos, kv, window, i8, work),
                     par.split(n, pos=pos, fixed=3000, window=window))
+            if tail is not None:
+                self._before_attention(i, b, xt, qt, 0, 1, tp, kv, cst_swa if swa else cst, window, True)
+                self._from_attention(i, b, xt, qt, 0, 1, tp, kv, window, True)
+        if tail is not None:
+            out = np.empty((1, c.n_vocab), np.float32)
+            self._logits(xt, out, 0, 1, True)
+            return out[0]
         if not logits:                                           # K/V only (logits=False): None
             return None
         rows = x if all_logits else x[-1:]
         out = np.empty((len(rows), c.n_vocab), np.float32)
         par.run(lambda r0, r1: self._logits(rows, out, r0, r1, i8), par.split(len(rows)))
         return out if all_logits else out[0]
+
+    def _embed(self, ids) -> np.ndarray:
+        x = self.tok_embd[ids]                                   # [n, d]
+        if self.cfg.embed_scale != 1.0:                          # gemma3
+            x *= np.float32(self.cfg.embed_scale)
+        return x
 
     def _logits(self, rows, out, r0, r1, i8):
         c = self.cfg

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..config import ModelConfig, RopeScaling
 from ..cpu.rows import rms_norm_rows, rope_rows
+from ..cpu.softmax import softmax_rows
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -248,9 +249,8 @@ def _attend_block(qb, k_cache, v_cache, p0: int, window: int) -> np.ndarray:
         if window > 0:
             masked |= (qpos - kpos) >= window
         s.reshape(nkv, rep, m, T)[..., c0:] += np.where(masked, np.float32(-np.inf), np.float32(0.0))
-    s -= s.max(axis=-1, keepdims=True)
-    np.exp(s, out=s)
-    denom = s.sum(axis=-1, keepdims=True)
+    denom = np.empty((nkv, rep * m, 1), np.float32)
+    softmax_rows(s.reshape(-1, T), denom.reshape(-1))                 # exp(s - max) in place, row sums
     o = np.matmul(s, V)                                               # [nkv, rep*m, hd]
     o /= denom
     return o.reshape(nkv, rep, m, hd)

@@ -20,12 +20,12 @@ from __future__ import annotations
 import os
 import struct
 import threading
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
 from ..errors import PrefixImageError
+from .checksum import crc32
 from .format import CHECKSUM_SIZE, F32, HEADER_SIZE, I32, ImageHeader
 
 _ASYNC_CRC_MIN = 256 * 1024  # smaller buffers are checked inline: a thread hand-off costs more
@@ -33,18 +33,23 @@ _ASYNC_CRC_MIN = 256 * 1024  # smaller buffers are checked inline: a thread hand
 
 # ------------------------------------------------------------------------------------------ streams
 
-_executor: ThreadPoolExecutor | None = None
+_executors: dict[str, ThreadPoolExecutor] = {}
 _executor_pid = 0
 _executor_lock = threading.Lock()
 
 
-def _crc_executor() -> ThreadPoolExecutor:
-    global _executor, _executor_pid
+def worker(name: str) -> ThreadPoolExecutor:
+    """This process's one-thread executor `name` ("crc": RunningCrc's; "read": the chat segments
+    read beside the calling thread), made on first use."""
+    global _executor_pid
     with _executor_lock:
-        if _executor is None or _executor_pid != os.getpid():  # a forked child has no worker thread
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-prefix-crc")
+        if _executor_pid != os.getpid():  # a forked child has no worker threads
+            _executors.clear()
             _executor_pid = os.getpid()
-        return _executor
+        ex = _executors.get(name)
+        if ex is None:
+            ex = _executors[name] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"hearth-prefix-{name}")
+        return ex
 
 
 def write_tail(f, header, logits, crc: "RunningCrc", who: str) -> None:
@@ -69,13 +74,13 @@ class RunningCrc:
         self._last: Future | None = None
 
     def _step(self, buf) -> None:
-        self._value = zlib.crc32(buf, self._value)
+        self._value = crc32(buf, self._value)
 
     def update(self, buf) -> Future | None:
         if memoryview(buf).nbytes < _ASYNC_CRC_MIN and self._last is None:
             self._step(buf)
             return None
-        self._last = _crc_executor().submit(self._step, buf)
+        self._last = worker("crc").submit(self._step, buf)
         return self._last
 
     @property
@@ -217,7 +222,7 @@ def read_image(f, want: ImageHeader, ids, kv, resident: int) -> np.ndarray | Non
     header.check_against(want)
     n = header.n_tokens
     ids = np.ascontiguousarray(ids, I32)
-    crc = RunningCrc(zlib.crc32(raw))
+    crc = RunningCrc(crc32(raw))
     stored = np.empty(n, I32)
     _read_into(f, stored, "the token ids", HEADER_SIZE)
     if not np.array_equal(stored, ids):

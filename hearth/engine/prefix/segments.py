@@ -28,15 +28,18 @@ Header (128 bytes):
 
 from __future__ import annotations
 
+import os
 import struct
+import threading
 import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import PrefixImageError
+from .checksum import crc32
 from .format import CHECKSUM_SIZE, DTYPE_F32, DTYPE_NAMES, F32, FLAG_LOGITS, HEADER_SIZE, I32, KVFileSizes
-from .io import RunningCrc, _read_into, _read_upto, write_all, write_tail
+from .io import RunningCrc, _read_into, _read_upto, worker, write_all, write_tail
 
 SEGMENT_MAGIC = b"\x89HPS\r\n\x1a\n"
 SEGMENT_VERSION = 1
@@ -183,40 +186,104 @@ def read_chain(parts: list[ChainPart], ids, kv) -> tuple[int, np.ndarray | None]
             break
         if not np.array_equal(raw_ids[:p.use], ids[h.start:h.start + p.use]):
             break
-        p.crc = RunningCrc(zlib.crc32(h.pack()))
+        p.crc = RunningCrc(crc32(h.pack()))
         p.crc.update(raw_ids)
         good.append(p)
     if len(good) < len(parts):
         parts[len(good)].failed = True
     if not good:
         return (parts[0].header.start if parts else 0), None
-    # the host cache (engine/kv_cache.py): per-layer numpy arrays of the segments' dtype, written in place
-    dt = good[0].header.kv_dtype
-    direct = isinstance(getattr(kv, "k", None), list) and bool(kv.k) and isinstance(kv.k[0], np.ndarray) \
-        and kv.k[0].dtype == dt and kv.k[0].flags.c_contiguous
     base = good[0].header.start
     end = good[-1].header.start + good[-1].use
-    alive = list(good)
+    if _host_cache(kv, good[0].header.kv_dtype):
+        # Each part is its own file with its own checksum: the parts are read side by side (this
+        # thread and one worker), each straight into its positions of the cache.
+        _each(lambda p: _read_part(p, kv), good)
+    else:
+        _read_layers(good, kv, base, end)
+    n_good, logits = base, None
+    for p in good:
+        if p.failed:
+            break
+        h = p.header
+        n_good = h.start + p.use
+        # the logits after a part's last token are not the ones after position `use` of a branch
+        logits = p.logits if p.use == h.n_tokens else None
+        if p.use < h.n_tokens:
+            break
+    return n_good, logits
+
+
+def _host_cache(kv, dt) -> bool:
+    """Whether `kv` is the host cache (engine/kv_cache.py: per-layer numpy arrays of the segments'
+    dtype), written in place."""
+    return isinstance(getattr(kv, "k", None), list) and bool(kv.k) and isinstance(kv.k[0], np.ndarray) \
+        and kv.k[0].dtype == dt and kv.k[0].flags.c_contiguous
+
+
+def _each(fn, items) -> None:
+    """fn(item) for every item, on this thread and the "read" worker, each item on whichever is free."""
+    items = list(items)
+    if len(items) < 2 or (os.cpu_count() or 1) < 2:
+        for item in items:
+            fn(item)
+        return
+    lock, left = threading.Lock(), iter(items)
+
+    def drain() -> None:
+        while True:
+            with lock:
+                item = next(left, None)
+            if item is None:
+                return
+            fn(item)
+    other = worker("read").submit(drain)
+    try:
+        drain()
+    finally:
+        other.result()
+
+
+def _read_part(p: ChainPart, kv) -> None:
+    """Part p's K and V of every layer into the host cache `kv`, then its logits and checksum
+    (p.failed when any of it is short or damaged)."""
+    h = p.header
+    try:
+        for layer in range(kv.n_layers):
+            for j, dst in enumerate((kv.k[layer], kv.v[layer])):
+                if h.end <= kv.max_ctx:
+                    # one read per head: dst[head, start:end] is one contiguous run, as in the file
+                    # (positions past `use` are past the restore)
+                    for head in range(h.n_kv_heads):
+                        run = dst[head, h.start:h.end]
+                        _read_into(p.f, run, f"layer {layer}", 0)
+                        p.crc.update(run)
+                    continue
+                buf = p.scratch(j)   # a branch inside a segment that reaches past this context
+                _read_into(p.f, buf, f"layer {layer}", 0)
+                p.pending[j] = p.crc.update(buf)
+                dst[:, h.start:h.start + p.use] = buf[:, :p.use]
+    except PrefixImageError:
+        p.failed = True
+        return
+    _finish(p)
+
+
+def _read_layers(parts: list[ChainPart], kv, base: int, end: int) -> None:
+    """A device cache, which takes whole prefixes: each layer's [0, end) assembled on the host from
+    what is resident and every part's positions, then written; then each part's logits and checksum,
+    up to the first damaged part."""
+    dt = parts[0].header.kv_dtype
+    alive = list(parts)
     for layer in range(kv.n_layers):
-        if direct:
-            dst_k, dst_v = kv.k[layer], kv.v[layer]
-        else:  # a device cache takes whole prefixes: [0, end) assembled on the host
-            k0, v0 = kv.read_prefix(layer, base)
-            shape = (kv.n_kv_heads, end, kv.head_dim)
-            dst_k, dst_v = np.empty(shape, dt), np.empty(shape, dt)
-            dst_k[:, :base], dst_v[:, :base] = k0, v0
+        k0, v0 = kv.read_prefix(layer, base)
+        shape = (kv.n_kv_heads, end, kv.head_dim)
+        dst_k, dst_v = np.empty(shape, dt), np.empty(shape, dt)
+        dst_k[:, :base], dst_v[:, :base] = k0, v0
         for p in list(alive):
             h = p.header
             try:
                 for j, dst in enumerate((dst_k, dst_v)):
-                    if direct and h.end <= kv.max_ctx:
-                        # straight into the cache, one read per head: dst[head, start:end] is one
-                        # contiguous run, as in the file (positions past `use` are past the restore)
-                        for head in range(h.n_kv_heads):
-                            run = dst[head, h.start:h.end]
-                            _read_into(p.f, run, f"layer {layer}", 0)
-                            p.crc.update(run)
-                        continue
                     buf = p.scratch(j)
                     _read_into(p.f, buf, f"layer {layer}", 0)
                     p.pending[j] = p.crc.update(buf)
@@ -225,26 +292,24 @@ def read_chain(parts: list[ChainPart], ids, kv) -> tuple[int, np.ndarray | None]
                 p.failed = True
                 del alive[alive.index(p):]
                 break
-        if not direct:
-            kv.write_prefix(layer, end, dst_k, dst_v)
-    n_good, logits = base, None
+        kv.write_prefix(layer, end, dst_k, dst_v)
     for p in alive:
-        h = p.header
-        try:
-            if h.has_logits:
-                p.logits = np.empty(h.n_vocab, F32)
-                _read_into(p.f, p.logits, "the logits", 0)
-                p.crc.update(p.logits)
-            (stored,) = struct.unpack("<I", _read_upto(p.f, CHECKSUM_SIZE).rjust(CHECKSUM_SIZE, b"\0"))
-            if stored != p.crc.value or _read_upto(p.f, 1):
-                p.failed = True
-                break
-        except PrefixImageError:
+        if not _finish(p):
+            break
+
+
+def _finish(p: ChainPart) -> bool:
+    """Read part p's logits (when it has them) and its closing checksum; False (p.failed) when they
+    are short, damaged or followed by more bytes."""
+    h = p.header
+    try:
+        if h.has_logits:
+            p.logits = np.empty(h.n_vocab, F32)
+            _read_into(p.f, p.logits, "the logits", 0)
+            p.crc.update(p.logits)
+        (stored,) = struct.unpack("<I", _read_upto(p.f, CHECKSUM_SIZE).rjust(CHECKSUM_SIZE, b"\0"))
+        if stored != p.crc.value or _read_upto(p.f, 1):
             p.failed = True
-            break
-        n_good = h.start + p.use
-        # the logits after a part's last token are not the ones after position `use` of a branch
-        logits = p.logits if p.use == h.n_tokens else None
-        if p.use < h.n_tokens:
-            break
-    return n_good, logits
+    except PrefixImageError:
+        p.failed = True
+    return not p.failed
