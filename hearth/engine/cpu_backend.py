@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -32,6 +31,7 @@ from .cpu.linear import int8_default, no_parallel_kernels, set_threads
 from .kv_cache import KVCache
 from .models import build_model
 from .models.decoder import SERIAL, RowRunner
+from .shared_work import share
 
 DEFAULT_CHUNK = 512
 
@@ -222,32 +222,11 @@ class ThreadedRows(SplitRows):
     def map(self, fn, items) -> None:
         """fn(item) for every item, each on whichever of the threads takes it next (this one
         included): the pieces of one short input's products and attention."""
-        items = list(items)
-        if len(items) < 2:
-            for item in items:
-                fn(item)
-            return
-        lock, left = threading.Lock(), iter(items)
-
-        def drain() -> None:
-            while True:
-                with lock:
-                    item = next(left, _DONE)
-                if item is _DONE:
-                    return
-                fn(item)
-        futures = [self.pool.submit(drain) for _ in range(min(self.n_threads, len(items)) - 1)]
-        try:
-            drain()
-        finally:
-            for f in futures:
-                f.result()
+        share(fn, items, self.pool.submit, self.n_threads - 1)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
 
-
-_DONE = object()
 
 
 class SpreadPieces(RowRunner):

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import PrefixImageError
+from ..shared_work import share
 from .checksum import crc32
 from .format import CHECKSUM_SIZE, DTYPE_F32, DTYPE_NAMES, F32, FLAG_LOGITS, HEADER_SIZE, I32, KVFileSizes
 from .io import RunningCrc, _read_into, _read_upto, worker, write_all, write_tail
@@ -223,25 +223,7 @@ def _host_cache(kv, dt) -> bool:
 
 def _each(fn, items) -> None:
     """fn(item) for every item, on this thread and the "read" worker, each item on whichever is free."""
-    items = list(items)
-    if len(items) < 2 or (os.cpu_count() or 1) < 2:
-        for item in items:
-            fn(item)
-        return
-    lock, left = threading.Lock(), iter(items)
-
-    def drain() -> None:
-        while True:
-            with lock:
-                item = next(left, None)
-            if item is None:
-                return
-            fn(item)
-    other = worker("read").submit(drain)
-    try:
-        drain()
-    finally:
-        other.result()
+    share(fn, items, worker("read").submit, 1 if (os.cpu_count() or 1) >= 2 else 0)
 
 
 def _read_part(p: ChainPart, kv) -> None:
