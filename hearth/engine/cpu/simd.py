@@ -226,16 +226,21 @@ def add_lane0(typingctx, acc, s):
     return f32x8(acc, types.float32), codegen
 
 
+def lane_tree(builder, v, join):
+    """The 8 lanes of v folded to one by join(builder, lo, hi) in a fixed order (a tree: 4 with 4,
+    2 with 2, 1 with 1), as a float32 scalar."""
+    for half in (4, 2, 1):
+        lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, half), list(range(half))))
+        hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, half), list(range(half, 2 * half))))
+        v = join(builder, lo, hi)
+    return builder.extract_element(v, ir.Constant(I32, 0))
+
+
 @intrinsic
 def fsum(typingctx, acc):
     """The sum of the 8 lanes, in a fixed order (a tree: 4 + 4, 2 + 2, 1 + 1)."""
     def codegen(context, builder, sig, args):
-        v = args[0]
-        for half in (4, 2, 1):
-            lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, half), list(range(half))))
-            hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, half), list(range(half, 2 * half))))
-            v = builder.fadd(lo, hi)
-        return builder.extract_element(v, ir.Constant(I32, 0))
+        return lane_tree(builder, args[0], lambda b, lo, hi: b.fadd(lo, hi))
     return types.float32(acc), codegen
 
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .simd import I32, V8F32, V8I32, _const, _fmuladd, _ptr, _splat, f32x8, fsum, fzero
+from .simd import V8F32, V8I32, _call, _const, _fmuladd, _ptr, _splat, f32x8, fadd, fsum, fzero, lane_tree
 
 _LOG2E = 1.44269504088896341
 _C1, _C2 = 0.693359375, -2.12194440e-4          # ln 2 = C1 + C2, C1 exact in a few bits
@@ -27,10 +26,8 @@ _LO = -87.33654                                  # exp below it: 0 (2^-126 is th
 
 
 def _vcall(builder, name, args):
-    t = args[0].type
-    fn = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(t, [a.type for a in args]),
-                                                         name)
-    return builder.call(fn, args)
+    """The LLVM intrinsic `name` on vectors of the first argument's type, returning that type."""
+    return _call(builder, name, args[0].type, [a.type for a in args], args)
 
 
 def _exp8(builder, x):
@@ -77,22 +74,10 @@ def vfill(typingctx, value):
 
 
 @intrinsic
-def vadd(typingctx, a, b):
-    def codegen(context, builder, sig, args):
-        return builder.fadd(args[0], args[1])
-    return f32x8(a, b), codegen
-
-
-@intrinsic
 def vhmax(typingctx, v):
     """The largest of 8 lanes."""
     def codegen(context, builder, sig, args):
-        v = args[0]
-        for half in (4, 2, 1):
-            lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, half), list(range(half))))
-            hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, half), list(range(half, 2 * half))))
-            v = builder.select(builder.fcmp_ordered(">", hi, lo), hi, lo)
-        return builder.extract_element(v, ir.Constant(I32, 0))
+        return lane_tree(builder, args[0], lambda b, lo, hi: b.select(b.fcmp_ordered(">", hi, lo), hi, lo))
     return types.float32(v), codegen
 
 
@@ -132,7 +117,7 @@ def softmax_rows(s, sums):
         total = fzero()
         j = 0
         while j + 8 <= T:
-            total = vadd(total, exp_shift_store(flat, o + j, m))
+            total = fadd(total, exp_shift_store(flat, o + j, m))
             j += 8
         t = fsum(total)
         for k in range(j, T):
