@@ -80,7 +80,7 @@ def timed(dev, dispatches, reps):
 
 
 # byte offsets of each block type's f16 scale fields: random bits there could be NaN or Inf
-F16_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208], "Q4_1": [0, 2], "Q5_0": [0]}
+F16_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208], "Q4_1": [0, 2], "Q5_0": [0], "Q5_K": [0, 2]}
 
 
 def sane_blocks(rng, qtype, m, k):
@@ -221,6 +221,64 @@ def matmul_sweep(reps=3, n=2048):
     dev.destroy()
 
 
+MATMUL8_CASES = [c for c in MATMUL_CASES if c[1] != "F16"] + [
+    ("8B down", "Q4_0", 14336, 4096), ("8B down", "Q4_K", 14336, 4096), ("8B gate", "Q6_K", 4096, 14336),
+    ("135M gate", "Q4_1", 576, 1536), ("135M down", "Q4_1", 1536, 576)]
+
+
+def matmul8_sweep(reps=3, n=2048):
+    """The int8 prefill product (ops.matmul8, every tile) beside the f16 one the backend picks
+    (ops.matmul16_tile), same shapes, same call: TFLOP/s (ms) of the product alone, then with the
+    quantize_rows pass of its X (which a layer runs once for Q|K|V and once for gate/up), and the
+    error of a 64 x 64 corner against numpy's exact product."""
+    from hearth.engine.gpu import ops  # noqa: PLC0415
+    from hearth.engine.gpu.device import Device  # noqa: PLC0415
+    from hearth.engine.gpu.kernels import Kernels  # noqa: PLC0415
+    import gguf  # noqa: PLC0415
+    dev = Device()
+    ks = Kernels(dev)
+    rng = np.random.default_rng(0)
+    print(f"\nmatmul8 sweep, {n} tokens: TFLOP/s (ms) [rel err of a 64x64 corner vs numpy]; "
+          f"i8 RMxRN (+q: with the quantize pass); chosen = {ops.MATMUL8_TILE}")
+    x_np = (rng.standard_normal((n, 14336)) * 0.5).astype(np.float32)
+    for name, qt, k, m in MATMUL8_CASES:
+        raw = sane_blocks(rng, qt, m, k)
+        w = dev.upload(raw)
+        xk = np.ascontiguousarray(x_np[:, :k])
+        x = dev.upload(xk)
+        y = dev.buffer(n * m * 4)
+        xq = dev.buffer(ops.q8_rows_words(n, k) * 4)
+        s_off = ops.q8_rows_scales(n, k)
+        rb = ops.row_bytes(qt, k)
+        wref = gguf.quants.dequantize(raw[:64 * rb].reshape(64, rb), getattr(gguf.GGMLQuantizationType, qt))
+        c = min(64, n)
+        ref = xk[:c].astype(np.float64) @ np.asarray(wref, np.float64).reshape(64, k).T
+        flop = 2 * n * m * k
+
+        def err():
+            got = dev.read([(y, 0, n * m * 4)]).view(np.float32).reshape(n, m)[:c, :64]
+            return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+        tile = ops.matmul16_tile(m, n)
+        kern = ops.matmul16(ks, [qt], tile=tile, xshift=ops.MATMUL16_FF_SHIFT if "down" in name else 0)
+        sec = timed(dev, [(kern, [x, y, w], ops.matmul16_groups(m, n, tile), ops.matmul_params([qt], k, m, n, ldy=m))], reps)
+        row = [f"f16 {tile[0]}x{tile[1]} {flop / max(sec, 1e-9) / 1e12:.1f} ({sec * 1e3:.2f}) [{err():.1e}]"]
+        qk = (ops.quantize_rows(ks), [x, xq], ops.quantize_rows_groups(n, k), dict(K=k, n=n, ldx=k, s_off=s_off))
+        qsec = timed(dev, [qk], reps)
+        for t8 in ops.MATMUL8_TILES:
+            mk = (ops.matmul8(ks, qt, tile=t8), [xq, y, w], ops.matmul8_groups(m, n, t8),
+                  ops.matmul8_params(qt, k, m, n, m, s_off))
+            sec = timed(dev, [mk], reps)
+            both = timed(dev, [qk, mk], reps)
+            mark = "*" if t8 == ops.MATMUL8_TILE else ""
+            row.append(f"i8 {t8[0]}x{t8[1]}{mark} {flop / max(sec, 1e-9) / 1e12:.1f} ({sec * 1e3:.2f}; "
+                       f"+q {both * 1e3:.2f}) [{err():.1e}]")
+        row.append(f"q alone {qsec * 1e3:.3f}")
+        print(f"  {name:9s} {qt:5s} K={k:<6d} M={m:<6d} " + " | ".join(row), flush=True)
+        for b in (w, x, y, xq):
+            b.destroy()
+    dev.destroy()
+
+
 COOP_WGSL = """
 enable wgpu_cooperative_matrix;
 {ENABLE}
@@ -317,6 +375,7 @@ def main(argv=None):
     ap.add_argument("--sweep-only", default="", help="--matvec-sweep: only cases whose name (and type) contains one of these (comma-separated)")
     ap.add_argument("--coop-probe", action="store_true")
     ap.add_argument("--matmul-sweep", action="store_true")
+    ap.add_argument("--matmul8-sweep", action="store_true", help="the int8 prefill product beside the f16 one (no model)")
     ap.add_argument("--dispatch-floor", action="store_true", help="the GPU's cost of an empty dispatch (no model)")
     ap.add_argument("--prefill-only", action="store_true", help="only the prefill chunk's per-kernel times")
     ap.add_argument("--decode-only", action="store_true", help="only decode's per-kernel times")
@@ -324,6 +383,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.matmul_sweep:
         matmul_sweep()
+        return
+    if a.matmul8_sweep:
+        matmul8_sweep()
         return
     if a.dispatch_floor:
         dispatch_floor()

@@ -85,3 +85,28 @@ def rel_err(got, ref) -> float:
     ref = np.asarray(ref, np.float64)
     assert not np.isnan(got).any(), "unwritten (poisoned) or NaN outputs"
     return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+# x quantized to int8 as the GPU's int8 paths do (llama.cpp's q8 activations: per 32 values, scale
+# max |x| / 127, codes round(x / scale)): the decode matvec (test_gpu_int8.py) and the prefill product
+# (test_gpu_matmul8.py).
+def q8_blocks(h: np.ndarray):
+    """numpy's q8 of float32 h [k]: (codes int [k], scales float32 [k / 32]), as the kernel computes them."""
+    b = h.reshape(-1, 32)
+    d = (np.abs(b).max(axis=1) / np.float32(127)).astype(np.float32)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
+    return np.round(b * inv[:, None]).astype(np.int64).reshape(-1), d
+
+
+def safe_x(rng, k: int, g: np.ndarray | None = None) -> np.ndarray:
+    """float32 x [k] whose q8 codes (of x * g) are unambiguous: each block's values are
+    scale * (integer + u), |u| <= 0.3, one of them exactly 127 scales."""
+    codes = rng.integers(-120, 121, (k // 32, 32)).astype(np.float64)
+    codes += rng.uniform(-0.3, 0.3, codes.shape)
+    codes[np.arange(k // 32), rng.integers(0, 32, k // 32)] = 127 * rng.choice([-1, 1], k // 32)
+    h = (codes * rng.uniform(0.001, 0.05, (k // 32, 1))).reshape(-1).astype(np.float32)
+    x = h if g is None else (h / g).astype(np.float32)
+    hq = x if g is None else (x * g).astype(np.float32)
+    q, d = q8_blocks(hq)
+    assert np.array_equal(q, np.round(codes).reshape(-1))      # the construction did what it says
+    return x

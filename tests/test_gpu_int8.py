@@ -24,7 +24,8 @@ if probe() is None:
 from hearth.engine.gpu import ops  # noqa: E402
 from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
 from gpu_fixtures import (  # noqa: E402
-    RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err, subgroup_device)
+    RTOL, dequant_reference, make_test_device, poisoned, q8_blocks, random_rows, read_f32, rel_err, safe_x,
+    subgroup_device)
 
 pytestmark = pytest.mark.gpu
 
@@ -51,28 +52,6 @@ def ks(request):
 def rng(request):
     # Seeded per test, so that a failure on one adapter reproduces on the next run.
     return np.random.default_rng(zlib.crc32(request.node.name.encode()))
-
-
-def q8_blocks(h: np.ndarray):
-    """numpy's q8 of float32 h [k]: (codes int [k], scales float32 [k / 32]), as the kernel computes them."""
-    b = h.reshape(-1, 32)
-    d = (np.abs(b).max(axis=1) / np.float32(127)).astype(np.float32)
-    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
-    return np.round(b * inv[:, None]).astype(np.int64).reshape(-1), d
-
-
-def safe_x(rng, k: int, g: np.ndarray | None = None) -> np.ndarray:
-    """float32 x [k] whose q8 codes (of x * g) are unambiguous: each block's values are
-    scale * (integer + u), |u| <= 0.3, one of them exactly 127 scales."""
-    codes = rng.integers(-120, 121, (k // 32, 32)).astype(np.float64)
-    codes += rng.uniform(-0.3, 0.3, codes.shape)
-    codes[np.arange(k // 32), rng.integers(0, 32, k // 32)] = 127 * rng.choice([-1, 1], k // 32)
-    h = (codes * rng.uniform(0.001, 0.05, (k // 32, 1))).reshape(-1).astype(np.float32)
-    x = h if g is None else (h / g).astype(np.float32)
-    hq = x if g is None else (x * g).astype(np.float32)
-    q, d = q8_blocks(hq)
-    assert np.array_equal(q, np.round(codes).reshape(-1))      # the construction did what it says
-    return x
 
 
 def q8_ref(x, g=None, eps=0.0):

@@ -50,6 +50,9 @@ from .weights import GpuWeights
 # rasterizer where activations are cheap to keep small.
 GPU_CHUNK, CPU_CHUNK = 2048, 256
 STEP_HEADER = 4          # u32 words before the token ids in the step buffer
+# Whether a real GPU runs the prefill products of ops.INT8_MM_TYPES weights in int8 (ops.matmul8)
+# unless HEARTH_GPU_MM8 says otherwise.
+MM8_DEFAULT = True
 
 
 def rope_table(rope: Rope, max_ctx: int) -> np.ndarray:
@@ -62,7 +65,8 @@ class GpuBackend(Backend):
     name = "gpu"
 
     def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int | None = None,
-                 int8: bool | None = None, f16: bool | None = None, kv_dtype: str = "f32"):
+                 int8: bool | None = None, f16: bool | None = None, kv_dtype: str = "f32",
+                 mm8: bool | None = None):
         if cfg.final_softcap > 0:
             raise UnsupportedModelError(f"{gguf.path.name}: final logit soft-capping is not implemented on the GPU")
         if cfg.head_dim > 256 or cfg.head_dim % 4 or cfg.n_embd % 32:
@@ -83,6 +87,12 @@ class GpuBackend(Backend):
                 env = os.environ.get("HEARTH_GPU_F16", "")
                 f16 = env == "1" or (env != "0" and not self.dev.info["is_cpu"])
             self.f16 = bool(f16) and self.dev.f16
+            # Prefill products of ops.INT8_MM_TYPES weights with X as int8 blocks (ops.matmul8) where the
+            # device has the integer dot products.
+            if mm8 is None:
+                env = os.environ.get("HEARTH_GPU_MM8", "")
+                mm8 = env == "1" or (env != "0" and not self.dev.info["is_cpu"] and MM8_DEFAULT)
+            self.mm8 = bool(mm8) and self.dev.int8
             self._build(gguf, n_ctx, min(chunk, n_ctx), kv_dtype)
         except EngineError:
             self.close()
@@ -119,6 +129,8 @@ class GpuBackend(Backend):
         self.att = buf(chunk * nh * hd * 4, "att")       # [chunk, nh * hd]
         self.ff = buf(chunk * nff * 4, "ff")             # [chunk, n_ff] act(gate) * up
         self.ffq = buf(ops.q8_words(nff) * 4, "ff-q8")  # [q8_words(n_ff)] u32: decode's ff as int8 blocks
+        # [q8_rows_words(chunk, K)] u32: a prefill product's X as int8 blocks (ops.quantize_rows), widest K
+        self.xq = buf(max(ops.q8_rows_words(chunk, k) for k in (d, nh * hd, nff)) * 4, "x-q8") if self.mm8 else None
         self.logits = buf(nv * 4, "logits")              # [n_vocab]
         self.step = buf((STEP_HEADER + chunk) * 4, "step")
         self.amax = buf(16, "argmax")
@@ -319,6 +331,30 @@ class GpuBackend(Backend):
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], post, label + ".post",
                   d=d, n=1, eps=c.rms_eps)
 
+    def _mm8(self, qtype: str) -> bool:
+        return self.mm8 and qtype in ops.INT8_MM_TYPES
+
+    def _quantize_src(self, P: Plan, src, k: int, label: str) -> None:
+        """The pass that writes src [n, K] as int8 blocks into self.xq for the int8 products after it."""
+        P.add(ops.quantize_rows(self.ks), [src, self.xq], lambda n, kv: ops.quantize_rows_groups(n, k),
+              label + ".q8", K=k, n=lambda n, kv: n, ldx=k, s_off=ops.q8_rows_scales(self.chunk, k))
+
+    def _product(self, P: Plan, w, src, k: int, m: int, out, ldy: int, y_off: int, label: str, bias=None,
+                 unbounded_x: bool = False, **kw) -> None:
+        """Y = out[:, y_off:y_off + m] (+)= src W^T: the int8 kernel reading self.xq (which _quantize_src
+        filled from src) where it is on for this type, else _matmul's."""
+        extra = [bias] if bias is not None else []
+        if self._mm8(w.qtype):
+            tile = ops.MATMUL8_TILE
+            P.add(ops.matmul8(self.ks, w.qtype, bias=bias is not None, tile=tile, **kw), [self.xq, out, w.buffer] + extra,
+                  lambda n, kv: ops.matmul8_groups(m, n, tile), label,
+                  **dict(ops.matmul8_params(w.qtype, k, m, 0, ldy, ops.q8_rows_scales(self.chunk, k), y_off),
+                         n=lambda n, kv: n))
+            return
+        kern, groups = self._matmul(w.qtype, m, unbounded_x, bias=bias is not None, **kw)
+        P.add(kern, [src, out, w.buffer] + extra, groups, label,
+              **dict(ops.matmul_params([w.qtype], k, m, 0, ldy=ldy, y_off=y_off), n=lambda n, kv: n))
+
     def _matmul(self, qtype: str, m: int, unbounded_x: bool = False, **kw):
         """(kernel, groups(n, kv)) of a prefill product over M = m rows: the f16 kernel where it is on
         and reads this type, else the f32 one. unbounded_x: X is not normalized (the down product's
@@ -334,14 +370,13 @@ class GpuBackend(Backend):
         c, ks = self.cfg, self.ks
         d, hd, nh, nkv, nff = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff
         rows_g = lambda n, kv: ops.rows_groups(n)  # noqa: E731
-        ntok = lambda n, kv: n  # noqa: E731
         P.add(ops.rmsnorm(ks), [self.x, self.xn, L["attn_norm"]], rows_g, f"{i}.norm", d=d, n=self.chunk, eps=c.rms_eps)
         qkv_dim = (nh + 2 * nkv) * hd
         y_off = 0
+        if any(self._mm8(L[n].qtype) for n in ("wq", "wk", "wv")):
+            self._quantize_src(P, self.xn, d, f"{i}.qkv")
         for w, b, name in ((L["wq"], L["bq"], "q"), (L["wk"], L["bk"], "k"), (L["wv"], L["bv"], "v")):
-            kern, groups = self._matmul(w.qtype, w.rows, bias=b is not None)
-            P.add(kern, [self.xn, self.qkv, w.buffer] + ([b] if b is not None else []), groups, f"{i}.{name}",
-                  **dict(ops.matmul_params([w.qtype], d, w.rows, 0, ldy=qkv_dim, y_off=y_off), n=ntok))
+            self._product(P, w, self.xn, d, w.rows, self.qkv, qkv_dim, y_off, f"{i}.{name}", bias=b)
             y_off += w.rows
         k, bufs, rp = self._rope_args(i, L, cs)
         P.add(k, bufs, lambda n, kv: ops.rope_groups(n, nh, nkv), f"{i}.rope", **rp)
@@ -354,22 +389,20 @@ class GpuBackend(Backend):
         P.add(ops.rmsnorm(ks), [self.x, self.xn, L["ffn_norm"]], rows_g, f"{i}.ffn_norm", d=d, n=self.chunk, eps=c.rms_eps)
         # gate, then up with act(gate) * up applied in its epilogue (in place in ff), then down
         act = "gelu" if c.activation == "gelu_tanh" else "silu"
+        if self._mm8(L["gate"].qtype) or self._mm8(L["up"].qtype):
+            self._quantize_src(P, self.xn, d, f"{i}.ffn")
         for w, name in ((L["gate"], "gate"), (L["up"], "up")):
-            kern, groups = self._matmul(w.qtype, nff, act=act, epi_glu=name == "up")
-            P.add(kern, [self.xn, self.ff, w.buffer], groups, f"{i}.{name}",
-                  **dict(ops.matmul_params([w.qtype], d, nff, 0, ldy=nff), n=ntok))
+            self._product(P, w, self.xn, d, nff, self.ff, nff, 0, f"{i}.{name}", act=act, epi_glu=name == "up")
         self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", unbounded_x=True)
 
     def _prefill_proj(self, P, w, src, k, bias, post_norm, label, unbounded_x=False) -> None:
         c, d = self.cfg, self.cfg.n_embd
-        prm = dict(ops.matmul_params([w.qtype], k, d, 0, ldy=d), n=lambda n, kv: n)
-        extra = [bias] if bias is not None else []
+        if self._mm8(w.qtype):
+            self._quantize_src(P, src, k, label)
         if post_norm is None:
-            kern, groups = self._matmul(w.qtype, d, unbounded_x, residual=True, bias=bias is not None)
-            P.add(kern, [src, self.x, w.buffer] + extra, groups, label, **prm)
+            self._product(P, w, src, k, d, self.x, d, 0, label, bias=bias, unbounded_x=unbounded_x, residual=True)
         else:
-            kern, groups = self._matmul(w.qtype, d, unbounded_x, bias=bias is not None)
-            P.add(kern, [src, self.tmp, w.buffer] + extra, groups, label, **prm)
+            self._product(P, w, src, k, d, self.tmp, d, 0, label, bias=bias, unbounded_x=unbounded_x)
             P.add(ops.rmsnorm(self.ks, add=True), [self.tmp, self.x, post_norm], lambda n, kv: ops.rows_groups(n),
                   label + ".post", d=d, n=self.chunk, eps=c.rms_eps)
 

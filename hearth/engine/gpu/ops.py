@@ -297,6 +297,64 @@ def matmul16_groups(m: int, n: int, tile=None):
     return -(-m // (16 * rm)), -(-n // (16 * rn)), 1
 
 
+# The int8 prefill product (matmul8.wgsl): X quantized a row at a time to int8 blocks of 32
+# (quantize_rows.wgsl, quantize_x's rounding), W's blocks decoded to int8 codes in workgroup memory,
+# each block's 32 products 8 dot4I8Packed summed exactly in i32 and scaled once into f32. Weight types
+# with a decoder there; the others (Q5_0, Q5_1, Q2_K, Q3_K, F16; F32) keep the f16 (f32) kernel.
+INT8_MM_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+MATMUL8_TILE = (8, 8)
+MATMUL8_TILES = ((8, 8), (8, 4), (4, 8), (4, 4))
+MATMUL8_FIELDS = (("K", "u"), ("M", "u"), ("n", "u"), ("rb0", "u"), ("s_off4", "u"), ("ldy", "u"),
+                  ("y_off", "u"), ("pad", "u"))
+QUANTIZE_ROWS_FIELDS = (("K", "u"), ("n", "u"), ("ldx", "u"), ("s_off", "u"))
+
+
+def q8_rows_scales(n: int, k: int) -> int:
+    """First word of the scales in quantize_rows' buffer for n rows of K (a multiple of 4 words)."""
+    return -(-(n * k // 4) // 4) * 4
+
+
+def q8_rows_words(n: int, k: int) -> int:
+    """u32 words of n rows of K values as int8 blocks: codes n K/4, then (d, d * code sum) a block."""
+    return q8_rows_scales(n, k) + n * k // 16
+
+
+def quantize_rows(ks):
+    """X [n, ldx] f32 -> int8 blocks of 32 a row (q8_rows_words). Bindings: x, xq.
+    Params K (a multiple of 32), n, ldx, s_off (q8_rows_scales of the buffer's row capacity)."""
+    return ks.get("quantize_rows.wgsl", ["r", "rw"], QUANTIZE_ROWS_FIELDS)
+
+
+def quantize_rows_groups(n: int, k: int):
+    gx, gy = grid(-(-(n * k // 8) // 256))
+    return gx, gy, 1
+
+
+def matmul8(ks, qtype, act="silu", bias=False, residual=False, epi_glu=False, tile=None):
+    """Y[n, ldy] (+)= X W^T for prefill with X as quantize_rows' int8 blocks. Bindings: xq, y, w0[, b].
+    The device must have the 4-way int8 dot products (Device.int8); tile = (RM, RN) in MATMUL8_TILES."""
+    if qtype not in INT8_MM_TYPES:
+        raise ValueError(f"no int8 prefill product for weight type {qtype}")
+    rm, rn = tile or MATMUL8_TILE
+    if (rm, rn) not in MATMUL8_TILES:
+        raise ValueError(f"matmul8 tile {rm}x{rn} per thread is not built")
+    access = ["r", "rw", "r"] + (["r"] if bias else [])
+    return ks.get("matmul8.wgsl", access, MATMUL8_FIELDS, QTYPE=qtype, ACT=act, BIAS=bool(bias),
+                  RESIDUAL=bool(residual), EPI_GLU=bool(epi_glu), RM=rm, RN=rn, Q8X=1, C64=True)
+
+
+def matmul8_params(qtype, k, m, n, ldy, s_off, y_off=0):
+    """s_off: the scales' first word in the xq buffer (q8_rows_scales of its row capacity)."""
+    if s_off % 4:
+        raise ValueError("the scales of an int8 X must start on a 16-byte boundary")
+    return dict(K=k, M=m, n=n, rb0=row_bytes(qtype, k), s_off4=s_off // 4, ldy=ldy, y_off=y_off)
+
+
+def matmul8_groups(m: int, n: int, tile=None):
+    rm, rn = tile or MATMUL8_TILE
+    return -(-m // (16 * rm)), -(-n // (16 * rn)), 1
+
+
 ROPE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("n_rot", "u"), ("max_ctx", "u"), ("neox", "u"), ("eps", "f"))
 
 
