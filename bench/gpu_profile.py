@@ -226,7 +226,7 @@ MATMUL8_CASES = [c for c in MATMUL_CASES if c[1] != "F16"] + [
     ("135M gate", "Q4_1", 576, 1536), ("135M down", "Q4_1", 1536, 576)]
 
 
-def matmul8_sweep(reps=3, n=2048):
+def matmul8_sweep(reps=3, n=2048, only=""):
     """The int8 prefill product (ops.matmul8, every tile) beside the f16 one the backend picks
     (ops.matmul16_tile), same shapes, same call: TFLOP/s (ms) of the product alone, then with the
     quantize_rows pass of its X (which a layer runs once for Q|K|V and once for gate/up), and the
@@ -242,6 +242,8 @@ def matmul8_sweep(reps=3, n=2048):
           f"i8 RMxRN (+q: with the quantize pass); chosen = {ops.MATMUL8_TILE}")
     x_np = (rng.standard_normal((n, 14336)) * 0.5).astype(np.float32)
     for name, qt, k, m in MATMUL8_CASES:
+        if only and not any(o == f"{name} {qt}" for o in only.split(",")):
+            continue
         raw = sane_blocks(rng, qt, m, k)
         w = dev.upload(raw)
         xk = np.ascontiguousarray(x_np[:, :k])
@@ -372,7 +374,8 @@ def main(argv=None):
     ap.add_argument("--model", default=None)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--matvec-sweep", action="store_true")
-    ap.add_argument("--sweep-only", default="", help="--matvec-sweep: only cases whose name (and type) contains one of these (comma-separated)")
+    ap.add_argument("--sweep-only", default="", help="--matvec-sweep: only cases whose name (and type) contains one of these (comma-separated); "
+                    "--matmul8-sweep: only the cases named exactly (name and type, e.g. '8B gate Q4_K')")
     ap.add_argument("--coop-probe", action="store_true")
     ap.add_argument("--matmul-sweep", action="store_true")
     ap.add_argument("--matmul8-sweep", action="store_true", help="the int8 prefill product beside the f16 one (no model)")
@@ -385,7 +388,7 @@ def main(argv=None):
         matmul_sweep()
         return
     if a.matmul8_sweep:
-        matmul8_sweep()
+        matmul8_sweep(only=a.sweep_only)
         return
     if a.dispatch_floor:
         dispatch_floor()
