@@ -239,7 +239,7 @@ def matmul8_sweep(reps=3, n=2048, only=""):
     ks = Kernels(dev)
     rng = np.random.default_rng(0)
     print(f"\nmatmul8 sweep, {n} tokens: TFLOP/s (ms) [rel err of a 64x64 corner vs numpy]; "
-          f"i8 RMxRN (+q: with the quantize pass); chosen = {ops.MATMUL8_TILE}")
+          "i8 RMxRN (+q: with the quantize pass), * = the tile ops.matmul8_tile picks")
     x_np = (rng.standard_normal((n, 14336)) * 0.5).astype(np.float32)
     for name, qt, k, m in MATMUL8_CASES:
         if only and not any(o == f"{name} {qt}" for o in only.split(",")):
@@ -266,12 +266,13 @@ def matmul8_sweep(reps=3, n=2048, only=""):
         row = [f"f16 {tile[0]}x{tile[1]} {flop / max(sec, 1e-9) / 1e12:.1f} ({sec * 1e3:.2f}) [{err():.1e}]"]
         qk = (ops.quantize_rows(ks), [x, xq], ops.quantize_rows_groups(n, k), dict(K=k, n=n, ldx=k, s_off=s_off))
         qsec = timed(dev, [qk], reps)
+        chosen = ops.matmul8_tile(m, n)
         for t8 in ops.MATMUL8_TILES:
             mk = (ops.matmul8(ks, qt, tile=t8), [xq, y, w], ops.matmul8_groups(m, n, t8),
                   ops.matmul8_params(qt, k, m, n, m, s_off))
             sec = timed(dev, [mk], reps)
             both = timed(dev, [qk, mk], reps)
-            mark = "*" if t8 == ops.MATMUL8_TILE else ""
+            mark = "*" if t8 == chosen else ""
             row.append(f"i8 {t8[0]}x{t8[1]}{mark} {flop / max(sec, 1e-9) / 1e12:.1f} ({sec * 1e3:.2f}; "
                        f"+q {both * 1e3:.2f}) [{err():.1e}]")
         row.append(f"q alone {qsec * 1e3:.3f}")
@@ -563,7 +564,8 @@ def prefill_profile(be):
     hdr[4:] = np.arange(2048) + 100
     be.dev.queue.write_buffer(be.step, 0, hdr)
     by, cnt, rt = per_op(be, be.prefill_plan, 2048, 2048, 3)
-    print(f"\nprefill chunk of 2048 at pos 0 ({'f16' if be.f16 else 'f32'} products): GPU ms by kernel (count):")
+    kinds = ("int8 " + "/".join(be.mm8_types) + ", else " if be.mm8 else "") + ("f16" if be.f16 else "f32")
+    print(f"\nprefill chunk of 2048 at pos 0 ({kinds} products): GPU ms by kernel (count):")
     for k, v in by.most_common():
         print(f"  {k:10s} {v * 1e3:8.3f}  ({cnt[k]})")
     print(f"  total      {sum(by.values()) * 1e3:8.3f}")

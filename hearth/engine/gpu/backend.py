@@ -13,7 +13,11 @@ to global memory (ops.int8_pre_ok), written by the gate/up product itself where 
 f32 x (`int8=True` or HEARTH_GPU_INT8=1 forces it, =0 turns it off). Likewise the prefill products
 run in half precision on a real GPU with shader-f16 (ops.matmul16: f16 products summed over 64
 weights, then in f32; ~1e-3 of the output's norm off numpy) and in f32 on CPU rasterizers
-(`f16=True` or HEARTH_GPU_F16=1 forces it, =0 turns it off).
+(`f16=True` or HEARTH_GPU_F16=1 forces it, =0 turns it off); and on a real GPU with the integer dot
+products, those over ops.INT8_MM_DEFAULT_TYPES weights (Q4_0, Q4_K, Q6_K) take X as int8 blocks of 32
+instead (ops.matmul8 after a quantize_rows pass for each input: 8-bit X as llama.cpp's q8 activations,
+~5e-3 of the output's norm off the exact product; `mm8=True` or HEARTH_GPU_MM8=1 for every type it
+reads, on any adapter, =0 for none).
 
 Dispatches per decoded token (llama, qwen2): 1 embedding + 5 per layer (RMSNorm+Q|K|V+RoPE+KV store,
 attention, O-proj+residual, RMSNorm+gate/up+GLU, down+residual) + head (final norm fused) + argmax.
@@ -50,9 +54,6 @@ from .weights import GpuWeights
 # rasterizer where activations are cheap to keep small.
 GPU_CHUNK, CPU_CHUNK = 2048, 256
 STEP_HEADER = 4          # u32 words before the token ids in the step buffer
-# Whether a real GPU runs the prefill products of ops.INT8_MM_TYPES weights in int8 (ops.matmul8)
-# unless HEARTH_GPU_MM8 says otherwise.
-MM8_DEFAULT = True
 
 
 def rope_table(rope: Rope, max_ctx: int) -> np.ndarray:
@@ -87,12 +88,19 @@ class GpuBackend(Backend):
                 env = os.environ.get("HEARTH_GPU_F16", "")
                 f16 = env == "1" or (env != "0" and not self.dev.info["is_cpu"])
             self.f16 = bool(f16) and self.dev.f16
-            # Prefill products of ops.INT8_MM_TYPES weights with X as int8 blocks (ops.matmul8) where the
-            # device has the integer dot products.
+            # Prefill products with X as int8 blocks (ops.matmul8) where the device has the integer dot
+            # products: a real GPU for ops.INT8_MM_DEFAULT_TYPES, mm8=True (HEARTH_GPU_MM8=1) for
+            # every type the kernel reads, mm8=False (=0) for none.
             if mm8 is None:
                 env = os.environ.get("HEARTH_GPU_MM8", "")
-                mm8 = env == "1" or (env != "0" and not self.dev.info["is_cpu"] and MM8_DEFAULT)
-            self.mm8 = bool(mm8) and self.dev.int8
+                if env in ("0", "1"):
+                    mm8 = env == "1"
+            if mm8 is None:
+                types = () if self.dev.info["is_cpu"] else ops.INT8_MM_DEFAULT_TYPES
+            else:
+                types = ops.INT8_MM_TYPES if mm8 else ()
+            self.mm8_types = types if self.dev.int8 else ()
+            self.mm8 = bool(self.mm8_types)
             self._build(gguf, n_ctx, min(chunk, n_ctx), kv_dtype)
         except EngineError:
             self.close()
@@ -332,7 +340,7 @@ class GpuBackend(Backend):
                   d=d, n=1, eps=c.rms_eps)
 
     def _mm8(self, qtype: str) -> bool:
-        return self.mm8 and qtype in ops.INT8_MM_TYPES
+        return qtype in self.mm8_types
 
     def _quantize_src(self, P: Plan, src, k: int, label: str) -> None:
         """The pass that writes src [n, K] as int8 blocks into self.xq for the int8 products after it."""
@@ -345,7 +353,7 @@ class GpuBackend(Backend):
         filled from src) where it is on for this type, else _matmul's."""
         extra = [bias] if bias is not None else []
         if self._mm8(w.qtype):
-            tile = ops.MATMUL8_TILE
+            tile = ops.matmul8_tile(m, self.chunk)
             P.add(ops.matmul8(self.ks, w.qtype, bias=bias is not None, tile=tile, **kw), [self.xq, out, w.buffer] + extra,
                   lambda n, kv: ops.matmul8_groups(m, n, tile), label,
                   **dict(ops.matmul8_params(w.qtype, k, m, 0, ldy, ops.q8_rows_scales(self.chunk, k), y_off),

@@ -285,11 +285,16 @@ MATMUL16_SMALL_TILES = ((4, 8), (4, 4))
 def matmul16_tile(m: int, n: int) -> tuple[int, int]:
     """The tile for M rows over n tokens (a full prefill chunk): MATMUL16_TILE unless that gives fewer
     than MATMUL16_MIN_GROUPS workgroups, then the first smaller tile that does (else the smallest)."""
-    for tile in (MATMUL16_TILE,) + MATMUL16_SMALL_TILES:
-        gx, gy, _ = matmul16_groups(m, n, tile)
-        if gx * gy >= MATMUL16_MIN_GROUPS:
-            return tile
-    return MATMUL16_SMALL_TILES[-1]
+    return _tile_for(m, n, (MATMUL16_TILE,) + MATMUL16_SMALL_TILES)
+
+
+def _tile_for(m: int, n: int, tiles) -> tuple[int, int]:
+    """The first of `tiles` (16 RM x 16 RN outputs a workgroup) that gives MATMUL16_MIN_GROUPS
+    workgroups for M rows over n tokens, else the last."""
+    for rm, rn in tiles:
+        if -(-m // (16 * rm)) * -(-n // (16 * rn)) >= MATMUL16_MIN_GROUPS:
+            return rm, rn
+    return tiles[-1]
 
 
 def matmul16_groups(m: int, n: int, tile=None):
@@ -302,7 +307,16 @@ def matmul16_groups(m: int, n: int, tile=None):
 # each block's 32 products 8 dot4I8Packed summed exactly in i32 and scaled once into f32. Weight types
 # with a decoder there; the others (Q5_0, Q5_1, Q2_K, Q3_K, F16; F32) keep the f16 (f32) kernel.
 INT8_MM_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+# The types a real GPU runs through it by default: those measured faster in whole-model prefill on
+# the H200 (8B Q4_0 1.40x, 8B Q4_K_M (Q4_K + Q6_K) 1.36x, 1B Q4_K_M 1.31x at 2,000 tokens;
+# bench/README.md round 8). Q4_1 / Q8_0 / Q5_K were measured at most as single products, so they stay
+# on the f16 kernel unless HEARTH_GPU_MM8=1 (every type above).
+INT8_MM_DEFAULT_TYPES = ("Q4_0", "Q4_K", "Q6_K")
+# Tile (rows, tokens a thread) as matmul16's: 8x8 on every 8B/1B shape with enough rows (H200,
+# bench.gpu_profile --matmul8-sweep: 51-55 TFLOP/s against 45-53 for 8x4, 4x8, 4x4), a smaller one
+# where it would leave the GPU short of workgroups (the 1B's K/V products: 4x8 44 TFLOP/s, 8x8 26).
 MATMUL8_TILE = (8, 8)
+MATMUL8_SMALL_TILES = ((4, 8), (4, 4))
 MATMUL8_TILES = ((8, 8), (8, 4), (4, 8), (4, 4))
 MATMUL8_FIELDS = (("K", "u"), ("M", "u"), ("n", "u"), ("rb0", "u"), ("s_off4", "u"), ("ldy", "u"),
                   ("y_off", "u"), ("pad", "u"))
@@ -348,6 +362,12 @@ def matmul8_params(qtype, k, m, n, ldy, s_off, y_off=0):
     if s_off % 4:
         raise ValueError("the scales of an int8 X must start on a 16-byte boundary")
     return dict(K=k, M=m, n=n, rb0=row_bytes(qtype, k), s_off4=s_off // 4, ldy=ldy, y_off=y_off)
+
+
+def matmul8_tile(m: int, n: int) -> tuple[int, int]:
+    """The tile for M rows over n tokens (a full prefill chunk): MATMUL8_TILE unless that gives fewer
+    than MATMUL16_MIN_GROUPS workgroups, then the first smaller tile that does (else the smallest)."""
+    return _tile_for(m, n, (MATMUL8_TILE,) + MATMUL8_SMALL_TILES)
 
 
 def matmul8_groups(m: int, n: int, tile=None):
