@@ -10,11 +10,13 @@ operations in WGSL: it asks for the feature, compiles 8x8 f32 and 16x16 f16 prod
 8x8 one against numpy and times a naive 4,096-cube product with it.
 `--matmul-sweep` (no model needed) times the prefill product alone (f32 kernel, f16 kernel in
 several tiles) on 8B and 1B shapes, 2,048 tokens, and checks a corner of each output against numpy.
+`--matmul8-sweep` (no model needed) times the int8 prefill product (ops.matmul8, every tile; alone
+and with the quantize_rows pass of its X) beside the f16 one the backend picks, same shapes.
 `--matvec-sweep` (no model needed) times the decode matvec alone on 8B-shaped matrices in every
 layout (lanes, rows per thread) and prints GB/s of weights streamed, the chosen layout marked;
 for rows of ops.INT8_PRE_K_MIN and more (the down products) also x quantized once to global memory
 ("pre": the quantize_x pass and the matvec reading its blocks, both timed). `--sweep-only NAME`
-keeps the cases whose name contains NAME (e.g. down).
+keeps the cases whose name contains NAME (e.g. down; for --matmul8-sweep the exact "name type").
 """
 
 from __future__ import annotations
