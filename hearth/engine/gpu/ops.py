@@ -353,6 +353,7 @@ def matmul8(ks, qtype, act="silu", bias=False, residual=False, epi_glu=False, ti
     if (rm, rn) not in MATMUL8_TILES:
         raise ValueError(f"matmul8 tile {rm}x{rn} per thread is not built")
     access = ["r", "rw", "r"] + (["r"] if bias else [])
+    # Q8X / C64: quant.wgsl's integer helpers (LO4, kq_scale_min), which the decoders share with the matvec
     return ks.get("matmul8.wgsl", access, MATMUL8_FIELDS, QTYPE=qtype, ACT=act, BIAS=bool(bias),
                   RESIDUAL=bool(residual), EPI_GLU=bool(epi_glu), RM=rm, RN=rn, Q8X=1, C64=True)
 

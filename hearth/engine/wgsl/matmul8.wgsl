@@ -14,7 +14,8 @@
 //   "two" (Q6_K):       acc += (a f32(S0) + b f32(S1)) dx      a, b = d sc of the two 16-weight halves
 // so the only rounding is X's to 8 bits (as llama.cpp's q8 activations) and f32's in the scaling.
 // xq: array<vec4<u32>> (ops.q8_rows_words; codes from word 0, scales from word s_off = 4 P.s_off4);
-// Y: [n, ldy]. Epilogue (bias, GLU, residual): matmul_out.wgsl.
+// Y: [n, ldy]. Epilogue (bias, GLU, residual): matmul_out.wgsl. Speed on the H200 and the whole model's
+// numerics: bench/README.md ("Round 8"); tests against numpy: tests/test_gpu_matmul8.py.
 {% include "quant.wgsl" %}
 struct Params {
     K: u32, M: u32, n: u32, rb0: u32,
