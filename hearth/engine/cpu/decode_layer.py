@@ -183,12 +183,13 @@ def decode_layers(l0, l1, wb, meta, types, scales, norms, qk_norm, bias, dims, e
     rep = nh // nkv
     n_qkv = (nh + 2 * nkv) * hd
     k_max = max(d, nh * hd, n_ff)
-    h = np.empty(d, np.float32)                          # normed residual
-    qkv = np.empty(n_qkv, np.float32)                    # q heads, k heads, v heads (rotated in place)
-    att = np.empty(nh * hd, np.float32)                  # attention output
-    o = np.empty(d, np.float32)                          # o / down product
-    gu = np.empty(2 * n_ff, np.float32)                  # gate, then up
-    act = np.empty(n_ff, np.float32)                     # silu(gate) * up
+    # Zeros, so that a matrix given no rows (a profile without the products) multiplies to 0.
+    h = np.zeros(d, np.float32)                          # normed residual
+    qkv = np.zeros(n_qkv, np.float32)                    # q heads, k heads, v heads (rotated in place)
+    att = np.zeros(nh * hd, np.float32)                  # attention output
+    o = np.zeros(d, np.float32)                          # o / down product
+    gu = np.zeros(2 * n_ff, np.float32)                  # gate, then up
+    act = np.zeros(n_ff, np.float32)                     # silu(gate) * up
     q0, d0, s0 = np.empty(k_max, np.int8), np.empty(k_max // 32, np.float32), np.empty(k_max // 32, np.float32)
     qk, dk, sk = np.empty(k_max, np.int8), np.empty(k_max // 256 + 1, np.float32), np.empty(k_max // 16, np.int32)
     es = 2 if f16 else 4

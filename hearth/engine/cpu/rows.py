@@ -14,9 +14,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
-from .softmax import expf
+from .simd import V8F32, _const, _ptr
+from .softmax import exp8_any, expf
 
 jit = njit(nogil=True, cache=True)
 inline = njit(inline="always", nogil=True, cache=True)
@@ -64,11 +66,30 @@ def rope_rows(x, c, s, n_rot, neox):
         rope_head(x[h], 0, c, s, n_rot, neox)
 
 
+@intrinsic
+def silu_mul8(typingctx, g, u, out, off):
+    """out[off:off+8] = g / (1 + exp(-g)) * u over g[off:off+8], u[off:off+8] (float32, each step
+    rounded as numpy's silu_mul rounds it; the exp is softmax.py's 8-lane one)."""
+    def codegen(context, builder, sig, args):
+        gv = builder.load(_ptr(context, builder, sig.args[0], args[0], args[3], V8F32), align=4)
+        uv = builder.load(_ptr(context, builder, sig.args[1], args[1], args[3], V8F32), align=4)
+        e = exp8_any(builder, builder.fsub(_const(V8F32, -0.0), gv))
+        r = builder.fmul(builder.fdiv(gv, builder.fadd(e, _const(V8F32, 1.0))), uv)
+        builder.store(r, _ptr(context, builder, sig.args[2], args[2], args[3], V8F32), align=4)
+        return context.get_dummy_value()
+    return types.void(g, u, out, types.intp), codegen
+
+
 @inline
 def silu_mul_row(g, u, out):
     """out = silu(g) * u = g / (1 + exp(-g)) * u, rounded step by step as numpy's silu_mul."""
-    for j in range(g.shape[0]):
-        out[j] = g[j] / (np.float32(1.0) + expf(-g[j])) * u[j]
+    n = g.shape[0]
+    j = 0
+    while j + 8 <= n:
+        silu_mul8(g, u, out, j)
+        j += 8
+    for k in range(j, n):
+        out[k] = g[k] / (np.float32(1.0) + expf(-g[k])) * u[k]
 
 
 @jit

@@ -47,6 +47,13 @@ def _exp8(builder, x):
     return builder.select(low, _const(V8F32, 0.0), builder.fmul(y, scale))
 
 
+def exp8_any(builder, x):
+    """exp of 8 float32 lanes of any value: 0 below -87.3, inf above _HI (and from ~88.4, where
+    2^n leaves the exponent range: exp there is within a factor 2 of the largest float)."""
+    e = _exp8(builder, builder.select(builder.fcmp_ordered(">", x, _const(V8F32, _HI)), _const(V8F32, _HI), x))
+    return builder.select(builder.fcmp_ordered(">", x, _const(V8F32, _HI)), _const(V8F32, math.inf), e)
+
+
 @intrinsic
 def exp_shift_store(typingctx, arr, off, m):
     """arr[off:off+8] = exp(arr[off:off+8] - m); returns the 8 new values."""
