@@ -7,7 +7,9 @@ other (the compiled layers, engine/cpu/decode_layer.py, and the per-operation pa
 HEARTH_CPU_COMPILED_LAYERS=0's), each with the matrix-vector products and again with them skipped
 (every product gives zeros: the compiled layers' matrices given no rows, the per-operation path's
 kernels replaced by a compiled call that writes zeros; x is still quantized, everything else runs),
-so that what is left is the work around the kernels. Prints ms per token, medians over the rounds.
+so that what is left is the work around the kernels. Prints ms per token, medians over the rounds,
+and whether both paths gave the same logits. Run on a checkout without the compiled layers
+(PYTHONPATH=that checkout), it times its per-operation path alone.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def main() -> None:
     g = GGUFFile.open(a.model or default_model_path())
     be = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=a.context + a.tokens + 8, kv_dtype=a.kv_dtype)
     dec = be.model
-    print(f"{g.path.name}: compiled layers {'yes' if dec.compiled_reason is None else 'no: ' + dec.compiled_reason}, "
+    reason = getattr(dec, "compiled_reason", "not in this checkout")
+    print(f"{g.path.name}: compiled layers {'yes' if reason is None else 'no: ' + reason}, "
           f"{a.threads} threads, {a.kv_dtype} KV, context {a.context}, {a.tokens} tokens")
 
     @njit(nogil=True, cache=True)
@@ -54,7 +57,7 @@ def main() -> None:
     def skip(on: bool) -> None:
         for p in linears:
             p._matvec8 = zeros if on else kernels[id(p)]
-        comp = dec.compiled
+        comp = getattr(dec, "compiled", None)
         if comp is not None:
             if not hasattr(comp, "_rows"):
                 comp._rows = comp.meta[:, :, 1].copy()
@@ -63,9 +66,10 @@ def main() -> None:
     ids = np.arange(100, 100 + a.context)
     modes = [("compiled", True, False), ("per-operation", False, False),
              ("compiled, kernels skipped", True, True), ("per-operation, kernels skipped", False, True)]
-    if dec.compiled_reason is not None:
+    if reason is not None:
         modes = [m for m in modes if not m[1]]
     times: dict[str, list[float]] = {m[0]: [] for m in modes}
+    last: dict[str, np.ndarray] = {}
     for r in range(a.repeat + 1):          # round 0 warms up (compiles, first touches)
         for name, compiled, skipped in modes:
             dec.compiled_on = compiled
@@ -74,12 +78,16 @@ def main() -> None:
             be.forward(ids, 0)
             t0 = time.perf_counter()
             for j in range(a.tokens):
-                be.forward([int(ids[j % len(ids)])], a.context + j)
+                out = be.forward([int(ids[j % len(ids)])], a.context + j)
+            last[name] = out
             if r:
                 times[name].append((time.perf_counter() - t0) / a.tokens * 1e3)
     skip(False)
     for name, ts in times.items():
         print(f"  {name:32s} {statistics.median(ts):6.2f} ms/token  ({min(ts):.2f}..{max(ts):.2f})")
+    if reason is None:
+        same = np.array_equal(last["compiled"], last["per-operation"])
+        print(f"  last logits of both paths bit-identical: {same}")
     print(f"  load average {os.getloadavg()[0]:.1f}")
 
 
