@@ -196,46 +196,46 @@ def decode_layers(l0, l1, wb, meta, types, scales, norms, qk_norm, bias, dims, e
     T = pos + 1
     for l in range(l0, l1):
         ml, tl, sl = meta[l], types[l], scales[l]
-        # attention norm, q/k/v
-        rms_row(x, norms[l, 0], eps, h)
-        _quantize(tl, QKV[0], QKV[1], h, q0, d0, s0, qk, dk, sk)
-        _product(wb, ml, tl, sl, QKV[0], QKV[1], h, q0, d0, s0, qk, dk, sk, qkv)
-        if has_bias:                                     # qwen2
-            for j in range(n_qkv):
-                qkv[j] += bias[l, j]
-        for hh in range(nh + nkv):                       # q heads, then k heads
-            base = hh * hd
-            if has_qk_norm:                              # qwen3 (q_norm carries the attention scale)
-                seg = qkv[base:base + hd]
-                rms_row(seg, qk_norm[l, hh], eps, seg)
-            rope_head(qkv, base, cos, sin, n_rot, neox)
-        # K/V of this position into the cache
-        for g in range(nkv):
-            krow, vrow = kb[l, g, pos], vb[l, g, pos]
-            ko, vo = (nh + g) * hd, (nh + nkv + g) * hd
-            for e in range(hd):
-                if f16:
-                    put_f16(krow, e * es, qkv[ko + e])
-                    put_f16(vrow, e * es, qkv[vo + e])
+        # Four steps, each some element-wise work then one product: one call site of _product
+        # (each site links and optimizes its whole type switch again: ~16 s of compile time).
+        for step in range(4):
+            if step == 0:                                # attention norm; q/k/v next
+                rms_row(x, norms[l, 0], eps, h)
+                xin, out, m0, m1 = h, qkv, QKV[0], QKV[1]
+            elif step == 1:                              # RoPE, K/V store, attention; o next
+                if has_bias:                             # qwen2
+                    for j in range(n_qkv):
+                        qkv[j] += bias[l, j]
+                for hh in range(nh + nkv):               # q heads, then k heads
+                    base = hh * hd
+                    if has_qk_norm:                      # qwen3 (q_norm carries the attention scale)
+                        seg = qkv[base:base + hd]
+                        rms_row(seg, qk_norm[l, hh], eps, seg)
+                    rope_head(qkv, base, cos, sin, n_rot, neox)
+                for g in range(nkv):                     # this position's K/V into the cache
+                    krow, vrow = kb[l, g, pos], vb[l, g, pos]
+                    ko, vo = (nh + g) * hd, (nh + nkv + g) * hd
+                    for e in range(hd):
+                        if f16:
+                            put_f16(krow, e * es, qkv[ko + e])
+                            put_f16(vrow, e * es, qkv[vo + e])
+                        else:
+                            put_f32(krow, e * es, qkv[ko + e])
+                            put_f32(vrow, e * es, qkv[vo + e])
+                if nh * T * hd * 2 >= PARALLEL_ATTENTION_FROM:   # over positions [0, pos]
+                    attend_heads(qkv, kb[l], vb[l], f16, 0, T, nh, rep, hd, scores, att)
                 else:
-                    put_f32(krow, e * es, qkv[ko + e])
-                    put_f32(vrow, e * es, qkv[vo + e])
-        # attention over positions [0, pos]
-        if nh * T * hd * 2 >= PARALLEL_ATTENTION_FROM:
-            attend_heads(qkv, kb[l], vb[l], f16, 0, T, nh, rep, hd, scores, att)
-        else:
-            attend_serial(qkv, kb[l], vb[l], f16, 0, T, nh, rep, hd, scores, att)
-        # output projection, residual
-        _quantize(tl, O[0], O[1], att, q0, d0, s0, qk, dk, sk)
-        _product(wb, ml, tl, sl, O[0], O[1], att, q0, d0, s0, qk, dk, sk, o)
-        for j in range(d):
-            x[j] += o[j]
-        # FFN norm, gate/up, SiLU x up, down, residual
-        rms_row(x, norms[l, 1], eps, h)
-        _quantize(tl, GATE_UP[0], GATE_UP[1], h, q0, d0, s0, qk, dk, sk)
-        _product(wb, ml, tl, sl, GATE_UP[0], GATE_UP[1], h, q0, d0, s0, qk, dk, sk, gu)
-        silu_mul_row(gu[:n_ff], gu[n_ff:], act)
-        _quantize(tl, DOWN[0], DOWN[1], act, q0, d0, s0, qk, dk, sk)
-        _product(wb, ml, tl, sl, DOWN[0], DOWN[1], act, q0, d0, s0, qk, dk, sk, o)
+                    attend_serial(qkv, kb[l], vb[l], f16, 0, T, nh, rep, hd, scores, att)
+                xin, out, m0, m1 = att, o, O[0], O[1]
+            elif step == 2:                              # residual, FFN norm; gate/up next
+                for j in range(d):
+                    x[j] += o[j]
+                rms_row(x, norms[l, 1], eps, h)
+                xin, out, m0, m1 = h, gu, GATE_UP[0], GATE_UP[1]
+            else:                                        # SiLU x up; down next
+                silu_mul_row(gu[:n_ff], gu[n_ff:], act)
+                xin, out, m0, m1 = act, o, DOWN[0], DOWN[1]
+            _quantize(tl, m0, m1, xin, q0, d0, s0, qk, dk, sk)
+            _product(wb, ml, tl, sl, m0, m1, xin, q0, d0, s0, qk, dk, sk, out)
         for j in range(d):
             x[j] += o[j]
