@@ -24,9 +24,12 @@ the calling thread.
 The arithmetic is the one-token path's of engine/models/decoder.py: x quantized to 8 bits as
 llama.cpp does (kernels_int8's quantizers) for quantized matrices, float32 x for F32/F16/BF16 ones,
 each row summed by the same block code in the same order as kernels_int8 / kernels (so the products
-are bit for bit theirs); RMSNorm and RoPE as engine/cpu/rows.py. The attention differs from the
-numpy one only in rounding: its softmax exp is engine/cpu/softmax.py's (within ~2 ulp), its sums
-run in another order. Every split is by rows or heads, so one and several threads give the same bits.
+are bit for bit theirs); RMSNorm, RoPE and SiLU x up are engine/cpu/rows.py's row functions and the
+attention engine/cpu/attention.py's, which the per-operation path calls too: both paths give the
+same bits (tests/test_cpu_decode_layer.py). Every split is by rows or heads, so one and several
+threads give the same bits. The four products of a layer run from one call site (a loop of four
+steps): each call site of `_product`, a parallel loop over a switch of 13 types' block code, adds
+~16 s to the first compile (bench/README.md).
 """
 
 from __future__ import annotations
