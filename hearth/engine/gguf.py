@@ -268,6 +268,11 @@ class GGUFFile:
     def header_bytes(self) -> bytes:
         return bytes(self._buf[:self.data_offset])
 
+    def file_bytes(self) -> np.ndarray:
+        """The whole file as uint8 (a read-only view of its map): for compiled code that finds the
+        tensors by their byte offsets (engine/cpu/decode_layer.py)."""
+        return np.frombuffer(self._buf, np.uint8)
+
     @property
     def architecture(self) -> str:
         return str(self.metadata.get("general.architecture", ""))

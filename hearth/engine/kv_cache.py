@@ -93,6 +93,11 @@ class KVCache:
         """Bytes allocated for K and V together."""
         return self._k.nbytes + self._v.nbytes
 
+    def as_bytes(self) -> tuple[np.ndarray, np.ndarray]:
+        """K and V of every layer as their bytes, uint8 [n_layers, n_kv_heads, max_ctx, head_dim *
+        itemsize] views (compiled code that stores and reads positions in place)."""
+        return self._k.view(np.uint8), self._v.view(np.uint8)
+
     def prefault(self) -> bool:
         """Make every page of K and V resident now (engine/resident_pages.py), so the first restore or
         prefill does not pay for first touches. Safe while another thread uses the cache."""

@@ -3,7 +3,9 @@
 Layers: `simd` (vector values and operations as LLVM IR), `blocks` / `blocks_int8` (one GGML
 block: its dot product with float32 / 8-bit x, and its float32 values), `kernels` / `kernels_int8`
 (whole rows, on all threads), `linear` (the matrices a model multiplies by, straight from the
-memory-mapped file), `rows` (a one-token pass's RMSNorm and RoPE).
+memory-mapped file), `rows` (a one-token pass's RMSNorm, RoPE and SiLU x up), `softmax`,
+`attention` (one-token attention over the KV cache read in place), `decode_layer` (a decoded
+token's layers as one compiled call: norms, products, RoPE, K/V store, attention, FFN).
 
 Compiled code is cached under the user cache folder (engine.paths.cache_dir()/numba/<key>, or
 $NUMBA_CACHE_DIR/<key>), keyed by a hash of this package's sources, numba's version and

@@ -1,20 +1,26 @@
-"""Decode attention over a float16 KV cache, reading the cache's float16 values in place.
+"""Decode attention over the KV cache read in place (float16 or float32), compiled.
 
 numpy cannot multiply float16 by float32 without first converting the operand to a float32 copy:
 for one decoded token that is every attended position of every layer, converted again at every
-token. Here each K row and V row is widened in registers (8 lanes at a time, `<8 x half>` ->
-`<8 x float>`, F16C on x86) and all arithmetic is float32, as in the float32 path
-(engine/models/layers.py `_attend_one`, the reference the tests compare against).
+token. Here each K row and V row is read from the cache's bytes, float16 widened in registers (8
+lanes at a time, `<8 x half>` -> `<8 x float>`, F16C on x86), and all arithmetic is float32:
+scores, the softmax (engine/cpu/softmax.py's exp), the values. One query head a task, the heads
+over numba's threads (`attend_heads`) or on this thread (`attend_serial`); `attend_one` calls them
+from Python. The reference the tests compare against: engine/models/layers.py `attend_one_numpy`.
+`widen_f16` copies a float16 cache's positions to float32 for prefill's numpy products.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from .simd import V8F32, _fmuladd, _ptr, _splat, copy_f16, f32x8, fadd, fma_f16, fsum, fzero
+from .simd import V8F32, _fmuladd, _ptr, _splat, copy_f16, f32x8, fadd, fma_f16, fma_f32, fsum, fzero
+from .softmax import softmax_at
+
+inline = njit(inline="always", nogil=True, cache=True)
 
 
 def _half8(context, builder, arrty, arr, off):
@@ -41,79 +47,12 @@ def store8(typingctx, out, off, v):
 
 
 @intrinsic
-def axpy_f16(typingctx, out, ooff, w, woff, s):
-    """out[ooff:ooff+8] += s * (the 8 float16 values at byte offset woff of the uint8 array w)."""
+def fma_f32s(typingctx, acc, w, woff, s):
+    """acc + s * (the 8 float32 values at byte offset woff of the uint8 array w)."""
     def codegen(context, builder, sig, args):
-        p = _ptr(context, builder, sig.args[0], args[0], args[1], V8F32)
-        acc = builder.load(p, align=4)
-        builder.store(_fmuladd(builder, _half8(context, builder, sig.args[2], args[2], args[3]),
-                               _splat(builder, args[4], V8F32), acc), p, align=4)
-        return context.get_dummy_value()
-    return types.void(out, ooff, w, woff, types.float32), codegen
-
-
-@njit(nogil=True, cache=True)
-def scores_f16(q, kb, start, n_keys, s):
-    """s[h, r, j] = q[h, r] . K[h, start + j] for the n_keys keys from `start` of a float16 cache.
-
-    q float32 [nkv, rep, hd] (query head kv * rep + r uses KV head kv); kb: the layer's K bytes, uint8
-    [nkv, max_ctx, 2 hd]; s float32 [nkv, rep, >= n_keys]. hd is a multiple of 32. Each key row is
-    read once for the rep queries of its head; four accumulators cut the chain of dependent FMAs."""
-    nkv, rep, hd = q.shape
-    for h in range(nkv):
-        for j in range(n_keys):
-            row = kb[h, start + j]
-            for r in range(rep):
-                qv = q[h, r]
-                a0, a1, a2, a3 = fzero(), fzero(), fzero(), fzero()
-                for b in range(hd // 32):
-                    a0 = fma_f16(a0, row, b * 64, qv, b * 32)
-                    a1 = fma_f16(a1, row, b * 64 + 16, qv, b * 32 + 8)
-                    a2 = fma_f16(a2, row, b * 64 + 32, qv, b * 32 + 16)
-                    a3 = fma_f16(a3, row, b * 64 + 48, qv, b * 32 + 24)
-                s[h, r, j] = fsum(fadd(fadd(a0, a1), fadd(a2, a3)))
-
-
-@njit(nogil=True, cache=True)
-def values_f16(p, vb, start, n_keys, out):
-    """out[h, r] = sum_j p[h, r, j] V[h, start + j] (float32 sums) over a float16 cache's V bytes
-    vb uint8 [nkv, max_ctx, 2 hd]; p float32 [nkv, rep, >= n_keys]; out float32 [nkv, rep, hd]."""
-    nkv, rep, hd = out.shape
-    for h in range(nkv):
-        for r in range(rep):
-            o = out[h, r]
-            if hd % 64 == 0:
-                # 64 columns at a time in 8 register accumulators: 8 independent FMA chains per key
-                for c in range(hd // 64):
-                    a0, a1, a2, a3, a4, a5, a6, a7 = fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero()
-                    for j in range(n_keys):
-                        row = vb[h, start + j]
-                        w = p[h, r, j]
-                        b = c * 128
-                        a0 = fma_f16s(a0, row, b, w)
-                        a1 = fma_f16s(a1, row, b + 16, w)
-                        a2 = fma_f16s(a2, row, b + 32, w)
-                        a3 = fma_f16s(a3, row, b + 48, w)
-                        a4 = fma_f16s(a4, row, b + 64, w)
-                        a5 = fma_f16s(a5, row, b + 80, w)
-                        a6 = fma_f16s(a6, row, b + 96, w)
-                        a7 = fma_f16s(a7, row, b + 112, w)
-                    e = c * 64
-                    store8(o, e, a0)
-                    store8(o, e + 8, a1)
-                    store8(o, e + 16, a2)
-                    store8(o, e + 24, a3)
-                    store8(o, e + 32, a4)
-                    store8(o, e + 40, a5)
-                    store8(o, e + 48, a6)
-                    store8(o, e + 56, a7)
-                continue
-            o[:] = 0.0
-            for j in range(n_keys):
-                row = vb[h, start + j]
-                w = p[h, r, j]
-                for b in range(hd // 8):
-                    axpy_f16(o, b * 8, row, b * 16, w)
+        v = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], V8F32), align=1)
+        return _fmuladd(builder, v, _splat(builder, args[3], V8F32), args[0])
+    return f32x8(acc, w, woff, types.float32), codegen
 
 
 @njit(nogil=True, cache=True)
@@ -129,16 +68,116 @@ def widen_f16(b, start, n_keys, out):
                 copy_f16(row, c * 16, o, c * 8)
 
 
-def attend_one_f16(q, k_cache, v_cache, start: int, n_keys: int) -> np.ndarray:
-    """Softmax attention of q float32 [nkv, rep, hd] over keys [start, start + n_keys) of a float16
-    cache layer (k_cache, v_cache [nkv, max_ctx, hd]): float32 [nkv, rep, hd]. The products read the
-    cache in place (the kernels above); the softmax is numpy's vectorized exp."""
-    nkv, rep, hd = q.shape
-    s = np.empty((nkv, rep, n_keys), np.float32)
-    scores_f16(np.ascontiguousarray(q), k_cache.view(np.uint8), start, n_keys, s)
-    s -= s.max(axis=-1, keepdims=True)
-    np.exp(s, out=s)
-    o = np.empty((nkv, rep, hd), np.float32)
-    values_f16(s, v_cache.view(np.uint8), start, n_keys, o)
-    o /= s.sum(axis=-1, keepdims=True)
-    return o
+# --- attention of one query head over the cached positions -------------------------------------
+
+@inline
+def _score(row, q, qo, hd, f16):
+    """q[qo:qo + hd] . the cached row (float16 or float32 bytes)."""
+    a0, a1, a2, a3 = fzero(), fzero(), fzero(), fzero()
+    if f16:
+        if hd % 32 == 0:
+            for b in range(hd // 32):
+                a0 = fma_f16(a0, row, b * 64, q, qo + b * 32)
+                a1 = fma_f16(a1, row, b * 64 + 16, q, qo + b * 32 + 8)
+                a2 = fma_f16(a2, row, b * 64 + 32, q, qo + b * 32 + 16)
+                a3 = fma_f16(a3, row, b * 64 + 48, q, qo + b * 32 + 24)
+        else:
+            for b in range(hd // 8):
+                a0 = fma_f16(a0, row, b * 16, q, qo + b * 8)
+    else:
+        if hd % 32 == 0:
+            for b in range(hd // 32):
+                a0 = fma_f32(a0, row, b * 128, q, qo + b * 32)
+                a1 = fma_f32(a1, row, b * 128 + 32, q, qo + b * 32 + 8)
+                a2 = fma_f32(a2, row, b * 128 + 64, q, qo + b * 32 + 16)
+                a3 = fma_f32(a3, row, b * 128 + 96, q, qo + b * 32 + 24)
+        else:
+            for b in range(hd // 8):
+                a0 = fma_f32(a0, row, b * 32, q, qo + b * 8)
+    return fsum(fadd(fadd(a0, a1), fadd(a2, a3)))
+
+
+@inline
+def _fma_row(acc, row, off, w, f16):
+    if f16:
+        return fma_f16s(acc, row, off, w)
+    return fma_f32s(acc, row, off, w)
+
+
+@inline
+def _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out):
+    """Query head h (q at h * hd) over keys [start, start + T) of KV head h // rep -> out[h*hd:]."""
+    kvh = h // rep
+    so = h * T
+    for j in range(T):
+        scores[so + j] = _score(kl[kvh, start + j], q, h * hd, hd, f16)
+    total = softmax_at(scores, so, T)
+    es = 2 if f16 else 4              # bytes per cached value
+    oo = h * hd
+    if hd % 64 == 0:
+        # 64 columns at a time in 8 register accumulators: 8 independent FMA chains per key
+        for c in range(hd // 64):
+            a0, a1, a2, a3, a4, a5, a6, a7 = fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero()
+            b = c * 64 * es
+            for j in range(T):
+                row = vl[kvh, start + j]
+                w = scores[so + j]
+                a0 = _fma_row(a0, row, b, w, f16)
+                a1 = _fma_row(a1, row, b + 8 * es, w, f16)
+                a2 = _fma_row(a2, row, b + 16 * es, w, f16)
+                a3 = _fma_row(a3, row, b + 24 * es, w, f16)
+                a4 = _fma_row(a4, row, b + 32 * es, w, f16)
+                a5 = _fma_row(a5, row, b + 40 * es, w, f16)
+                a6 = _fma_row(a6, row, b + 48 * es, w, f16)
+                a7 = _fma_row(a7, row, b + 56 * es, w, f16)
+            e = oo + c * 64
+            store8(out, e, a0)
+            store8(out, e + 8, a1)
+            store8(out, e + 16, a2)
+            store8(out, e + 24, a3)
+            store8(out, e + 32, a4)
+            store8(out, e + 40, a5)
+            store8(out, e + 48, a6)
+            store8(out, e + 56, a7)
+    else:
+        for c in range(hd // 8):
+            a0 = fzero()
+            for j in range(T):
+                a0 = _fma_row(a0, vl[kvh, start + j], c * 8 * es, scores[so + j], f16)
+            store8(out, oo + c * 8, a0)
+    for e in range(oo, oo + hd):
+        out[e] = out[e] / total
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def attend_heads(q, kl, vl, f16, start, T, nh, rep, hd, scores, out):
+    for h in prange(nh):
+        _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out)
+
+
+@njit(nogil=True, cache=True)
+def attend_serial(q, kl, vl, f16, start, T, nh, rep, hd, scores, out):
+    for h in range(nh):
+        _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out)
+
+
+# Below this many multiply-adds of attention (heads x keys x head dim, scores and values) the heads
+# run on the calling thread: a parallel launch costs more than it saves.
+PARALLEL_ATTENTION_FROM = 1 << 16
+
+
+def attend_one(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, start: int, n_keys: int,
+               parallel: bool = True) -> np.ndarray:
+    """Softmax attention of one token's queries q float32 [nh * hd] (head h uses KV head h // (nh /
+    nkv)) over keys [start, start + n_keys) of a cache layer (k_cache, v_cache float16 or float32
+    [nkv, max_ctx, hd], hd a multiple of 8): float32 [nh * hd]. The compiled layers' attention, for
+    the per-operation path (engine/models/layers.py), so that both give the same bits."""
+    nkv, _, hd = k_cache.shape
+    qf = np.ascontiguousarray(q, dtype=np.float32).reshape(-1)
+    nh = qf.size // hd
+    out = np.empty(nh * hd, np.float32)
+    scores = np.empty(nh * n_keys, np.float32)
+    f16 = k_cache.dtype == np.float16
+    fn = attend_heads if parallel and nh * n_keys * hd * 2 >= PARALLEL_ATTENTION_FROM else attend_serial
+    fn(qf, k_cache.view(np.uint8), v_cache.view(np.uint8), f16, start, n_keys, nh, nh // nkv, hd, scores, out)
+    return out

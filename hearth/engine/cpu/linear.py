@@ -57,6 +57,11 @@ def no_parallel_kernels() -> None:
     _local.serial = True
 
 
+def parallel_kernels() -> bool:
+    """Whether this thread may launch numba's parallel kernels (not a row thread: no_parallel_kernels)."""
+    return not getattr(_local, "serial", False)
+
+
 def set_threads(n: int) -> None:
     """Use n threads for the parallel kernels this thread launches."""
     import numba  # noqa: PLC0415

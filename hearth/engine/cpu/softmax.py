@@ -23,6 +23,7 @@ _LOG2E = 1.44269504088896341
 _C1, _C2 = 0.693359375, -2.12194440e-4          # ln 2 = C1 + C2, C1 exact in a few bits
 _P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 _LO = -87.33654                                  # exp below it: 0 (2^-126 is the least normal)
+_HI = 88.72283                                   # exp above it: inf (ln of the largest float32)
 
 
 def _vcall(builder, name, args):
@@ -44,6 +45,13 @@ def _exp8(builder, x):
     n = builder.fptosi(fx, V8I32)
     scale = builder.bitcast(builder.shl(builder.add(n, _const(V8I32, 127)), _const(V8I32, 23)), V8F32)
     return builder.select(low, _const(V8F32, 0.0), builder.fmul(y, scale))
+
+
+def exp8_any(builder, x):
+    """exp of 8 float32 lanes of any value: 0 below -87.3, inf above _HI (and from ~88.4, where
+    2^n leaves the exponent range: exp there is within a factor 2 of the largest float)."""
+    e = _exp8(builder, builder.select(builder.fcmp_ordered(">", x, _const(V8F32, _HI)), _const(V8F32, _HI), x))
+    return builder.select(builder.fcmp_ordered(">", x, _const(V8F32, _HI)), _const(V8F32, math.inf), e)
 
 
 @intrinsic
@@ -82,10 +90,13 @@ def vhmax(typingctx, v):
 
 
 @njit(nogil=True, cache=True)
-def _exp1(x):
-    """The scalar of _exp8 (a row's last T % 8 elements)."""
+def expf(x):
+    """The scalar of _exp8 (a row's last T % 8 elements; SiLU's exp in one-token passes): a float32
+    value, 0 below -87.3, inf above ~88.7."""
     if x < _LO:
         return np.float32(0.0)
+    if not x <= _HI:                             # overflow, or NaN
+        return np.float32(np.inf) if x > _HI else np.float32(x)
     fx = math.floor(x * _LOG2E + 0.5)
     r = np.float32(x - fx * _C1 - fx * _C2)
     y = np.float32(_P[0])
@@ -96,32 +107,37 @@ def _exp1(x):
 
 
 @njit(nogil=True, cache=True)
+def softmax_at(flat, o, T):
+    """flat[o:o+T] (float32) -> exp(x - its max) in place; returns their sum (not divided)."""
+    m = np.float32(-np.inf)
+    j = 0
+    if T >= 8:
+        acc = vfill(np.float32(-np.inf))
+        while j + 8 <= T:
+            acc = vmax_load(acc, flat, o + j)
+            j += 8
+        m = vhmax(acc)
+    for k in range(j, T):
+        if flat[o + k] > m:
+            m = flat[o + k]
+    total = fzero()
+    j = 0
+    while j + 8 <= T:
+        total = fadd(total, exp_shift_store(flat, o + j, m))
+        j += 8
+    t = fsum(total)
+    for k in range(j, T):
+        e = expf(flat[o + k] - m)
+        flat[o + k] = e
+        t += e
+    return t
+
+
+@njit(nogil=True, cache=True)
 def softmax_rows(s, sums):
     """s float32 [R, T] (C-contiguous rows) -> exp(s - rowmax) in place; sums float32 [R] their row
     sums (not divided: the caller scales the product with V instead)."""
     R, T = s.shape
     flat = s.reshape(-1)
     for i in range(R):
-        o = i * T
-        m = np.float32(-np.inf)
-        j = 0
-        if T >= 8:
-            acc = vfill(np.float32(-np.inf))
-            while j + 8 <= T:
-                acc = vmax_load(acc, flat, o + j)
-                j += 8
-            m = vhmax(acc)
-        for k in range(j, T):
-            if flat[o + k] > m:
-                m = flat[o + k]
-        total = fzero()
-        j = 0
-        while j + 8 <= T:
-            total = fadd(total, exp_shift_store(flat, o + j, m))
-            j += 8
-        t = fsum(total)
-        for k in range(j, T):
-            e = _exp1(flat[o + k] - m)
-            flat[o + k] = e
-            t += e
-        sums[i] = t
+        sums[i] = softmax_at(flat, i * T, T)

@@ -23,7 +23,8 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import UnsupportedModelError
 from ..kv_cache import KVCache
-from ..cpu.linear import Activations
+from ..cpu.linear import Activations, int8_default
+from . import compiled_layers
 from . import weights as W
 from .layers import Rope, attention, gelu_tanh_mul, rms_norm, silu_mul
 
@@ -69,6 +70,12 @@ class Decoder:
                 b.wqkv.scale_first(c.attn_scale)
                 if b.bqkv is not None:
                     b.bqkv[:qrows] *= np.float32(c.attn_scale)
+        # One-token passes as compiled layers where the model allows (compiled_layers.py says which)
+        self._file = g.file_bytes() if hasattr(g, "file_bytes") else None
+        self.compiled_reason = compiled_layers.CompiledLayers.reason(self, self._file)
+        self.compiled_on = compiled_layers.enabled()   # False: the per-operation path (comparisons)
+        self._compiled = None
+        self._int8 = int8_default()
 
     def _matrices(self) -> list[W.Matrices]:
         """Every matrix, in file order."""
@@ -76,10 +83,21 @@ class Decoder:
 
     def set_int8(self, on: bool) -> None:
         """Whether one-row products of quantized matrices quantize x to 8 bits (engine/cpu/linear.py)."""
+        self._int8 = bool(on)
         for m in self._matrices():
             for p in m.parts:
                 if hasattr(p, "int8"):
                     p.int8 = on
+
+    @property
+    def compiled(self) -> "compiled_layers.CompiledLayers | None":
+        """The layers packed for one compiled call per run of layers, when this model and the
+        settings allow it (8-bit x: the compiled layer has no float32-x path for quantized matrices)."""
+        if not (self.compiled_on and self._int8) or self.compiled_reason is not None:
+            return None
+        if self._compiled is None:
+            self._compiled = compiled_layers.CompiledLayers(self, self._file)
+        return self._compiled
 
     def make_resident(self, progress=None) -> None:
         """Read one byte of every page of every matrix, in file order: the first token then does
@@ -144,6 +162,9 @@ class Decoder:
         c = self.cfg
         n = len(ids)
         par = par or SERIAL
+        comp = self.compiled
+        if n == 1 and tail is None and comp is not None:
+            return self._forward_compiled(comp, ids, pos, kv, par, all_logits, logits)
         x = self._embed(ids)                                     # [n, d]
         cs = self.rope.cos_sin(pos, n)
         cs_swa = self.rope_swa.cos_sin(pos, n) if self.rope_swa else None
@@ -166,7 +187,9 @@ class Decoder:
             # Later rows attend to more keys: balance the attention + FFN work, not the rows.
             par.run(lambda r0, r1: self._from_attention(i, b, x, q, r0, r1, pos, kv, window, i8, work),
                     par.split(n, pos=pos, fixed=3000, window=window))
-            if tail is not None:
+            if tail is not None and comp is not None:
+                comp.run(i, i + 1, xt[0], tp, kv, cst)
+            elif tail is not None:
                 self._before_attention(i, b, xt, qt, 0, 1, tp, kv, cst_swa if swa else cst, window, True)
                 self._from_attention(i, b, xt, qt, 0, 1, tp, kv, window, True)
         if tail is not None:
@@ -178,6 +201,20 @@ class Decoder:
         rows = x if all_logits else x[-1:]
         out = np.empty((len(rows), c.n_vocab), np.float32)
         par.run(lambda r0, r1: self._logits(rows, out, r0, r1, i8), par.split(len(rows)))
+        return out if all_logits else out[0]
+
+    def _forward_compiled(self, comp, ids, pos, kv, par, all_logits, logits):
+        """A one-token pass through the compiled layers: LAYER_GROUP layers a call, each call one
+        `par.run` (the CPU backend's DeadlineRunner checks its clock between them)."""
+        x = np.ascontiguousarray(self._embed(ids))               # [1, d]
+        cs = self.rope.cos_sin(pos, 1)
+        L = self.cfg.n_layer
+        for l0 in range(0, L, LAYER_GROUP):
+            par.run(lambda r0, r1: comp.run(l0, min(L, l0 + LAYER_GROUP), x[0], pos, kv, cs), [(0, 1)])
+        if not logits:
+            return None
+        out = np.empty((1, self.cfg.n_vocab), np.float32)
+        self._logits(x, out, 0, 1, True)
         return out if all_logits else out[0]
 
     def _embed(self, ids) -> np.ndarray:
@@ -232,6 +269,11 @@ class Decoder:
         if b.post_ffn_norm is not None:                          # gemma3
             f = rms_norm(f, b.post_ffn_norm, c.rms_eps)
         xr += f
+
+
+# Layers per compiled call in a one-token pass: a few calls a token, so that a pass slowed by a
+# descheduled thread can drop to one thread part-way (cpu_backend.DeadlineRunner).
+LAYER_GROUP = 8
 
 
 class RowRunner:

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from ..config import ModelConfig, RopeScaling
-from ..cpu.rows import rms_norm_rows, rope_rows
+from ..cpu.rows import rms_norm_rows, rope_rows, silu_mul_rows
 from ..cpu.softmax import softmax_rows
 
 
@@ -30,7 +30,9 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 
 def silu_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """SwiGLU: silu(g) * u = g / (1 + exp(-g)) * u (in place on g)."""
+    """SwiGLU: silu(g) * u = g / (1 + exp(-g)) * u."""
+    if g.shape[0] == 1:   # decode: one compiled call, the compiled layers' arithmetic (engine/cpu/rows.py)
+        return silu_mul_rows(g, u)
     t = np.negative(g)
     np.exp(t, out=t)
     t += 1.0
@@ -197,16 +199,27 @@ GEMV_FROM = 256
 
 def _attend_one(q, k_cache, v_cache, pos: int, window: int) -> np.ndarray:
     """Decode: one query [1, nh, hd] at position pos; no mask needed (the window only moves
-    the first key). O(T) work, nothing proportional to max_ctx."""
+    the first key). O(T) work, nothing proportional to max_ctx. Head sizes of a multiple of 8 run
+    the compiled layers' attention (engine/cpu/decode_layer.py: the cache read in place, float16
+    widened in registers, heads over the kernels' threads), so that a one-token pass gives the same
+    bits on either path; `attend_one_numpy` is its reference."""
+    _, nh, hd = q.shape
+    start = max(0, pos - window + 1) if window > 0 else 0
+    T = pos + 1 - start
+    if hd % 8 == 0 and k_cache.strides[-1] == k_cache.itemsize:
+        from ..cpu.attention import attend_one  # noqa: PLC0415
+        from ..cpu.linear import parallel_kernels  # noqa: PLC0415
+        return attend_one(q, k_cache, v_cache, start, T, parallel_kernels()).reshape(1, nh * hd)
+    return attend_one_numpy(q, k_cache, v_cache, pos, window)
+
+
+def attend_one_numpy(q, k_cache, v_cache, pos: int, window: int) -> np.ndarray:
+    """_attend_one in numpy (float32 matrix products; a float16 cache widened first)."""
     _, nh, hd = q.shape
     nkv = k_cache.shape[0]
     rep = nh // nkv
     start = max(0, pos - window + 1) if window > 0 else 0
     T = pos + 1 - start
-    if k_cache.dtype == np.float16 and hd % 32 == 0:
-        # a float16 cache read in place by compiled kernels (no float32 copy of K and V per token)
-        from ..cpu.attention import attend_one_f16  # noqa: PLC0415
-        return attend_one_f16(q.reshape(nkv, rep, hd), k_cache, v_cache, start, T).reshape(1, nh * hd)
     K = _f32(k_cache, start, pos + 1, 0)                              # [nkv, T, hd] views
     V = _f32(v_cache, start, pos + 1, 1)
     qg = q.reshape(nkv, rep, hd)
