@@ -21,7 +21,7 @@ import pytest
 from hearth.engine import quant_activations as QA
 from hearth.engine.cpu import kernels as K
 from hearth.engine.cpu import kernels_int8 as K8
-from hearth.engine.cpu.linear import Activations, Linear
+from hearth.engine.cpu.linear import SWAP_MAX_ROWS, Activations, Linear
 from hearth.engine.quants import TYPE_BY_NAME, dequantize_blocks
 
 # byte offsets of the float16 scale fields in each block
@@ -96,6 +96,23 @@ def test_matmul_rows_match_matvec(name):
     for i in (0, 17, 39):
         one = lin(Activations(x[i:i + 1]))[0]
         np.testing.assert_allclose(whole[i], one, rtol=1e-5, atol=1e-5 * np.abs(one).max())
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q6_K", "F16"])
+@pytest.mark.parametrize("n", [5, 19, SWAP_MAX_ROWS, SWAP_MAX_ROWS + 1])
+def test_tiled_products_match_the_reference_on_both_sides_of_the_swap(name, n):
+    """Tiled products of few rows (W x^T, copied out transposed) and of many (x W^T), several tiles
+    with a scaled matrix: within float32 accumulation of the float64 product of the reference."""
+    rows, cols = 300, 512
+    w = random_matrix(name, rows, cols, seed=n)
+    x = np.random.default_rng(n).standard_normal((n, cols)).astype(np.float32)
+    lin = Linear(w, TYPE_BY_NAME[name], cols, name, tile_floats=64 * cols)
+    lin.scale = 0.5
+    got = lin(Activations(x))
+    ref = x.astype(np.float64) @ reference(name, w).astype(np.float64).T * 0.5
+    bound = 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(reference(name, w)).astype(np.float64).T)
+    assert got.shape == (n, rows)
+    assert np.all(np.abs(got - ref) <= bound + 1e-30)
 
 
 def test_block_sums():

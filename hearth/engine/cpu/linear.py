@@ -32,6 +32,10 @@ from . import kernels_int8 as K8
 MATVEC_MAX_ROWS = 4
 # float32 elements of one dequantized tile (2 MiB): the tile stays in L2/L3 while BLAS packs it.
 TILE_FLOATS = 1 << 19
+# Up to this many rows a tile's product is computed as W x^T into a scratch and copied out
+# transposed: OpenBLAS (0.3.31, one thread) runs that 1.3-1.6x faster than x W^T at 5-64 rows and
+# 1.1x at 128, even at 192 to 256, with the same bits (bench/README.md, short inputs' tiles).
+SWAP_MAX_ROWS = 128
 
 # numba's workqueue pool takes one parallel launch at a time: serialize them across engines.
 _LAUNCH = threading.Lock()
@@ -68,12 +72,15 @@ def set_threads(n: int) -> None:
     numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
 
 
-def _scratch(n: int) -> np.ndarray:
-    """This thread's float32 scratch of at least n elements (kept: fresh pages are slow)."""
-    buf = getattr(_local, "buf", None)
-    if buf is None or buf.size < n:
-        buf = _local.buf = np.empty(n, np.float32)
-    return buf[:n]
+def _scratch(n: int, slot: int = 0) -> np.ndarray:
+    """This thread's float32 scratch `slot` (0: the dequantized tile, 1: a transposed product) of at
+    least n elements (kept: fresh pages are slow)."""
+    bufs = getattr(_local, "bufs", None)
+    if bufs is None:
+        bufs = _local.bufs = [None, None]
+    if bufs[slot] is None or bufs[slot].size < n:
+        bufs[slot] = np.empty(n, np.float32)
+    return bufs[slot][:n]
 
 
 class Activations:
@@ -221,7 +228,8 @@ class Linear:
                     out[i] = dst
 
     def _tiles(self, act: Activations, out: np.ndarray, work=None) -> None:
-        t = self._tile
+        t, n = self._tile, act.n
+        swap = n <= SWAP_MAX_ROWS
         jobs, c = [], 0   # (matrix, its rows [r0, r1), output column of r0, scale): fixed by the shapes
         for w, nr, s in zip(self.ws, self.rows, self.scales):
             jobs += [(w, r0, min(nr, r0 + t), c + r0, s) for r0 in range(0, nr, t)]
@@ -232,7 +240,12 @@ class Linear:
             buf = _scratch(t * self.n_in).reshape(t, self.n_in)[:r1 - r0]   # this thread's
             self._dequant(w, r0, r1, buf)
             dst = out[:, col:col + r1 - r0]
-            np.matmul(act.x, buf.T, out=dst)
+            if swap:
+                tmp = _scratch(t * n, 1).reshape(t, n)[:r1 - r0]        # [r1 - r0, n]
+                np.matmul(buf, act.x.T, out=tmp)
+                dst[...] = tmp.T
+            else:
+                np.matmul(act.x, buf.T, out=dst)
             if s != 1.0:
                 dst *= s
         if work is None or len(jobs) == 1:
