@@ -269,7 +269,8 @@ class CpuBackend(Backend):
         # One-token passes multiply quantized matrices with x quantized to 8 bits as llama.cpp does
         # (engine/cpu/kernels_int8.py: ~2x faster kernels, llama.cpp's products to float rounding),
         # the default; int8=False or HEARTH_CPU_INT8=0 gives float32 x everywhere, the exact float
-        # path. Batches are float32 either way (BLAS tiles); with int8 the last of several ids runs
+        # path. Batches quantize x too (int8 tiles, engine/cpu/gemm_int8.py) unless
+        # HEARTH_CPU_INT8_BATCH=0 (float32 x and BLAS tiles). With int8 the last of several ids runs
         # as a one-token pass (forward), so a prompt's logits equal those of its recomputed last token.
         self.int8 = False
         self.set_int8(int8_default() if int8 is None else int8)
@@ -401,7 +402,11 @@ class CpuBackend(Backend):
     def describe(self) -> dict:
         # What K/V values depend on (prefix-image keys): the float-x path computes a decoded
         # token's K/V a little differently from the default 8-bit x, so it says so.
-        return {"backend": "cpu", "decode_x": "int8"} if self.int8 else {"backend": "cpu"}
+        if not self.int8:
+            return {"backend": "cpu"}
+        if self.model.int8_batches:
+            return {"backend": "cpu", "decode_x": "int8", "batch_x": "int8"}
+        return {"backend": "cpu", "decode_x": "int8"}
 
     def close(self) -> None:
         self.model = None

@@ -8,13 +8,19 @@ matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
   (engine.cpu.kernels_int8) where both the matrix (`Linear.int8`) and the input
   (`Activations(x, int8=True)`: the decoder's one-token passes) allow it, else with float32 x
   (engine.cpu.kernels);
-- more rows (prefill): the matrix in tiles of rows, each dequantized into a per-thread float32
-  scratch buffer and multiplied by BLAS (sgemm is compute-bound there, and a tile's dequantization
-  costs ~1/100 of its products at 512 rows).
+- more rows (prefill, short inputs): the matrix in tiles of rows. With 8-bit x allowed (as above,
+  and `Activations(x, int8=True)`: every pass of the decoder unless HEARTH_CPU_INT8_BATCH=0), a
+  quantized matrix's tile is decoded into int8 codes and integer scales (engine.cpu.tiles_int8)
+  and multiplied by x's 8-bit blocks in integers (engine.cpu.gemm_int8): llama.cpp's arithmetic
+  for batches, the unpacking paid once per tile, ~1.1 bytes a weight of scratch. Otherwise each
+  tile is dequantized into a per-thread float32 scratch buffer and multiplied by BLAS (sgemm).
 The float32 kernels and the tiles compute the float32 product of the file's weights and the
 activations, as the numpy reference does, so they agree to float rounding; the 8-bit kernels compute
 the product with x's 8-bit values (llama.cpp's arithmetic): each x moves by at most half a step,
 max |x| / 254 of its block. HEARTH_CPU_INT8=0 turns 8-bit x off (float32 x everywhere).
+The int8 tiles of a row give the same integers as its matrix-vector kernel and sum them in the same
+order for the 32-weight types (the same bits); the K-quants' offset terms are summed in another
+lane order (float rounding apart).
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ import threading
 
 import numpy as np
 
+from . import gemm_int8 as G8
 from . import kernels as K
 from . import kernels_int8 as K8
+from . import tiles_int8 as T8
 
 # Up to this many rows a product runs row by row through the matrix-vector kernel; from here on,
 # dequantized tiles and BLAS.
@@ -36,6 +44,10 @@ TILE_FLOATS = 1 << 19
 # transposed: OpenBLAS (0.3.31, one thread) runs that 1.3-1.6x faster than x W^T at 5-64 rows and
 # 1.1x at 128, even at 192 to 256, with the same bits (bench/README.md, short inputs' tiles).
 SWAP_MAX_ROWS = 128
+# Rows of an int8 tile: its codes and scales (~37 KB a row of 2,048 K-quant weights) stay in L2
+# while every row of x passes over them, and a short input's matrix still makes dozens of tiles
+# to spread over the threads.
+TILE8_ROWS = 32
 
 # numba's workqueue pool takes one parallel launch at a time: serialize them across engines.
 _LAUNCH = threading.Lock()
@@ -55,6 +67,12 @@ def int8_default() -> bool:
     return os.environ.get("HEARTH_CPU_INT8", "") != "0"
 
 
+def int8_batches_default() -> bool:
+    """Whether inputs of several rows (prefill, short inputs) multiply quantized matrices in int8
+    tiles, where 8-bit x is on at all: unless HEARTH_CPU_INT8_BATCH=0 (float32 tiles and BLAS)."""
+    return int8_default() and os.environ.get("HEARTH_CPU_INT8_BATCH", "") != "0"
+
+
 def no_parallel_kernels() -> None:
     """Mark this thread as one of several that run rows at once (the CPU backend's row pool): its
     products never launch numba's parallel kernels, which take one caller at a time."""
@@ -70,6 +88,18 @@ def set_threads(n: int) -> None:
     """Use n threads for the parallel kernels this thread launches."""
     import numba  # noqa: PLC0415
     numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+
+
+def _tile8_scratch(gtype: str, rows: int, n_in: int):
+    """This thread's int8 tile arrays (tiles_int8.tile_arrays) for `rows` rows of n_in weights."""
+    bufs = getattr(_local, "tiles8", None)
+    if bufs is None:
+        bufs = _local.tiles8 = {}
+    key = (gtype in T8.K_TYPES, gtype in T8.CENTRED, rows, n_in)
+    got = bufs.get(key)
+    if got is None:
+        got = bufs[key] = T8.tile_arrays(gtype, rows, n_in)
+    return got
 
 
 def _scratch(n: int, slot: int = 0) -> np.ndarray:
@@ -92,6 +122,7 @@ class Activations:
         self.int8 = int8    # whether matrices that quantize x to 8 bits (Linear.int8) may do so here
         self._xs = None
         self._q8 = {}
+        self._bs16 = None
 
     @property
     def n(self) -> int:
@@ -118,6 +149,13 @@ class Activations:
         if got is None:
             got = self._q8[k_blocks] = (K8.q8_k_rows if k_blocks else K8.q8_0_rows)(self.x)
         return got
+
+    def bs16(self) -> np.ndarray:
+        """The Q8_K code sums per 16 of q8(True) as int16 [n, k / 16] (|sum| <= 16 x 127), which the
+        int8 tiles multiply in int16 pairs."""
+        if self._bs16 is None:
+            self._bs16 = self.q8(True)[2].astype(np.int16)
+        return self._bs16
 
     def q8_row(self, k_blocks: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A one-row x's q8(k_blocks) as the row's own 1-D arrays (codes [k], scales, sums)."""
@@ -168,6 +206,7 @@ class Linear:
         self._dequant = getattr(K, f"dequant_{key}")
         self._tile = max(1, min(max(self.rows), tile_floats // n_in))
         self._matvec8 = getattr(K8, f"matvec_{key}", None)
+        self._tile8 = getattr(T8, f"tile_{key}", None)
         self.k_blocks = gtype.name in _Q8_K
         self.int8 = int8_default() if int8 is None else int8
 
@@ -202,6 +241,8 @@ class Linear:
             out = np.empty((n, self.n_out), np.float32)
         if n <= MATVEC_MAX_ROWS and not getattr(_local, "serial", False):
             self._rows(act, out)
+        elif self._int8 and act.int8 and self._tile8 is not None:
+            self._tiles8(act, out, work)
         else:
             self._tiles(act, out, work)
         return out
@@ -248,6 +289,32 @@ class Linear:
                 np.matmul(act.x, buf.T, out=dst)
             if s != 1.0:
                 dst *= s
+        if work is None or len(jobs) == 1:
+            for job in jobs:
+                tile(job)
+        else:
+            work.map(tile, jobs)
+
+    def _tiles8(self, act: Activations, out: np.ndarray, work=None) -> None:
+        t, name = TILE8_ROWS, self.type.name
+        q, d, s = act.q8(self.k_blocks)
+        if self.k_blocks:
+            s = act.bs16()
+        jobs, c = [], 0   # (matrix, its rows [r0, r1), output column of r0, scale): fixed by the shapes
+        for w, nr, sc in zip(self.ws, self.rows, self.scales):
+            jobs += [(w, r0, min(nr, r0 + t), c + r0, sc) for r0 in range(0, nr, t)]
+            c += nr
+
+        def tile(job) -> None:
+            w, r0, r1, col, sc = job
+            codes, scv, mins, dd = _tile8_scratch(name, t, self.n_in)   # this thread's
+            self._tile8(w, r0, r1, codes, scv, mins, dd)
+            if self.k_blocks:
+                G8.gemm_k(codes, scv, mins, dd, r1 - r0, q, d, s, out, col, sc)
+            elif name in T8.CENTRED:
+                G8.gemm_32s(codes, dd, r1 - r0, q, d, s, out, col, sc)
+            else:
+                G8.gemm_32u(codes, dd, r1 - r0, q, d, s, out, col, sc)
         if work is None or len(jobs) == 1:
             for job in jobs:
                 tile(job)

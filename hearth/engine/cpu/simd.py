@@ -652,3 +652,87 @@ def _sums_dot(name, nibble_hi):
 # K-quant block's offset term from the code sums per 16; exact in int32 (|bs| <= 16 x 127).
 sums_dot_i8 = _sums_dot("sums_dot_i8", False)
 sums_dot_hi4 = _sums_dot("sums_dot_hi4", True)
+
+
+# --- int8 weight tiles (engine/cpu/tiles_int8.py) and their products (engine/cpu/gemm_int8.py) ---
+
+@intrinsic
+def store32(typingctx, out, off, v):
+    """out[off:off + 32] = the 32 bytes v (out: a uint8 or int8 array)."""
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], V32I8), align=1)
+        return context.get_dummy_value()
+    return types.void(out, off, v), codegen
+
+
+@intrinsic
+def scale_sum_at(typingctx, acc, p, sc, off):
+    """acc + the int16 pair sums p times the 16 int16 scales sc[off:off + 16] (a tile's scales,
+    one per pair sum), summed in pairs (pmaddwd)."""
+    def codegen(context, builder, sig, args):
+        s = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], V16I16), align=2)
+        return builder.add(args[0], _maddwd(builder, args[1], s))
+    return i32x8(acc, p, sc, off), codegen
+
+
+@intrinsic
+def mins_dot(typingctx, bs, boff, mn, moff):
+    """(bs[boff + 2j] mn[moff + 2j] + bs[boff + 2j + 1] mn[moff + 2j + 1])_j: 16 int16 pairs summed
+    in pairs (pmaddwd) into 8 int32 lanes; a K-quant tile block's offset terms (its 16 mins, or its
+    scales for the -4 / -32 of Q3_K / Q6_K) times x's code sums per 16 (|sum| <= 16 x 127)."""
+    def codegen(context, builder, sig, args):
+        b = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], V16I16), align=2)
+        m = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], V16I16), align=2)
+        return _maddwd(builder, b, m)
+    return i32x8(bs, boff, mn, moff), codegen
+
+
+def _host_features() -> set:
+    try:
+        from numba.core.registry import cpu_target  # noqa: PLC0415
+        return set(cpu_target.target_context.codegen()._get_host_cpu_features().split(","))
+    except Exception:  # noqa: BLE001
+        import llvmlite.binding as llvm  # noqa: PLC0415
+        return {("+" if on else "-") + k for k, on in llvm.get_host_cpu_features().items()}
+
+
+# AVX-512 with VNNI: a K-quant tile block's 256 products as 4 x (64-byte pmaddubsw, vpdpwssd with
+# the scales), a third of the AVX2 arrangement's instructions. Read at code generation.
+AVX512_VNNI = AVX2 and {"+avx512bw", "+avx512vnni"} <= _host_features()
+
+
+def use_avx512_vnni() -> bool:
+    return AVX2 and AVX512_VNNI
+
+V64I8, V32I16X, V16I32X = ir.VectorType(I8, 64), ir.VectorType(I16, 32), ir.VectorType(I32, 16)
+
+
+@intrinsic
+def k_block_sum(typingctx, codes, coff, xq, xoff, scv, soff):
+    """The int32 sums (8 lanes) of a K-quant tile block: sum over its 8 chunks c of the int16 pair
+    sums of codes[coff + 32 c:][:32] times xq[xoff + 32 c:][:32] (pmaddubsw) times the scales
+    scv[soff + 16 c:][:16] (pmaddwd). The same integers on every path (exact)."""
+    def codegen(context, builder, sig, args):
+        ca, co, xa, xo, sa, so = args
+        cty, xty, sty = sig.args[0], sig.args[2], sig.args[4]
+        at = lambda v, k: builder.add(v, ir.Constant(v.type, k))  # noqa: E731
+        if use_avx512_vnni():
+            acc = ir.Constant(V16I32X, None)
+            for c in range(4):
+                w = builder.load(_ptr(context, builder, cty, ca, at(co, 64 * c), V64I8), align=1)
+                x = builder.load(_ptr(context, builder, xty, xa, at(xo, 64 * c), V64I8), align=1)
+                s = builder.load(_ptr(context, builder, sty, sa, at(so, 32 * c), V16I32X), align=2)
+                p = _call(builder, "llvm.x86.avx512.pmaddubs.w.512", V32I16X, [V64I8, V64I8], [w, x])
+                acc = _call(builder, "llvm.x86.avx512.vpdpwssd.512", V16I32X, [V16I32X] * 3,
+                            [acc, builder.bitcast(p, V16I32X), s])
+            lo = builder.shuffle_vector(acc, acc, ir.Constant(ir.VectorType(I32, 8), list(range(8))))
+            hi = builder.shuffle_vector(acc, acc, ir.Constant(ir.VectorType(I32, 8), list(range(8, 16))))
+            return builder.add(lo, hi)
+        acc = ir.Constant(V8I32, None)
+        for c in range(8):
+            w = builder.load(_ptr(context, builder, cty, ca, at(co, 32 * c), V32I8), align=1)
+            x = builder.load(_ptr(context, builder, xty, xa, at(xo, 32 * c), V32I8), align=1)
+            s = builder.load(_ptr(context, builder, sty, sa, at(so, 16 * c), V16I16), align=2)
+            acc = builder.add(acc, _maddwd(builder, _maddubs(builder, w, x), s))
+        return acc
+    return i32x8(codes, coff, xq, xoff, scv, soff), codegen

@@ -23,7 +23,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import UnsupportedModelError
 from ..kv_cache import KVCache
-from ..cpu.linear import Activations, int8_default
+from ..cpu.linear import Activations, int8_batches_default, int8_default
 from . import compiled_layers
 from . import weights as W
 from .layers import Rope, attention, gelu_tanh_mul, rms_norm, silu_mul
@@ -76,6 +76,12 @@ class Decoder:
         self.compiled_on = compiled_layers.enabled()   # False: the per-operation path (comparisons)
         self._compiled = None
         self._int8 = int8_default()
+        # Whether passes of several rows quantize x to 8 bits too (int8 tiles): with 8-bit x on.
+        self.int8_batches_on = int8_batches_default()
+
+    @property
+    def int8_batches(self) -> bool:
+        return self._int8 and self.int8_batches_on
 
     def _matrices(self) -> list[W.Matrices]:
         """Every matrix, in file order."""
@@ -169,7 +175,9 @@ class Decoder:
         cs = self.rope.cos_sin(pos, n)
         cs_swa = self.rope_swa.cos_sin(pos, n) if self.rope_swa else None
         q = np.empty((n, c.n_head, c.head_dim), np.float32)      # this block's rotated queries
-        i8 = n == 1   # a one-token pass may quantize x to 8 bits (engine/cpu/linear.py); prefill never
+        # A one-token pass may quantize x to 8 bits (engine/cpu/linear.py), and so may a batch
+        # where int8 tiles are on (int8_batches_default).
+        i8 = n == 1 or self.int8_batches
         even = par.split(n)
         work = par.work   # what spreads a range's weight tiles and attention heads over threads, or None
         if tail is not None:

@@ -1,0 +1,184 @@
+"""Int8 tiles (engine/cpu/tiles_int8.py) and their products with many rows of 8-bit x
+(engine/cpu/gemm_int8.py), the batch path of every quantized matrix, against the numpy reference
+and against the matrix-vector kernels of one row.
+
+Tolerances: each row's product within 1e-5 of sum |w| |x8| of the float64 product of the reference
+weights and the dequantized 8-bit x (the integer sums are exact; the tolerance covers the float32
+scaling and accumulation), as the one-row kernels are held to (tests/test_cpu_kernels.py); the
+32-weight types bit for bit the one-row kernel's (the same integers summed in the same order); the
+K-quants within float rounding of it (their offset terms summed in another lane order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hearth.engine.cpu import gemm_int8 as G8
+from hearth.engine.cpu import simd
+from hearth.engine.cpu import tiles_int8 as T8
+from hearth.engine.cpu.linear import MATVEC_MAX_ROWS, TILE8_ROWS, Activations, Linear
+from hearth.engine.quants import TYPE_BY_NAME
+
+from test_cpu_kernels import F16_FIELDS, _awkward_x, _int8_check, random_matrix
+
+QUANT = list(F16_FIELDS)
+
+
+def _x(n: int, cols: int, seed: int) -> np.ndarray:
+    return np.stack([_awkward_x(cols, seed + i) for i in range(n)])
+
+
+def _one_row(lin: Linear, x: np.ndarray) -> np.ndarray:
+    """Each row of x alone through the one-row (matrix-vector) kernel."""
+    return np.stack([lin(Activations(x[i:i + 1], int8=True))[0] for i in range(len(x))])
+
+
+@pytest.mark.parametrize("name", QUANT)
+@pytest.mark.parametrize("n,rows", [(MATVEC_MAX_ROWS + 1, TILE8_ROWS + 5), (8, 3), (33, 2 * TILE8_ROWS)])
+def test_tiled_int8_products_match_reference_and_one_row_kernel(name, n, rows):
+    cols = 768
+    w = random_matrix(name, rows, cols, seed=rows + n)
+    x = _x(n, cols, n)
+    lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
+    got = lin(Activations(x, int8=True))
+    assert got.shape == (n, rows) and got.dtype == np.float32
+    for i in range(n):
+        _int8_check(name, w, x[i], got[i])
+    one = _one_row(lin, x)
+    if name in T8.K_TYPES:
+        bound = np.abs(one).max()
+        assert np.abs(got - one).max() <= 1e-6 * bound
+    else:
+        np.testing.assert_array_equal(got, one)
+    # the batch path without 8-bit x is the float one (BLAS tiles): it really differs
+    flt = lin(Activations(x))
+    assert np.abs(flt - got).max() > 1e-4 * np.abs(got).max()
+
+
+@pytest.mark.parametrize("name", QUANT)
+@pytest.mark.parametrize("fill", [0x00, 0xFF, 0x80, 0x7F])
+def test_tiled_int8_extreme_blocks(name, fill):
+    """Every weight byte at an extreme times codes of +-127: the int16 pair sums of pmaddubsw and
+    the tiles' scales at their bounds must not saturate or wrap."""
+    rows, cols = 9, 512
+    w = random_matrix(name, rows, cols, seed=fill)
+    t = TYPE_BY_NAME[name]
+    blocks = w.reshape(-1, t.type_size)
+    keep = np.zeros(t.type_size, bool)
+    for off in F16_FIELDS[name]:
+        keep[off:off + 2] = True
+    blocks[:, ~keep] = fill
+    x = np.stack([np.full(cols, 0.75, np.float32), np.where(np.arange(cols) % 3, -1.5, 2.0).astype(np.float32),
+                  np.full(cols, -1.0, np.float32), np.where(np.arange(cols) % 2, 1.0, -1.0).astype(np.float32),
+                  np.full(cols, 2.0, np.float32), np.arange(cols, dtype=np.float32) - cols / 2])
+    lin = Linear(w, t, cols, name, int8=True)
+    got = lin(Activations(x, int8=True))
+    for i in range(len(x)):
+        _int8_check(name, w, x[i], got[i])
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q8_0", "Q4_K", "Q6_K"])
+def test_tiled_int8_stacked_matrices_equal_each_alone(name):
+    cols = 512
+    ws = [random_matrix(name, r, cols, seed=r) for r in (40, 7, 13)]
+    x = _x(6, cols, 3)
+    t = TYPE_BY_NAME[name]
+    stacked = Linear(ws, t, cols, name, int8=True)
+    stacked.scales[0] = 0.5
+    got = stacked(Activations(x, int8=True))
+    c = 0
+    for i, w in enumerate(ws):
+        alone = Linear(w, t, cols, name, int8=True)
+        alone.scale = 0.5 if i == 0 else 1.0
+        np.testing.assert_array_equal(got[:, c:c + w.shape[0]], alone(Activations(x, int8=True)))
+        c += w.shape[0]
+
+
+def test_tiled_int8_spread_over_threads_gives_the_same_bits():
+    """A short input's tiles spread over pool threads (the CPU backend's SpreadPieces) write the
+    same values as on this thread: each tile is one call on one thread's scratch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hearth.engine.shared_work import share
+    cols, rows = 512, 5 * TILE8_ROWS + 3
+    w = random_matrix("Q4_K", rows, cols, seed=11)
+    x = _x(12, cols, 5)
+    lin = Linear(w, TYPE_BY_NAME["Q4_K"], cols, "Q4_K", int8=True)
+    want = lin(Activations(x, int8=True))
+
+    class Work:
+        def __init__(self):
+            self.pool = ThreadPoolExecutor(2)
+
+        def map(self, fn, items):
+            share(fn, items, self.pool.submit, 2)
+
+    work = Work()
+    try:
+        np.testing.assert_array_equal(lin(Activations(x, int8=True), work=work), want)
+    finally:
+        work.pool.shutdown()
+
+
+@pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+def test_k_block_sums_equal_on_every_instruction_path(name, monkeypatch):
+    """The K-quant product compiled here in fresh kernels for the generic vector IR (no AVX2), the
+    AVX2 arrangement and, where the host has it, AVX-512 VNNI: the same bits on every path (the
+    integer sums are exact), and the instructions each path is meant to use."""
+    from numba import njit
+    rows, cols, n = 11, 768, 3
+    w = random_matrix(name, rows, cols, seed=7)
+    x = _x(n, cols, 9)
+    act = Activations(x, int8=True)
+    q, d, _ = act.q8(True)
+    s = act.bs16()
+    arrays = T8.tile_arrays(name, rows, cols)
+    getattr(T8, f"tile_{name.lower()}")(w, 0, rows, *arrays)
+    codes, scv, mins, dd = arrays
+
+    def run(fn) -> np.ndarray:
+        out = np.empty((n, rows), np.float32)
+        fn(codes, scv, mins, dd, rows, q, d, s, out, 0, np.float32(1.0))
+        return out
+    want = run(G8.gemm_k)
+    host_avx2, host_vnni = simd.AVX2, simd.AVX512_VNNI
+    for avx2, vnni in {(False, False), (host_avx2, False), (host_avx2, host_vnni)}:
+        monkeypatch.setattr(simd, "AVX2", avx2)
+        monkeypatch.setattr(simd, "AVX512_VNNI", vnni)
+        fresh = njit(nogil=True)(G8.gemm_k.py_func)
+        np.testing.assert_array_equal(run(fresh), want)
+        asm = "\n".join(fresh.inspect_asm().values())
+        assert ("pmaddubsw" in asm) == avx2
+        assert ("vpdpwssd" in asm) == (avx2 and vnni)
+    for i in range(n):
+        _int8_check(name, w, x[i], want[i])
+
+
+def test_decoder_batches_use_int8_tiles_unless_switched_off(monkeypatch):
+    """A prefill of the default model multiplies in int8 tiles by default (describe says so, for
+    the prefix-image keys), and in float32 BLAS tiles with HEARTH_CPU_INT8_BATCH=0; both agree with
+    each other as 8-bit x agrees with float32 x, and a prompt's last logits come from the one-token
+    pass either way."""
+    from hearth.engine.config import ModelConfig
+    from hearth.engine.cpu_backend import CpuBackend
+    from hearth.engine.gguf import GGUFFile
+    from hearth.engine.paths import default_model_path
+
+    g = GGUFFile.open(default_model_path())
+    ids = np.arange(40, 90, dtype=np.int64)
+    outs, kvs = {}, {}
+    for flag in ("", "0"):
+        monkeypatch.setenv("HEARTH_CPU_INT8_BATCH", flag)
+        be = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128)
+        assert ("batch_x" in be.describe()) == (flag == "")
+        outs[flag] = be.forward(ids, 0, all_logits=True)
+        kvs[flag] = be.kv.k[3][:, :len(ids)].copy()
+        be.close()
+    a, b = outs[""], outs["0"]
+    assert not np.array_equal(kvs[""], kvs["0"])            # the batch path really changed
+    dk = np.abs(kvs[""] - kvs["0"]).max() / np.abs(kvs["0"]).max()
+    assert dk < 0.05
+    # the same greedy choices nearly everywhere, and close logits
+    assert (a.argmax(-1) == b.argmax(-1)).mean() >= 0.9
+    assert np.abs(a - b).max() < 0.1 * np.abs(b).max()
