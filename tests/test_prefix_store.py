@@ -112,8 +112,8 @@ def test_ensure_computes_then_is_resident_then_restores_in_a_reset_engine(eng, l
     assert same_state(engine_state(eng), written)
 
     (e,) = store.entries()
-    # the CPU backend's description as the image records it: 8-bit decode x is its default
-    assert (e.key, e.n_tokens, e.label, e.backend) == (r1.key, r1.n_tokens, "first", {"backend": "cpu", "decode_x": "int8"})
+    # the CPU backend's description as the image records it: 8-bit x (one-token passes and batches) is its default
+    assert (e.key, e.n_tokens, e.label, e.backend) == (r1.key, r1.n_tokens, "first", {"backend": "cpu", "decode_x": "int8", "batch_x": "int8"})
     assert e.size == r1.path.stat().st_size and Path(e.model_path) == Path(eng.gguf.path).resolve()
     assert json.loads(r1.path.with_suffix(".json").read_text())["model_size"] == eng.gguf.file_size
 
