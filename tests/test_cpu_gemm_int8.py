@@ -1,12 +1,12 @@
 """Int8 tiles (engine/cpu/tiles_int8.py) and their products with many rows of 8-bit x
-(engine/cpu/gemm_int8.py), the batch path of every quantized matrix, against the numpy reference
-and against the matrix-vector kernels of one row.
+(engine/cpu/gemm_int8.py), the batch path of the K-quant matrices, against the numpy reference and
+against the matrix-vector kernels of one row.
 
 Tolerances: each row's product within 1e-5 of sum |w| |x8| of the float64 product of the reference
 weights and the dequantized 8-bit x (the integer sums are exact; the tolerance covers the float32
-scaling and accumulation), as the one-row kernels are held to (tests/test_cpu_kernels.py); the
-32-weight types bit for bit the one-row kernel's (the same integers summed in the same order); the
-K-quants within float rounding of it (their offset terms summed in another lane order).
+scaling and accumulation), as the one-row kernels are held to (tests/test_cpu_kernels.py), and
+within 1e-6 of the largest |product| of the one-row kernel's (the same integers, float32 sums in
+another order).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from hearth.engine.quants import TYPE_BY_NAME
 
 from test_cpu_kernels import F16_FIELDS, _awkward_x, _int8_check, random_matrix
 
-QUANT = list(F16_FIELDS)
+K_QUANTS = [t for t in F16_FIELDS if t.endswith("_K")]
+OTHERS = [t for t in F16_FIELDS if not t.endswith("_K")]
 
 
 def _x(n: int, cols: int, seed: int) -> np.ndarray:
@@ -34,7 +35,7 @@ def _one_row(lin: Linear, x: np.ndarray) -> np.ndarray:
     return np.stack([lin(Activations(x[i:i + 1], int8=True))[0] for i in range(len(x))])
 
 
-@pytest.mark.parametrize("name", QUANT)
+@pytest.mark.parametrize("name", K_QUANTS)
 @pytest.mark.parametrize("n,rows", [(MATVEC_MAX_ROWS + 1, TILE8_ROWS + 5), (8, 3), (33, 2 * TILE8_ROWS)])
 def test_tiled_int8_products_match_reference_and_one_row_kernel(name, n, rows):
     cols = 768
@@ -46,17 +47,13 @@ def test_tiled_int8_products_match_reference_and_one_row_kernel(name, n, rows):
     for i in range(n):
         _int8_check(name, w, x[i], got[i])
     one = _one_row(lin, x)
-    if name in T8.K_TYPES:
-        bound = np.abs(one).max()
-        assert np.abs(got - one).max() <= 1e-6 * bound
-    else:
-        np.testing.assert_array_equal(got, one)
+    assert np.abs(got - one).max() <= 1e-6 * np.abs(one).max()
     # the batch path without 8-bit x is the float one (BLAS tiles): it really differs
     flt = lin(Activations(x))
     assert np.abs(flt - got).max() > 1e-4 * np.abs(got).max()
 
 
-@pytest.mark.parametrize("name", QUANT)
+@pytest.mark.parametrize("name", K_QUANTS)
 @pytest.mark.parametrize("fill", [0x00, 0xFF, 0x80, 0x7F])
 def test_tiled_int8_extreme_blocks(name, fill):
     """Every weight byte at an extreme times codes of +-127: the int16 pair sums of pmaddubsw and
@@ -78,7 +75,18 @@ def test_tiled_int8_extreme_blocks(name, fill):
         _int8_check(name, w, x[i], got[i])
 
 
-@pytest.mark.parametrize("name", ["Q4_1", "Q8_0", "Q4_K", "Q6_K"])
+@pytest.mark.parametrize("name", OTHERS)
+def test_other_types_batches_stay_float(name):
+    """The 32-weight types have no int8 tiles: their batches multiply float32 tiles by BLAS, with 8-bit
+    x allowed or not (the same bits)."""
+    cols = 512
+    w = random_matrix(name, 40, cols, seed=2)
+    x = _x(9, cols, 4)
+    lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
+    np.testing.assert_array_equal(lin(Activations(x, int8=True)), lin(Activations(x)))
+
+
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K"])
 def test_tiled_int8_stacked_matrices_equal_each_alone(name):
     cols = 512
     ws = [random_matrix(name, r, cols, seed=r) for r in (40, 7, 13)]
@@ -132,14 +140,13 @@ def test_k_block_sums_equal_on_every_instruction_path(name, monkeypatch):
     x = _x(n, cols, 9)
     act = Activations(x, int8=True)
     q, d, _ = act.q8(True)
-    s = act.bs16()
-    arrays = T8.tile_arrays(name, rows, cols)
-    getattr(T8, f"tile_{name.lower()}")(w, 0, rows, *arrays)
-    codes, scv, mins, dd = arrays
+    codes, scv, dd, mw = T8.tile_arrays(rows, cols)
+    getattr(T8, f"tile_{name.lower()}")(w, 0, rows, codes, scv, dd, mw)
+    off = G8.offsets(act.x_sums(), mw, np.empty((n, rows), np.float32))
 
     def run(fn) -> np.ndarray:
         out = np.empty((n, rows), np.float32)
-        fn(codes, scv, mins, dd, rows, q, d, s, out, 0, np.float32(1.0))
+        fn(codes, scv, dd, rows, q, d, off, out, 0, np.float32(1.0))
         return out
     want = run(G8.gemm_k)
     host_avx2, host_vnni = simd.AVX2, simd.AVX512_VNNI
@@ -156,16 +163,16 @@ def test_k_block_sums_equal_on_every_instruction_path(name, monkeypatch):
 
 
 def test_decoder_batches_use_int8_tiles_unless_switched_off(monkeypatch):
-    """A prefill of the default model multiplies in int8 tiles by default (describe says so, for
-    the prefix-image keys), and in float32 BLAS tiles with HEARTH_CPU_INT8_BATCH=0; both agree with
-    each other as 8-bit x agrees with float32 x, and a prompt's last logits come from the one-token
-    pass either way."""
+    """A prefill of Gemma 3 270M (its Q4_K and Q6_K matrices) multiplies in int8 tiles by default
+    (describe says so, for the prefix-image keys), and in float32 BLAS tiles with
+    HEARTH_CPU_INT8_BATCH=0; both agree as 8-bit x agrees with float32 x."""
+    from model_paths import gemma3_model_path
+
     from hearth.engine.config import ModelConfig
     from hearth.engine.cpu_backend import CpuBackend
     from hearth.engine.gguf import GGUFFile
-    from hearth.engine.paths import default_model_path
 
-    g = GGUFFile.open(default_model_path())
+    g = GGUFFile.open(gemma3_model_path())
     ids = np.arange(40, 90, dtype=np.int64)
     outs, kvs = {}, {}
     for flag in ("", "0"):
@@ -177,8 +184,8 @@ def test_decoder_batches_use_int8_tiles_unless_switched_off(monkeypatch):
         be.close()
     a, b = outs[""], outs["0"]
     assert not np.array_equal(kvs[""], kvs["0"])            # the batch path really changed
-    dk = np.abs(kvs[""] - kvs["0"]).max() / np.abs(kvs["0"]).max()
-    assert dk < 0.05
-    # the same greedy choices nearly everywhere, and close logits
-    assert (a.argmax(-1) == b.argmax(-1)).mean() >= 0.9
+    assert np.abs(kvs[""] - kvs["0"]).max() < 0.05 * np.abs(kvs["0"]).max()
+    srt = np.sort(b, axis=-1)
+    sure = srt[:, -1] - srt[:, -2] >= 1.0
+    assert sure.sum() >= 3 and (a.argmax(-1) == b.argmax(-1))[sure].all()
     assert np.abs(a - b).max() < 0.1 * np.abs(b).max()

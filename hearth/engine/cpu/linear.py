@@ -10,17 +10,17 @@ matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
   (engine.cpu.kernels);
 - more rows (prefill, short inputs): the matrix in tiles of rows. With 8-bit x allowed (as above,
   and `Activations(x, int8=True)`: every pass of the decoder unless HEARTH_CPU_INT8_BATCH=0), a
-  quantized matrix's tile is decoded into int8 codes and integer scales (engine.cpu.tiles_int8)
-  and multiplied by x's 8-bit blocks in integers (engine.cpu.gemm_int8): llama.cpp's arithmetic
-  for batches, the unpacking paid once per tile, ~1.1 bytes a weight of scratch. Otherwise each
-  tile is dequantized into a per-thread float32 scratch buffer and multiplied by BLAS (sgemm).
+  K-quant matrix's tile is decoded into int8 codes and integer scales (engine.cpu.tiles_int8) and
+  multiplied by x's Q8_K blocks in integers (engine.cpu.gemm_int8): llama.cpp's arithmetic for
+  batches, the unpacking paid once per tile. Otherwise (and for the other types, whose per-32
+  float scales make int8 slower than BLAS: bench/README.md) each tile is dequantized into a
+  per-thread float32 scratch buffer and multiplied by BLAS (sgemm).
 The float32 kernels and the tiles compute the float32 product of the file's weights and the
 activations, as the numpy reference does, so they agree to float rounding; the 8-bit kernels compute
 the product with x's 8-bit values (llama.cpp's arithmetic): each x moves by at most half a step,
 max |x| / 254 of its block. HEARTH_CPU_INT8=0 turns 8-bit x off (float32 x everywhere).
-The int8 tiles of a row give the same integers as its matrix-vector kernel and sum them in the same
-order for the 32-weight types (the same bits); the K-quants' offset terms are summed in another
-lane order (float rounding apart).
+The int8 tiles of a row give the same integers as its matrix-vector kernel, summed in float32 in
+another order (float rounding apart).
 """
 
 from __future__ import annotations
@@ -44,9 +44,8 @@ TILE_FLOATS = 1 << 19
 # transposed: OpenBLAS (0.3.31, one thread) runs that 1.3-1.6x faster than x W^T at 5-64 rows and
 # 1.1x at 128, even at 192 to 256, with the same bits (bench/README.md, short inputs' tiles).
 SWAP_MAX_ROWS = 128
-# Rows of an int8 tile: its codes and scales (~37 KB a row of 2,048 K-quant weights) stay in L2
-# while every row of x passes over them, and a short input's matrix still makes dozens of tiles
-# to spread over the threads.
+# Rows of an int8 tile: its codes and scales (2 bytes a weight) stay in L2 while every row of x
+# passes over them, and a short input's matrix still makes dozens of tiles to spread over threads.
 TILE8_ROWS = 32
 
 # numba's workqueue pool takes one parallel launch at a time: serialize them across engines.
@@ -90,21 +89,20 @@ def set_threads(n: int) -> None:
     numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
 
 
-def _tile8_scratch(gtype: str, rows: int, n_in: int):
+def _tile8_scratch(rows: int, n_in: int):
     """This thread's int8 tile arrays (tiles_int8.tile_arrays) for `rows` rows of n_in weights."""
     bufs = getattr(_local, "tiles8", None)
     if bufs is None:
         bufs = _local.tiles8 = {}
-    key = (gtype in T8.K_TYPES, gtype in T8.CENTRED, rows, n_in)
-    got = bufs.get(key)
+    got = bufs.get((rows, n_in))
     if got is None:
-        got = bufs[key] = T8.tile_arrays(gtype, rows, n_in)
+        got = bufs[(rows, n_in)] = T8.tile_arrays(rows, n_in)
     return got
 
 
 def _scratch(n: int, slot: int = 0) -> np.ndarray:
-    """This thread's float32 scratch `slot` (0: the dequantized tile, 1: a transposed product) of at
-    least n elements (kept: fresh pages are slow)."""
+    """This thread's float32 scratch `slot` (0: the dequantized tile, 1: a transposed product or an
+    int8 tile's offset terms) of at least n elements (kept: fresh pages are slow)."""
     bufs = getattr(_local, "bufs", None)
     if bufs is None:
         bufs = _local.bufs = [None, None]
@@ -122,7 +120,7 @@ class Activations:
         self.int8 = int8    # whether matrices that quantize x to 8 bits (Linear.int8) may do so here
         self._xs = None
         self._q8 = {}
-        self._bs16 = None
+        self._x_sums = None
 
     @property
     def n(self) -> int:
@@ -150,12 +148,13 @@ class Activations:
             got = self._q8[k_blocks] = (K8.q8_k_rows if k_blocks else K8.q8_0_rows)(self.x)
         return got
 
-    def bs16(self) -> np.ndarray:
-        """The Q8_K code sums per 16 of q8(True) as int16 [n, k / 16] (|sum| <= 16 x 127), which the
-        int8 tiles multiply in int16 pairs."""
-        if self._bs16 is None:
-            self._bs16 = self.q8(True)[2].astype(np.int16)
-        return self._bs16
+    def x_sums(self) -> np.ndarray:
+        """The Q8_K code sums per 16 of q8(True) times their block scales, float32 [n, k / 16]: what
+        the int8 tiles' offset terms multiply (engine/cpu/gemm_int8.py)."""
+        if self._x_sums is None:
+            _, d, bs = self.q8(True)
+            self._x_sums = G8.x_sums(d, bs)
+        return self._x_sums
 
     def q8_row(self, k_blocks: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A one-row x's q8(k_blocks) as the row's own 1-D arrays (codes [k], scales, sums)."""
@@ -206,7 +205,7 @@ class Linear:
         self._dequant = getattr(K, f"dequant_{key}")
         self._tile = max(1, min(max(self.rows), tile_floats // n_in))
         self._matvec8 = getattr(K8, f"matvec_{key}", None)
-        self._tile8 = getattr(T8, f"tile_{key}", None)
+        self._tile8 = getattr(T8, f"tile_{key}", None)   # the K-quants'
         self.k_blocks = gtype.name in _Q8_K
         self.int8 = int8_default() if int8 is None else int8
 
@@ -296,10 +295,9 @@ class Linear:
             work.map(tile, jobs)
 
     def _tiles8(self, act: Activations, out: np.ndarray, work=None) -> None:
-        t, name = TILE8_ROWS, self.type.name
-        q, d, s = act.q8(self.k_blocks)
-        if self.k_blocks:
-            s = act.bs16()
+        t, n = TILE8_ROWS, act.n
+        q, d, _ = act.q8(True)
+        xsum = act.x_sums()
         jobs, c = [], 0   # (matrix, its rows [r0, r1), output column of r0, scale): fixed by the shapes
         for w, nr, sc in zip(self.ws, self.rows, self.scales):
             jobs += [(w, r0, min(nr, r0 + t), c + r0, sc) for r0 in range(0, nr, t)]
@@ -307,14 +305,10 @@ class Linear:
 
         def tile(job) -> None:
             w, r0, r1, col, sc = job
-            codes, scv, mins, dd = _tile8_scratch(name, t, self.n_in)   # this thread's
-            self._tile8(w, r0, r1, codes, scv, mins, dd)
-            if self.k_blocks:
-                G8.gemm_k(codes, scv, mins, dd, r1 - r0, q, d, s, out, col, sc)
-            elif name in T8.CENTRED:
-                G8.gemm_32s(codes, dd, r1 - r0, q, d, s, out, col, sc)
-            else:
-                G8.gemm_32u(codes, dd, r1 - r0, q, d, s, out, col, sc)
+            codes, scv, dd, mw = _tile8_scratch(t, self.n_in)   # this thread's
+            self._tile8(w, r0, r1, codes, scv, dd, mw)
+            off = G8.offsets(xsum, mw[:r1 - r0], _scratch(n * (r1 - r0), 1).reshape(n, r1 - r0))
+            G8.gemm_k(codes, scv, dd, r1 - r0, q, d, off, out, col, sc)
         if work is None or len(jobs) == 1:
             for job in jobs:
                 tile(job)

@@ -665,28 +665,6 @@ def store32(typingctx, out, off, v):
     return types.void(out, off, v), codegen
 
 
-@intrinsic
-def scale_sum_at(typingctx, acc, p, sc, off):
-    """acc + the int16 pair sums p times the 16 int16 scales sc[off:off + 16] (a tile's scales,
-    one per pair sum), summed in pairs (pmaddwd)."""
-    def codegen(context, builder, sig, args):
-        s = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], V16I16), align=2)
-        return builder.add(args[0], _maddwd(builder, args[1], s))
-    return i32x8(acc, p, sc, off), codegen
-
-
-@intrinsic
-def mins_dot(typingctx, bs, boff, mn, moff):
-    """(bs[boff + 2j] mn[moff + 2j] + bs[boff + 2j + 1] mn[moff + 2j + 1])_j: 16 int16 pairs summed
-    in pairs (pmaddwd) into 8 int32 lanes; a K-quant tile block's offset terms (its 16 mins, or its
-    scales for the -4 / -32 of Q3_K / Q6_K) times x's code sums per 16 (|sum| <= 16 x 127)."""
-    def codegen(context, builder, sig, args):
-        b = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], V16I16), align=2)
-        m = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], V16I16), align=2)
-        return _maddwd(builder, b, m)
-    return i32x8(bs, boff, mn, moff), codegen
-
-
 def _host_features() -> set:
     try:
         from numba.core.registry import cpu_target  # noqa: PLC0415
@@ -704,14 +682,18 @@ AVX512_VNNI = AVX2 and {"+avx512bw", "+avx512vnni"} <= _host_features()
 def use_avx512_vnni() -> bool:
     return AVX2 and AVX512_VNNI
 
+
 V64I8, V32I16X, V16I32X = ir.VectorType(I8, 64), ir.VectorType(I16, 32), ir.VectorType(I32, 16)
+i32x16 = _vector_type("I32x16", V16I32X)
+f32x16 = _vector_type("F32x16", V16F32)
 
 
 @intrinsic
 def k_block_sum(typingctx, codes, coff, xq, xoff, scv, soff):
-    """The int32 sums (8 lanes) of a K-quant tile block: sum over its 8 chunks c of the int16 pair
-    sums of codes[coff + 32 c:][:32] times xq[xoff + 32 c:][:32] (pmaddubsw) times the scales
-    scv[soff + 16 c:][:16] (pmaddwd). The same integers on every path (exact)."""
+    """The int32 sums of a K-quant tile block, 16 lanes: over its 8 chunks c of 32 weights, the int16
+    pair sums of codes[coff + 32 c:][:32] times xq[xoff + 32 c:][:32] (pmaddubsw) times the scales
+    scv[soff + 16 c:][:16] (pmaddwd); lanes 0-7 the even chunks', 8-15 the odd chunks'. The same
+    integers in the same lanes on every path (exact)."""
     def codegen(context, builder, sig, args):
         ca, co, xa, xo, sa, so = args
         cty, xty, sty = sig.args[0], sig.args[2], sig.args[4]
@@ -725,14 +707,36 @@ def k_block_sum(typingctx, codes, coff, xq, xoff, scv, soff):
                 p = _call(builder, "llvm.x86.avx512.pmaddubs.w.512", V32I16X, [V64I8, V64I8], [w, x])
                 acc = _call(builder, "llvm.x86.avx512.vpdpwssd.512", V16I32X, [V16I32X] * 3,
                             [acc, builder.bitcast(p, V16I32X), s])
-            lo = builder.shuffle_vector(acc, acc, ir.Constant(ir.VectorType(I32, 8), list(range(8))))
-            hi = builder.shuffle_vector(acc, acc, ir.Constant(ir.VectorType(I32, 8), list(range(8, 16))))
-            return builder.add(lo, hi)
-        acc = ir.Constant(V8I32, None)
+            return acc
+        halves = [ir.Constant(V8I32, None), ir.Constant(V8I32, None)]
         for c in range(8):
             w = builder.load(_ptr(context, builder, cty, ca, at(co, 32 * c), V32I8), align=1)
             x = builder.load(_ptr(context, builder, xty, xa, at(xo, 32 * c), V32I8), align=1)
             s = builder.load(_ptr(context, builder, sty, sa, at(so, 16 * c), V16I16), align=2)
-            acc = builder.add(acc, _maddwd(builder, _maddubs(builder, w, x), s))
-        return acc
-    return i32x8(codes, coff, xq, xoff, scv, soff), codegen
+            halves[c % 2] = builder.add(halves[c % 2], _maddwd(builder, _maddubs(builder, w, x), s))
+        return builder.shuffle_vector(halves[0], halves[1], ir.Constant(ir.VectorType(I32, 16), list(range(16))))
+    return i32x16(codes, coff, xq, xoff, scv, soff), codegen
+
+
+@intrinsic
+def fzero16(typingctx):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(V16F32, None)
+    return f32x16(), codegen
+
+
+@intrinsic
+def fma_i16(typingctx, acc, p, s):
+    """acc + float(p) * s, 16 lanes (p integer sums, s a float32 scalar)."""
+    def codegen(context, builder, sig, args):
+        s = args[2] if args[2].type == F32 else builder.fptrunc(args[2], F32)
+        return _fmuladd(builder, builder.sitofp(args[1], V16F32), _splat(builder, s, V16F32), args[0])
+    return f32x16(acc, p, types.float32), codegen
+
+
+@intrinsic
+def fsum16(typingctx, acc):
+    """The sum of the 16 lanes, in a fixed order (j with j + 8, then a tree as fsum)."""
+    def codegen(context, builder, sig, args):
+        return lane_tree(builder, _fold16(builder, args[0]), lambda b, lo, hi: b.fadd(lo, hi))
+    return types.float32(acc), codegen
