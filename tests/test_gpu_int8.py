@@ -11,7 +11,6 @@ and the RTOL of the f32 kernels applies. A separate test checks the int8 result 
 
 from __future__ import annotations
 
-import zlib
 
 import numpy as np
 import pytest
@@ -23,9 +22,9 @@ if probe() is None:
 
 from hearth.engine.gpu import ops  # noqa: E402
 from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
-from gpu_fixtures import (  # noqa: E402
-    RTOL, dequant_reference, make_test_device, poisoned, q8_blocks, random_rows, read_f32, rel_err, safe_x,
-    subgroup_device)
+from gpu_fixtures import (  # noqa: E402, F401 (rng: a fixture)
+    RTOL, dequant_reference, make_test_device, poisoned, q8_blocks, random_rows, read_f32, rel_err, rng,
+    safe_x, subgroup_device)
 
 pytestmark = pytest.mark.gpu
 
@@ -47,11 +46,6 @@ def ks(request):
     yield Kernels(d)
     d.destroy()
 
-
-@pytest.fixture
-def rng(request):
-    # Seeded per test, so that a failure on one adapter reproduces on the next run.
-    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def q8_ref(x, g=None, eps=0.0):

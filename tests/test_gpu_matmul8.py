@@ -13,7 +13,6 @@ sum over blocks: the f32 kernels' RTOL applies. A separate test checks the produ
 
 from __future__ import annotations
 
-import zlib
 
 import numpy as np
 import pytest
@@ -26,8 +25,9 @@ if probe() is None:
 from hearth.engine.gpu import ops  # noqa: E402
 from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
 from hearth.engine.models.layers import gelu_tanh_mul, silu_mul  # noqa: E402
-from gpu_fixtures import (  # noqa: E402
-    RTOL, dequant_reference, make_test_device, poisoned, q8_blocks, random_rows, read_f32, rel_err, safe_x)
+from gpu_fixtures import (  # noqa: E402, F401 (rng: a fixture)
+    RTOL, dequant_reference, make_test_device, poisoned, q8_blocks, random_rows, read_f32, rel_err, rng,
+    safe_x)
 
 pytestmark = pytest.mark.gpu
 
@@ -48,10 +48,6 @@ def ks():
     yield Kernels(d)
     d.destroy()
 
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def safe_rows(rng, n, k):
