@@ -44,6 +44,11 @@ TILE_FLOATS = 1 << 19
 # transposed: OpenBLAS (0.3.31, one thread) runs that 1.3-1.6x faster than x W^T at 5-64 rows and
 # 1.1x at 128, even at 192 to 256, with the same bits (bench/README.md, short inputs' tiles).
 SWAP_MAX_ROWS = 128
+# Up to this many rows a K-quant matrix multiplies 8-bit x in int8 tiles; from here on, float32 tiles
+# and BLAS. On AVX-512 both run at about 32 products a cycle (pmaddubsw and pmaddwd, or FMA), so
+# int8 gains only what float32 tiles lose to dequantizing and packing, which short inputs feel and
+# prefill chunks do not (bench/README.md, int8 tiles). HEARTH_CPU_INT8_TILE_ROWS=<n> sets it.
+INT8_TILES_MAX_ROWS = int(os.environ.get("HEARTH_CPU_INT8_TILE_ROWS", "") or 64)
 # Rows of an int8 tile: its codes and scales (2 bytes a weight) stay in L2 while every row of x
 # passes over them, and a short input's matrix still makes dozens of tiles to spread over threads.
 TILE8_ROWS = 32
@@ -101,8 +106,8 @@ def _tile8_scratch(rows: int, n_in: int):
 
 
 def _scratch(n: int, slot: int = 0) -> np.ndarray:
-    """This thread's float32 scratch `slot` (0: the dequantized tile, 1: a transposed product or an
-    int8 tile's offset terms) of at least n elements (kept: fresh pages are slow)."""
+    """This thread's float32 scratch `slot` (0: the dequantized tile, 1: a transposed product) of at
+    least n elements (kept: fresh pages are slow)."""
     bufs = getattr(_local, "bufs", None)
     if bufs is None:
         bufs = _local.bufs = [None, None]
@@ -240,7 +245,7 @@ class Linear:
             out = np.empty((n, self.n_out), np.float32)
         if n <= MATVEC_MAX_ROWS and not getattr(_local, "serial", False):
             self._rows(act, out)
-        elif self._int8 and act.int8 and self._tile8 is not None:
+        elif self._int8 and act.int8 and self._tile8 is not None and n <= INT8_TILES_MAX_ROWS:
             self._tiles8(act, out, work)
         else:
             self._tiles(act, out, work)
@@ -295,7 +300,7 @@ class Linear:
             work.map(tile, jobs)
 
     def _tiles8(self, act: Activations, out: np.ndarray, work=None) -> None:
-        t, n = TILE8_ROWS, act.n
+        t = TILE8_ROWS
         q, d, _ = act.q8(True)
         xsum = act.x_sums()
         jobs, c = [], 0   # (matrix, its rows [r0, r1), output column of r0, scale): fixed by the shapes
@@ -307,8 +312,7 @@ class Linear:
             w, r0, r1, col, sc = job
             codes, scv, dd, mw = _tile8_scratch(t, self.n_in)   # this thread's
             self._tile8(w, r0, r1, codes, scv, dd, mw)
-            off = G8.offsets(xsum, mw[:r1 - r0], _scratch(n * (r1 - r0), 1).reshape(n, r1 - r0))
-            G8.gemm_k(codes, scv, dd, r1 - r0, q, d, off, out, col, sc)
+            G8.gemm_k(codes, scv, dd, mw, r1 - r0, q, d, xsum, out, col, sc)
         if work is None or len(jobs) == 1:
             for job in jobs:
                 tile(job)

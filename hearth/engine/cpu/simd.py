@@ -735,6 +735,16 @@ def fma_i16(typingctx, acc, p, s):
 
 
 @intrinsic
+def fma_f16x(typingctx, acc, a, aoff, b, boff):
+    """acc + a[aoff:aoff + 16] * b[boff:boff + 16], 16 lanes (float32 arrays)."""
+    def codegen(context, builder, sig, args):
+        va = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], V16F32), align=4)
+        vb = builder.load(_ptr(context, builder, sig.args[3], args[3], args[4], V16F32), align=4)
+        return _fmuladd(builder, va, vb, args[0])
+    return f32x16(acc, a, aoff, b, boff), codegen
+
+
+@intrinsic
 def fsum16(typingctx, acc):
     """The sum of the 16 lanes, in a fixed order (j with j + 8, then a tree as fsum)."""
     def codegen(context, builder, sig, args):

@@ -10,12 +10,12 @@ per row of x. Block t = (r - r0) * nb + b (nb blocks a row):
                                          pmaddubsw: lanes 0-7 the scale of weights 32c..32c+15,
                                          lanes 8-15 that of 32c+16..32c+31
     dd float32 [t]                       d
-    mw float32 [r - r0, 16 b + g]        the offset of each 16 weights per unit of x: -dmin * min
+    mw float32 [t * 16 + g]              the offset of each 16 weights per unit of x: -dmin * min
                                          (Q2_K, Q4_K, Q5_K), -4 d * scale (Q3_K), -32 d * scale (Q6_K)
 so that a block's product with x is d * dx * sum_c scv_c . (codes_c x_c) + sum_g mw_g * dx * bs_g
 (bs: x's code sums per 16): the first part exact in int32, as in engine/cpu/blocks_int8.py (whose
 layouts the decoders below read; the tests compare both with the numpy reference); the offsets, a
-sixteenth of the work, as one float32 product over every block (gemm_int8).
+sixteenth of the work, in float32.
 The 32-weight types have no int8 tiles: their per-32 float scales leave a float step per 32
 products, and float32 tiles with BLAS measured faster (bench/README.md, int8 tiles).
 """
@@ -35,7 +35,7 @@ def tile_arrays(rows: int, n_in: int):
     """Empty (codes, scv, dd, mw) for a tile of `rows` rows of n_in weights."""
     nb = n_in // 256
     return (np.empty(rows * n_in, np.uint8), np.empty(rows * nb * 128, np.int16),
-            np.empty(rows * nb, np.float32), np.empty((rows, nb * 16), np.float32))
+            np.empty(rows * nb, np.float32), np.empty(rows * nb * 16, np.float32))
 
 
 @inline
@@ -59,14 +59,14 @@ def _k4_scale_min(row, s, j):
 
 
 @inline
-def _k4_block(row, o, t, scv, dd, mw, r, b):
+def _k4_block(row, o, t, scv, dd, mw):
     """Q4_K/Q5_K's scales, d and offsets -dmin * min of the block at o into tile block t."""
     dm = -f16_at(row, o + 2)
     for j in range(8):
         sc, mn = _k4_scale_min(row, o + 4, j)
         _scales(scv, t, j, sc, sc)
-        mw[r, 16 * b + 2 * j] = dm * np.float32(mn)
-        mw[r, 16 * b + 2 * j + 1] = dm * np.float32(mn)
+        mw[t * 16 + 2 * j] = dm * np.float32(mn)
+        mw[t * 16 + 2 * j + 1] = dm * np.float32(mn)
     dd[t] = f16_at(row, o)
 
 
@@ -81,7 +81,7 @@ def tile_q4_k(w, r0, r1, codes, scv, dd, mw):
                 v = bytes32(row, o + 16 + 32 * j)
                 store32(codes, t * 256 + 64 * j, field8(v, 0, 15))
                 store32(codes, t * 256 + 64 * j + 32, field8(v, 4, 15))
-            _k4_block(row, o, t, scv, dd, mw, r - r0, b)
+            _k4_block(row, o, t, scv, dd, mw)
 
 
 @jit
@@ -96,7 +96,7 @@ def tile_q5_k(w, r0, r1, codes, scv, dd, mw):
                 v = bytes32(row, o + 48 + 32 * j)
                 store32(codes, t * 256 + 64 * j, or_shl8(field8(v, 0, 15), field8(qh, 2 * j, 1), 4))
                 store32(codes, t * 256 + 64 * j + 32, or_shl8(field8(v, 4, 15), field8(qh, 2 * j + 1, 1), 4))
-            _k4_block(row, o, t, scv, dd, mw, r - r0, b)
+            _k4_block(row, o, t, scv, dd, mw)
 
 
 @jit
@@ -116,7 +116,7 @@ def tile_q6_k(w, r0, r1, codes, scv, dd, mw):
             for c in range(8):
                 _scales(scv, t, c, np.int8(row[o + 192 + 2 * c]), np.int8(row[o + 193 + 2 * c]))
             for g in range(16):
-                mw[r - r0, 16 * b + g] = np.float32(-32.0) * d * np.float32(np.int8(row[o + 192 + g]))
+                mw[t * 16 + g] = np.float32(-32.0) * d * np.float32(np.int8(row[o + 192 + g]))
             dd[t] = d
 
 
@@ -147,7 +147,7 @@ def tile_q3_k(w, r0, r1, codes, scv, dd, mw):
             for c in range(8):
                 _scales(scv, t, c, _q3_scale(row, o + 96, 2 * c), _q3_scale(row, o + 96, 2 * c + 1))
             for g in range(16):
-                mw[r - r0, 16 * b + g] = np.float32(-4.0) * d * np.float32(_q3_scale(row, o + 96, g))
+                mw[t * 16 + g] = np.float32(-4.0) * d * np.float32(_q3_scale(row, o + 96, g))
             dd[t] = d
 
 
@@ -166,5 +166,5 @@ def tile_q2_k(w, r0, r1, codes, scv, dd, mw):
             for c in range(8):
                 _scales(scv, t, c, np.int32(row[o + 2 * c] & 15), np.int32(row[o + 2 * c + 1] & 15))
             for g in range(16):
-                mw[r - r0, 16 * b + g] = dm * np.float32(row[o + g] >> 4)
+                mw[t * 16 + g] = dm * np.float32(row[o + g] >> 4)
             dd[t] = f16_at(row, o + 80)
