@@ -20,7 +20,7 @@ from hearth.engine.cpu import tiles_int8 as T8
 from hearth.engine.cpu.linear import MATVEC_MAX_ROWS, TILE8_ROWS, Activations, Linear
 from hearth.engine.quants import TYPE_BY_NAME
 
-from test_cpu_kernels import F16_FIELDS, _awkward_x, _int8_check, random_matrix
+from test_cpu_kernels import F16_FIELDS, _awkward_x, _int8_check, extreme_matrix, random_matrix
 
 K_QUANTS = [t for t in F16_FIELDS if t.endswith("_K")]
 OTHERS = [t for t in F16_FIELDS if not t.endswith("_K")]
@@ -59,13 +59,7 @@ def test_tiled_int8_extreme_blocks(name, fill):
     """Every weight byte at an extreme times codes of +-127: the int16 pair sums of pmaddubsw and
     the tiles' scales at their bounds must not saturate or wrap."""
     rows, cols = 9, 512
-    w = random_matrix(name, rows, cols, seed=fill)
-    t = TYPE_BY_NAME[name]
-    blocks = w.reshape(-1, t.type_size)
-    keep = np.zeros(t.type_size, bool)
-    for off in F16_FIELDS[name]:
-        keep[off:off + 2] = True
-    blocks[:, ~keep] = fill
+    w, t = extreme_matrix(name, rows, cols, fill), TYPE_BY_NAME[name]
     x = np.stack([np.full(cols, 0.75, np.float32), np.where(np.arange(cols) % 3, -1.5, 2.0).astype(np.float32),
                   np.full(cols, -1.0, np.float32), np.where(np.arange(cols) % 2, 1.0, -1.0).astype(np.float32),
                   np.full(cols, 2.0, np.float32), np.arange(cols, dtype=np.float32) - cols / 2])
@@ -84,23 +78,6 @@ def test_other_types_batches_stay_float(name):
     x = _x(9, cols, 4)
     lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
     np.testing.assert_array_equal(lin(Activations(x, int8=True)), lin(Activations(x)))
-
-
-@pytest.mark.parametrize("name", ["Q4_K", "Q6_K"])
-def test_tiled_int8_stacked_matrices_equal_each_alone(name):
-    cols = 512
-    ws = [random_matrix(name, r, cols, seed=r) for r in (40, 7, 13)]
-    x = _x(6, cols, 3)
-    t = TYPE_BY_NAME[name]
-    stacked = Linear(ws, t, cols, name, int8=True)
-    stacked.scales[0] = 0.5
-    got = stacked(Activations(x, int8=True))
-    c = 0
-    for i, w in enumerate(ws):
-        alone = Linear(w, t, cols, name, int8=True)
-        alone.scale = 0.5 if i == 0 else 1.0
-        np.testing.assert_array_equal(got[:, c:c + w.shape[0]], alone(Activations(x, int8=True)))
-        c += w.shape[0]
 
 
 def test_tiled_int8_spread_over_threads_gives_the_same_bits():

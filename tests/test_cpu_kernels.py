@@ -199,10 +199,11 @@ def test_int8_matvec_matches_reference(name, rows, cols):
 
 
 @pytest.mark.parametrize("name", ["Q4_1", "Q4_K", "Q6_K"])
-def test_int8_stacked_matrices_equal_each_alone(name):
+@pytest.mark.parametrize("n", [1, 6])   # a one-token pass; a short input (the K-quants' int8 tiles)
+def test_int8_stacked_matrices_equal_each_alone(name, n):
     cols = 512
     ws = [random_matrix(name, r, cols, seed=r) for r in (40, 7, 13)]
-    x = np.random.default_rng(4).standard_normal((1, cols)).astype(np.float32)
+    x = np.random.default_rng(4).standard_normal((n, cols)).astype(np.float32)
     t = TYPE_BY_NAME[name]
     stacked = Linear(ws, t, cols, name, int8=True)
     stacked.scales[0] = 0.5
@@ -233,6 +234,17 @@ def _int8_check(name: str, w: np.ndarray, x: np.ndarray, got: np.ndarray) -> Non
     assert np.all(np.abs(got - want) <= 1e-5 * bound + 1e-30)
 
 
+def extreme_matrix(name: str, rows: int, cols: int, fill: int) -> np.ndarray:
+    """random_matrix with every byte but the float16 scales set to `fill`."""
+    w = random_matrix(name, rows, cols, seed=fill)
+    t = TYPE_BY_NAME[name]
+    keep = np.zeros(t.type_size, bool)
+    for off in F16_FIELDS[name]:
+        keep[off:off + 2] = True
+    w.reshape(-1, t.type_size)[:, ~keep] = fill
+    return w
+
+
 @pytest.mark.parametrize("name", list(F16_FIELDS))
 @pytest.mark.parametrize("fill", [0x00, 0xFF, 0x80, 0x7F])
 def test_int8_matvec_extreme_blocks(name, fill):
@@ -240,13 +252,7 @@ def test_int8_matvec_extreme_blocks(name, fill):
     +-127: the int16 pair sums of pmaddubsw at their bounds (2 x 128 x 127 for Q8_0, 2 x 63 x 127
     for Q6_K) must not saturate."""
     rows, cols = 5, 512
-    w = random_matrix(name, rows, cols, seed=fill)
-    t = TYPE_BY_NAME[name]
-    blocks = w.reshape(-1, t.type_size)
-    keep = np.zeros(t.type_size, bool)
-    for off in F16_FIELDS[name]:
-        keep[off:off + 2] = True
-    blocks[:, ~keep] = fill
+    w, t = extreme_matrix(name, rows, cols, fill), TYPE_BY_NAME[name]
     for x in (np.full(cols, 0.75, np.float32), np.where(np.arange(cols) % 3, -1.5, 2.0).astype(np.float32)):
         lin = Linear(w, t, cols, name, int8=True)
         _int8_check(name, w, x, lin(Activations(x[None, :], int8=True))[0])

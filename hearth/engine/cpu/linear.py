@@ -272,13 +272,27 @@ class Linear:
                 if not direct:
                     out[i] = dst
 
-    def _tiles(self, act: Activations, out: np.ndarray, work=None) -> None:
-        t, n = self._tile, act.n
-        swap = n <= SWAP_MAX_ROWS
-        jobs, c = [], 0   # (matrix, its rows [r0, r1), output column of r0, scale): fixed by the shapes
+    def _tile_jobs(self, t: int) -> list:
+        """The tiles of t rows: (matrix, its rows [r0, r1), output column of r0, scale), fixed by
+        the shapes."""
+        jobs, c = [], 0
         for w, nr, s in zip(self.ws, self.rows, self.scales):
             jobs += [(w, r0, min(nr, r0 + t), c + r0, s) for r0 in range(0, nr, t)]
             c += nr
+        return jobs
+
+    @staticmethod
+    def _run(tile, jobs: list, work) -> None:
+        """tile(job) for every job: on this thread, or spread by `work` (an object with map)."""
+        if work is None or len(jobs) == 1:
+            for job in jobs:
+                tile(job)
+        else:
+            work.map(tile, jobs)
+
+    def _tiles(self, act: Activations, out: np.ndarray, work=None) -> None:
+        t, n = self._tile, act.n
+        swap = n <= SWAP_MAX_ROWS
 
         def tile(job) -> None:
             w, r0, r1, col, s = job
@@ -293,31 +307,19 @@ class Linear:
                 np.matmul(act.x, buf.T, out=dst)
             if s != 1.0:
                 dst *= s
-        if work is None or len(jobs) == 1:
-            for job in jobs:
-                tile(job)
-        else:
-            work.map(tile, jobs)
+        self._run(tile, self._tile_jobs(t), work)
 
     def _tiles8(self, act: Activations, out: np.ndarray, work=None) -> None:
         t = TILE8_ROWS
         q, d, _ = act.q8(True)
         xsum = act.x_sums()
-        jobs, c = [], 0   # (matrix, its rows [r0, r1), output column of r0, scale): fixed by the shapes
-        for w, nr, sc in zip(self.ws, self.rows, self.scales):
-            jobs += [(w, r0, min(nr, r0 + t), c + r0, sc) for r0 in range(0, nr, t)]
-            c += nr
 
         def tile(job) -> None:
             w, r0, r1, col, sc = job
             codes, scv, dd, mw = _tile8_scratch(t, self.n_in)   # this thread's
             self._tile8(w, r0, r1, codes, scv, dd, mw)
             G8.gemm_k(codes, scv, dd, mw, r1 - r0, q, d, xsum, out, col, sc)
-        if work is None or len(jobs) == 1:
-            for job in jobs:
-                tile(job)
-        else:
-            work.map(tile, jobs)
+        self._run(tile, self._tile_jobs(t), work)
 
     def dequant(self, r0: int, r1: int, out: np.ndarray) -> None:
         """float32 rows [r0, r1) of the first matrix into out [r1 - r0, n_in] (C-contiguous)."""
