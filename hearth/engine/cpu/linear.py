@@ -38,8 +38,12 @@ from . import tiles_int8 as T8
 # Up to this many rows a product runs row by row through the matrix-vector kernel; from here on,
 # dequantized tiles and BLAS.
 MATVEC_MAX_ROWS = 4
-# float32 elements of one dequantized tile (2 MiB): the tile stays in L2/L3 while BLAS packs it.
+# float32 elements of one dequantized tile (2 MiB): the tile stays in L2/L3 while BLAS packs it;
+# but at least TILE_MIN_ROWS rows, or wide matrices (ffn_down's 8,192 inputs) come in tiles too short
+# for BLAS to amortize packing x (measured, one thread, 256 rows of x: 61 GFLOP/s at 64 rows of
+# 8,192, 73 at 256; no change at 2,048 inputs).
 TILE_FLOATS = 1 << 19
+TILE_MIN_ROWS = 256
 # Up to this many rows a tile's product is computed as W x^T into a scratch and copied out
 # transposed: OpenBLAS (0.3.31, one thread) runs that 1.3-1.6x faster than x W^T at 5-64 rows and
 # 1.1x at 128, even at 192 to 256, with the same bits (bench/README.md, short inputs' tiles).
@@ -193,7 +197,7 @@ class Linear:
     """GGUF matrices of one type reading the same n_in inputs, their outputs stacked:
     y = x @ concat(W_p * scales[p]).T for x [n, n_in]. One matrix, or q/k/v, or gate/up."""
 
-    def __init__(self, ws, gtype, n_in: int, name: str = "matrix", tile_floats: int = TILE_FLOATS,
+    def __init__(self, ws, gtype, n_in: int, name: str = "matrix", tile_floats: int | None = None,
                  int8: bool | None = None):
         ws = (ws,) if isinstance(ws, np.ndarray) else tuple(ws)
         if gtype.name not in KERNEL_TYPES or n_in % 32:
@@ -208,7 +212,8 @@ class Linear:
         key = gtype.name.lower()
         self._matvec = getattr(K, f"matvec_{key}")
         self._dequant = getattr(K, f"dequant_{key}")
-        self._tile = max(1, min(max(self.rows), tile_floats // n_in))
+        rows = max(TILE_MIN_ROWS, TILE_FLOATS // n_in) if tile_floats is None else tile_floats // n_in
+        self._tile = max(1, min(max(self.rows), rows))
         self._matvec8 = getattr(K8, f"matvec_{key}", None)
         self._tile8 = getattr(T8, f"tile_{key}", None)   # the K-quants'
         self.k_blocks = gtype.name in _Q8_K
