@@ -17,7 +17,7 @@ import pytest
 from hearth.engine.cpu import gemm_int8 as G8
 from hearth.engine.cpu import simd
 from hearth.engine.cpu import tiles_int8 as T8
-from hearth.engine.cpu.linear import MATVEC_MAX_ROWS, TILE8_ROWS, Activations, Linear
+from hearth.engine.cpu.linear import INT8_TILES_MAX_ROWS, MATVEC_MAX_ROWS, TILE8_ROWS, Activations, Linear
 from hearth.engine.quants import TYPE_BY_NAME
 
 from test_cpu_kernels import F16_FIELDS, _awkward_x, _int8_check, extreme_matrix, random_matrix
@@ -36,7 +36,7 @@ def _one_row(lin: Linear, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", K_QUANTS)
-@pytest.mark.parametrize("n,rows", [(MATVEC_MAX_ROWS + 1, TILE8_ROWS + 5), (8, 3), (33, 2 * TILE8_ROWS)])
+@pytest.mark.parametrize("n,rows", [(MATVEC_MAX_ROWS + 1, TILE8_ROWS + 5), (8, 3), (INT8_TILES_MAX_ROWS - 1, 2 * TILE8_ROWS)])
 def test_tiled_int8_products_match_reference_and_one_row_kernel(name, n, rows):
     cols = 768
     w = random_matrix(name, rows, cols, seed=rows + n)
@@ -170,7 +170,6 @@ def test_decoder_batches_use_int8_tiles_unless_switched_off(monkeypatch):
 def test_int8_tiles_only_up_to_their_row_limit():
     """Above INT8_TILES_MAX_ROWS a K-quant batch multiplies float32 tiles by BLAS (measured faster
     for prefill chunks), with 8-bit x allowed or not; at the limit it is in int8."""
-    from hearth.engine.cpu.linear import INT8_TILES_MAX_ROWS
     cols = 512
     w = random_matrix("Q4_K", 40, cols, seed=6)
     lin = Linear(w, TYPE_BY_NAME["Q4_K"], cols, "Q4_K", int8=True)

@@ -51,8 +51,9 @@ SWAP_MAX_ROWS = 128
 # Up to this many rows a K-quant matrix multiplies 8-bit x in int8 tiles; from here on, float32 tiles
 # and BLAS. On AVX-512 both run at about 32 products a cycle (pmaddubsw and pmaddwd, or FMA), so
 # int8 gains only what float32 tiles lose to dequantizing and packing, which short inputs feel and
-# prefill chunks do not (bench/README.md, int8 tiles). HEARTH_CPU_INT8_TILE_ROWS=<n> sets it.
-INT8_TILES_MAX_ROWS = int(os.environ.get("HEARTH_CPU_INT8_TILE_ROWS", "") or 64)
+# prefill chunks do not (bench.cpu_tiles, one thread: 1.04-1.48x at 8-32 rows, 0.86-1.05x at 64,
+# 0.80-0.94x at 256). HEARTH_CPU_INT8_TILE_ROWS=<n> sets it.
+INT8_TILES_MAX_ROWS = int(os.environ.get("HEARTH_CPU_INT8_TILE_ROWS", "") or 32)
 # Rows of an int8 tile: its codes and scales (2 bytes a weight) stay in L2 while every row of x
 # passes over them, and a short input's matrix still makes dozens of tiles to spread over threads.
 TILE8_ROWS = 32
