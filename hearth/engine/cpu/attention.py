@@ -136,9 +136,9 @@ def _fma_row(acc, row, off, w, f16):
 
 
 @inline
-def _values(vl, kvh, k0, b0, b1, scores, so, f16, hd, dst, do):
-    """dst[do:do + hd] (the sums so far: zeros before the first block) += scores[so + j] * V row
-    k0 + j of KV head kvh, for j in [b0, b1), in order: one FMA chain per column."""
+def _values(rows, r0, b0, b1, scores, so, f16, hd, dst, do):
+    """dst[do:do + hd] (the sums so far: zeros before the first block, b0 = 0) += scores[so + j] x
+    rows[r0 + j] (V rows: bytes), for j in [b0, b1), in order: one FMA chain per column."""
     es = 2 if f16 else 4
     if hd % 64 == 0:
         # 64 columns at a time in 8 register accumulators: 8 independent FMA chains per key
@@ -151,7 +151,7 @@ def _values(vl, kvh, k0, b0, b1, scores, so, f16, hd, dst, do):
                 a4, a5, a6, a7 = load8(dst, e + 32), load8(dst, e + 40), load8(dst, e + 48), load8(dst, e + 56)
             b = c * 64 * es
             for j in range(b0, b1):
-                row = vl[kvh, k0 + j]
+                row = rows[r0 + j]
                 w = scores[so + j]
                 a0 = _fma_row(a0, row, b, w, f16)
                 a1 = _fma_row(a1, row, b + 8 * es, w, f16)
@@ -174,54 +174,74 @@ def _values(vl, kvh, k0, b0, b1, scores, so, f16, hd, dst, do):
             e = do + c * 8
             a0 = fzero() if b0 == 0 else load8(dst, e)
             for j in range(b0, b1):
-                a0 = _fma_row(a0, vl[kvh, k0 + j], c * 8 * es, scores[so + j], f16)
+                a0 = _fma_row(a0, rows[r0 + j], c * 8 * es, scores[so + j], f16)
             store8(dst, e, a0)
 
 
 @inline
-def _group(t, q, kl, vl, f16, start, T, n_pieces, piece, rep, hd, scores, out, part, stats):
+def _widen(rows, r0, n, hd, wide):
+    """wide[j] = rows[r0 + j] (float16 bytes) as float32 bytes, j < n: exact, so a group's heads
+    read float32 from L1 and the arithmetic stays that of the float16 rows."""
+    for j in range(n):
+        src, dst = rows[r0 + j], wide[j]
+        for c in range(hd // 8):
+            copy_f16(src, c * 16, dst, c * 32)
+
+
+@inline
+def _group(t, q, kl, vl, f16, start, T, n_pieces, piece, rep, hd, scores, part, stats):
     """Task t: the query heads of KV head t // n_pieces over piece t % n_pieces of keys [start,
-    start + T). One piece: out[h*hd:] = the heads' attention; several: part[t, r] = the piece's
-    sums of exp(score - m) x V, stats[t, r] = (m, the sum of those exps)."""
+    start + T): part[t, r] = the piece's sums of exp(score - m) x V, stats[t, r] = (m, the sum of
+    those exps), for each query head r of the group."""
     kvh, p = t // n_pieces, t % n_pieces
     j0 = p * piece
     n = min(T, j0 + piece) - j0
     k0 = start + j0                   # the piece's first cache row
     h0 = kvh * rep
+    krows, vrows = kl[kvh], vl[kvh]
+    # float16 rows read by several heads: each key block widened once (vcvtph2ps once, not rep times)
+    widen = f16 and rep > 1
+    wide = np.empty((KEY_BLOCK if widen else 0, hd * 4), np.uint8)          # [key, hd] float32 bytes
     for b0 in range(0, n, KEY_BLOCK):
         b1 = min(n, b0 + KEY_BLOCK)
+        if widen:
+            _widen(krows, k0 + b0, b1 - b0, hd, wide)
         for r in range(rep):
             h = h0 + r
             so = h * T + j0
             for j in range(b0, b1):
-                scores[so + j] = _score(kl[kvh, k0 + j], q, h * hd, hd, f16)
+                if widen:
+                    scores[so + j] = _score(wide[j - b0], q, h * hd, hd, False)
+                else:
+                    scores[so + j] = _score(krows[k0 + j], q, h * hd, hd, f16)
     for r in range(rep):
-        h = h0 + r
-        total, m = softmax_max_at(scores, h * T + j0, n)
+        total, m = softmax_max_at(scores, (h0 + r) * T + j0, n)
         stats[(t * rep + r) * 2] = m
         stats[(t * rep + r) * 2 + 1] = total
     for b0 in range(0, n, KEY_BLOCK):
         b1 = min(n, b0 + KEY_BLOCK)
+        if widen:
+            _widen(vrows, k0 + b0, b1 - b0, hd, wide)
         for r in range(rep):
-            h = h0 + r
-            if n_pieces > 1:
-                _values(vl, kvh, k0, b0, b1, scores, h * T + j0, f16, hd, part, (t * rep + r) * hd)
+            so, do = (h0 + r) * T + j0, (t * rep + r) * hd
+            if widen:
+                _values(wide, -b0, b0, b1, scores, so, False, hd, part, do)
             else:
-                _values(vl, kvh, k0, b0, b1, scores, h * T + j0, f16, hd, out, h * hd)
-    if n_pieces == 1:
-        for r in range(rep):
-            oo = (h0 + r) * hd
-            total = stats[(t * rep + r) * 2 + 1]
-            for e in range(oo, oo + hd):
-                out[e] = out[e] / total
+                _values(vrows, k0, b0, b1, scores, so, f16, hd, part, do)
 
 
 @inline
 def _task(t, q, kl, vl, f16, start, T, n_pieces, piece, rep, hd, scores, out, part, stats):
     if f16:       # each dtype's loops compiled with its constants (bytes per value, loads)
-        _group(t, q, kl, vl, True, start, T, n_pieces, piece, rep, hd, scores, out, part, stats)
+        _group(t, q, kl, vl, True, start, T, n_pieces, piece, rep, hd, scores, part, stats)
     else:
-        _group(t, q, kl, vl, False, start, T, n_pieces, piece, rep, hd, scores, out, part, stats)
+        _group(t, q, kl, vl, False, start, T, n_pieces, piece, rep, hd, scores, part, stats)
+    if n_pieces == 1:                 # the group's heads are done: t is the KV head
+        for r in range(rep):
+            po = (t * rep + r) * hd
+            total = stats[(t * rep + r) * 2 + 1]
+            for e in range(hd):
+                out[po + e] = part[po + e] / total
 
 
 @inline
@@ -255,7 +275,7 @@ def attend_heads(q, kl, vl, f16, start, T, nh, rep, hd, scores, out):
     nkv = nh // rep
     n_pieces, piece = pieces(T)
     n_tasks = nkv * n_pieces
-    part = np.empty(n_tasks * rep * hd if n_pieces > 1 else 0, np.float32)   # [task, rep, hd]
+    part = np.empty(n_tasks * rep * hd, np.float32)                           # [task, rep, hd]
     stats = np.empty(n_tasks * rep * 2, np.float32)                           # [task, rep, (m, sum)]
     for t in prange(n_tasks):
         _task(t, q, kl, vl, f16, start, T, n_pieces, piece, rep, hd, scores, out, part, stats)
@@ -269,7 +289,7 @@ def attend_serial(q, kl, vl, f16, start, T, nh, rep, hd, scores, out):
     nkv = nh // rep
     n_pieces, piece = pieces(T)
     n_tasks = nkv * n_pieces
-    part = np.empty(n_tasks * rep * hd if n_pieces > 1 else 0, np.float32)
+    part = np.empty(n_tasks * rep * hd, np.float32)
     stats = np.empty(n_tasks * rep * 2, np.float32)                           # [task, rep, (m, sum)]
     for t in range(n_tasks):
         _task(t, q, kl, vl, f16, start, T, n_pieces, piece, rep, hd, scores, out, part, stats)
