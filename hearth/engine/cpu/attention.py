@@ -4,9 +4,10 @@ numpy cannot multiply float16 by float32 without first converting the operand to
 for one decoded token that is every attended position of every layer, converted again at every
 token. Here each K row and V row is read from the cache's bytes, float16 widened in registers (8
 lanes at a time, `<8 x half>` -> `<8 x float>`, F16C on x86), and all arithmetic is float32:
-scores, the softmax (engine/cpu/softmax.py's exp), the values. One query head a task, the heads
-over numba's threads (`attend_heads`) or on this thread (`attend_serial`); `attend_one` calls them
-from Python. The reference the tests compare against: engine/models/layers.py `attend_one_numpy`.
+scores, the softmax (engine/cpu/softmax.py's exp), the values. One KV head's query heads a task
+(each cached row read from memory once for all of them), long spans in pieces; the tasks over
+numba's threads (`attend_heads`) or on this thread (`attend_serial`); `attend_one` calls them from
+Python. The reference the tests compare against: engine/models/layers.py `attend_one_numpy`.
 `widen_f16` copies a float16 cache's positions to float32 for prefill's numpy products.
 """
 
