@@ -22,6 +22,7 @@ def main() -> None:
     ap.add_argument("--kv-dtype", default="f16")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--n-ctx", type=int, default=0, help="the cache's positions (default: what the run needs)")
     ap.add_argument("--label", default="")
     a = ap.parse_args()
     os.environ["HEARTH_THREADS"] = str(a.threads)
@@ -35,7 +36,7 @@ def main() -> None:
     from hearth.engine.paths import default_model_path  # noqa: PLC0415
 
     g = GGUFFile.open(default_model_path())
-    be = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=a.context + a.tokens + 8, kv_dtype=a.kv_dtype)
+    be = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=a.n_ctx or a.context + a.tokens + 8, kv_dtype=a.kv_dtype)
     ids = np.arange(100, 100 + a.context)
     be.forward(ids, 0)
     ts = []

@@ -75,14 +75,14 @@ def widen_f16(b, start, n_keys, out):
 # is read from memory once for the whole group (key blocks of KEY_BLOCK rows, read from memory for
 # the group's first head and from L1 for the others), and every query head's arithmetic is that of a
 # head on its own: each score the same float32 dot product, each output column one chain of FMAs over
-# the keys in order (kept in `out`/`part` between key blocks: stored and loaded float32, exact).
+# the keys in order (kept in `part` between key blocks: stored and loaded float32, exact).
 # Long spans are split into pieces (`pieces`, fixed by the span's length alone, so that the bits
 # never depend on the threads): each piece's softmax has its own max and sum, merged in piece order
 # after the parallel loop (flash-decoding: rescaled by exp(piece max - max of maxes)), so that 3 KV
 # heads share out evenly over 2 threads.
 
 KEY_BLOCK = 32          # 4 KB of float16 K (8 KB float32) at head dim 64: the group's L1 tile
-SPLIT_FROM = 256        # spans shorter than this stay one piece (a piece's merge is not worth it)
+SPLIT_FROM = 256        # spans shorter than this stay one piece (short spans: few keys to share out)
 PIECE_KEYS = 512        # the longest piece; pieces come in even numbers
 
 
