@@ -4,10 +4,9 @@ numpy cannot multiply float16 by float32 without first converting the operand to
 for one decoded token that is every attended position of every layer, converted again at every
 token. Here each K row and V row is read from the cache's bytes, float16 widened in registers (8
 lanes at a time, `<8 x half>` -> `<8 x float>`, F16C on x86), and all arithmetic is float32:
-scores, the softmax (engine/cpu/softmax.py's exp), the values. One KV head's query heads a task
-(each cached row read from memory once for all of them), long spans in pieces; the tasks over
-numba's threads (`attend_heads`) or on this thread (`attend_serial`); `attend_one` calls them from
-Python. The reference the tests compare against: engine/models/layers.py `attend_one_numpy`.
+scores, the softmax (engine/cpu/softmax.py's exp), the values. One query head a task, the heads
+over numba's threads (`attend_heads`) or on this thread (`attend_serial`); `attend_one` calls them
+from Python. The reference the tests compare against: engine/models/layers.py `attend_one_numpy`.
 `widen_f16` copies a float16 cache's positions to float32 for prefill's numpy products.
 """
 
@@ -19,7 +18,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from .simd import V8F32, _fmuladd, _ptr, _splat, copy_f16, f32x8, fadd, fma_f16, fma_f32, fsum, fzero
-from .softmax import expf, softmax_max_at
+from .softmax import softmax_at
 
 inline = njit(inline="always", nogil=True, cache=True)
 
@@ -69,63 +68,32 @@ def widen_f16(b, start, n_keys, out):
                 copy_f16(row, c * 16, o, c * 8)
 
 
-# --- attention of one KV head's query heads over the cached positions ----------------------------
-#
-# A task is one KV head's group of `rep` query heads over one piece of the keys: each K row and V row
-# is read from memory once for the whole group (key blocks of KEY_BLOCK rows, read from memory for
-# the group's first head and from L1 for the others), and every query head's arithmetic is that of a
-# head on its own: each score the same float32 dot product, each output column one chain of FMAs over
-# the keys in order (kept in `part` between key blocks: stored and loaded float32, exact).
-# Long spans are split into pieces (`pieces`, fixed by the span's length alone, so that the bits
-# never depend on the threads): each piece's softmax has its own max and sum, merged in piece order
-# after the parallel loop (flash-decoding: rescaled by exp(piece max - max of maxes)), so that 3 KV
-# heads share out evenly over 2 threads.
-
-KEY_BLOCK = 32          # 4 KB of float16 K (8 KB float32) at head dim 64: the group's L1 tile
-SPLIT_FROM = 256        # spans shorter than this stay one piece (short spans: few keys to share out)
-PIECE_KEYS = 512        # the longest piece; pieces come in even numbers
-
-
-@njit(nogil=True, cache=True)
-def pieces(T):
-    """(number of pieces, keys per piece but the last) for a span of T keys."""
-    if T < SPLIT_FROM:
-        return 1, T
-    n = 2 * ((T + 2 * PIECE_KEYS - 1) // (2 * PIECE_KEYS))
-    return n, (T + n - 1) // n
-
-
-@intrinsic
-def load8(typingctx, arr, off):
-    """arr[off:off+8] (float32)."""
-    def codegen(context, builder, sig, args):
-        return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], V8F32), align=4)
-    return f32x8(arr, types.intp), codegen
-
-
-@inline
-def _fma_q(acc, row, off, q, qo, f16):
-    """acc + the 8 cached values at byte offset off of row times q[qo:qo+8]."""
-    if f16:
-        return fma_f16(acc, row, off, q, qo)
-    return fma_f32(acc, row, off, q, qo)
-
+# --- attention of one query head over the cached positions -------------------------------------
 
 @inline
 def _score(row, q, qo, hd, f16):
     """q[qo:qo + hd] . the cached row (float16 or float32 bytes)."""
-    es = 2 if f16 else 4              # bytes per cached value
     a0, a1, a2, a3 = fzero(), fzero(), fzero(), fzero()
-    if hd % 32 == 0:
-        for b in range(hd // 32):
-            o = b * 32 * es
-            a0 = _fma_q(a0, row, o, q, qo + b * 32, f16)
-            a1 = _fma_q(a1, row, o + 8 * es, q, qo + b * 32 + 8, f16)
-            a2 = _fma_q(a2, row, o + 16 * es, q, qo + b * 32 + 16, f16)
-            a3 = _fma_q(a3, row, o + 24 * es, q, qo + b * 32 + 24, f16)
+    if f16:
+        if hd % 32 == 0:
+            for b in range(hd // 32):
+                a0 = fma_f16(a0, row, b * 64, q, qo + b * 32)
+                a1 = fma_f16(a1, row, b * 64 + 16, q, qo + b * 32 + 8)
+                a2 = fma_f16(a2, row, b * 64 + 32, q, qo + b * 32 + 16)
+                a3 = fma_f16(a3, row, b * 64 + 48, q, qo + b * 32 + 24)
+        else:
+            for b in range(hd // 8):
+                a0 = fma_f16(a0, row, b * 16, q, qo + b * 8)
     else:
-        for b in range(hd // 8):
-            a0 = _fma_q(a0, row, b * 8 * es, q, qo + b * 8, f16)
+        if hd % 32 == 0:
+            for b in range(hd // 32):
+                a0 = fma_f32(a0, row, b * 128, q, qo + b * 32)
+                a1 = fma_f32(a1, row, b * 128 + 32, q, qo + b * 32 + 8)
+                a2 = fma_f32(a2, row, b * 128 + 64, q, qo + b * 32 + 16)
+                a3 = fma_f32(a3, row, b * 128 + 96, q, qo + b * 32 + 24)
+        else:
+            for b in range(hd // 8):
+                a0 = fma_f32(a0, row, b * 32, q, qo + b * 8)
     return fsum(fadd(fadd(a0, a1), fadd(a2, a3)))
 
 
@@ -137,22 +105,22 @@ def _fma_row(acc, row, off, w, f16):
 
 
 @inline
-def _values(rows, r0, b0, b1, scores, so, f16, hd, dst, do):
-    """dst[do:do + hd] (the sums so far: zeros before the first block, b0 = 0) += scores[so + j] x
-    rows[r0 + j] (V rows: bytes), for j in [b0, b1), in order: one FMA chain per column."""
-    es = 2 if f16 else 4
+def _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out):
+    """Query head h (q at h * hd) over keys [start, start + T) of KV head h // rep -> out[h*hd:]."""
+    kvh = h // rep
+    so = h * T
+    for j in range(T):
+        scores[so + j] = _score(kl[kvh, start + j], q, h * hd, hd, f16)
+    total = softmax_at(scores, so, T)
+    es = 2 if f16 else 4              # bytes per cached value
+    oo = h * hd
     if hd % 64 == 0:
         # 64 columns at a time in 8 register accumulators: 8 independent FMA chains per key
         for c in range(hd // 64):
-            e = do + c * 64
-            if b0 == 0:
-                a0, a1, a2, a3, a4, a5, a6, a7 = fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero()
-            else:
-                a0, a1, a2, a3 = load8(dst, e), load8(dst, e + 8), load8(dst, e + 16), load8(dst, e + 24)
-                a4, a5, a6, a7 = load8(dst, e + 32), load8(dst, e + 40), load8(dst, e + 48), load8(dst, e + 56)
+            a0, a1, a2, a3, a4, a5, a6, a7 = fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero()
             b = c * 64 * es
-            for j in range(b0, b1):
-                row = rows[r0 + j]
+            for j in range(T):
+                row = vl[kvh, start + j]
                 w = scores[so + j]
                 a0 = _fma_row(a0, row, b, w, f16)
                 a1 = _fma_row(a1, row, b + 8 * es, w, f16)
@@ -162,140 +130,35 @@ def _values(rows, r0, b0, b1, scores, so, f16, hd, dst, do):
                 a5 = _fma_row(a5, row, b + 40 * es, w, f16)
                 a6 = _fma_row(a6, row, b + 48 * es, w, f16)
                 a7 = _fma_row(a7, row, b + 56 * es, w, f16)
-            store8(dst, e, a0)
-            store8(dst, e + 8, a1)
-            store8(dst, e + 16, a2)
-            store8(dst, e + 24, a3)
-            store8(dst, e + 32, a4)
-            store8(dst, e + 40, a5)
-            store8(dst, e + 48, a6)
-            store8(dst, e + 56, a7)
+            e = oo + c * 64
+            store8(out, e, a0)
+            store8(out, e + 8, a1)
+            store8(out, e + 16, a2)
+            store8(out, e + 24, a3)
+            store8(out, e + 32, a4)
+            store8(out, e + 40, a5)
+            store8(out, e + 48, a6)
+            store8(out, e + 56, a7)
     else:
         for c in range(hd // 8):
-            e = do + c * 8
-            a0 = fzero() if b0 == 0 else load8(dst, e)
-            for j in range(b0, b1):
-                a0 = _fma_row(a0, rows[r0 + j], c * 8 * es, scores[so + j], f16)
-            store8(dst, e, a0)
-
-
-@inline
-def _widen(rows, r0, n, hd, wide):
-    """wide[j] = rows[r0 + j] (float16 bytes) as float32 bytes, j < n: exact, so a group's heads
-    read float32 from L1 and the arithmetic stays that of the float16 rows."""
-    for j in range(n):
-        src, dst = rows[r0 + j], wide[j]
-        for c in range(hd // 8):
-            copy_f16(src, c * 16, dst, c * 32)
-
-
-@inline
-def _group(t, q, kl, vl, f16, start, T, n_pieces, piece, rep, hd, scores, part, stats):
-    """Task t: the query heads of KV head t // n_pieces over piece t % n_pieces of keys [start,
-    start + T): part[t, r] = the piece's sums of exp(score - m) x V, stats[t, r] = (m, the sum of
-    those exps), for each query head r of the group."""
-    kvh, p = t // n_pieces, t % n_pieces
-    j0 = p * piece
-    n = min(T, j0 + piece) - j0
-    k0 = start + j0                   # the piece's first cache row
-    h0 = kvh * rep
-    krows, vrows = kl[kvh], vl[kvh]
-    # float16 rows read by several heads: each key block widened once (vcvtph2ps once, not rep times)
-    widen = f16 and rep > 1
-    wide = np.empty((KEY_BLOCK if widen else 0, hd * 4), np.uint8)          # [key, hd] float32 bytes
-    for b0 in range(0, n, KEY_BLOCK):
-        b1 = min(n, b0 + KEY_BLOCK)
-        if widen:
-            _widen(krows, k0 + b0, b1 - b0, hd, wide)
-        for r in range(rep):
-            h = h0 + r
-            so = h * T + j0
-            for j in range(b0, b1):
-                if widen:
-                    scores[so + j] = _score(wide[j - b0], q, h * hd, hd, False)
-                else:
-                    scores[so + j] = _score(krows[k0 + j], q, h * hd, hd, f16)
-    for r in range(rep):
-        total, m = softmax_max_at(scores, (h0 + r) * T + j0, n)
-        stats[(t * rep + r) * 2] = m
-        stats[(t * rep + r) * 2 + 1] = total
-    for b0 in range(0, n, KEY_BLOCK):
-        b1 = min(n, b0 + KEY_BLOCK)
-        if widen:
-            _widen(vrows, k0 + b0, b1 - b0, hd, wide)
-        for r in range(rep):
-            so, do = (h0 + r) * T + j0, (t * rep + r) * hd
-            if widen:
-                _values(wide, -b0, b0, b1, scores, so, False, hd, part, do)
-            else:
-                _values(vrows, k0, b0, b1, scores, so, f16, hd, part, do)
-
-
-@inline
-def _task(t, q, kl, vl, f16, start, T, n_pieces, piece, rep, hd, scores, out, part, stats):
-    if f16:       # each dtype's loops compiled with its constants (bytes per value, loads)
-        _group(t, q, kl, vl, True, start, T, n_pieces, piece, rep, hd, scores, part, stats)
-    else:
-        _group(t, q, kl, vl, False, start, T, n_pieces, piece, rep, hd, scores, part, stats)
-    if n_pieces == 1:                 # the group's heads are done: t is the KV head
-        for r in range(rep):
-            po = (t * rep + r) * hd
-            total = stats[(t * rep + r) * 2 + 1]
-            for e in range(hd):
-                out[po + e] = part[po + e] / total
-
-
-@inline
-def _merge(nh, n_pieces, rep, hd, part, stats, out):
-    """out[h*hd:] = the pieces of head h merged in piece order: sum_p e_p part_p / sum_p e_p l_p,
-    e_p = exp(m_p - max_p m_p)."""
-    for h in range(nh):
-        kvh, r = h // rep, h % rep
-        m = np.float32(-np.inf)
-        for p in range(n_pieces):
-            m = max(m, stats[((kvh * n_pieces + p) * rep + r) * 2])
-        oo = h * hd
-        for e in range(oo, oo + hd):
-            out[e] = 0.0
-        total = np.float32(0.0)
-        for p in range(n_pieces):
-            i = (kvh * n_pieces + p) * rep + r
-            w = expf(stats[i * 2] - m)
-            total += w * stats[i * 2 + 1]
-            po = i * hd
-            for e in range(hd):
-                out[oo + e] += w * part[po + e]
-        for e in range(oo, oo + hd):
-            out[e] = out[e] / total
+            a0 = fzero()
+            for j in range(T):
+                a0 = _fma_row(a0, vl[kvh, start + j], c * 8 * es, scores[so + j], f16)
+            store8(out, oo + c * 8, a0)
+    for e in range(oo, oo + hd):
+        out[e] = out[e] / total
 
 
 @njit(nogil=True, cache=True, parallel=True)
 def attend_heads(q, kl, vl, f16, start, T, nh, rep, hd, scores, out):
-    """The query heads nh (head h uses KV head h // rep) over keys [start, start + T): out float32
-    [nh * hd]; scores float32 [>= nh * T] scratch. Tasks over numba's threads."""
-    nkv = nh // rep
-    n_pieces, piece = pieces(T)
-    n_tasks = nkv * n_pieces
-    part = np.empty(n_tasks * rep * hd, np.float32)                           # [task, rep, hd]
-    stats = np.empty(n_tasks * rep * 2, np.float32)                           # [task, rep, (m, sum)]
-    for t in prange(n_tasks):
-        _task(t, q, kl, vl, f16, start, T, n_pieces, piece, rep, hd, scores, out, part, stats)
-    if n_pieces > 1:
-        _merge(nh, n_pieces, rep, hd, part, stats, out)
+    for h in prange(nh):
+        _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out)
 
 
 @njit(nogil=True, cache=True)
 def attend_serial(q, kl, vl, f16, start, T, nh, rep, hd, scores, out):
-    """attend_heads on this thread (the same tasks, the same bits)."""
-    nkv = nh // rep
-    n_pieces, piece = pieces(T)
-    n_tasks = nkv * n_pieces
-    part = np.empty(n_tasks * rep * hd, np.float32)
-    stats = np.empty(n_tasks * rep * 2, np.float32)                           # [task, rep, (m, sum)]
-    for t in range(n_tasks):
-        _task(t, q, kl, vl, f16, start, T, n_pieces, piece, rep, hd, scores, out, part, stats)
-    if n_pieces > 1:
-        _merge(nh, n_pieces, rep, hd, part, stats, out)
+    for h in range(nh):
+        _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out)
 
 
 # Below this many multiply-adds of attention (heads x keys x head dim, scores and values) the heads

@@ -4,7 +4,7 @@ Why: a one-token pass on a small model is mostly the interpreter's work between 
 SmolLM2-135M each of the 30 layers made ~40 Python-level calls (norms, quantizations, products,
 RoPE, the K/V store, the attention's pieces, SiLU, residuals), ~4 us each: ~5 ms of a ~12 ms token
 (bench/README.md). Here a layer is one numba function; only its products and its attention run as
-parallel loops (rows of the products, KV heads and key pieces of the attention), everything between them on
+parallel loops (rows of the products, query heads of the attention), everything between them on
 the calling thread.
 
     decode_layers(l0, l1, wb, meta, types, scales, norms, qk_norm, bias, dims, eps, x, kb, vb, pos,
@@ -26,8 +26,8 @@ llama.cpp does (kernels_int8's quantizers) for quantized matrices, float32 x for
 each row summed by the same block code in the same order as kernels_int8 / kernels (so the products
 are bit for bit theirs); RMSNorm, RoPE and SiLU x up are engine/cpu/rows.py's row functions and the
 attention engine/cpu/attention.py's, which the per-operation path calls too: both paths give the
-same bits (tests/test_cpu_decode_layer.py). Every split is by rows, heads or key pieces fixed by
-the span's length, so one and several threads give the same bits. The four products of a layer run from one call site (a loop of four
+same bits (tests/test_cpu_decode_layer.py). Every split is by rows or heads, so one and several
+threads give the same bits. The four products of a layer run from one call site (a loop of four
 steps): each call site of `_product`, a parallel loop over a switch of 13 types' block code, adds
 ~16 s to the first compile (bench/README.md).
 """

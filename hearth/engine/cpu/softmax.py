@@ -109,13 +109,6 @@ def expf(x):
 @njit(nogil=True, cache=True)
 def softmax_at(flat, o, T):
     """flat[o:o+T] (float32) -> exp(x - its max) in place; returns their sum (not divided)."""
-    return softmax_max_at(flat, o, T)[0]
-
-
-@njit(nogil=True, cache=True)
-def softmax_max_at(flat, o, T):
-    """softmax_at, returning (the sum, the max subtracted): a piece of a split row keeps its max to
-    be rescaled by when the pieces are merged."""
     m = np.float32(-np.inf)
     j = 0
     if T >= 8:
@@ -137,7 +130,7 @@ def softmax_max_at(flat, o, T):
         e = expf(flat[o + k] - m)
         flat[o + k] = e
         t += e
-    return t, m
+    return t
 
 
 @njit(nogil=True, cache=True)
