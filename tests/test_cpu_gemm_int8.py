@@ -69,10 +69,16 @@ def test_tiled_int8_extreme_blocks(name, fill):
         _int8_check(name, w, x[i], got[i])
 
 
+@pytest.fixture(autouse=True)
+def _no_vnni(monkeypatch):
+    """These are the batch paths of CPUs without VNNI (engine/cpu/linear.py: vnni_tiles)."""
+    monkeypatch.setenv("HEARTH_CPU_VNNI", "0")
+
+
 @pytest.mark.parametrize("name", OTHERS)
 def test_other_types_batches_stay_float(name):
-    """The 32-weight types have no int8 tiles: their batches multiply float32 tiles by BLAS, with 8-bit
-    x allowed or not (the same bits)."""
+    """Without VNNI the 32-weight types have no int8 tiles: their batches multiply float32 tiles by
+    BLAS, with 8-bit x allowed or not (the same bits)."""
     cols = 512
     w = random_matrix(name, 40, cols, seed=2)
     x = _x(9, cols, 4)
@@ -133,23 +139,33 @@ def test_k_block_sums_equal_on_every_instruction_path(name, monkeypatch):
         np.testing.assert_array_equal(run(fresh), want)
         asm = "\n".join(fresh.inspect_asm().values())
         assert ("pmaddubsw" in asm) == avx2
-        assert ("vpdpwssd" in asm) == (avx2 and vnni)
+        # vpdpwssd where asked for; LLVM may also fuse multiplies and adds into it by itself where
+        # the CPU has VNNI (it does for AMD Zen 5, even from the generic IR)
+        assert ("vpdpwssd" in asm) >= (avx2 and vnni)
     for i in range(n):
         _int8_check(name, w, x[i], want[i])
 
 
-def test_decoder_batches_use_int8_tiles_unless_switched_off(monkeypatch):
-    """A prefill of Gemma 3 270M (its Q4_K and Q6_K matrices) multiplies in int8 tiles by default
-    (describe says so, for the prefix-image keys), and in float32 BLAS tiles with
-    HEARTH_CPU_INT8_BATCH=0; both agree as 8-bit x agrees with float32 x."""
+@pytest.mark.parametrize("vnni", ["0", "1"])
+def test_decoder_batches_use_int8_tiles_unless_switched_off(monkeypatch, reference_dir, vnni):
+    """A prefill of Gemma 3 270M multiplies in int8 (its K-quant matrices' int8 tiles, or every
+    quantized matrix's VNNI tiles) by default (describe says so, for the prefix-image keys), and in
+    float32 BLAS tiles with HEARTH_CPU_INT8_BATCH=0; both agree as 8-bit x agrees with float32 x.
+    Gemma 3 is the model most moved by 8-bit x (bench/README.md): on its first reference prompt, 8-bit
+    against float32 batches measured a centered mean |dlogit| of at most 0.16 (VNNI tiles) and 0.14
+    (int8 tiles), top-1 changes only where the top-2 gap is under 0.06."""
+    import json
+
     from model_paths import gemma3_model_path
 
     from hearth.engine.config import ModelConfig
     from hearth.engine.cpu_backend import CpuBackend
     from hearth.engine.gguf import GGUFFile
 
+    monkeypatch.setenv("HEARTH_CPU_VNNI", vnni)
     g = GGUFFile.open(gemma3_model_path())
-    ids = np.arange(40, 90, dtype=np.int64)
+    ref = json.loads((reference_dir / "gemma3" / "reference.json").read_text())
+    ids = np.array(ref["prompts"][0]["ids"], np.int64)
     outs, kvs = {}, {}
     for flag in ("", "0"):
         monkeypatch.setenv("HEARTH_CPU_INT8_BATCH", flag)
@@ -162,9 +178,11 @@ def test_decoder_batches_use_int8_tiles_unless_switched_off(monkeypatch):
     assert not np.array_equal(kvs[""], kvs["0"])            # the batch path really changed
     assert np.abs(kvs[""] - kvs["0"]).max() < 0.05 * np.abs(kvs["0"]).max()
     srt = np.sort(b, axis=-1)
-    sure = srt[:, -1] - srt[:, -2] >= 1.0
+    sure = srt[:, -1] - srt[:, -2] >= 0.5
     assert sure.sum() >= 3 and (a.argmax(-1) == b.argmax(-1))[sure].all()
-    assert np.abs(a - b).max() < 0.1 * np.abs(b).max()
+    d = a.astype(np.float64) - b
+    d -= d.mean(-1, keepdims=True)
+    assert np.abs(d).mean(-1).max() <= 0.25
 
 
 def test_int8_tiles_only_up_to_their_row_limit():
@@ -182,7 +200,8 @@ def test_int8_tiles_only_up_to_their_row_limit():
                 _int8_check("Q4_K", w, x[i], got[i])
 
 
-def test_gemma3_chunked_prefill_with_int8_tiles_stays_near_one_pass(reference_dir):
+@pytest.mark.parametrize("vnni", ["0", "1"])
+def test_gemma3_chunked_prefill_with_int8_tiles_stays_near_one_pass(reference_dir, monkeypatch, vnni):
     """Gemma 3 270M's K-quant matrices multiply short inputs in int8 tiles, whose rows do not depend
     on the batch; its other matrices (Q5_0, Q8_0) multiply float32 tiles by BLAS, whose bits move
     with the batch's shape by float rounding, and 8-bit rounding in the next products makes more of
@@ -198,6 +217,7 @@ def test_gemma3_chunked_prefill_with_int8_tiles_stays_near_one_pass(reference_di
     from hearth.engine.cpu_backend import CpuBackend
     from hearth.engine.gguf import GGUFFile
 
+    monkeypatch.setenv("HEARTH_CPU_VNNI", vnni)
     g = GGUFFile.open(gemma3_model_path())
     ref = json.loads((reference_dir / "gemma3" / "reference.json").read_text())
     ids = np.array(ref["prompts"][0]["ids"], np.int64)

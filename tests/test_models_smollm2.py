@@ -66,22 +66,49 @@ def test_every_position_of_english(smollm2, smollm2_reference, reference_dir):
 
 
 def test_chunked_prefill_matches_one_pass(smollm2, smollm2_reference):
-    """Splitting a prompt into chunks (and single tokens) must not change the logits."""
+    """Splitting a prompt into chunks (and single tokens) must not change the logits: on the exact
+    float path, where a chunk's products and attention differ from one pass's only by float32
+    rounding (8-bit x makes steps of that: the next test)."""
     ids = next(p for p in smollm2_reference["prompts"] if p["name"] == "english")["ids"]
+    old = smollm2.chunk
+    with smollm2.float_activations():
+        smollm2.kv.clear()
+        whole = smollm2.forward(ids, 0, all_logits=True)
+        smollm2.kv.clear()
+        smollm2.chunk = 7
+        try:
+            parts = smollm2.forward(ids[:20], 0, all_logits=True)
+            for j, t in enumerate(ids[20:]):
+                last = smollm2.forward([t], 20 + j)
+        finally:
+            smollm2.chunk = old
+    np.testing.assert_allclose(parts, whole[:20], atol=2e-3)
+    np.testing.assert_allclose(last, whole[-1], atol=2e-3)
+
+
+@pytest.mark.parametrize("name", ["english", "code", "chat"])
+def test_chunked_prefill_with_8bit_x_stays_near_one_pass(smollm2, smollm2_reference, name):
+    """With 8-bit x (the default, llama.cpp's arithmetic) a row's products do not depend on its batch,
+    but a chunk's attention reads the cache in other shapes than one pass does (float32 rounding), and
+    8-bit rounding in the next products turns some of that into whole steps of x, as in llama.cpp
+    between batch sizes. Chunks of 7 against one pass, measured (VNNI tiles): centered mean |dlogit|
+    per position at most 0.12 / 0.27 / 0.14, max 0.98 / 2.05 / 1.09, top-1 changed only where the
+    top-2 gap is 0.08. Bounds: about 1.5x the measured."""
+    ids = next(p for p in smollm2_reference["prompts"] if p["name"] == name)["ids"]
+    assert smollm2.int8
     smollm2.kv.clear()
     whole = smollm2.forward(ids, 0, all_logits=True)
     smollm2.kv.clear()
     old = smollm2.chunk
     smollm2.chunk = 7
     try:
-        parts = smollm2.forward(ids[:20], 0, all_logits=True)
-        with smollm2.float_activations():   # the single tokens on the exact float path
-            for j, t in enumerate(ids[20:]):
-                last = smollm2.forward([t], 20 + j)
+        parts = smollm2.forward(ids, 0, all_logits=True)
     finally:
         smollm2.chunk = old
-    np.testing.assert_allclose(parts, whole[:20], atol=2e-3)
-    np.testing.assert_allclose(last, whole[-1], atol=2e-3)
+    assert centered_mean_abs(parts, whole).max() <= 0.4
+    assert np.abs(parts - whole).max() <= 3.0
+    sure = top2_gap(whole) >= 0.5
+    assert sure.sum() >= 3 and (parts.argmax(-1) == whole.argmax(-1))[sure].all()
 
 
 @pytest.mark.parametrize("name", ["english", "code", "chat"])

@@ -31,9 +31,12 @@ import threading
 import numpy as np
 
 from . import gemm_int8 as G8
+from . import gemm_vnni as GV
 from . import kernels as K
 from . import kernels_int8 as K8
+from . import simd_vnni
 from . import tiles_int8 as T8
+from . import tiles_vnni as TV
 
 # Up to this many rows a product runs row by row through the matrix-vector kernel; from here on,
 # dequantized tiles and BLAS.
@@ -57,6 +60,9 @@ INT8_TILES_MAX_ROWS = int(os.environ.get("HEARTH_CPU_INT8_TILE_ROWS", "") or 32)
 # Rows of an int8 tile: its codes and scales (2 bytes a weight) stay in L2 while every row of x
 # passes over them, and a short input's matrix still makes dozens of tiles to spread over threads.
 TILE8_ROWS = 32
+# Rows of a VNNI tile (engine/cpu/tiles_vnni.py: a byte a weight and its scales), a multiple of 32
+# (the products take two groups of 16 rows a step).
+TILE_VNNI_ROWS = 64
 
 # numba's workqueue pool takes one parallel launch at a time: serialize them across engines.
 _LAUNCH = threading.Lock()
@@ -80,6 +86,15 @@ def int8_batches_default() -> bool:
     """Whether inputs of several rows (prefill, short inputs) multiply quantized matrices in int8
     tiles, where 8-bit x is on at all: unless HEARTH_CPU_INT8_BATCH=0 (float32 tiles and BLAS)."""
     return int8_default() and os.environ.get("HEARTH_CPU_INT8_BATCH", "") != "0"
+
+
+def vnni_tiles() -> bool:
+    """Whether batches with 8-bit x multiply quantized matrices in VNNI tiles (engine/cpu/gemm_vnni.py):
+    where the CPU has AVX-512 VNNI or AVX-VNNI. HEARTH_CPU_VNNI=0 turns them off (then the K-quants'
+    int8 tiles for short inputs and float32 tiles with BLAS, as on CPUs without VNNI); =1 turns them on
+    everywhere, in generic vector IR where the CPU has no VNNI (the same bits, slowly: for tests)."""
+    flag = os.environ.get("HEARTH_CPU_VNNI", "")
+    return flag == "1" or (flag != "0" and simd_vnni.lanes() != 0)
 
 
 def no_parallel_kernels() -> None:
@@ -110,6 +125,16 @@ def _tile8_scratch(rows: int, n_in: int):
     return got
 
 
+def _vnni_scratch(tile_bytes: int, n_in: int) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's VNNI tile (uint8, at least tile_bytes) and code rows (uint8 [16 * n_in])."""
+    got = getattr(_local, "vnni", None)
+    if got is None or got[0].size < tile_bytes or got[1].size < 16 * n_in:
+        tile = np.empty(max(tile_bytes, got[0].size if got else 0), np.uint8)
+        rows = np.empty(max(16 * n_in, got[1].size if got else 0), np.uint8)
+        got = _local.vnni = (tile, rows)
+    return got[0][:tile_bytes], got[1][:16 * n_in]
+
+
 def _scratch(n: int, slot: int = 0) -> np.ndarray:
     """This thread's float32 scratch `slot` (0: the dequantized tile, 1: a transposed product) of at
     least n elements (kept: fresh pages are slow)."""
@@ -131,6 +156,7 @@ class Activations:
         self._xs = None
         self._q8 = {}
         self._x_sums = None
+        self._vnni = {}
 
     @property
     def n(self) -> int:
@@ -165,6 +191,30 @@ class Activations:
             _, d, bs = self.q8(True)
             self._x_sums = G8.x_sums(d, bs)
         return self._x_sums
+
+    def vnni_x(self, gtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """x as the VNNI tiles of type `gtype` read it (engine/cpu/gemm_vnni.py): codes int8 [n, k],
+        scales float32 [n, blocks], and what the type's offsets need of the code sums: K-quants with
+        mins, int16 pairs (as int32) of the sums per chunk (32 weights for Q4_K/Q5_K, 16 for Q2_K);
+        Q3_K/Q6_K the int32 sums per 16; Q4_1/Q5_1 llama.cpp's Q8_1 block sums (float32); the other
+        32-weight types the int32 code sums per 32."""
+        _, _, s, _, mins = TV.LAYOUT[gtype]
+        key = (s, mins)
+        got = self._vnni.get(key)
+        if got is None:
+            if s:
+                q, d, bs = self.q8(True)
+                if not mins:
+                    xc = bs
+                elif s == 32:
+                    xc = np.ascontiguousarray((bs[:, 0::2] + bs[:, 1::2]).astype(np.int16)).view(np.int32)
+                else:
+                    xc = bs.astype(np.int16).view(np.int32)
+            else:
+                q, d, sums = self.q8(False)
+                xc = sums if mins else q.reshape(q.shape[0], -1, 32).sum(-1, dtype=np.int32)
+            got = self._vnni[key] = (q, d, xc)
+        return got
 
     def q8_row(self, k_blocks: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A one-row x's q8(k_blocks) as the row's own 1-D arrays (codes [k], scales, sums)."""
@@ -217,6 +267,11 @@ class Linear:
         self._tile = max(1, min(max(self.rows), rows))
         self._matvec8 = getattr(K8, f"matvec_{key}", None)
         self._tile8 = getattr(T8, f"tile_{key}", None)   # the K-quants'
+        self._vnni = gtype.name in TV.TYPES
+        if self._vnni:
+            self._tile_vnni = getattr(TV, f"tile_{key}")
+            self._gemm_vnni = GV.FAMILY[gtype.name]
+            self._regions = TV.regions(gtype.name, n_in)
         self.k_blocks = gtype.name in _Q8_K
         self.int8 = int8_default() if int8 is None else int8
 
@@ -251,6 +306,8 @@ class Linear:
             out = np.empty((n, self.n_out), np.float32)
         if n <= MATVEC_MAX_ROWS and not getattr(_local, "serial", False):
             self._rows(act, out)
+        elif self._int8 and act.int8 and self._vnni and n >= GV.NX and vnni_tiles():
+            self._tiles_vnni(act, out, work)
         elif self._int8 and act.int8 and self._tile8 is not None and n <= INT8_TILES_MAX_ROWS:
             self._tiles8(act, out, work)
         else:
@@ -326,6 +383,22 @@ class Linear:
             self._tile8(w, r0, r1, codes, scv, dd, mw)
             G8.gemm_k(codes, scv, dd, mw, r1 - r0, q, d, xsum, out, col, sc)
         self._run(tile, self._tile_jobs(t), work)
+
+    def _tiles_vnni(self, act: Activations, out: np.ndarray, work=None) -> None:
+        q, d, xc = act.vnni_x(self.type.name)
+        code, sc, mo, dd, e, gbytes = self._regions
+        dst = out if out.strides[1] == 4 else np.empty((act.n, self.n_out), np.float32)
+
+        def tile(job) -> None:
+            w, r0, r1, col, s = job
+            groups = (r1 - r0 + 15) // 16
+            # this thread's tile, with room for a last pair's missing second group
+            buf, rows16 = _vnni_scratch((groups + groups % 2) * gbytes, self.n_in)
+            self._tile_vnni(w, r0, r1, buf, rows16, self.n_in, sc, mo, dd, e, gbytes)
+            self._gemm_vnni(buf, groups, gbytes, code, sc, mo, dd, e, q, d, xc, dst, col, r1 - r0, s)
+        self._run(tile, self._tile_jobs(TILE_VNNI_ROWS), work)
+        if dst is not out:
+            out[...] = dst
 
     def dequant(self, r0: int, r1: int, out: np.ndarray) -> None:
         """float32 rows [r0, r1) of the first matrix into out [r1 - r0, n_in] (C-contiguous)."""

@@ -1,0 +1,180 @@
+"""Products of a VNNI tile (engine/cpu/tiles_vnni.py) with many rows of 8-bit x: prefill and short
+inputs, llama.cpp's arithmetic (x quantized to Q8_K blocks for the K-quants, Q8_0/Q8_1 for the
+others; integer products, float scales per block), at the speed of vpdpbusd.
+
+    gemm_<family>(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale)
+        tile: `groups` groups of 16 rows, `gbytes` each, regions at the byte offsets code, sc, mo, d,
+        e (tiles_vnni.regions); xq int8 [n, k] x's codes, xd float32 [n, blocks] their scales, xc
+        int32 or float32 [n, ...] what the family needs of their sums (engine/cpu/linear.py:
+        Activations.vnni_x); out[i, col + r] = (tile row r . x row i) * scale, for r < rows.
+Families: k32m (Q4_K, Q5_K: chunks of 32, mins), k16m (Q2_K), k16o4 (Q3_K: offset 4), k16o32 (Q6_K),
+o8 (Q4_0), o16 (Q5_0), o128 (Q8_0), m (Q4_1, Q5_1).
+
+Register blocking: NX rows of x times V groups (32 weight rows) a step, their NX x V accumulators
+in registers over the whole row of blocks; the last rows of x are done by the last NX rows again
+(n >= NX: the tile path is used from MATVEC_MAX_ROWS + 1 rows on), which recomputes a row's
+product with the same operations, so the same bits. Each (x row, weight row) is summed in one fixed
+order, whatever the batch, the tile or the thread.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .simd_vnni import make_block_32, make_block_k, make_zeros, store16
+
+jit = njit(nogil=True, cache=True)
+
+NX, V = 3, 2      # rows of x, groups of 16 weight rows (bench/README.md: VNNI tiles)
+_zeros = make_zeros(NX * V)
+
+_k32m = make_block_k(NX, V, 32, 0, True)
+_k16m = make_block_k(NX, V, 16, 0, True)
+_k16o4 = make_block_k(NX, V, 16, 4, False)
+_k16o32 = make_block_k(NX, V, 16, 32, False)
+_o8 = make_block_32(NX, V, 8, False)
+_o16 = make_block_32(NX, V, 16, False)
+_o128 = make_block_32(NX, V, 128, False)
+_m = make_block_32(NX, V, 0, True)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _store(acc, out, i0, g0, groups, col, rows, scale, tmp):
+    """The NX x V accumulators into out (rows past `rows`, the padding of the last group, dropped;
+    groups past `groups`, a pair's missing second group, too)."""
+    for k in range(NX * V):
+        i, g = i0 + k // V, g0 + k % V
+        if g >= groups:
+            continue
+        r = 16 * g
+        if r + 16 <= rows:
+            store16(out[i], col + r, acc[k], scale)
+        else:
+            store16(tmp, 0, acc[k], scale)
+            for j in range(rows - r):
+                out[i, col + r + j] = tmp[j]
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _rows_of_x(n):
+    """The first row of each step of NX rows: the last step ends at n (it may overlap the one
+    before it)."""
+    starts = list(range(0, n - NX + 1, NX))
+    if n % NX:
+        starts.append(n - NX)
+    return starts
+
+
+# Each family: one top-level function (numba caches only those), the same loops around its block.
+
+@jit
+def gemm_k32m(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
+    n, nb, xcs = xq.shape[0], xq.shape[1] // 256, xc.shape[1]
+    tmp = np.empty(16, np.float32)
+    for g0 in range(0, groups, V):
+        for i0 in _rows_of_x(n):
+            acc = _zeros()
+            for b in range(nb):
+                acc = _k32m(acc, tile, g0 * gbytes, gbytes, code + 4096 * b, sc + 512 * b, mo + 256 * b,
+                            d + 64 * b, e + 64 * b, xq, i0 * nb * 256 + 256 * b, nb * 256, xd, i0 * nb + b, nb,
+                            xc, i0 * xcs + 4 * b, xcs)
+            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+
+
+@jit
+def gemm_k16m(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
+    n, nb, xcs = xq.shape[0], xq.shape[1] // 256, xc.shape[1]
+    tmp = np.empty(16, np.float32)
+    for g0 in range(0, groups, V):
+        for i0 in _rows_of_x(n):
+            acc = _zeros()
+            for b in range(nb):
+                acc = _k16m(acc, tile, g0 * gbytes, gbytes, code + 4096 * b, sc + 1024 * b, mo + 512 * b,
+                            d + 64 * b, e + 64 * b, xq, i0 * nb * 256 + 256 * b, nb * 256, xd, i0 * nb + b, nb,
+                            xc, i0 * xcs + 8 * b, xcs)
+            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+
+
+@jit
+def gemm_k16o4(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
+    n, nb, xcs = xq.shape[0], xq.shape[1] // 256, xc.shape[1]
+    tmp = np.empty(16, np.float32)
+    for g0 in range(0, groups, V):
+        for i0 in _rows_of_x(n):
+            acc = _zeros()
+            for b in range(nb):
+                acc = _k16o4(acc, tile, g0 * gbytes, gbytes, code + 4096 * b, sc + 1024 * b, mo,
+                             d + 64 * b, e, xq, i0 * nb * 256 + 256 * b, nb * 256, xd, i0 * nb + b, nb,
+                             xc, i0 * xcs + 16 * b, xcs)
+            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+
+
+@jit
+def gemm_k16o32(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
+    n, nb, xcs = xq.shape[0], xq.shape[1] // 256, xc.shape[1]
+    tmp = np.empty(16, np.float32)
+    for g0 in range(0, groups, V):
+        for i0 in _rows_of_x(n):
+            acc = _zeros()
+            for b in range(nb):
+                acc = _k16o32(acc, tile, g0 * gbytes, gbytes, code + 4096 * b, sc + 1024 * b, mo,
+                              d + 64 * b, e, xq, i0 * nb * 256 + 256 * b, nb * 256, xd, i0 * nb + b, nb,
+                              xc, i0 * xcs + 16 * b, xcs)
+            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+
+
+@jit
+def gemm_o8(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
+    n, nb = xq.shape[0], xq.shape[1] // 32
+    tmp = np.empty(16, np.float32)
+    for g0 in range(0, groups, V):
+        for i0 in _rows_of_x(n):
+            acc = _zeros()
+            for b in range(nb):
+                acc = _o8(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
+                   xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
+            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+
+
+@jit
+def gemm_o16(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
+    n, nb = xq.shape[0], xq.shape[1] // 32
+    tmp = np.empty(16, np.float32)
+    for g0 in range(0, groups, V):
+        for i0 in _rows_of_x(n):
+            acc = _zeros()
+            for b in range(nb):
+                acc = _o16(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
+                    xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
+            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+
+
+@jit
+def gemm_o128(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
+    n, nb = xq.shape[0], xq.shape[1] // 32
+    tmp = np.empty(16, np.float32)
+    for g0 in range(0, groups, V):
+        for i0 in _rows_of_x(n):
+            acc = _zeros()
+            for b in range(nb):
+                acc = _o128(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
+                     xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
+            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+
+
+@jit
+def gemm_m(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
+    n, nb = xq.shape[0], xq.shape[1] // 32
+    tmp = np.empty(16, np.float32)
+    for g0 in range(0, groups, V):
+        for i0 in _rows_of_x(n):
+            acc = _zeros()
+            for b in range(nb):
+                acc = _m(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
+                  xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
+            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+
+
+FAMILY = {"Q4_K": gemm_k32m, "Q5_K": gemm_k32m, "Q2_K": gemm_k16m, "Q3_K": gemm_k16o4, "Q6_K": gemm_k16o32,
+          "Q4_0": gemm_o8, "Q5_0": gemm_o16, "Q8_0": gemm_o128, "Q4_1": gemm_m, "Q5_1": gemm_m}
