@@ -8,8 +8,11 @@ import pytest
 
 import hearth.engine.cpu_backend as cb
 from hearth.engine.config import ModelConfig
+from hearth.engine.cpu.linear import vnni_tiles
 from hearth.engine.errors import ContextFullError
 from hearth.engine.gguf import GGUFFile
+
+BATCH_X = "int8-vnni" if vnni_tiles() else "int8"   # the batch path describe() names
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +84,7 @@ def test_forward_checks(backend):
         backend.forward([1] * 10, 250)
     with pytest.raises(ValueError):
         backend.forward([], 0)
-    assert backend.describe() == {"backend": "cpu", "decode_x": "int8", "batch_x": "int8"}   # 8-bit x, the default
+    assert backend.describe() == {"backend": "cpu", "decode_x": "int8", "batch_x": BATCH_X}   # 8-bit x, the default
 
 
 def test_decode_threads_prefer_the_faster_and_probe_the_other():
@@ -161,7 +164,7 @@ def test_a_slow_pass_drops_to_one_thread():
 def test_float_x_switch(backend):
     """8-bit x in one-token passes by default; the float-x path (the consistency tests' reference)
     keys prefix images apart, since a decoded token's K/V differ a little between the two."""
-    assert backend.int8 and backend.describe() == {"backend": "cpu", "decode_x": "int8", "batch_x": "int8"}   # the default
+    assert backend.int8 and backend.describe() == {"backend": "cpu", "decode_x": "int8", "batch_x": BATCH_X}   # the default
     backend.kv.clear()
     backend.forward(list(range(100, 110)), 0)
     eight = backend.forward([7], 10).copy()

@@ -91,18 +91,32 @@ def test_cancel_between_tokens(eng):
 
 
 def test_never_half_a_utf8_character(eng):
-    # 11 tokens: "1. **" and two emoji of three tokens each, "**", a newline. A budget that ends
-    # inside a character is flushed as U+FFFD (as detokenize shows it), so the budget stops where
-    # the greedy reply is between characters (its 12th token begins an emoji with some rounding
-    # of the one-token pass, "2" with another).
-    events = list(eng.generate(EMOJI, max_tokens=11, sampling=Sampling.greedy()))
+    # The greedy reply writes emoji of three tokens each (b'\xf0\x9f' + b'\x8c' + b'\x9f'). A budget
+    # that ends inside a character is flushed as U+FFFD (as detokenize shows it), so the budget is
+    # the longest that ends between characters, found from the reply itself (which tokens a reply of
+    # this small model takes moves with the rounding of its products).
+    full = [e.token_id for e in eng.generate(EMOJI, max_tokens=16, sampling=Sampling.greedy()) if e.token_id is not None]
+    pieces = [eng.tokenizer.token_bytes(t) for t in full]
+    split = [i for i, p in enumerate(pieces) if len(p) < 4 and p[:1] == b"\xf0"]
+    assert split, "the reply must split a character across tokens"
+    whole = [n for n in range(split[0] + 2, len(full) + 1) if _complete_utf8(b"".join(pieces[:n]))]
+    assert whole
+    eng.reset()
+    events = list(eng.generate(EMOJI, max_tokens=whole[-1], sampling=Sampling.greedy()))
     ids = [e.token_id for e in events if e.token_id is not None]
-    # the reply's emoji are split across tokens (b'\xf0\x9f' + b'\x8c' + b'\x9f')
-    assert any(len(eng.tokenizer.token_bytes(t)) < 4 and eng.tokenizer.token_bytes(t)[:1] == b"\xf0" for t in ids)
+    assert ids == full[:whole[-1]] and split[0] < len(ids)
     for e in events:
         assert "\ufffd" not in e.text
         e.text.encode("utf-8")
     assert "".join(e.text for e in events) == eng.detokenize(ids)
+
+
+def _complete_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def test_same_seed_same_output(eng):

@@ -18,11 +18,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hearth.engine.cpu.linear import vnni_tiles
 from hearth.engine.errors import PrefixImageError
 from hearth.engine.kv_cache import KVCache
 from hearth.engine.prefix import PrefixStore
 from hearth.engine.prefix import format as pf
 from hearth.engine.prefix import io as pio
+
+BATCH_X = "int8-vnni" if vnni_tiles() else "int8"   # the batch path describe() names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,7 +116,7 @@ def test_ensure_computes_then_is_resident_then_restores_in_a_reset_engine(eng, l
 
     (e,) = store.entries()
     # the CPU backend's description as the image records it: 8-bit x (one-token passes and batches) is its default
-    assert (e.key, e.n_tokens, e.label, e.backend) == (r1.key, r1.n_tokens, "first", {"backend": "cpu", "decode_x": "int8", "batch_x": "int8"})
+    assert (e.key, e.n_tokens, e.label, e.backend) == (r1.key, r1.n_tokens, "first", {"backend": "cpu", "decode_x": "int8", "batch_x": BATCH_X})
     assert e.size == r1.path.stat().st_size and Path(e.model_path) == Path(eng.gguf.path).resolve()
     assert json.loads(r1.path.with_suffix(".json").read_text())["model_size"] == eng.gguf.file_size
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from .backend import Backend
 from .config import ModelConfig
-from .cpu.linear import int8_default, no_parallel_kernels, set_threads
+from .cpu.linear import int8_default, no_parallel_kernels, set_threads, vnni_tiles
 from .kv_cache import KVCache
 from .models import build_model
 from .models.decoder import SERIAL, RowRunner
@@ -269,8 +269,9 @@ class CpuBackend(Backend):
         # One-token passes multiply quantized matrices with x quantized to 8 bits as llama.cpp does
         # (engine/cpu/kernels_int8.py: ~2x faster kernels, llama.cpp's products to float rounding),
         # the default; int8=False or HEARTH_CPU_INT8=0 gives float32 x everywhere, the exact float
-        # path. Batches quantize x too (int8 tiles, engine/cpu/gemm_int8.py) unless
-        # HEARTH_CPU_INT8_BATCH=0 (float32 x and BLAS tiles). With int8 the last of several ids runs
+        # path. Batches quantize x too unless HEARTH_CPU_INT8_BATCH=0 (float32 x and BLAS tiles):
+        # every quantized matrix in VNNI tiles where the CPU has VNNI (engine/cpu/gemm_vnni.py),
+        # elsewhere K-quant matrices in int8 tiles for inputs of up to 32 rows (engine/cpu/gemm_int8.py). With int8 the last of several ids runs
         # as a one-token pass (forward), so a prompt's logits equal those of its recomputed last token.
         self.int8 = False
         self.set_int8(int8_default() if int8 is None else int8)
@@ -405,7 +406,7 @@ class CpuBackend(Backend):
         if not self.int8:
             return {"backend": "cpu"}
         if self.model.int8_batches:
-            return {"backend": "cpu", "decode_x": "int8", "batch_x": "int8"}
+            return {"backend": "cpu", "decode_x": "int8", "batch_x": "int8-vnni" if vnni_tiles() else "int8"}
         return {"backend": "cpu", "decode_x": "int8"}
 
     def close(self) -> None:

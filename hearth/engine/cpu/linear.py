@@ -8,12 +8,17 @@ matrix that reads them. A product `lin(act)` -> float32 [n, n_out] runs as:
   (engine.cpu.kernels_int8) where both the matrix (`Linear.int8`) and the input
   (`Activations(x, int8=True)`: the decoder's one-token passes) allow it, else with float32 x
   (engine.cpu.kernels);
-- more rows (prefill, short inputs): the matrix in tiles of rows. With 8-bit x allowed (as above,
-  and `Activations(x, int8=True)`: every pass of the decoder unless HEARTH_CPU_INT8_BATCH=0), a
-  K-quant matrix's tile is decoded into int8 codes and integer scales (engine.cpu.tiles_int8) and
-  multiplied by x's Q8_K blocks in integers (engine.cpu.gemm_int8): llama.cpp's arithmetic for
-  batches, the unpacking paid once per tile. Otherwise (and for the other types, whose per-32
-  float scales make int8 slower than BLAS: bench/README.md) each tile is dequantized into a
+- more rows (prefill, short inputs): the matrix in tiles of rows, each decoded once and multiplied by
+  every row of x. With 8-bit x allowed (as above, and `Activations(x, int8=True)`: every pass of the
+  decoder unless HEARTH_CPU_INT8_BATCH=0):
+  - on CPUs with VNNI (AVX-512 VNNI or AVX-VNNI; `vnni_tiles`), every quantized type's tile is
+    decoded into unsigned codes interleaved 16 rows by 4 bytes (engine/cpu/tiles_vnni.py) and
+    multiplied by x's 8-bit blocks with vpdpbusd (engine/cpu/gemm_vnni.py): llama.cpp's arithmetic,
+    2-5x faster than float32 tiles with BLAS (bench/README.md, VNNI tiles);
+  - elsewhere, a K-quant matrix's tile of up to INT8_TILES_MAX_ROWS rows of x is decoded into int8
+    codes and integer scales (engine/cpu/tiles_int8.py) and multiplied in integers
+    (engine/cpu/gemm_int8.py).
+  Otherwise (float x, longer inputs without VNNI, the float types) each tile is dequantized into a
   per-thread float32 scratch buffer and multiplied by BLAS (sgemm).
 The float32 kernels and the tiles compute the float32 product of the file's weights and the
 activations, as the numpy reference does, so they agree to float rounding; the 8-bit kernels compute
@@ -51,11 +56,11 @@ TILE_MIN_ROWS = 256
 # transposed: OpenBLAS (0.3.31, one thread) runs that 1.3-1.6x faster than x W^T at 5-64 rows and
 # 1.1x at 128, even at 192 to 256, with the same bits (bench/README.md, short inputs' tiles).
 SWAP_MAX_ROWS = 128
-# Up to this many rows a K-quant matrix multiplies 8-bit x in int8 tiles; from here on, float32 tiles
-# and BLAS. On AVX-512 both run at about 32 products a cycle (pmaddubsw and pmaddwd, or FMA), so
-# int8 gains only what float32 tiles lose to dequantizing and packing, which short inputs feel and
-# prefill chunks do not (bench.cpu_tiles, one thread: 1.04-1.48x at 8-32 rows, 0.86-1.05x at 64,
-# 0.80-0.94x at 256). HEARTH_CPU_INT8_TILE_ROWS=<n> sets it.
+# Without VNNI, up to this many rows a K-quant matrix multiplies 8-bit x in int8 tiles; from here on,
+# float32 tiles and BLAS. On AVX-512 both run at about 32 products a cycle (pmaddubsw and pmaddwd, or
+# FMA), so int8 gains only what float32 tiles lose to dequantizing and packing, which short inputs
+# feel and prefill chunks do not (bench.cpu_tiles, one thread, quiet: 1.00-1.52x at 8-32 rows,
+# 0.97-1.01x at 64, 0.75-0.98x at 256). HEARTH_CPU_INT8_TILE_ROWS=<n> sets it.
 INT8_TILES_MAX_ROWS = int(os.environ.get("HEARTH_CPU_INT8_TILE_ROWS", "") or 32)
 # Rows of an int8 tile: its codes and scales (2 bytes a weight) stay in L2 while every row of x
 # passes over them, and a short input's matrix still makes dozens of tiles to spread over threads.
