@@ -20,7 +20,7 @@ import pytest
 from hearth.engine.cpu import gemm_vnni as GV
 from hearth.engine.cpu import simd_vnni
 from hearth.engine.cpu import tiles_vnni as TV
-from hearth.engine.cpu.linear import MATVEC_MAX_ROWS, TILE_VNNI_ROWS, Activations, Linear, vnni_tiles
+from hearth.engine.cpu.linear import MATVEC_MAX_ROWS, Activations, Linear, vnni_tiles
 from hearth.engine.quants import TYPE_BY_NAME
 from hearth.engine.shared_work import share
 
@@ -56,7 +56,7 @@ def test_the_switch_and_the_default():
 
 
 @pytest.mark.parametrize("name", QUANTS)
-@pytest.mark.parametrize("n,rows", [(MATVEC_MAX_ROWS + 1, 16), (8, 3), (13, TILE_VNNI_ROWS + 37), (40, 2 * TILE_VNNI_ROWS)])
+@pytest.mark.parametrize("n,rows", [(MATVEC_MAX_ROWS + 1, 16), (8, 3), (13, GV.SUB + 37), (40, 2 * GV.SUB)])
 def test_vnni_products_match_reference_and_one_row_kernel(name, n, rows):
     cols = _cols(name)
     w = random_matrix(name, rows, cols, seed=rows + n)
@@ -103,7 +103,7 @@ def test_a_rows_product_does_not_depend_on_its_batch(name):
 
 
 def test_spread_over_threads_gives_the_same_bits():
-    cols, rows = 512, 5 * TILE_VNNI_ROWS + 3
+    cols, rows = 512, 5 * GV.SUB + 3
     w = random_matrix("Q5_K", rows, cols, seed=11)
     x = _x(12, cols, 5)
     lin = Linear(w, TYPE_BY_NAME["Q5_K"], cols, "Q5_K", int8=True)

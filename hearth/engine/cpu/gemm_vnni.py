@@ -2,6 +2,10 @@
 inputs, llama.cpp's arithmetic (x quantized to Q8_K blocks for the K-quants, Q8_0/Q8_1 for the
 others; integer products, float scales per block), at the speed of vpdpbusd.
 
+    <type>(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
+        rows [r0, r1) of the GGUF matrix w times x into out[:, col:col + r1 - r0], in sub-tiles of
+        SUB rows, each decoded (tiles_vnni.tile_<type>, into `tile` and `rows16`: this thread's
+        scratch) and multiplied (gemm_<family>): one compiled call a job, however many sub-tiles.
     gemm_<family>(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale)
         tile: `groups` groups of 16 rows, `gbytes` each, regions at the byte offsets code, sc, mo, d,
         e (tiles_vnni.regions); xq int8 [n, k] x's codes, xd float32 [n, blocks] their scales, xc
@@ -22,11 +26,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from . import tiles_vnni as TV
 from .simd_vnni import make_block_32, make_block_k, make_zeros, store16
 
 jit = njit(nogil=True, cache=True)
 
 NX, V = 3, 2      # rows of x, groups of 16 weight rows (bench/README.md: VNNI tiles)
+SUB = 64          # rows of a sub-tile: decoded, then used by every row of x while in L1/L2
 _zeros = make_zeros(NX * V)
 
 _k32m = make_block_k(NX, V, 32, 0, True)
@@ -178,3 +184,87 @@ def gemm_m(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows,
 
 FAMILY = {"Q4_K": gemm_k32m, "Q5_K": gemm_k32m, "Q2_K": gemm_k16m, "Q3_K": gemm_k16o4, "Q6_K": gemm_k16o32,
           "Q4_0": gemm_o8, "Q5_0": gemm_o16, "Q8_0": gemm_o128, "Q4_1": gemm_m, "Q5_1": gemm_m}
+
+
+
+# One job function a type: every sub-tile of rows [r0, r1) decoded by the type's tile function and
+# multiplied by its family's product (top-level functions, written out: numba caches only those).
+
+@jit
+def q2_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+    for s0 in range(r0, r1, SUB):
+        s1 = min(r1, s0 + SUB)
+        TV.tile_q2_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+        gemm_k16m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+
+
+@jit
+def q3_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+    for s0 in range(r0, r1, SUB):
+        s1 = min(r1, s0 + SUB)
+        TV.tile_q3_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+        gemm_k16o4(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+
+
+@jit
+def q4_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+    for s0 in range(r0, r1, SUB):
+        s1 = min(r1, s0 + SUB)
+        TV.tile_q4_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+        gemm_k32m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+
+
+@jit
+def q5_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+    for s0 in range(r0, r1, SUB):
+        s1 = min(r1, s0 + SUB)
+        TV.tile_q5_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+        gemm_k32m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+
+
+@jit
+def q6_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+    for s0 in range(r0, r1, SUB):
+        s1 = min(r1, s0 + SUB)
+        TV.tile_q6_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+        gemm_k16o32(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+
+
+@jit
+def q4_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+    for s0 in range(r0, r1, SUB):
+        s1 = min(r1, s0 + SUB)
+        TV.tile_q4_0(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+        gemm_o8(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+
+
+@jit
+def q4_1(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+    for s0 in range(r0, r1, SUB):
+        s1 = min(r1, s0 + SUB)
+        TV.tile_q4_1(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+        gemm_m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+
+
+@jit
+def q5_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+    for s0 in range(r0, r1, SUB):
+        s1 = min(r1, s0 + SUB)
+        TV.tile_q5_0(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+        gemm_o16(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+
+
+@jit
+def q5_1(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+    for s0 in range(r0, r1, SUB):
+        s1 = min(r1, s0 + SUB)
+        TV.tile_q5_1(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+        gemm_m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+
+
+@jit
+def q8_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+    for s0 in range(r0, r1, SUB):
+        s1 = min(r1, s0 + SUB)
+        TV.tile_q8_0(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+        gemm_o128(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)

@@ -65,9 +65,10 @@ INT8_TILES_MAX_ROWS = int(os.environ.get("HEARTH_CPU_INT8_TILE_ROWS", "") or 32)
 # Rows of an int8 tile: its codes and scales (2 bytes a weight) stay in L2 while every row of x
 # passes over them, and a short input's matrix still makes dozens of tiles to spread over threads.
 TILE8_ROWS = 32
-# Rows of a VNNI tile (engine/cpu/tiles_vnni.py: a byte a weight and its scales), a multiple of 32
-# (the products take two groups of 16 rows a step).
-TILE_VNNI_ROWS = 64
+# A short input's VNNI products are cut into about this many jobs a matrix for the threads to share
+# (each job one compiled call over its sub-tiles, engine/cpu/gemm_vnni.py); a prefill chunk's row
+# range multiplies each matrix in one call.
+VNNI_JOBS = 4
 
 # numba's workqueue pool takes one parallel launch at a time: serialize them across engines.
 _LAUNCH = threading.Lock()
@@ -274,8 +275,7 @@ class Linear:
         self._tile8 = getattr(T8, f"tile_{key}", None)   # the K-quants'
         self._vnni = gtype.name in TV.TYPES
         if self._vnni:
-            self._tile_vnni = getattr(TV, f"tile_{key}")
-            self._gemm_vnni = GV.FAMILY[gtype.name]
+            self._vnni_job = getattr(GV, key)
             self._regions = TV.regions(gtype.name, n_in)
         self.k_blocks = gtype.name in _Q8_K
         self.int8 = int8_default() if int8 is None else int8
@@ -393,15 +393,14 @@ class Linear:
         q, d, xc = act.vnni_x(self.type.name)
         code, sc, mo, dd, e, gbytes = self._regions
         dst = out if out.strides[1] == 4 else np.empty((act.n, self.n_out), np.float32)
+        sub = GV.SUB
+        rows = self.n_out if work is None else -(-self.n_out // (VNNI_JOBS * sub)) * sub
 
-        def tile(job) -> None:
-            w, r0, r1, col, s = job
-            groups = (r1 - r0 + 15) // 16
-            # this thread's tile, with room for a last pair's missing second group
-            buf, rows16 = _vnni_scratch((groups + groups % 2) * gbytes, self.n_in)
-            self._tile_vnni(w, r0, r1, buf, rows16, self.n_in, sc, mo, dd, e, gbytes)
-            self._gemm_vnni(buf, groups, gbytes, code, sc, mo, dd, e, q, d, xc, dst, col, r1 - r0, s)
-        self._run(tile, self._tile_jobs(TILE_VNNI_ROWS), work)
+        def job(j) -> None:
+            w, r0, r1, col, s = j
+            tile, rows16 = _vnni_scratch(sub // 16 * gbytes, self.n_in)   # this thread's
+            self._vnni_job(w, r0, r1, tile, rows16, self.n_in, code, sc, mo, dd, e, gbytes, q, d, xc, dst, col, s)
+        self._run(job, self._tile_jobs(rows), work)
         if dst is not out:
             out[...] = dst
 
