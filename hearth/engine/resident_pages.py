@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+MADV_POPULATE_READ = 22
 MADV_POPULATE_WRITE = 23
 _libc = None
 
@@ -31,8 +32,9 @@ def _madvise():
     return _libc.madvise
 
 
-def populate(arr: np.ndarray) -> bool:
-    """Map every whole page of `arr`'s buffer now. True if the kernel did."""
+def populate(arr: np.ndarray, write: bool = True) -> bool:
+    """Map every whole page of `arr`'s buffer now (write=False: readable, as a read-only map of a file
+    needs: one call instead of a fault per page). True if the kernel did."""
     if not sys.platform.startswith("linux") or arr.nbytes == 0:
         return False
     page = mmap.PAGESIZE
@@ -42,6 +44,6 @@ def populate(arr: np.ndarray) -> bool:
     if end <= start:
         return False
     try:
-        return _madvise()(start, end - start, MADV_POPULATE_WRITE) == 0
+        return _madvise()(start, end - start, MADV_POPULATE_WRITE if write else MADV_POPULATE_READ) == 0
     except (OSError, AttributeError):
         return False

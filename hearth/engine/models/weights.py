@@ -16,6 +16,7 @@ import numpy as np
 from ..cpu.linear import KERNEL_TYPES, Activations, Linear
 from ..errors import UnsupportedModelError
 from ..quants import dequantize, dequantize_blocks, dequantize_rows
+from ..resident_pages import populate
 
 
 class Dense:
@@ -51,11 +52,13 @@ class Matrices:
         return sum(p.nbytes for p in self.parts)
 
     def touch(self) -> None:
-        """Make the parts' pages resident (one read per 4 KiB page)."""
+        """Make the parts' pages resident: in one call where the kernel can (Linux 5.14+: ~2x faster
+        than a fault per page for a file in the page cache, and without the GIL), else one read per
+        4 KiB page."""
         for p in self.parts:
             for w in p.ws:
                 flat = w.reshape(-1).view(np.uint8)
-                if flat.size:
+                if flat.size and not populate(flat, write=False):
                     flat[::4096].max()
 
     def scale_first(self, s: float) -> None:
