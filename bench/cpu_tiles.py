@@ -1,12 +1,13 @@
-"""Batch products of one matrix on one thread, int8 tiles against float32 tiles:
+"""Batch products of one matrix on one thread, VNNI tiles and int8 tiles against float32 tiles:
 `python -m bench.cpu_tiles [--model PATH] [--tensor NAME ...] [--rows 8,16,32,64,128,256] [--repeat R]`.
 
 For each tensor (default: a 1B-shaped file's ffn_gate, ffn_down and attn_q of block 0), the product
-with `rows` rows of x through engine/cpu/linear.py's two batch paths, alternating in this process:
-int8 tiles (engine/cpu/tiles_int8.py + gemm_int8.py, x quantized to Q8_K: K-quants only) and
-float32 tiles (dequantized, then OpenBLAS sgemm); OpenBLAS held to one thread as the engine holds
-it, the best of R runs after one warm-up. Prints GOP/s (2 x rows x matrix elements per second) and
-the ratio.
+with `rows` rows of x through engine/cpu/linear.py's batch paths, alternating in this process:
+VNNI tiles (engine/cpu/tiles_vnni.py + gemm_vnni.py, every quantized type; where the CPU has no VNNI
+they run as generic vector IR, far slower: the column says so), int8 tiles (engine/cpu/tiles_int8.py +
+gemm_int8.py, x quantized to Q8_K: K-quants only) and float32 tiles (dequantized, then OpenBLAS
+sgemm); OpenBLAS held to one thread as the engine holds it, the best of R runs after one warm-up.
+Prints GOP/s (2 x rows x matrix elements per second) and the ratios to float32 tiles.
 """
 
 from __future__ import annotations
@@ -35,31 +36,36 @@ def main() -> None:
 
     g = GGUFFile.open(a.model)
     rng = np.random.default_rng(0)
-    print(f"{g.path.name}, one thread, GOP/s (best of {a.repeat})")
-    print("| tensor | type | shape | rows of x | int8 tiles | float32 tiles | int8 / float32 |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    from hearth.engine.cpu import simd_vnni  # noqa: PLC0415
+    vnni = {16: "AVX-512 VNNI", 8: "AVX-VNNI"}.get(simd_vnni.lanes(), "generic IR: no VNNI on this CPU")
+    print(f"{g.path.name}, one thread, GOP/s (best of {a.repeat}); VNNI tiles: {vnni}")
+    print("| tensor | type | shape | rows of x | VNNI tiles | int8 tiles | float32 tiles | VNNI / float32 | int8 / float32 |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for name in a.tensor or DEFAULT_TENSORS:
         info = g.tensors[name]
         n_in = info.shape[0]
         w = g.tensor_bytes(name).reshape(info.shape[1], -1)
         lin = L.Linear(w, info.type, n_in, name, int8=True)
+        paths = {"vnni": lin._tiles_vnni, "int8": lin._tiles8, "f32": lin._tiles}
         if lin._tile8 is None:
-            print(f"| {name} | {info.type.name} | no int8 tiles for this type |")
-            continue
+            del paths["int8"]
         for n in (int(v) for v in a.rows.split(",")):
             x = rng.standard_normal((n, n_in)).astype(np.float32)
             out = np.empty((n, lin.n_out), np.float32)
-            best = {"int8": float("inf"), "f32": float("inf")}
+            best = dict.fromkeys(paths, float("inf"))
             for rep in range(a.repeat + 1):
-                for path in best:
-                    act = L.Activations(x, int8=path == "int8")
+                for path, fn in paths.items():
+                    act = L.Activations(x, int8=path != "f32")
                     t = time.perf_counter()
-                    (lin._tiles8 if path == "int8" else lin._tiles)(act, out)
+                    fn(act, out)
                     if rep:
                         best[path] = min(best[path], time.perf_counter() - t)
             ops = 2 * n * lin.n_out * n_in
-            i8, f32 = ops / best["int8"] / 1e9, ops / best["f32"] / 1e9
-            print(f"| {name} | {info.type.name} | {lin.n_out} x {n_in} | {n} | {i8:.0f} | {f32:.0f} | {i8 / f32:.2f} |")
+            rate = {k: ops / v / 1e9 for k, v in best.items()}
+            i8 = f"{rate['int8']:.0f}" if "int8" in rate else "-"
+            r8 = f"{rate['int8'] / rate['f32']:.2f}" if "int8" in rate else "-"
+            print(f"| {name} | {info.type.name} | {lin.n_out} x {n_in} | {n} | {rate['vnni']:.0f} | {i8} | "
+                  f"{rate['f32']:.0f} | {rate['vnni'] / rate['f32']:.2f} | {r8} |")
 
 
 if __name__ == "__main__":
