@@ -56,7 +56,8 @@ def test_the_switch_and_the_default():
 
 
 @pytest.mark.parametrize("name", QUANTS)
-@pytest.mark.parametrize("n,rows", [(MATVEC_MAX_ROWS + 1, 16), (8, 3), (13, GV.SUB + 37), (40, 2 * GV.SUB)])
+@pytest.mark.parametrize("n,rows", [(MATVEC_MAX_ROWS + 1, 16), (8, 3), (13, GV.SUB + 37), (40, 2 * GV.SUB),
+                                    (GV.NX, 5)])
 def test_vnni_products_match_reference_and_one_row_kernel(name, n, rows):
     cols = _cols(name)
     w = random_matrix(name, rows, cols, seed=rows + n)
@@ -140,7 +141,8 @@ def _tile_of(name: str, w: np.ndarray, cols: int):
     code, sc, mo, d, e, gb = TV.regions(name, cols)
     groups = (w.shape[0] + 15) // 16
     tile = np.zeros((groups + groups % 2) * gb, np.uint8)
-    getattr(TV, f"tile_{name.lower()}")(w, 0, w.shape[0], tile, np.empty(16 * cols, np.uint8), cols, sc, mo, d, e, gb)
+    rows16 = np.empty(16 * cols, np.uint8)
+    getattr(TV, f"tile_{name.lower()}")(w, 0, w.shape[0], tile, rows16, cols, sc, mo, d, e, gb)
     return tile, groups, (code, sc, mo, d, e, gb)
 
 
@@ -159,7 +161,8 @@ def test_tile_layout_interleaves_16_rows_by_4_bytes():
         np.testing.assert_array_equal(rows[:real], q[16 * g:16 * g + real])
         assert (rows[real:] == 0).all()
         dd = tile[g * gb + d:g * gb + d + 64 * (cols // 32)].view(np.float32).reshape(-1, 16)
-        np.testing.assert_array_equal(dd[:, :real].T, blocks[16 * g:16 * g + real, :, :2].copy().view(np.float16)[..., 0])
+        scales = blocks[16 * g:16 * g + real, :, :2].copy().view(np.float16)[..., 0]
+        np.testing.assert_array_equal(dd[:, :real].T, scales)
         assert (dd[:, real:] == 0).all()
 
 

@@ -3,7 +3,10 @@
 Layers: `simd` (vector values and operations as LLVM IR), `blocks` / `blocks_int8` (one GGML
 block: its dot product with float32 / 8-bit x, and its float32 values), `kernels` / `kernels_int8`
 (whole rows, on all threads), `linear` (the matrices a model multiplies by, straight from the
-memory-mapped file), `rows` (a one-token pass's RMSNorm, RoPE and SiLU x up), `softmax`,
+memory-mapped file), `tiles_int8` / `gemm_int8` (K-quant rows as int8 tiles times many rows of
+8-bit x), `simd_vnni` / `tiles_vnni` / `gemm_vnni` (every quantized type's rows interleaved for
+vpdpbusd times many rows of 8-bit x: the batch path where the CPU has VNNI), `rows` (a one-token
+pass's RMSNorm, RoPE and SiLU x up), `softmax`,
 `attention` (one-token attention over the KV cache read in place), `decode_layer` (a decoded
 token's layers as one compiled call: norms, products, RoPE, K/V store, attention, FFN).
 

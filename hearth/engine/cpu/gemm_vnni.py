@@ -139,7 +139,7 @@ def gemm_o8(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows
             acc = _zeros()
             for b in range(nb):
                 acc = _o8(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
-                   xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
+                          xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
             _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
 
 
@@ -152,7 +152,7 @@ def gemm_o16(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, row
             acc = _zeros()
             for b in range(nb):
                 acc = _o16(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
-                    xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
+                           xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
             _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
 
 
@@ -165,7 +165,7 @@ def gemm_o128(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, ro
             acc = _zeros()
             for b in range(nb):
                 acc = _o128(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
-                     xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
+                            xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
             _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
 
 
@@ -178,7 +178,7 @@ def gemm_m(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows,
             acc = _zeros()
             for b in range(nb):
                 acc = _m(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
-                  xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
+                         xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
             _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
 
 
@@ -195,7 +195,8 @@ def q2_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, 
     for s0 in range(r0, r1, SUB):
         s1 = min(r1, s0 + SUB)
         TV.tile_q2_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_k16m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+        gemm_k16m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+                  s1 - s0, scale)
 
 
 @jit
@@ -203,7 +204,8 @@ def q3_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, 
     for s0 in range(r0, r1, SUB):
         s1 = min(r1, s0 + SUB)
         TV.tile_q3_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_k16o4(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+        gemm_k16o4(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+                   s1 - s0, scale)
 
 
 @jit
@@ -211,7 +213,8 @@ def q4_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, 
     for s0 in range(r0, r1, SUB):
         s1 = min(r1, s0 + SUB)
         TV.tile_q4_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_k32m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+        gemm_k32m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+                  s1 - s0, scale)
 
 
 @jit
@@ -219,7 +222,8 @@ def q5_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, 
     for s0 in range(r0, r1, SUB):
         s1 = min(r1, s0 + SUB)
         TV.tile_q5_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_k32m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+        gemm_k32m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+                  s1 - s0, scale)
 
 
 @jit
@@ -227,7 +231,8 @@ def q6_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, 
     for s0 in range(r0, r1, SUB):
         s1 = min(r1, s0 + SUB)
         TV.tile_q6_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_k16o32(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+        gemm_k16o32(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+                    s1 - s0, scale)
 
 
 @jit
@@ -235,7 +240,8 @@ def q4_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, 
     for s0 in range(r0, r1, SUB):
         s1 = min(r1, s0 + SUB)
         TV.tile_q4_0(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_o8(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+        gemm_o8(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+                s1 - s0, scale)
 
 
 @jit
@@ -243,7 +249,8 @@ def q4_1(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, 
     for s0 in range(r0, r1, SUB):
         s1 = min(r1, s0 + SUB)
         TV.tile_q4_1(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+        gemm_m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+               s1 - s0, scale)
 
 
 @jit
@@ -251,7 +258,8 @@ def q5_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, 
     for s0 in range(r0, r1, SUB):
         s1 = min(r1, s0 + SUB)
         TV.tile_q5_0(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_o16(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+        gemm_o16(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+                 s1 - s0, scale)
 
 
 @jit
@@ -259,7 +267,8 @@ def q5_1(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, 
     for s0 in range(r0, r1, SUB):
         s1 = min(r1, s0 + SUB)
         TV.tile_q5_1(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+        gemm_m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+               s1 - s0, scale)
 
 
 @jit
@@ -267,4 +276,5 @@ def q8_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, 
     for s0 in range(r0, r1, SUB):
         s1 = min(r1, s0 + SUB)
         TV.tile_q8_0(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_o128(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0, s1 - s0, scale)
+        gemm_o128(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+                  s1 - s0, scale)
