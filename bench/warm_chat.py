@@ -119,7 +119,9 @@ def child(args) -> int:
 
 def run_child(*argv, root: Path = ROOT) -> dict:
     """A child of this checkout's bench.warm_chat, or of another checkout's (`root`: a baseline)."""
-    env = dict(os.environ, PYTHONPATH=str(root), HEARTH_REFERENCE=str(REF))
+    # this checkout first, then what the caller's PYTHONPATH had (wheels put aside on a GPU machine)
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path, HEARTH_REFERENCE=str(REF))
     r = subprocess.run([sys.executable, "-m", "bench.warm_chat", *argv], cwd=root, capture_output=True, text=True,
                        env=env)
     for line in r.stdout.splitlines():

@@ -12,8 +12,6 @@ float32 scaling and accumulation), and within 1e-6 of the largest |product| of t
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import pytest
 
@@ -22,9 +20,8 @@ from hearth.engine.cpu import simd_vnni
 from hearth.engine.cpu import tiles_vnni as TV
 from hearth.engine.cpu.linear import MATVEC_MAX_ROWS, Activations, Linear, vnni_tiles
 from hearth.engine.quants import TYPE_BY_NAME
-from hearth.engine.shared_work import share
 
-from test_cpu_kernels import F16_FIELDS, _awkward_x, _int8_check, extreme_matrix, random_matrix
+from test_cpu_kernels import F16_FIELDS, _awkward_x, _int8_check, extreme_matrix, pool_work, random_matrix
 
 QUANTS = list(F16_FIELDS)
 
@@ -110,18 +107,8 @@ def test_spread_over_threads_gives_the_same_bits():
     lin = Linear(w, TYPE_BY_NAME["Q5_K"], cols, "Q5_K", int8=True)
     want = lin(Activations(x, int8=True))
 
-    class Work:
-        def __init__(self):
-            self.pool = ThreadPoolExecutor(2)
-
-        def map(self, fn, items):
-            share(fn, items, self.pool.submit, 2)
-
-    work = Work()
-    try:
+    with pool_work() as work:
         np.testing.assert_array_equal(lin(Activations(x, int8=True), work=work), want)
-    finally:
-        work.pool.shutdown()
 
 
 def test_output_with_a_row_stride_and_scale():

@@ -15,6 +15,8 @@ Random blocks (random bytes, sane float16 scales), odd row counts. Tolerances:
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
@@ -232,6 +234,26 @@ def _int8_check(name: str, w: np.ndarray, x: np.ndarray, got: np.ndarray) -> Non
         no_m[:, 2:4] = 0
         want = reference(name, no_m.reshape(w.shape)).astype(np.float64) @ x8 + m @ s.astype(np.float64)
     assert np.all(np.abs(got - want) <= 1e-5 * bound + 1e-30)
+
+
+@contextmanager
+def pool_work(threads: int = 2):
+    """What the CPU backend's SpreadPieces gives a product to spread its tiles: an object with
+    map(fn, items), over `threads` pool threads and this one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hearth.engine.shared_work import share
+
+    class Work:
+        n_threads = threads + 1
+
+        def map(self, fn, items):
+            share(fn, items, pool.submit, threads)
+    pool = ThreadPoolExecutor(threads)
+    try:
+        yield Work()
+    finally:
+        pool.shutdown()
 
 
 def extreme_matrix(name: str, rows: int, cols: int, fill: int) -> np.ndarray:

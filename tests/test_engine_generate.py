@@ -8,6 +8,8 @@ import pytest
 
 from hearth.engine import ContextFullError, Engine, Sampling
 
+from test_tokenizer import _is_utf8
+
 EMOJI = "<|im_start|>user\nWrite three emoji.<|im_end|>\n<|im_start|>assistant\n"
 CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -99,7 +101,7 @@ def test_never_half_a_utf8_character(eng):
     pieces = [eng.tokenizer.token_bytes(t) for t in full]
     split = [i for i, p in enumerate(pieces) if len(p) < 4 and p[:1] == b"\xf0"]
     assert split, "the reply must split a character across tokens"
-    whole = [n for n in range(split[0] + 2, len(full) + 1) if _complete_utf8(b"".join(pieces[:n]))]
+    whole = [n for n in range(split[0] + 2, len(full) + 1) if _is_utf8(b"".join(pieces[:n]))]
     assert whole
     eng.reset()
     events = list(eng.generate(EMOJI, max_tokens=whole[-1], sampling=Sampling.greedy()))
@@ -109,14 +111,6 @@ def test_never_half_a_utf8_character(eng):
         assert "\ufffd" not in e.text
         e.text.encode("utf-8")
     assert "".join(e.text for e in events) == eng.detokenize(ids)
-
-
-def _complete_utf8(b: bytes) -> bool:
-    try:
-        b.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
 
 
 def test_same_seed_same_output(eng):
