@@ -12,6 +12,11 @@ from PySide6.QtCore import QCoreApplication, QEventLoop
 from hearth.app.main import create_window
 
 
+# A prompt whose greedy reply on the default model is long (~50 tokens): it spans several of the
+# view's 30 ms flushes even when decoding is fast, so a test can see the text arrive in pieces.
+STREAMING_PROMPT = "Write a short poem about the sea."
+
+
 def wait_until(pred, timeout_s: float = 60.0) -> None:
     end = time.monotonic() + timeout_s
     while not pred():

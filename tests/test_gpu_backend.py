@@ -148,6 +148,27 @@ def test_prefix_roundtrip_is_bit_exact_and_resumes(smollm2, default_model_path):
         fresh.close()
 
 
+def test_a_warm_up_leaves_nothing_resident_and_changes_no_result(smollm2, default_model_path):
+    """The Engine runs `warm_up` on its background thread after a load; what is computed after it
+    is bit-identical to what a backend that never warmed up computes."""
+    g = GGUFFile.open(default_model_path)
+    warmed, cold = (GpuBackend(smollm2["cfg"], g, 64, adapter=adapter()) for _ in range(2))
+    try:
+        warmed.forward(np.array([7, 8, 9], np.int32), 0)   # something resident: the warm-up forgets it
+        warmed.warm_up()
+        assert warmed.kv.n_tokens == 0
+        ids = np.asarray(smollm2["ids"], np.int32)
+        a = warmed.forward(ids, 0, all_logits=True)
+        b = cold.forward(ids, 0, all_logits=True)
+        assert np.array_equal(a, b)
+        for layer in (0, warmed.kv.n_layers - 1):
+            for x, y in zip(warmed.kv.read_prefix(layer, len(ids)), cold.kv.read_prefix(layer, len(ids))):
+                assert np.array_equal(x, y)
+    finally:
+        warmed.close()
+        cold.close()
+
+
 def test_context_full_is_refused_before_anything_runs(smollm2):
     gpu = smollm2["gpu"]
     before = gpu.kv.read_prefix(0, 4)

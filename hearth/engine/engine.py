@@ -48,6 +48,7 @@ class Engine:
         self._tokens: list[int] = []
         self._last_logits: np.ndarray | None = None  # logits after the last resident token
         self._lock = threading.RLock()                # one caller at a time
+        self._closed = False
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -95,6 +96,13 @@ class Engine:
         takes the lock first, and the warm-up then finds something resident and skips. The warm-up
         changes no result (the backend's results depend only on the ids and positions)."""
         def warm():
+            try:
+                steps()
+            except Exception:
+                if not self._closed:   # closed meanwhile: nothing left to warm, and nothing wrong
+                    raise
+
+        def steps():
             if hasattr(self.backend.kv, "prefault"):
                 self.backend.kv.prefault()
             self.prefix_header([0])
@@ -104,16 +112,14 @@ class Engine:
             if warm_up is None:
                 return
             with self._lock:
-                if self._tokens:   # a caller came first: its own pass did the warming
+                if self._tokens or self._closed:   # a caller came first: its own pass did the warming
                     return
-                try:
-                    warm_up()
-                except Exception:  # noqa: BLE001  (closed meanwhile: nothing left to warm)
-                    pass
+                warm_up()
         self._prefault = threading.Thread(target=warm, name="hearth-prefault", daemon=True)
         self._prefault.start()
 
     def close(self) -> None:
+        self._closed = True
         self.backend.close()
 
     @property
