@@ -87,6 +87,9 @@ def send(cache: Path, text: str, backend: str, kv_dtype: str, warm_up: bool = Tr
     if not warm_up:
         from hearth.engine.cpu_backend import CpuBackend
         CpuBackend.warm_up = None   # Engine's background thread then skips the passes
+        if backend == "gpu":
+            from hearth.engine.gpu import GpuBackend
+            GpuBackend.warm_up = None
     eng = Engine.load(n_ctx=4096, backend=backend, kv_dtype=kv_dtype)
     t_loaded = time.perf_counter()
     if getattr(eng, "_prefault", None) is not None:
