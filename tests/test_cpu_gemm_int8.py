@@ -20,37 +20,17 @@ from hearth.engine.cpu import tiles_int8 as T8
 from hearth.engine.cpu.linear import INT8_TILES_MAX_ROWS, MATVEC_MAX_ROWS, TILE8_ROWS, Activations, Linear
 from hearth.engine.quants import TYPE_BY_NAME
 
-from test_cpu_kernels import F16_FIELDS, _awkward_x, _int8_check, extreme_matrix, pool_work, random_matrix
+from test_cpu_kernels import (F16_FIELDS, _int8_check, awkward_rows, check_int8_batch, extreme_matrix, pool_work,
+                              random_matrix)
 
 K_QUANTS = [t for t in F16_FIELDS if t.endswith("_K")]
 OTHERS = [t for t in F16_FIELDS if not t.endswith("_K")]
 
 
-def _x(n: int, cols: int, seed: int) -> np.ndarray:
-    return np.stack([_awkward_x(cols, seed + i) for i in range(n)])
-
-
-def _one_row(lin: Linear, x: np.ndarray) -> np.ndarray:
-    """Each row of x alone through the one-row (matrix-vector) kernel."""
-    return np.stack([lin(Activations(x[i:i + 1], int8=True))[0] for i in range(len(x))])
-
-
 @pytest.mark.parametrize("name", K_QUANTS)
 @pytest.mark.parametrize("n,rows", [(MATVEC_MAX_ROWS + 1, TILE8_ROWS + 5), (8, 3), (INT8_TILES_MAX_ROWS - 1, 2 * TILE8_ROWS)])
 def test_tiled_int8_products_match_reference_and_one_row_kernel(name, n, rows):
-    cols = 768
-    w = random_matrix(name, rows, cols, seed=rows + n)
-    x = _x(n, cols, n)
-    lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
-    got = lin(Activations(x, int8=True))
-    assert got.shape == (n, rows) and got.dtype == np.float32
-    for i in range(n):
-        _int8_check(name, w, x[i], got[i])
-    one = _one_row(lin, x)
-    assert np.abs(got - one).max() <= 1e-6 * np.abs(one).max()
-    # the batch path without 8-bit x is the float one (BLAS tiles): it really differs
-    flt = lin(Activations(x))
-    assert np.abs(flt - got).max() > 1e-4 * np.abs(got).max()
+    check_int8_batch(name, n, rows, 768)
 
 
 @pytest.mark.parametrize("name", K_QUANTS)
@@ -81,7 +61,7 @@ def test_other_types_batches_stay_float(name):
     BLAS, with 8-bit x allowed or not (the same bits)."""
     cols = 512
     w = random_matrix(name, 40, cols, seed=2)
-    x = _x(9, cols, 4)
+    x = awkward_rows(9, cols, 4)
     lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
     np.testing.assert_array_equal(lin(Activations(x, int8=True)), lin(Activations(x)))
 
@@ -91,7 +71,7 @@ def test_tiled_int8_spread_over_threads_gives_the_same_bits():
     same values as on this thread: each tile is one call on one thread's scratch."""
     cols, rows = 512, 5 * TILE8_ROWS + 3
     w = random_matrix("Q4_K", rows, cols, seed=11)
-    x = _x(12, cols, 5)
+    x = awkward_rows(12, cols, 5)
     lin = Linear(w, TYPE_BY_NAME["Q4_K"], cols, "Q4_K", int8=True)
     want = lin(Activations(x, int8=True))
 
@@ -107,7 +87,7 @@ def test_k_block_sums_equal_on_every_instruction_path(name, monkeypatch):
     from numba import njit
     rows, cols, n = 11, 768, 3
     w = random_matrix(name, rows, cols, seed=7)
-    x = _x(n, cols, 9)
+    x = awkward_rows(n, cols, 9)
     act = Activations(x, int8=True)
     q, d, _ = act.q8(True)
     codes, scv, dd, mw = T8.tile_arrays(rows, cols)
@@ -179,7 +159,7 @@ def test_int8_tiles_only_up_to_their_row_limit():
     w = random_matrix("Q4_K", 40, cols, seed=6)
     lin = Linear(w, TYPE_BY_NAME["Q4_K"], cols, "Q4_K", int8=True)
     for n, tiled in ((INT8_TILES_MAX_ROWS, True), (INT8_TILES_MAX_ROWS + 1, False)):
-        x = _x(n, cols, 8)
+        x = awkward_rows(n, cols, 8)
         got, flt = lin(Activations(x, int8=True)), lin(Activations(x))
         assert np.array_equal(got, flt) != tiled
         if tiled:

@@ -21,7 +21,8 @@ from hearth.engine.cpu import tiles_vnni as TV
 from hearth.engine.cpu.linear import MATVEC_MAX_ROWS, Activations, Linear, vnni_tiles
 from hearth.engine.quants import TYPE_BY_NAME
 
-from test_cpu_kernels import F16_FIELDS, _awkward_x, _int8_check, extreme_matrix, pool_work, random_matrix
+from test_cpu_kernels import (F16_FIELDS, _int8_check, awkward_rows, check_int8_batch, extreme_matrix, pool_work,
+                              random_matrix)
 
 QUANTS = list(F16_FIELDS)
 
@@ -31,16 +32,8 @@ def _vnni_on(monkeypatch):
     monkeypatch.setenv("HEARTH_CPU_VNNI", "1")
 
 
-def _x(n: int, cols: int, seed: int) -> np.ndarray:
-    return np.stack([_awkward_x(cols, seed + i) for i in range(n)])
-
-
 def _cols(name: str) -> int:
     return 768 if name.endswith("_K") else 672   # 672 = 64 x 10 + 32: the tiles' bytewise tail
-
-
-def _one_row(lin: Linear, x: np.ndarray) -> np.ndarray:
-    return np.stack([lin(Activations(x[i:i + 1], int8=True))[0] for i in range(len(x))])
 
 
 def test_the_switch_and_the_default():
@@ -56,18 +49,7 @@ def test_the_switch_and_the_default():
 @pytest.mark.parametrize("n,rows", [(MATVEC_MAX_ROWS + 1, 16), (8, 3), (13, GV.SUB + 37), (40, 2 * GV.SUB),
                                     (GV.NX, 5)])
 def test_vnni_products_match_reference_and_one_row_kernel(name, n, rows):
-    cols = _cols(name)
-    w = random_matrix(name, rows, cols, seed=rows + n)
-    x = _x(n, cols, n)
-    lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
-    got = lin(Activations(x, int8=True))
-    assert got.shape == (n, rows) and got.dtype == np.float32
-    for i in range(n):
-        _int8_check(name, w, x[i], got[i])
-    one = _one_row(lin, x)
-    assert np.abs(got - one).max() <= 1e-6 * np.abs(one).max()
-    flt = lin(Activations(x))            # float32 x: BLAS tiles, really another path
-    assert np.abs(flt - got).max() > 1e-4 * np.abs(got).max()
+    check_int8_batch(name, n, rows, _cols(name))
 
 
 @pytest.mark.parametrize("name", QUANTS)
@@ -91,7 +73,7 @@ def test_a_rows_product_does_not_depend_on_its_batch(name):
     same alone in a small batch, at any place in a larger one, and with stacked matrices' outputs."""
     cols = _cols(name)
     w = random_matrix(name, 70, cols, seed=5)
-    x = _x(11, cols, 3)
+    x = awkward_rows(11, cols, 3)
     lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
     whole = lin(Activations(x, int8=True))
     for a, b in ((0, 5), (6, 11), (3, 10), (2, 7)):
@@ -103,7 +85,7 @@ def test_a_rows_product_does_not_depend_on_its_batch(name):
 def test_spread_over_threads_gives_the_same_bits():
     cols, rows = 512, 5 * GV.SUB + 3
     w = random_matrix("Q5_K", rows, cols, seed=11)
-    x = _x(12, cols, 5)
+    x = awkward_rows(12, cols, 5)
     lin = Linear(w, TYPE_BY_NAME["Q5_K"], cols, "Q5_K", int8=True)
     want = lin(Activations(x, int8=True))
 
@@ -114,7 +96,7 @@ def test_spread_over_threads_gives_the_same_bits():
 def test_output_with_a_row_stride_and_scale():
     cols = 512
     w = random_matrix("Q4_0", 48, cols, seed=2)
-    x = _x(7, cols, 1)
+    x = awkward_rows(7, cols, 1)
     lin = Linear(w, TYPE_BY_NAME["Q4_0"], cols, "Q4_0", int8=True)
     want = lin(Activations(x, int8=True))
     lin.scale = 0.5
@@ -161,7 +143,7 @@ def test_every_instruction_path_gives_the_same_bits(name, monkeypatch):
     from numba import njit
     cols, n = _cols(name), 7
     w = random_matrix(name, 40, cols, seed=9)
-    x = _x(n, cols, 2)
+    x = awkward_rows(n, cols, 2)
     q, d, xc = Activations(x, int8=True).vnni_x(name)
     tile, groups, (code, sc, mo, dd, e, gb) = _tile_of(name, w, cols)
     fam = GV.FAMILY[name]
@@ -186,7 +168,7 @@ def test_every_instruction_path_gives_the_same_bits(name, monkeypatch):
 def test_x_sums_for_each_family():
     """What each family reads of x's code sums (Activations.vnni_x), against numpy."""
     cols = 512
-    x = _x(3, cols, 6)
+    x = awkward_rows(3, cols, 6)
     act = Activations(x, int8=True)
     qk, _, bs16 = act.q8(True)
     q0, _, s = act.q8(False)

@@ -236,6 +236,33 @@ def _int8_check(name: str, w: np.ndarray, x: np.ndarray, got: np.ndarray) -> Non
     assert np.all(np.abs(got - want) <= 1e-5 * bound + 1e-30)
 
 
+def awkward_rows(n: int, cols: int, seed: int) -> np.ndarray:
+    """n rows of _awkward_x: a batch of x."""
+    return np.stack([_awkward_x(cols, seed + i) for i in range(n)])
+
+
+def one_row(lin: Linear, x: np.ndarray) -> np.ndarray:
+    """Each row of x alone through the one-row (matrix-vector) kernel."""
+    return np.stack([lin(Activations(x[i:i + 1], int8=True))[0] for i in range(len(x))])
+
+
+def check_int8_batch(name: str, n: int, rows: int, cols: int) -> None:
+    """A batch of n rows of 8-bit x times a random (rows, cols) matrix: each row within the one-row
+    kernels' bound of the numpy reference, within 1e-6 of the largest product of the one-row kernel
+    (the same integers, float32 sums in another order), and really another path than float32 x."""
+    w = random_matrix(name, rows, cols, seed=rows + n)
+    x = awkward_rows(n, cols, n)
+    lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
+    got = lin(Activations(x, int8=True))
+    assert got.shape == (n, rows) and got.dtype == np.float32
+    for i in range(n):
+        _int8_check(name, w, x[i], got[i])
+    one = one_row(lin, x)
+    assert np.abs(got - one).max() <= 1e-6 * np.abs(one).max()
+    flt = lin(Activations(x))            # float32 x: BLAS tiles, really another path
+    assert np.abs(flt - got).max() > 1e-4 * np.abs(got).max()
+
+
 @contextmanager
 def pool_work(threads: int = 2):
     """What the CPU backend's SpreadPieces gives a product to spread its tiles: an object with
