@@ -294,7 +294,7 @@ def test_kill_9_during_a_save_leaves_only_a_temporary_file_the_next_start_ignore
 
 class DeviceLikeCache:
     """The host cache seen only through the Backend interface (no numpy `k`/`v`), as the GPU cache is:
-    the restore takes its whole-prefix path (read_prefix, then write_prefix of [0, end))."""
+    the restore takes its device path (each part's positions read into its scratch, then write_at)."""
 
     def __init__(self, kv):
         self._kv = kv
@@ -311,7 +311,7 @@ class DeviceLikeCache:
             setattr(self._kv, name, value)
 
 
-def test_a_cache_without_host_arrays_restores_through_write_prefix(setup, monkeypatch):
+def test_a_cache_without_host_arrays_restores_through_write_at(setup, monkeypatch):
     a, b, store, chats = setup
     t1, t2 = turn("One", "Uno."), turn("Two", "Dos.")
     root, _ = grow(a, store, chats, ids_of(a, t1))

@@ -148,6 +148,30 @@ def test_prefix_roundtrip_is_bit_exact_and_resumes(smollm2, default_model_path):
         fresh.close()
 
 
+def test_write_at_uploads_a_span_and_leaves_the_rest(smollm2, default_model_path):
+    """A restore writes each part at its positions (write_at); what was resident before stays."""
+    g = GGUFFile.open(default_model_path)
+    gpu = GpuBackend(smollm2["cfg"], g, 64, adapter=adapter())
+    try:
+        kv = gpu.kv
+        rng = np.random.default_rng(3)
+        shape = (kv.n_kv_heads, 20, kv.head_dim)
+        k0, v0 = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+        kv.write_prefix(2, 20, k0, v0)
+        wide = rng.standard_normal((kv.n_kv_heads, 30, kv.head_dim)).astype(np.float32)
+        k, v = wide[:, 5:12], -wide[:, 5:12]          # non-contiguous: 7 positions of each head
+        kv.write_at(2, 9, k, v)
+        rk, rv = kv.read_prefix(2, 20)
+        ek, ev = k0.copy(), v0.copy()
+        ek[:, 9:16], ev[:, 9:16] = k, v
+        assert np.array_equal(rk, ek) and np.array_equal(rv, ev)
+        with pytest.raises(ContextFullError):
+            kv.write_at(2, 60, k, v)
+        assert np.array_equal(kv.read_prefix(2, 20)[0], ek)
+    finally:
+        gpu.close()
+
+
 def test_a_warm_up_leaves_nothing_resident_and_changes_no_result(smollm2, default_model_path):
     """The Engine runs `warm_up` on its background thread after a load; what is computed after it
     is bit-identical to what a backend that never warmed up computes."""
@@ -245,6 +269,42 @@ def test_engine_on_the_gpu_restores_a_prefix_image(default_model_path):
         img.seek(0)
         with pytest.raises(PrefixImageError):
             cpu.restore_prefix(text, img)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_engine_on_the_gpu_restores_a_chat_of_two_segments(default_model_path, tmp_path):
+    """A chat's segments (preset root, then two exchanges) written by one GPU engine restore into a
+    fresh one, each part at its positions over what is resident: KV bit-identical, the same reply."""
+    from hearth.engine import Engine, Sampling
+    from hearth.engine.prefix import PrefixStore
+    from hearth.engine.prefix.chat_images import ChatImages, Root
+
+    preset = "<|im_start|>system\nAnswer briefly.<|im_end|>\n"
+    turns = [f"<|im_start|>user\n{u}<|im_end|>\n<|im_start|>assistant\n{r}<|im_end|>\n"
+             for u, r in (("One?", "Uno."), ("Two?", "Dos."))]
+    a = Engine.load(default_model_path, backend="gpu", n_ctx=128)
+    b = Engine.load(default_model_path, backend="gpu", n_ctx=128)
+    try:
+        store = PrefixStore(tmp_path)
+        chats = ChatImages(store)
+        store.ensure(a, preset)
+        root = Root.of_prefix(a, a.prefix_ids(preset))
+        for i in (1, 2):
+            a.prefill(a.tokenize(preset + "".join(turns[:i])))
+            assert chats.save(a, root, owner="1", title="chat").bytes_written > 0
+        ids = a.tokenize(preset + "".join(turns))
+        store.ensure(b, preset)
+        got = chats.restore(b, ids, Root.of_prefix(b, b.prefix_ids(preset)))
+        assert got.n_tokens == len(ids) and got.restored == len(ids) - root.n and b.tokens == ids
+        for layer in (0, a.kv.n_layers - 1):
+            for x, y in zip(a.kv.read_prefix(layer, len(ids)), b.kv.read_prefix(layer, len(ids))):
+                assert np.array_equal(x, y)
+
+        def reply(eng):
+            return "".join(e.text for e in eng.generate(ids, max_tokens=3, sampling=Sampling.greedy()))
+        assert reply(a) == reply(b)
     finally:
         a.close()
         b.close()

@@ -38,6 +38,25 @@ def test_write_then_read_round_trip(kv):
     assert not kv.k[1].any()  # other layers untouched
 
 
+def test_write_at_fills_a_span_and_nothing_else(kv):
+    rng = np.random.default_rng(1)
+    k0, v0 = (rng.standard_normal((2, 9, 4)).astype(np.float32) for _ in range(2))
+    kv.write_prefix(1, 9, k0, v0)
+    wide = rng.standard_normal((2, 12, 4)).astype(np.float32)
+    k, v = wide[:, 2:7], -wide[:, 2:7]            # non-contiguous spans of 5 positions
+    kv.write_at(1, 3, k, v)
+    rk, rv = kv.read_prefix(1, 9)
+    assert np.array_equal(rk[:, 3:8], k) and np.array_equal(rv[:, 3:8], v)
+    assert np.array_equal(rk[:, :3], k0[:, :3]) and np.array_equal(rk[:, 8:], k0[:, 8:])
+    assert np.array_equal(rv[:, :3], v0[:, :3]) and np.array_equal(rv[:, 8:], v0[:, 8:])
+    before = kv.k[1].copy()
+    with pytest.raises(ContextFullError):
+        kv.write_at(1, 14, k, v)                  # 14 + 5 > 16: refused before writing
+    with pytest.raises(EngineError):
+        kv.write_at(1, 0, k, v[:, :4])            # K and V of other shapes
+    assert np.array_equal(kv.k[1], before)
+
+
 def test_write_prefix_checks_shape(kv):
     with pytest.raises(EngineError, match="shape"):
         kv.write_prefix(0, 3, np.zeros((2, 4, 4), np.float32), np.zeros((2, 3, 4), np.float32))

@@ -15,7 +15,7 @@ import numpy as np
 
 class Backend:
     name: str = "?"
-    kv: object  # KVCache-like: .n_layers .n_kv_heads .head_dim .max_ctx .nbytes .read_prefix .write_prefix
+    kv: object  # KVCache-like: .n_layers .n_kv_heads .head_dim .max_ctx .nbytes .read_prefix .write_prefix .write_at
 
     def forward(self, ids: np.ndarray, pos: int, all_logits: bool = False) -> np.ndarray:
         """Run int32 ids [n] at positions [pos, pos + n), writing their K/V into the cache.

@@ -62,10 +62,19 @@ def check_range(pos: int, n: int, max_ctx: int) -> None:
 
 
 def check_prefix_shapes(layer: int, k, v, want: tuple[int, int, int]) -> None:
-    """K and V handed to write_prefix must both be [n_kv_heads, n, head_dim]."""
+    """K and V handed to write_prefix / write_at must both be [n_kv_heads, n, head_dim]."""
     if tuple(k.shape) != want or tuple(v.shape) != want:
         raise EngineError(f"write_prefix: layer {layer} expects K and V of shape {want}, "
                           f"got {tuple(k.shape)} and {tuple(v.shape)}")
+
+
+def check_span(kv, layer: int, start: int, k, v) -> int:
+    """What a cache's write_at checks before writing anything: K and V of one shape
+    [n_kv_heads, n, head_dim], positions [start, start + n) inside the context. Returns n."""
+    n = k.shape[1] if k.ndim == 3 else -1
+    check_prefix_shapes(layer, k, v, (kv.n_kv_heads, n, kv.head_dim))
+    kv.check_fits(start, n)
+    return n
 
 
 def _lazy_zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -126,9 +135,14 @@ class KVCache:
         """Fill positions [0, n) of layer `layer` from k, v [n_kv_heads, n, head_dim] of the cache's dtype
         (an image's bytes)."""
         check_prefix_shapes(layer, k, v, (self.n_kv_heads, n, self.head_dim))
-        self.check_fits(0, n)
-        self.k[layer][:, :n] = k
-        self.v[layer][:, :n] = v
+        self.write_at(layer, 0, k, v)
+
+    def write_at(self, layer: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
+        """Fill positions [start, start + n) of layer `layer` from k, v [n_kv_heads, n, head_dim] of the
+        cache's dtype (any strides: a part of an image); positions outside stay as they are."""
+        n = check_span(self, layer, start, k, v)
+        self.k[layer][:, start:start + n] = k
+        self.v[layer][:, start:start + n] = v
 
     def truncate(self, n: int) -> None:
         """Forget positions >= n (the allocation stays)."""

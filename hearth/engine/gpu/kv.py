@@ -7,8 +7,8 @@ position p of head h at element (h * max_ctx + p) * head_dim. Allocated once at 
 `read_prefix(layer, n)` copies positions [0, n) of every head (one copy command per head range) into
 the device's one staging buffer and maps it once. A prefix image reads layers 0, 1, ... in turn, so the
 first call copies every layer's range in one submit and later layers are served from that snapshot
-(invalidated by any write). `write_prefix` uses queue.write_buffer per head range and submits once per
-tensor, so staged uploads never pile up.
+(invalidated by any write). `write_at` (and `write_prefix`, its span from 0) uses queue.write_buffer per
+head range and submits once per tensor, so staged uploads never pile up.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EngineError
-from ..kv_cache import check_prefix_shapes, check_range, check_sizes, kv_dtype
+from ..kv_cache import check_prefix_shapes, check_range, check_sizes, check_span, kv_dtype
 
 
 class GpuKVCache:
@@ -77,16 +77,22 @@ class GpuKVCache:
 
     def write_prefix(self, layer: int, n: int, k: np.ndarray, v: np.ndarray) -> None:
         check_prefix_shapes(layer, k, v, (self.n_kv_heads, n, self.head_dim))
-        self.check_fits(0, n)
+        self.write_at(layer, 0, k, v)
+
+    def write_at(self, layer: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
+        """Positions [start, start + n) of layer `layer` from k, v [n_kv_heads, n, head_dim] of the
+        cache's dtype (any strides: each head's run is copied once, contiguous or not); the positions
+        outside stay on the GPU untouched, so a restore uploads only what it read."""
+        n = check_span(self, layer, start, k, v)
         self.touched()
         if n == 0:
             return
         row = self.max_ctx * self.head_dim * self.itemsize
+        at = start * self.head_dim * self.itemsize
         q = self.dev.queue
         for buf, src in ((self.k[layer], k), (self.v[layer], v)):
-            src = np.ascontiguousarray(src, self.dtype)
             for h in range(self.n_kv_heads):
-                q.write_buffer(buf, h * row, src[h])
+                q.write_buffer(buf, h * row + at, np.ascontiguousarray(src[h], self.dtype))
             q.submit([])      # flush this tensor's staged upload before the next one
 
     def truncate(self, n: int) -> None:

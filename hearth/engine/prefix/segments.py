@@ -194,13 +194,12 @@ def read_chain(parts: list[ChainPart], ids, kv) -> tuple[int, np.ndarray | None]
     if not good:
         return (parts[0].header.start if parts else 0), None
     base = good[0].header.start
-    end = good[-1].header.start + good[-1].use
     if _host_cache(kv, good[0].header.kv_dtype):
         # Each part is its own file with its own checksum: the parts are read side by side (this
         # thread and one worker), each straight into its positions of the cache.
         _each(lambda p: _read_part(p, kv), good)
     else:
-        _read_layers(good, kv, base, end)
+        _read_layers(good, kv)
     n_good, logits = base, None
     for p in good:
         if p.failed:
@@ -251,36 +250,26 @@ def _read_part(p: ChainPart, kv) -> None:
     _finish(p)
 
 
-def _read_layers(parts: list[ChainPart], kv, base: int, end: int) -> None:
-    """A device cache, which takes whole prefixes: each layer's [0, end) assembled on the host from
-    what is resident and every part's positions, then written; then each part's logits and checksum,
-    up to the first damaged part."""
-    dt = parts[0].header.kv_dtype
+def _read_layers(parts: list[ChainPart], kv) -> None:
+    """A device cache: each layer's K and V of every part, in file order, read into the part's
+    scratch buffers and written at the part's positions with `kv.write_at` (the resident positions
+    before them stay on the device untouched); then each part's logits and checksum, up to the first
+    damaged part."""
     alive = list(parts)
-    # One pair of host buffers serves every layer (write_prefix copies them out before returning):
-    # fresh ones per layer are fresh pages per layer, ~2.4 s per GB on a virtual machine's first touch
-    # (measured: most of a 3,766-token chat's 342 ms restore into the GPU).
-    shape = (kv.n_kv_heads, end, kv.head_dim)
-    dst_k, dst_v = np.empty(shape, dt), np.empty(shape, dt)
-    # What is resident, every layer's, taken before the first write: a GPU cache serves read_prefix
-    # from one snapshot download that any write invalidates, so reads between writes would download
-    # every layer once per layer.
-    resident = [tuple(np.array(t, dt) for t in kv.read_prefix(layer, base)) for layer in range(kv.n_layers)]
     for layer in range(kv.n_layers):
-        dst_k[:, :base], dst_v[:, :base] = resident[layer]
         for p in list(alive):
             h = p.header
+            k, v = p.scratch(0), p.scratch(1)
             try:
-                for j, dst in enumerate((dst_k, dst_v)):
-                    buf = p.scratch(j)
+                for j, buf in enumerate((k, v)):
                     _read_into(p.f, buf, f"layer {layer}", 0)
                     p.pending[j] = p.crc.update(buf)
-                    dst[:, h.start:h.start + p.use] = buf[:, :p.use]
             except PrefixImageError:
                 p.failed = True
                 del alive[alive.index(p):]
                 break
-        kv.write_prefix(layer, end, dst_k, dst_v)
+            # write_at copies out before it returns; the checksum thread only reads the buffers
+            kv.write_at(layer, h.start, k[:, :p.use], v[:, :p.use])
     for p in alive:
         if not _finish(p):
             break
