@@ -8,7 +8,7 @@ position p of head h at element (h * max_ctx + p) * head_dim. Allocated once at 
 the device's one staging buffer and maps it once. A prefix image reads layers 0, 1, ... in turn, so the
 first call copies every layer's range in one submit and later layers are served from that snapshot
 (invalidated by any write). `write_at` (and `write_prefix`, its span from 0) uses queue.write_buffer per
-head range and submits once per STAGED_FLUSH_BYTES, so staged uploads stay bounded.
+head range and submits once per tensor, so staged uploads never pile up.
 """
 
 from __future__ import annotations
@@ -17,11 +17,6 @@ import numpy as np
 
 from ..errors import EngineError
 from ..kv_cache import check_prefix_shapes, check_range, check_sizes, check_span, kv_dtype
-
-
-# A restore writes hundreds of small spans (a layer's heads of each segment); a submit per span costs
-# more than its copy, and without any submit the staged copies of a whole chat would pile up.
-STAGED_FLUSH_BYTES = 64 << 20
 
 
 class GpuKVCache:
@@ -39,7 +34,6 @@ class GpuKVCache:
         self.v = [dev.buffer(self.layer_bytes, f"v{i}") for i in range(n_layers)]
         self.n_tokens = 0
         self._snapshot = None     # (n, uint8 bytes of every layer's K then V ranges)
-        self._staged = 0          # bytes written with write_buffer since the last submit
         self.generation = 0       # bumped by every write
 
     @property
@@ -99,10 +93,7 @@ class GpuKVCache:
         for buf, src in ((self.k[layer], k), (self.v[layer], v)):
             for h in range(self.n_kv_heads):
                 q.write_buffer(buf, h * row + at, np.ascontiguousarray(src[h], self.dtype))
-        self._staged += 2 * k[0].size * self.itemsize * self.n_kv_heads
-        if self._staged >= STAGED_FLUSH_BYTES:
-            q.submit([])      # bound the staged uploads; a pass's own submit runs after them in queue order
-            self._staged = 0
+            q.submit([])      # flush this tensor's staged upload before the next one
 
     def truncate(self, n: int) -> None:
         self.n_tokens = max(0, min(self.n_tokens, n))
