@@ -72,114 +72,53 @@ def _rows_of_x(n):
     return starts
 
 
-# Each family: one top-level function (numba caches only those), the same loops around its block.
+# Each family: the same loops around its block (simd_vnni), a function of its own (a family serves two
+# types). Not cached by itself: numba keys a closure's cache by its pickled cells, which for a
+# compiled block are not stable across processes; the job functions below, which are, carry the
+# family's code in their cached library.
 
-@jit
-def gemm_k32m(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
-    n, nb, xcs = xq.shape[0], xq.shape[1] // 256, xc.shape[1]
-    tmp = np.empty(16, np.float32)
-    for g0 in range(0, groups, V):
-        for i0 in _rows_of_x(n):
-            acc = _zeros()
-            for b in range(nb):
-                acc = _k32m(acc, tile, g0 * gbytes, gbytes, code + 4096 * b, sc + 512 * b, mo + 256 * b,
-                            d + 64 * b, e + 64 * b, xq, i0 * nb * 256 + 256 * b, nb * 256, xd, i0 * nb + b, nb,
-                            xc, i0 * xcs + 4 * b, xcs)
-            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
-
-
-@jit
-def gemm_k16m(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
-    n, nb, xcs = xq.shape[0], xq.shape[1] // 256, xc.shape[1]
-    tmp = np.empty(16, np.float32)
-    for g0 in range(0, groups, V):
-        for i0 in _rows_of_x(n):
-            acc = _zeros()
-            for b in range(nb):
-                acc = _k16m(acc, tile, g0 * gbytes, gbytes, code + 4096 * b, sc + 1024 * b, mo + 512 * b,
-                            d + 64 * b, e + 64 * b, xq, i0 * nb * 256 + 256 * b, nb * 256, xd, i0 * nb + b, nb,
-                            xc, i0 * xcs + 8 * b, xcs)
-            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+def _gemm_k(block, sc_b: int, mo_b: int, e_b: int, xc_b: int):
+    """A K-quant family's product over 256-weight blocks: the block's chunk scales, mins or offsets and
+    x's sums advance by sc_b, mo_b, e_b bytes and xc_b entries a block (0: one region for all)."""
+    @njit(nogil=True)
+    def gemm(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
+        n, nb, xcs = xq.shape[0], xq.shape[1] // 256, xc.shape[1]
+        tmp = np.empty(16, np.float32)
+        for g0 in range(0, groups, V):
+            for i0 in _rows_of_x(n):
+                acc = _zeros()
+                for b in range(nb):
+                    acc = block(acc, tile, g0 * gbytes, gbytes, code + 4096 * b, sc + sc_b * b, mo + mo_b * b,
+                                d + 64 * b, e + e_b * b, xq, i0 * nb * 256 + 256 * b, nb * 256, xd, i0 * nb + b,
+                                nb, xc, i0 * xcs + xc_b * b, xcs)
+                _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+    return gemm
 
 
-@jit
-def gemm_k16o4(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
-    n, nb, xcs = xq.shape[0], xq.shape[1] // 256, xc.shape[1]
-    tmp = np.empty(16, np.float32)
-    for g0 in range(0, groups, V):
-        for i0 in _rows_of_x(n):
-            acc = _zeros()
-            for b in range(nb):
-                acc = _k16o4(acc, tile, g0 * gbytes, gbytes, code + 4096 * b, sc + 1024 * b, mo,
-                             d + 64 * b, e, xq, i0 * nb * 256 + 256 * b, nb * 256, xd, i0 * nb + b, nb,
-                             xc, i0 * xcs + 16 * b, xcs)
-            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+def _gemm_32(block):
+    """A 32-weight family's product: one block of codes, scale and offset or sum a 32 weights."""
+    @njit(nogil=True)
+    def gemm(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
+        n, nb = xq.shape[0], xq.shape[1] // 32
+        tmp = np.empty(16, np.float32)
+        for g0 in range(0, groups, V):
+            for i0 in _rows_of_x(n):
+                acc = _zeros()
+                for b in range(nb):
+                    acc = block(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
+                                xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
+                _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+    return gemm
 
 
-@jit
-def gemm_k16o32(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
-    n, nb, xcs = xq.shape[0], xq.shape[1] // 256, xc.shape[1]
-    tmp = np.empty(16, np.float32)
-    for g0 in range(0, groups, V):
-        for i0 in _rows_of_x(n):
-            acc = _zeros()
-            for b in range(nb):
-                acc = _k16o32(acc, tile, g0 * gbytes, gbytes, code + 4096 * b, sc + 1024 * b, mo,
-                              d + 64 * b, e, xq, i0 * nb * 256 + 256 * b, nb * 256, xd, i0 * nb + b, nb,
-                              xc, i0 * xcs + 16 * b, xcs)
-            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
-
-
-@jit
-def gemm_o8(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
-    n, nb = xq.shape[0], xq.shape[1] // 32
-    tmp = np.empty(16, np.float32)
-    for g0 in range(0, groups, V):
-        for i0 in _rows_of_x(n):
-            acc = _zeros()
-            for b in range(nb):
-                acc = _o8(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
-                          xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
-            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
-
-
-@jit
-def gemm_o16(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
-    n, nb = xq.shape[0], xq.shape[1] // 32
-    tmp = np.empty(16, np.float32)
-    for g0 in range(0, groups, V):
-        for i0 in _rows_of_x(n):
-            acc = _zeros()
-            for b in range(nb):
-                acc = _o16(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
-                           xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
-            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
-
-
-@jit
-def gemm_o128(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
-    n, nb = xq.shape[0], xq.shape[1] // 32
-    tmp = np.empty(16, np.float32)
-    for g0 in range(0, groups, V):
-        for i0 in _rows_of_x(n):
-            acc = _zeros()
-            for b in range(nb):
-                acc = _o128(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
-                            xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
-            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
-
-
-@jit
-def gemm_m(tile, groups, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col, rows, scale):
-    n, nb = xq.shape[0], xq.shape[1] // 32
-    tmp = np.empty(16, np.float32)
-    for g0 in range(0, groups, V):
-        for i0 in _rows_of_x(n):
-            acc = _zeros()
-            for b in range(nb):
-                acc = _m(acc, tile, g0 * gbytes, gbytes, code + 512 * b, d + 64 * b, e + 64 * b,
-                         xq, i0 * nb * 32 + 32 * b, nb * 32, xd, i0 * nb + b, nb, xc, i0 * nb + b, nb)
-            _store(acc, out, i0, g0, groups, col, rows, scale, tmp)
+gemm_k32m = _gemm_k(_k32m, 512, 256, 64, 4)
+gemm_k16m = _gemm_k(_k16m, 1024, 512, 64, 8)
+gemm_k16o4 = _gemm_k(_k16o4, 1024, 0, 0, 16)
+gemm_k16o32 = _gemm_k(_k16o32, 1024, 0, 0, 16)
+gemm_o8 = _gemm_32(_o8)
+gemm_o16 = _gemm_32(_o16)
+gemm_o128 = _gemm_32(_o128)
+gemm_m = _gemm_32(_m)
 
 
 FAMILY = {"Q4_K": gemm_k32m, "Q5_K": gemm_k32m, "Q2_K": gemm_k16m, "Q3_K": gemm_k16o4, "Q6_K": gemm_k16o32,
@@ -188,93 +127,95 @@ FAMILY = {"Q4_K": gemm_k32m, "Q5_K": gemm_k32m, "Q2_K": gemm_k16m, "Q3_K": gemm_
 
 
 # One job function a type: every sub-tile of rows [r0, r1) decoded by the type's tile function and
-# multiplied by its family's product (top-level functions, written out: numba caches only those).
+# multiplied by its family's product, one compiled call a job. Each type's is the top-level function
+# below (numba caches those by name), its body the inlined `_job`.
+
+def _job(tile_fn, gemm):
+    @njit(inline="always", nogil=True)
+    def job(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
+        for s0 in range(r0, r1, SUB):
+            s1 = min(r1, s0 + SUB)
+            tile_fn(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
+            gemm(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
+                 s1 - s0, scale)
+    return job
+
+
+_q2_k = _job(TV.tile_q2_k, gemm_k16m)
+
 
 @jit
 def q2_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
-    for s0 in range(r0, r1, SUB):
-        s1 = min(r1, s0 + SUB)
-        TV.tile_q2_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_k16m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
-                  s1 - s0, scale)
+    _q2_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
+
+
+_q3_k = _job(TV.tile_q3_k, gemm_k16o4)
 
 
 @jit
 def q3_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
-    for s0 in range(r0, r1, SUB):
-        s1 = min(r1, s0 + SUB)
-        TV.tile_q3_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_k16o4(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
-                   s1 - s0, scale)
+    _q3_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
+
+
+_q4_k = _job(TV.tile_q4_k, gemm_k32m)
 
 
 @jit
 def q4_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
-    for s0 in range(r0, r1, SUB):
-        s1 = min(r1, s0 + SUB)
-        TV.tile_q4_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_k32m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
-                  s1 - s0, scale)
+    _q4_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
+
+
+_q5_k = _job(TV.tile_q5_k, gemm_k32m)
 
 
 @jit
 def q5_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
-    for s0 in range(r0, r1, SUB):
-        s1 = min(r1, s0 + SUB)
-        TV.tile_q5_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_k32m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
-                  s1 - s0, scale)
+    _q5_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
+
+
+_q6_k = _job(TV.tile_q6_k, gemm_k16o32)
 
 
 @jit
 def q6_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
-    for s0 in range(r0, r1, SUB):
-        s1 = min(r1, s0 + SUB)
-        TV.tile_q6_k(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_k16o32(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
-                    s1 - s0, scale)
+    _q6_k(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
+
+
+_q4_0 = _job(TV.tile_q4_0, gemm_o8)
 
 
 @jit
 def q4_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
-    for s0 in range(r0, r1, SUB):
-        s1 = min(r1, s0 + SUB)
-        TV.tile_q4_0(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_o8(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
-                s1 - s0, scale)
+    _q4_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
+
+
+_q4_1 = _job(TV.tile_q4_1, gemm_m)
 
 
 @jit
 def q4_1(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
-    for s0 in range(r0, r1, SUB):
-        s1 = min(r1, s0 + SUB)
-        TV.tile_q4_1(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
-               s1 - s0, scale)
+    _q4_1(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
+
+
+_q5_0 = _job(TV.tile_q5_0, gemm_o16)
 
 
 @jit
 def q5_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
-    for s0 in range(r0, r1, SUB):
-        s1 = min(r1, s0 + SUB)
-        TV.tile_q5_0(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_o16(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
-                 s1 - s0, scale)
+    _q5_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
+
+
+_q5_1 = _job(TV.tile_q5_1, gemm_m)
 
 
 @jit
 def q5_1(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
-    for s0 in range(r0, r1, SUB):
-        s1 = min(r1, s0 + SUB)
-        TV.tile_q5_1(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_m(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
-               s1 - s0, scale)
+    _q5_1(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
+
+
+_q8_0 = _job(TV.tile_q8_0, gemm_o128)
 
 
 @jit
 def q8_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale):
-    for s0 in range(r0, r1, SUB):
-        s1 = min(r1, s0 + SUB)
-        TV.tile_q8_0(w, s0, s1, tile, rows16, n_in, sc, mo, d, e, gbytes)
-        gemm_o128(tile, (s1 - s0 + 15) // 16, gbytes, code, sc, mo, d, e, xq, xd, xc, out, col + s0 - r0,
-                  s1 - s0, scale)
+    _q8_0(w, r0, r1, tile, rows16, n_in, code, sc, mo, d, e, gbytes, xq, xd, xc, out, col, scale)
