@@ -271,8 +271,9 @@ class CpuBackend(Backend):
         # the default; int8=False or HEARTH_CPU_INT8=0 gives float32 x everywhere, the exact float
         # path. Batches quantize x too unless HEARTH_CPU_INT8_BATCH=0 (float32 x and BLAS tiles):
         # every quantized matrix in VNNI tiles where the CPU has VNNI (engine/cpu/gemm_vnni.py),
-        # elsewhere K-quant matrices in int8 tiles for inputs of up to 32 rows (engine/cpu/gemm_int8.py). With int8 the last of several ids runs
-        # as a one-token pass (forward), so a prompt's logits equal those of its recomputed last token.
+        # elsewhere K-quant matrices in int8 tiles for inputs of up to 32 rows (engine/cpu/gemm_int8.py).
+        # With int8 the last of several ids runs as a one-token pass (forward), so a prompt's logits
+        # equal those of its recomputed last token.
         self.int8 = False
         self.set_int8(int8_default() if int8 is None else int8)
         self.model.make_resident(progress)

@@ -586,10 +586,9 @@ class GpuBackend(Backend):
         if self.kv.max_ctx < 3:
             return
         try:
-            k, v = self.kv.read_prefix(0, 1)
-            self.kv.write_prefix(0, 1, np.array(k), np.array(v))
-            self.forward(np.zeros(2, np.int64), 0)
-            self.forward(np.zeros(1, np.int64), 2)
+            self.kv.write_prefix(0, 1, *self.kv.read_prefix(0, 1))   # host copies: the write cannot change them
+            self.forward(np.zeros(2, np.int32), 0)
+            self.forward(np.zeros(1, np.int32), 2)
         finally:
             self.kv.n_tokens = 0
 

@@ -259,17 +259,19 @@ def _read_layers(parts: list[ChainPart], kv) -> None:
     for layer in range(kv.n_layers):
         for p in list(alive):
             h = p.header
-            k, v = p.scratch(0), p.scratch(1)
+            bufs = []
             try:
-                for j, buf in enumerate((k, v)):
+                for j in (0, 1):
+                    buf = p.scratch(j)   # waits for its checksum of the layer before, not the other's
                     _read_into(p.f, buf, f"layer {layer}", 0)
                     p.pending[j] = p.crc.update(buf)
+                    bufs.append(buf[:, :p.use])
             except PrefixImageError:
                 p.failed = True
                 del alive[alive.index(p):]
                 break
             # write_at copies out before it returns; the checksum thread only reads the buffers
-            kv.write_at(layer, h.start, k[:, :p.use], v[:, :p.use])
+            kv.write_at(layer, h.start, *bufs)
     for p in alive:
         if not _finish(p):
             break
