@@ -20,8 +20,8 @@ from hearth.engine.cpu import tiles_int8 as T8
 from hearth.engine.cpu.linear import INT8_TILES_MAX_ROWS, MATVEC_MAX_ROWS, TILE8_ROWS, Activations, Linear
 from hearth.engine.quants import TYPE_BY_NAME
 
-from test_cpu_kernels import (F16_FIELDS, _int8_check, awkward_rows, check_int8_batch, extreme_matrix, pool_work,
-                              random_matrix)
+from test_cpu_kernels import (F16_FIELDS, _int8_check, awkward_rows, check_int8_batch, check_spread_same_bits,
+                              extreme_matrix, random_matrix)
 
 K_QUANTS = [t for t in F16_FIELDS if t.endswith("_K")]
 OTHERS = [t for t in F16_FIELDS if not t.endswith("_K")]
@@ -67,16 +67,7 @@ def test_other_types_batches_stay_float(name):
 
 
 def test_tiled_int8_spread_over_threads_gives_the_same_bits():
-    """A short input's tiles spread over pool threads (the CPU backend's SpreadPieces) write the
-    same values as on this thread: each tile is one call on one thread's scratch."""
-    cols, rows = 512, 5 * TILE8_ROWS + 3
-    w = random_matrix("Q4_K", rows, cols, seed=11)
-    x = awkward_rows(12, cols, 5)
-    lin = Linear(w, TYPE_BY_NAME["Q4_K"], cols, "Q4_K", int8=True)
-    want = lin(Activations(x, int8=True))
-
-    with pool_work() as work:
-        np.testing.assert_array_equal(lin(Activations(x, int8=True), work=work), want)
+    check_spread_same_bits("Q4_K", 5 * TILE8_ROWS + 3)
 
 
 @pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])

@@ -21,8 +21,8 @@ from hearth.engine.cpu import tiles_vnni as TV
 from hearth.engine.cpu.linear import MATVEC_MAX_ROWS, Activations, Linear, vnni_tiles
 from hearth.engine.quants import TYPE_BY_NAME
 
-from test_cpu_kernels import (F16_FIELDS, _int8_check, awkward_rows, check_int8_batch, extreme_matrix, pool_work,
-                              random_matrix)
+from test_cpu_kernels import (F16_FIELDS, _int8_check, awkward_rows, check_int8_batch, check_spread_same_bits,
+                              extreme_matrix, random_matrix)
 
 QUANTS = list(F16_FIELDS)
 
@@ -83,14 +83,7 @@ def test_a_rows_product_does_not_depend_on_its_batch(name):
 
 
 def test_spread_over_threads_gives_the_same_bits():
-    cols, rows = 512, 5 * GV.SUB + 3
-    w = random_matrix("Q5_K", rows, cols, seed=11)
-    x = awkward_rows(12, cols, 5)
-    lin = Linear(w, TYPE_BY_NAME["Q5_K"], cols, "Q5_K", int8=True)
-    want = lin(Activations(x, int8=True))
-
-    with pool_work() as work:
-        np.testing.assert_array_equal(lin(Activations(x, int8=True), work=work), want)
+    check_spread_same_bits("Q5_K", 5 * GV.SUB + 3)
 
 
 def test_output_with_a_row_stride_and_scale():

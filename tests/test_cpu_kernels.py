@@ -263,6 +263,17 @@ def check_int8_batch(name: str, n: int, rows: int, cols: int) -> None:
     assert np.abs(flt - got).max() > 1e-4 * np.abs(got).max()
 
 
+def check_spread_same_bits(name: str, rows: int, cols: int = 512) -> None:
+    """A batch of 8-bit x whose tiles are spread over pool threads (the CPU backend's SpreadPieces)
+    gives the same bits as on this thread: each tile is one call on one thread's scratch."""
+    w = random_matrix(name, rows, cols, seed=11)
+    x = awkward_rows(12, cols, 5)
+    lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
+    want = lin(Activations(x, int8=True))
+    with pool_work() as work:
+        np.testing.assert_array_equal(lin(Activations(x, int8=True), work=work), want)
+
+
 @contextmanager
 def pool_work(threads: int = 2):
     """What the CPU backend's SpreadPieces gives a product to spread its tiles: an object with
