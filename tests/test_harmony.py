@@ -10,6 +10,7 @@ import pytest
 
 from hearth.engine.chat_template import ChatTemplate
 from hearth.engine.harmony import HarmonyStream
+from hearth.engine.preset_format import Preset, PresetError, dumps, parse
 from hearth.engine.reasoning import HARMONY_ANALYSIS, ThinkingSplitter, open_tag_at_end
 from hearth.engine.tools.parser import ToolCall, ToolCallParser, detect_format
 
@@ -92,3 +93,12 @@ def test_reasoning_effort_reaches_the_prompt(effort):
     prompt = t.render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
                       tools=[WEATHER], reasoning_effort=effort)
     assert f"Reasoning: {effort}\n" in prompt and "type get_weather" in prompt and "Be brief." in prompt
+
+
+def test_the_preset_keeps_its_reasoning_effort_and_refuses_others():
+    p = Preset("p1", "Deep", reasoning_effort="high")
+    back, problems = parse(dumps([p]), "presets.json")
+    assert back[0].reasoning_effort == "high" and not problems
+    assert Preset.from_json({"name": "Plain"}).reasoning_effort == ""
+    with pytest.raises(PresetError, match=r"preset.reasoning_effort: 'extreme' is not one of low, medium, high"):
+        Preset.from_json({"name": "Bad", "reasoning_effort": "extreme"})
