@@ -82,6 +82,19 @@ def expert_views(g, name: str, n_expert: int, n_in: int, n_out: int) -> tuple:
     return t.type, t.data.reshape(n_expert, n_out, row_bytes)
 
 
+def _router(g, name: str, n_expert: int, d: int) -> np.ndarray:
+    """The router float32 [n_expert, d]: a view of the file where it is F32 (as converters write it)."""
+    t = g.tensors.get(name)
+    if t is None:
+        raise UnsupportedModelError(f"{g.path.name}: tensor {name} is missing")
+    if tuple(int(s) for s in t.shape) != (d, n_expert):
+        raise UnsupportedModelError(f"{g.path.name}: tensor {name} has shape {list(t.shape)} (GGUF order), "
+                                    f"expected {[d, n_expert]} from the metadata")
+    if t.type.name == "F32":
+        return t.data.view(np.float32).reshape(n_expert, d)
+    return W.tensor(g, name, (n_expert, d))
+
+
 def _expert_matrix(gtype, views: list[np.ndarray], n_in: int, name: str) -> W.Matrices:
     """One expert's matrices reading the same x (gate and up, or down), outputs side by side."""
     if gtype.name in KERNEL_TYPES and n_in % 32 == 0:
@@ -97,7 +110,7 @@ class MoeFfn:
         c = cfg
         d, E, ff = c.n_embd, c.n_expert, c.n_ff_exp
         self.k, self.gating, self.norm_w, self.act = c.n_expert_used, c.expert_gating, c.expert_weights_norm, c.activation
-        self.router = W.Loader(g).matrix([prefix + "ffn_gate_inp.weight"], d, [E])     # d -> n_expert
+        self.router = _router(g, prefix + "ffn_gate_inp.weight", E, d)                  # [n_expert, d]
         self.router_b = W.optional(g, prefix + "ffn_gate_inp.bias", (E,))              # [n_expert]
         tg, gate = expert_views(g, prefix + "ffn_gate_exps.weight", E, d, ff)           # [E, ff, row bytes]
         tu, up = expert_views(g, prefix + "ffn_up_exps.weight", E, d, ff)
@@ -119,11 +132,11 @@ class MoeFfn:
         self.b_down = W.optional(g, prefix + "ffn_down_exps.bias", (E, d))             # [E, d]
 
     def matrices(self) -> list[W.Matrices]:
-        return [self.router, *self.gate_up, *self.down]
+        return [*self.gate_up, *self.down]
 
     def route(self, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Chosen experts int64 [n, k] (best first) and their weights float32 [n, k]."""
-        logits = self.router(Activations(h, False))                                    # [n, E]
+        logits = h @ self.router.T                                                     # [n, E]
         if self.router_b is not None:
             logits += self.router_b
         if self.gating == "softmax":
@@ -140,21 +153,34 @@ class MoeFfn:
     def __call__(self, h: np.ndarray, i8: bool, work=None) -> np.ndarray:
         n, d = h.shape
         top, w = self.route(h)
+        if n == 1:
+            return self._one(h, top[0], w[0], i8, work)
         ys = np.empty((n, self.k, d), np.float32)                  # each slot's weighted expert output
         flat = top.reshape(-1)
         order = np.argsort(flat, kind="stable")                    # slots grouped by expert, tokens ascending
         bounds = np.flatnonzero(np.diff(flat[order])) + 1
-        shared = Activations(h, i8) if n == 1 else None            # decode: x quantized once for k experts
         for grp in np.split(order, bounds):
             e = int(flat[grp[0]])
             rows, slots = grp // self.k, grp % self.k
-            act = shared if shared is not None else Activations(h[rows], i8)
-            y = self._expert(e, act, i8, work)                     # [len(rows), d]
+            y = self._expert(e, Activations(h[rows], i8), i8, work)    # [len(rows), d]
             y *= w[rows, slots][:, None]
             ys[rows, slots] = y
         out = ys[:, 0].copy()
         for s in range(1, self.k):
             out += ys[:, s]
+        return out
+
+    def _one(self, h, top, w, i8: bool, work) -> np.ndarray:
+        """One row (decode): its k experts in slot order, x quantized once for all of them."""
+        act = Activations(h, i8)
+        out = None
+        for e, we in zip(top.tolist(), w.tolist()):
+            y = self._expert(e, act, i8, work)                     # [1, d]
+            y *= np.float32(we)
+            if out is None:
+                out = y
+            else:
+                out += y
         return out
 
     def _expert(self, e: int, act: Activations, i8: bool, work) -> np.ndarray:
