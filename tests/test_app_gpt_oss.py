@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.library.split_gguf import _raw_kvs, _string, _write_gguf
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.engine.preset_format import check_sampling
 
 pytestmark = pytest.mark.slow
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
@@ -42,11 +42,22 @@ def test_the_analysis_channel_streams_into_the_thinking_block(qtbot, tmp_path, r
     (tmp_path / "data" / "settings.ini").write_text("[model]\nn_ctx=512\n", encoding="utf-8")
     w = open_window(tmp_path / "data", tmp_path / "cache")
     try:
-        w.presets.add(Preset("p-oss", "Thinks hard", "Be brief.", [], dict(GREEDY), reasoning_effort="high"))
-        w._fill_presets()
-        w.select_preset("p-oss")
+        dlg = w.open_preset_manager()   # the preset's reasoning effort, set in the preset manager
+        qtbot.addWidget(dlg)
+        pid = dlg.new_preset()
+        dlg.nameEdit.setText("Thinks hard")
+        dlg.systemEdit.setPlainText("Be brief.")
+        for key, value in GREEDY.items():
+            dlg.sampling.boxes[key].setValue(value)
+        picker = dlg.reasoningPicker
+        picker.setCurrentIndex(picker.findData("high"))
+        assert picker.currentText() == "High" and dlg.has_unsaved_edits()
+        assert dlg.save(), dlg.errorLabel.text()
+        assert w.presets.get(pid).reasoning_effort == "high"
+        dlg.close()
+        w.select_preset(pid)
         wait_until(lambda: not w.client.busy)
-        w.conversation.new_chat("p-oss")
+        w.conversation.new_chat(pid)
         got = []
         w.conversation.replyFinished.connect(got.append)
         w.conversation.replyFailed.connect(got.append)
