@@ -134,3 +134,15 @@ def test_greedy_run(tiny, name):
         logits = be.forward([want], len(ids))
         ids.append(want)
     assert checked >= 8
+
+
+def test_prefill_in_chunks_of_8_agrees_with_one_chunk(tiny):
+    """The window and the experts' grouping across chunk boundaries (llama.cpp's ubatches of 8 give
+    the same logits as one batch)."""
+    d, m, g, be = tiny
+    ids = prompt_of(m, "english")["ids"]
+    small = CpuBackend(be.cfg, g, n_ctx=128, chunk=8, int8=False)
+    with be.float_activations():
+        be.kv.clear()
+        whole = be.forward(ids, 0, all_logits=True)
+    np.testing.assert_allclose(small.forward(ids, 0, all_logits=True), whole, atol=1e-3)
