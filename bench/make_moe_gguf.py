@@ -26,15 +26,16 @@ import os
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType as QT, GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType as QT
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 SHAPES = {
-    "gptoss20b": dict(arch="gpt-oss", n_embd=2880, n_layer=24, n_head=64, n_head_kv=8, head_dim=64,
-                      n_expert=32, n_used=4, n_ff_exp=2880, n_vocab=201088, vocab="llama-bpe", ctx=131072,
-                      rope_base=150000.0, window=128, rms_eps=1e-5),
-    "qwen3_30b": dict(arch="qwen3moe", n_embd=2048, n_layer=48, n_head=32, n_head_kv=4, head_dim=128,
-                      n_expert=128, n_used=8, n_ff_exp=768, n_ff=6144, n_vocab=151936, vocab="qwen2", ctx=40960,
-                      rope_base=1e6, rms_eps=1e-6),
+    "gptoss20b": {"arch": "gpt-oss", "n_embd": 2880, "n_layer": 24, "n_head": 64, "n_head_kv": 8, "head_dim": 64,
+                  "n_expert": 32, "n_used": 4, "n_ff_exp": 2880, "n_vocab": 201088, "vocab": "llama-bpe",
+                  "ctx": 131072, "rope_base": 150000.0, "window": 128, "rms_eps": 1e-5},
+    "qwen3_30b": {"arch": "qwen3moe", "n_embd": 2048, "n_layer": 48, "n_head": 32, "n_head_kv": 4, "head_dim": 128,
+                  "n_expert": 128, "n_used": 8, "n_ff_exp": 768, "n_ff": 6144, "n_vocab": 151936, "vocab": "qwen2",
+                  "ctx": 40960, "rope_base": 1e6, "rms_eps": 1e-6},
 }
 # gpt-oss's non-expert tensors: the published MXFP4 file keeps attention in BF16 and the embeddings
 # and output in 8 bits (as far as the file listings show; change here if a listing says otherwise).
@@ -51,7 +52,7 @@ def random_blocks(rng, qt, n_rows: int, n_in: int, std: float) -> np.ndarray:
     """uint8 [n_rows, bytes per row] of random blocks whose weights are about `std`."""
     bs, nbytes = BLOCK[qt]
     raw = rng.integers(0, 256, size=(n_rows * (n_in // bs), nbytes), dtype=np.uint8)
-    f16 = lambda v: np.frombuffer(np.float16(v).tobytes(), np.uint8)  # noqa: E731
+    f16 = lambda v: np.frombuffer(np.float16(v).tobytes(), np.uint8)
     if qt == QT.Q8_0:
         raw[:, 0:2] = f16(std / 73.0)
     elif qt == QT.Q4_K:                       # d, dmin (f16), then 6-bit scales and mins, then codes

@@ -139,7 +139,7 @@ def test_greedy_run(tiny, name):
 def test_prefill_in_chunks_of_8_agrees_with_one_chunk(tiny):
     """The window and the experts' grouping across chunk boundaries (llama.cpp's ubatches of 8 give
     the same logits as one batch)."""
-    d, m, g, be = tiny
+    _, m, g, be = tiny
     ids = prompt_of(m, "english")["ids"]
     small = CpuBackend(be.cfg, g, n_ctx=128, chunk=8, int8=False)
     with be.float_activations():

@@ -8,8 +8,8 @@ import re
 import shutil
 
 import pytest
-
 from gguf_patch import patch_metadata
+
 from hearth.engine import Engine
 from hearth.engine.config import ModelConfig
 from hearth.engine.errors import UnsupportedModelError

@@ -9,7 +9,7 @@ from hearth.engine.mxfp4_ref import BLOCK_BYTES, dequantize_mxfp4
 from hearth.engine.quants import SUPPORTED_TYPES, TYPE_BY_NAME, dequantize
 
 gguf_quants = pytest.importorskip("gguf.quants")
-from gguf import GGMLQuantizationType  # noqa: E402
+from gguf import GGMLQuantizationType
 
 
 def test_every_exponent_and_code_bit_exact():

@@ -37,12 +37,12 @@ def moe_flags(g, raw_arch: str, arch: str, n_embd: int, n_layer: int, need, opt)
     n_ff_exp = need("expert_feed_forward_length", 1, 1 << 20)
     _check_expert_tensors(g, raw_arch, n_layer, n_embd, n_expert, n_ff_exp)
     gating, norm_w, act = GATING[arch]
-    out = dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp, expert_gating=gating,
-               expert_weights_norm=norm_w, activation=act)
+    out = {"n_expert": n_expert, "n_expert_used": n_used, "n_ff_exp": n_ff_exp, "expert_gating": gating,
+           "expert_weights_norm": norm_w, "activation": act}
     if arch == "gpt-oss":
         window = need("attention.sliding_window", 1, 1 << 24)
-        out.update(sliding_window=window, swa_layers=tuple(il % 2 == 0 for il in range(n_layer)),
-                   attn_sinks=True)
+        out.update({"sliding_window": window, "swa_layers": tuple(il % 2 == 0 for il in range(n_layer)),
+                    "attn_sinks": True})
     return out
 
 

@@ -40,6 +40,6 @@ def dequantize_mxfp4(blocks: np.ndarray) -> np.ndarray:
 
 def register() -> None:
     """Add MXFP4 to engine.quants' dequantizers where it has none."""
-    from . import quants  # noqa: PLC0415
+    from . import quants
     if "MXFP4" not in quants.supported_types():
         quants._register("MXFP4")(dequantize_mxfp4)

@@ -43,7 +43,7 @@ def attention_sinks(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos
 def _block(qb: np.ndarray, k: np.ndarray, v: np.ndarray, p0: int, window: int, sink: np.ndarray) -> np.ndarray:
     """qb [rep, m, hd] of one KV head at positions [p0, p0 + m); k, v [max_ctx, hd]; sink [rep, 1]
     -> [rep, m, hd]."""
-    rep, m, hd = qb.shape
+    m = qb.shape[1]
     end = p0 + m
     start = max(0, p0 - window + 1) if window > 0 else 0
     K = k[start:end].astype(np.float32, copy=False)                 # [T, hd]
