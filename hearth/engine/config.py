@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import UnsupportedModelError
-from .moe_config import MOE_ARCHS, moe_flags
+from .moe_config import MOE_ARCHS, config_fields as moe_fields
 
 # Architectures and the llama.cpp rotation style they use. NeoX rotates pairs (i, i + d/2);
 # "normal" rotates adjacent pairs (2i, 2i + 1) (llama.cpp's converter permutes llama's q/k rows
@@ -161,7 +161,7 @@ class ModelConfig:
         if arch == "gemma3":
             cfg.update(_gemma3_flags(g, raw_arch, n_embd, n_head, n_layer, head_dim, opt))
         if arch in MOE_ARCHS:
-            cfg.update(moe_flags(g, raw_arch, arch, n_embd, n_layer, need, opt))
+            cfg.update(moe_fields(g, raw_arch, opt, cfg))
         return cls(**cfg)
 
 

@@ -25,9 +25,17 @@ MAX_EXPERTS = 1 << 12
 GATING = {"qwen3moe": ("softmax", True, "silu"), "gpt-oss": ("softmax_weight", False, "swiglu_oai")}
 
 
-def moe_flags(g, raw_arch: str, arch: str, n_embd: int, n_layer: int, need, opt) -> dict:
-    """ModelConfig fields of a MoE architecture; `need`/`opt` read `{raw_arch}.<suffix>` checked."""
-    name = g.path.name
+def config_fields(g, raw_arch: str, opt, base: dict) -> dict:
+    """ModelConfig fields of a MoE architecture. `opt(suffix, default, lo, hi)` reads
+    `{raw_arch}.<suffix>` checked against bounds; `base` holds the common fields already read."""
+    name, arch, n_embd, n_layer = g.path.name, base["arch"], base["n_embd"], base["n_layer"]
+
+    def need(suffix, lo, hi):
+        v = opt(suffix, None, lo, hi)
+        if v is None:
+            raise UnsupportedModelError(f"{name}: metadata {raw_arch}.{suffix} is missing")
+        return v
+
     n_expert = need("expert_count", 1, MAX_EXPERTS)
     n_used = need("expert_used_count", 1, MAX_EXPERTS)
     if n_used > n_expert:

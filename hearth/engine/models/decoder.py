@@ -72,16 +72,12 @@ class Decoder:
                     b.bqkv[:qrows] *= np.float32(c.attn_scale)
         # One-token passes as compiled layers where the model allows (compiled_layers.py says which)
         self._file = g.file_bytes() if hasattr(g, "file_bytes") else None
-        self.compiled_reason = self._compiled_reason()
+        self.compiled_reason = compiled_layers.CompiledLayers.reason(self, self._file)
         self.compiled_on = compiled_layers.enabled()   # False: the per-operation path (comparisons)
         self._compiled = None
         self._int8 = int8_default()
         # Whether passes of several rows quantize x to 8 bits too (int8 tiles): with 8-bit x on.
         self.int8_batches_on = int8_batches_default()
-
-    def _compiled_reason(self) -> str | None:
-        """Why one-token passes cannot run as compiled layers (None: they can)."""
-        return compiled_layers.CompiledLayers.reason(self, self._file)
 
     @property
     def int8_batches(self) -> bool:

@@ -41,9 +41,6 @@ class MoeDecoder(Decoder):
     # The FFN's pre-norm (gpt-oss names it post_attention_norm).
     FFN_NORM = "ffn_norm.weight"
 
-    def _compiled_reason(self) -> str | None:
-        return "mixture-of-experts FFN"
-
     def _matrices(self) -> list[W.Matrices]:
         return [m for b in self.blocks for m in (b.wqkv, b.wo, *b.moe.matrices())] + [self.output]
 

@@ -5,6 +5,7 @@ logits, the top k, their weights renormalised to sum 1, SiLU-gated experts, no s
 
 from __future__ import annotations
 
+from ..moe_config import config_fields  # noqa: F401  (the ModelConfig fields of this architecture)
 from .moe_decoder import MoeDecoder
 
 
