@@ -96,3 +96,12 @@ def test_the_gpu_backend_refuses_them_by_name(reference_dir):
     with pytest.raises(UnsupportedModelError, match=r"tiny-qwen3moe.gguf: mixture-of-experts models \(qwen3moe\) "
                                                     r"run on the CPU backend only"):
         Engine.load(tiny(reference_dir, "qwen3moe"), backend="gpu", n_ctx=32)
+
+
+def test_a_missing_expert_tensor_is_named(tmp_path, reference_dir):
+    data = tiny(reference_dir, "gpt-oss").read_bytes()
+    name = b"blk.1.ffn_up_exps.weight"
+    assert data.count(name) == 1
+    (tmp_path / "bad.gguf").write_bytes(data.replace(name, b"blk.1.ffn_up_exps.weigXt"))
+    assert "bad.gguf: tensor blk.1.ffn_up_exps.weight is missing (a gpt-oss layer's experts)" in refusal(
+        tmp_path / "bad.gguf")
