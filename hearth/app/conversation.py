@@ -284,6 +284,14 @@ class Conversation(QObject):
                 msgs.append({"role": m.role, "content": m.content})
         return msgs
 
+    def _template_vars(self, p) -> dict:
+        """The chat template's extra variables: the window's (enable_thinking) and the preset's
+        reasoning effort (gpt-oss's template reads it; others ignore it)."""
+        out = dict(self.template_vars)
+        if p.reasoning_effort:
+            out["reasoning_effort"] = p.reasoning_effort
+        return out
+
     def _tool_round_no(self) -> int:
         """1 + the tool rounds since the last user message."""
         n = 0
@@ -303,7 +311,7 @@ class Conversation(QObject):
         tools = self.tools_of(p)
         rid = self.client.generate(history, tools, dict(p.sampling), system=p.system_prompt,
                                    preset_id=p.id, label=p.name, context_policy=p.context_policy,
-                                   template_vars=dict(self.template_vars), chat=self._chat_ref())
+                                   template_vars=self._template_vars(p), chat=self._chat_ref())
         self._gen = {"rid": rid, "chat": self.chat_id, "text": "", "row": row, "pending": "",
                      "parse": self.tools.parse_reply(self.tool_format, tools), "tools": list(tools),
                      "round": round_no, "think": ThinkingSplitter(),

@@ -105,6 +105,12 @@ class PresetManager(QDialog):
                                      "leave out the oldest exchanges after the first one, or keep only the "
                                      "latest ones. The system prompt is always kept.")
         form.addRow("When the context is full", self.policyPicker)
+        self.reasoningPicker = QComboBox(objectName="presetReasoningEffort")
+        for key, label in (("", "The model's default"), ("low", "Low"), ("medium", "Medium"), ("high", "High")):
+            self.reasoningPicker.addItem(label, key)
+        self.reasoningPicker.setToolTip("How long a reasoning model thinks before it answers, for models whose "
+                                        "chat template takes a reasoning effort (gpt-oss); others ignore it.")
+        form.addRow("Reasoning effort", self.reasoningPicker)
         rl.addLayout(form, 3)
         toolsHead = QHBoxLayout()
         toolsHead.addWidget(QLabel("Tools (JSON list of function definitions)", objectName="panelTitle"))
@@ -188,7 +194,8 @@ class PresetManager(QDialog):
 
     def _editor_state(self) -> tuple:
         return (self.nameEdit.text(), self.systemEdit.toPlainText(), self.modelEdit.text(),
-                self.toolsEdit.toPlainText(), json.dumps(self.sampling.sampling(), sort_keys=True))
+                self.toolsEdit.toPlainText(), json.dumps(self.sampling.sampling(), sort_keys=True),
+                self.reasoningPicker.currentData())
 
     def has_unsaved_edits(self) -> bool:
         return bool(self._current) and self.store.get(self._current) is not None \
@@ -235,6 +242,7 @@ class PresetManager(QDialog):
         self.systemEdit.setPlainText(p.system_prompt)
         self.modelEdit.setText(p.model)
         self.policyPicker.setCurrentIndex(max(0, self.policyPicker.findData(p.context_policy)))
+        self.reasoningPicker.setCurrentIndex(max(0, self.reasoningPicker.findData(p.reasoning_effort)))
         self.toolsEdit.setPlainText(json.dumps(p.tools, indent=2) if p.tools else "[]")
         self.sampling.set_sampling(p.sampling)
         if self.mcpServers is not None:
@@ -296,6 +304,7 @@ class PresetManager(QDialog):
                                  "system_prompt": self.systemEdit.toPlainText(), "tools": tools,
                                  "sampling": self.sampling.sampling(), "model": self.modelEdit.text().strip(),
                                  "context_policy": self.policyPicker.currentData(),
+                                 "reasoning_effort": self.reasoningPicker.currentData(),
                                  "mcp_servers": self.mcpServers.checked() if self.mcpServers is not None
                                  else self.store.get(self._current).mcp_servers if self.store.get(self._current)
                                  else []})

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import UnsupportedModelError
+from .moe_config import MOE_ARCHS, config_fields as moe_fields
 
 # Architectures and the llama.cpp rotation style they use. NeoX rotates pairs (i, i + d/2);
 # "normal" rotates adjacent pairs (2i, 2i + 1) (llama.cpp's converter permutes llama's q/k rows
 # so that the adjacent-pair form is right for it).
-SUPPORTED_ARCHS = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox"}
+SUPPORTED_ARCHS = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox",
+                   "qwen3moe": "neox", "gpt-oss": "neox"}
 # Other names for the same computation (mlx-lm keeps a table like this).
 ARCH_ALIASES = {"mistral": "llama"}
 
@@ -77,6 +79,13 @@ class ModelConfig:
     final_softcap: float = 0.0   # logits = c * tanh(logits / c) when > 0
     attn_scale: float = 0.0      # multiplies q.k; 0 means 1/sqrt(head_dim)
     tied_output: bool = True     # the output matrix is token_embd
+    # Mixture of experts (qwen3moe, gpt-oss; moe_config.py reads and checks them)
+    n_expert: int = 0            # 0: a dense FFN
+    n_expert_used: int = 0       # top k
+    n_ff_exp: int = 0            # one expert's FFN width
+    expert_gating: str = ""      # "softmax" (over all experts) or "softmax_weight" (over the top k)
+    expert_weights_norm: bool = False   # the top k's weights renormalised to sum 1
+    attn_sinks: bool = False     # one learned logit per head joins each softmax (gpt-oss)
 
     def __post_init__(self):
         if not self.attn_scale:
@@ -138,7 +147,7 @@ class ModelConfig:
         cfg = dict(
             arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
             n_head_kv=n_head_kv, head_dim=head_dim, head_dim_v=head_dim_v,
-            n_ff=need("feed_forward_length", 1, MAX_FF),
+            n_ff=opt("feed_forward_length", 0, 0, MAX_FF) if arch in MOE_ARCHS else need("feed_forward_length", 1, MAX_FF),
             rms_eps=float(opt("attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0)),
             context_length=opt("context_length", 4096, 1, MAX_CONTEXT),
             rope_base=float(opt("rope.freq_base", 10000.0, 1e-3, 1e12)),
@@ -151,6 +160,8 @@ class ModelConfig:
             raise UnsupportedModelError(f"{name}: rope.dimension_count {cfg['n_rot']} does not fit head dim {head_dim}")
         if arch == "gemma3":
             cfg.update(_gemma3_flags(g, raw_arch, n_embd, n_head, n_layer, head_dim, opt))
+        if arch in MOE_ARCHS:
+            cfg.update(moe_fields(g, raw_arch, opt, cfg))
         return cls(**cfg)
 
 

@@ -48,6 +48,10 @@ _SAMPLING_RANGES = {"temperature": (0, 5), "top_p": (0, 1), "top_k": (0, 100000)
                     "repeat_penalty": (0.5, 3), "seed": (-1, 2**31 - 1), "max_tokens": (1, 1 << 20)}
 
 
+# A reasoning model's effort (gpt-oss's template variable `reasoning_effort`); "" leaves the template's default.
+REASONING_EFFORTS = ("", "low", "medium", "high")
+
+
 class PresetError(EngineError, ValueError):
     """A preset or presets file that cannot be used; the message says which field and why."""
 
@@ -62,6 +66,7 @@ class Preset:
     model: str = ""
     context_policy: str = DEFAULT_POLICY
     mcp_servers: list = field(default_factory=list)
+    reasoning_effort: str = ""    # "low" / "medium" / "high" for templates that take it (gpt-oss); "": theirs
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -93,7 +98,10 @@ class Preset:
         mcp = d.get("mcp_servers", []) or []
         if not isinstance(mcp, list) or not all(isinstance(n, str) and n for n in mcp):
             raise PresetError(f"{where}.mcp_servers: must be a list of MCP server names")
-        return cls(pid, name.strip(), system, tools, sampling, model, policy, list(dict.fromkeys(mcp)))
+        effort = d.get("reasoning_effort", "") or ""
+        if effort not in REASONING_EFFORTS:
+            raise PresetError(f"{where}.reasoning_effort: {effort!r} is not one of low, medium, high")
+        return cls(pid, name.strip(), system, tools, sampling, model, policy, list(dict.fromkeys(mcp)), effort)
 
     def copy(self) -> "Preset":
         return copy.deepcopy(self)

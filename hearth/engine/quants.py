@@ -348,3 +348,9 @@ def dequantize_rows(info) -> np.ndarray:
     """A `TensorInfo` -> float32 [rows, ne0]: a matrix's rows (for GGUF [n_in, n_out], that is
     [n_out, n_in]); a 1-D tensor comes back as one row."""
     return dequantize_tensor(info).reshape(-1, info.shape[0])
+
+
+# MXFP4 (gpt-oss's experts): the numpy reference in mxfp4_ref.py, where this table has none.
+from .mxfp4_ref import register as _register_mxfp4  # noqa: E402
+
+_register_mxfp4()

@@ -4,7 +4,9 @@ Reasoning models write their thinking between tags before the answer: `<think>�
 DeepSeek-R1, QwQ, SmolLM3), `[THINK]…[/THINK]` (Magistral), `<|START_THINKING|>…<|END_THINKING|>`
 (Command R7B), `<seed:think>…</seed:think>` (Seed-OSS). A template whose generation prompt ends
 with the opening tag (DeepSeek-R1's newer ones) starts the reply inside the thinking:
-`ThinkingSplitter(open_tag=...)` begins there.
+`ThinkingSplitter(open_tag=...)` begins there. gpt-oss writes channels instead of tags (harmony.py):
+a reply that starts with `<|channel|>` is split by `HarmonyStream`, its analysis channel being the
+thinking; a prompt that ends with `<|channel|>analysis<|message|>` starts the reply inside it.
 
 Only thinking at the start of a reply counts (after whitespace): a tag later in an answer is
 text the model quotes. Tags split across streamed pieces are held back until they are whole.
@@ -17,13 +19,21 @@ leaves it out.
 
 from __future__ import annotations
 
+from .harmony import CHANNEL, MESSAGE, HarmonyStream
+
 THINK_TAGS = (("<think>", "</think>"), ("[THINK]", "[/THINK]"),
               ("<|START_THINKING|>", "<|END_THINKING|>"), ("<seed:think>", "</seed:think>"))
+
+
+# A harmony prompt that opens the analysis channel for the reply (ThinkingSplitter's open_tag).
+HARMONY_ANALYSIS = f"{CHANNEL}analysis{MESSAGE}"
 
 
 def open_tag_at_end(prompt: str) -> str | None:
     """The opening tag a rendered prompt ends with (the reply starts inside the thinking)."""
     tail = prompt.rstrip()
+    if tail.endswith(HARMONY_ANALYSIS):
+        return HARMONY_ANALYSIS
     for open_, _ in THINK_TAGS:
         if tail.endswith(open_):
             return open_
@@ -41,12 +51,38 @@ class ThinkingSplitter:
 
     def __init__(self, open_tag: str | None = None):
         self._buf = ""
+        self._harmony: HarmonyStream | None = None
+        if open_tag == HARMONY_ANALYSIS:
+            self._harmony = HarmonyStream()
+            self._harmony.feed(HARMONY_ANALYSIS)
+            open_tag = None
         self._close = dict(THINK_TAGS)[open_tag] if open_tag else None
         self.state = "thinking" if open_tag else "start"   # start -> thinking -> answer, or start -> answer
         self.thinking_done = False
         self._after_tag = bool(open_tag)   # the newlines right after a tag belong to the tag
 
+    @property
+    def state(self) -> str:
+        """The phase: "start", "thinking" or "answer"."""
+        if self._harmony is not None:
+            return "thinking" if self._harmony.thinking else "answer"
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self._state = value
+
+    @property
+    def thinking_done(self) -> bool:
+        return self._harmony.thinking_done if self._harmony is not None else self._done
+
+    @thinking_done.setter
+    def thinking_done(self, value: bool) -> None:
+        self._done = value
+
     def feed(self, text: str) -> tuple[str, str]:
+        if self._harmony is not None:
+            return self._harmony.feed(text)
         self._buf += text
         thinking, answer = "", ""
         while self._buf:
@@ -57,13 +93,17 @@ class ThinkingSplitter:
                 self._after_tag = False
             if self.state == "start":
                 head = self._buf.lstrip()
+                if head.startswith(CHANNEL):              # gpt-oss: channels, not tags
+                    self._harmony, self._buf = HarmonyStream(), ""
+                    t, a = self._harmony.feed(head)
+                    return thinking + t, answer + a
                 tag = next((o for o, _ in THINK_TAGS if head.startswith(o)), None)
                 if tag:
                     self._close = dict(THINK_TAGS)[tag]
                     self._buf = head[len(tag):]
                     self.state, self._after_tag = "thinking", True
                     continue
-                if not head or any(o.startswith(head) for o, _ in THINK_TAGS):
+                if not head or any(o.startswith(head) for o in (CHANNEL, *(o for o, _ in THINK_TAGS))):
                     break   # a tag may be arriving
                 self.state = "answer"
             elif self.state == "thinking":
@@ -83,6 +123,8 @@ class ThinkingSplitter:
         return thinking, answer
 
     def finish(self) -> tuple[str, str]:
+        if self._harmony is not None:
+            return self._harmony.finish()
         rest, self._buf = self._buf, ""
         if self.state == "thinking":
             return rest, ""

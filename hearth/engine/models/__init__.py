@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from ..config import ModelConfig
 from .decoder import Decoder
+from .gpt_oss import GptOss
+from .qwen3moe import Qwen3Moe
 
-REGISTRY = {"llama": Decoder, "qwen2": Decoder, "qwen3": Decoder, "gemma3": Decoder}
+REGISTRY = {"llama": Decoder, "qwen2": Decoder, "qwen3": Decoder, "gemma3": Decoder,
+            "qwen3moe": Qwen3Moe, "gpt-oss": GptOss}
 
 
 def build_model(cfg: ModelConfig, g) -> Decoder:

@@ -67,6 +67,8 @@ class CompiledLayers:
     def reason(dec, file_bytes: np.ndarray | None) -> str | None:
         """Why the decoder's one-token passes cannot run compiled, or None when they can."""
         c = dec.cfg
+        if c.n_expert:
+            return "a mixture-of-experts FFN (models/moe.py)"
         if file_bytes is None:
             return "the weights are not one mapped file"
         if c.post_norms or c.activation != "silu" or c.sliding_window:

@@ -67,7 +67,9 @@ Event = Union[TextDelta, ToolCall, MalformedToolCall]
 def detect_format(chat_template_source: str | None) -> str:
     """The tool-call format a chat template teaches: 'hermes', 'llama3' or 'generic'."""
     src = chat_template_source or ""
-    if TAG_OPEN in src:
+    # gpt-oss's harmony template renders tools itself; engine/harmony.py passes its calls on as
+    # hermes tags.
+    if TAG_OPEN in src or "<|channel|>" in src:
         return "hermes"
     if PYTHON_TAG in src or ('"parameters"' in src and "tools" in src):
         return "llama3"

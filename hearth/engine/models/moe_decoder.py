@@ -1,0 +1,77 @@
+"""The decoder with a mixture-of-experts FFN in every layer (qwen3moe, gpt-oss).
+
+Attention is the dense decoder's (decoder.py: q/k/v with optional biases and q/k norms, RoPE, the
+K/V cache, the output projection with an optional bias); the FFN is `moe.MoeFfn`; gpt-oss adds
+attention sinks (attention_sinks.py). One-token passes run on the per-operation path: the compiled
+layers (compiled_layers.py) have a dense FFN.
+
+Tensor names are GGUF's. Shapes: n tokens, d = n_embd.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cpu.linear import Activations
+from . import weights as W
+from .attention_sinks import attention_sinks
+from .decoder import Decoder
+from .layers import attention, rms_norm
+from .moe import MoeFfn
+
+
+@dataclass
+class MoeBlock:
+    attn_norm: np.ndarray                 # [d]
+    wqkv: W.Matrices                      # d -> (nh + 2 nkv) * hd  q outputs, then k, then v
+    bqkv: np.ndarray | None               # [(nh + 2 nkv) * hd]      gpt-oss
+    qk_norm: np.ndarray | None            # [nh + nkv, hd]           qwen3moe
+    wo: W.Matrices                        # nh * hd -> d
+    bo: np.ndarray | None                 # [d]                      gpt-oss
+    sinks: np.ndarray | None              # [nh]                     gpt-oss
+    ffn_norm: np.ndarray                  # [d]
+    moe: MoeFfn                           # d -> d
+
+
+class MoeDecoder(Decoder):
+    """Weights of a MoE model and its forward pass over a KVCache (Decoder.forward)."""
+
+    # The FFN's pre-norm (gpt-oss names it post_attention_norm).
+    FFN_NORM = "ffn_norm.weight"
+
+    def _matrices(self) -> list[W.Matrices]:
+        return [m for b in self.blocks for m in (b.wqkv, b.wo, *b.moe.matrices())] + [self.output]
+
+    def _load_block(self, g, ld, i: int) -> MoeBlock:
+        c = self.cfg
+        d, hd, p = c.n_embd, c.head_dim, f"blk.{i}."
+        rows = [c.n_head * hd, c.n_head_kv * hd, c.n_head_kv * hd]
+        qkv = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+        return MoeBlock(
+            attn_norm=W.tensor(g, p + "attn_norm.weight", (d,)),
+            wqkv=ld.matrix(qkv, d, rows),
+            bqkv=W.fused_bias(g, [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"], rows),
+            qk_norm=self._qk_norm(g, p),
+            wo=ld.matrix([p + "attn_output.weight"], c.n_head * hd, [d]),
+            bo=W.optional(g, p + "attn_output.bias", (d,)),
+            sinks=W.tensor(g, p + "attn_sinks.weight", (c.n_head,)) if c.attn_sinks else None,
+            ffn_norm=W.tensor(g, p + self.FFN_NORM, (d,)),
+            moe=MoeFfn(g, c, p),
+        )
+
+    def _from_attention(self, i, b: MoeBlock, x, q, r0, r1, pos, kv, window, i8, work=None):
+        """Rows [r0, r1): attention over the cache, output projection, MoE FFN, residuals (in x)."""
+        c = self.cfg
+        if b.sinks is not None:
+            a = attention_sinks(q[r0:r1], kv.k[i], kv.v[i], pos + r0, window, b.sinks, work)
+        else:
+            a = attention(q[r0:r1], kv.k[i], kv.v[i], pos + r0, window, work)    # [n, nh hd]
+        o = b.wo(Activations(a, i8), work)                                      # [n, d]
+        if b.bo is not None:
+            o += b.bo
+        xr = x[r0:r1]
+        xr += o
+        h = rms_norm(xr, b.ffn_norm, c.rms_eps)
+        xr += b.moe(h, i8, work)
