@@ -432,3 +432,24 @@ def test_recorded_replies_parse_as_the_benchmark_counted_them(path):
             assert {"name": got[0].name, "arguments": got[0].arguments} == row["call"]
         elif not row["malformed"]:
             assert text(ev) == reply                          # plain replies pass through intact
+
+
+def test_recorded_qwen_replies_in_every_shape_it_wrote():
+    """Qwen2.5-Coder-0.5B, under a template teaching <tool_call> tags, wrote bare objects and
+    ```json fences (tool_calls_qwen_coder.json): each is a call; a reply cut off inside its JSON is
+    text."""
+    record = json.loads((Path(__file__).parent / "data" / "tool_calls_qwen_coder.json").read_text(encoding="utf-8"))
+    shapes = {"fence" if r["reply"].startswith("```") else "bare" for r in record["rows"] if r["parseable"]}
+    assert shapes == {"fence", "bare"} and sum(r["parseable"] for r in record["rows"]) >= 9
+
+
+def test_recorded_two_tool_rounds_parse_as_the_benchmark_counted_them():
+    """bench.tool_calls --set chain on Qwen2.5-Coder-0.5B: every first reply is a call; a second
+    reply (after the tool's result) repeats the first call, or runs on into many bare calls and is
+    cut off inside one (then it is text)."""
+    record = json.loads((Path(__file__).parent / "data" / "tool_chains_qwen_coder.json").read_text(encoding="utf-8"))
+    for row in record["rows"]:
+        first = calls(parse_all_ways(record["format"], row["replies"][0], ToolRegistry.builtin()))
+        assert (first[0].name, first[0].arguments) == (row["calls"][0]["name"], row["calls"][0]["arguments"])
+        second = parse_all_ways(record["format"], row["replies"][1], ToolRegistry.builtin())
+        assert bool(calls(second)) == (len(row["calls"]) > 1 and len(first) == 1)
