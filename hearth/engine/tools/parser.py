@@ -34,12 +34,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Union
 
+from .call_text import FENCE, BraceScanner, cannot_be_call_json, held_back, is_call_shaped, unfenced
 from .schema import validate_arguments, validate_tool_set
 
 FORMATS = ("hermes", "llama3", "generic")
 TAG_OPEN, TAG_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
-FENCE = "```"
 
 
 @dataclass(frozen=True)
@@ -88,36 +88,6 @@ def definitions_of(tools: Any) -> Iterable[dict]:
     return tools
 
 
-class _BraceScanner:
-    """Finds where a JSON object that starts at index 0 ends, incrementally, strings respected."""
-
-    def __init__(self) -> None:
-        self.pos, self.depth, self.in_string, self.escape = 0, 0, False, False
-
-    def scan(self, text: str) -> int:
-        """Index of the closing brace of the object opened at text[0], or -1 if not there yet."""
-        for i in range(self.pos, len(text)):
-            c = text[i]
-            if self.in_string:
-                if self.escape:
-                    self.escape = False
-                elif c == "\\":
-                    self.escape = True
-                elif c == '"':
-                    self.in_string = False
-            elif c == '"':
-                self.in_string = True
-            elif c in "{[":
-                self.depth += 1
-            elif c in "}]":
-                self.depth -= 1
-                if self.depth == 0:
-                    self.pos = i + 1
-                    return i
-        self.pos = len(text)
-        return -1
-
-
 class ToolCallParser:
     """Streaming tool-call parser for one assistant message. See the module docstring."""
 
@@ -135,7 +105,7 @@ class ToolCallParser:
         self._lead = ""            # text before a whole-message JSON value (shown if it is not a call)
         self._pending: list[Event] = []   # untagged calls, emitted once the reply is only calls
         self._pending_raw = ""     # their text as written, shown instead if prose follows
-        self._scanner = _BraceScanner()
+        self._scanner = BraceScanner()
         self._after_call = False   # whitespace right after a call is dropped if only calls follow
         self._fence_open = False
         self._n = 0
@@ -231,7 +201,7 @@ class ToolCallParser:
             self._buf = self._buf[i + len(m):]
             self._state = "tag" if m == TAG_OPEN else "pytag"
             return True
-        keep = 0 if final else _held_back(self._buf, self._markers)
+        keep = 0 if final else held_back(self._buf, self._markers)
         out.append(TextDelta(self._buf[:len(self._buf) - keep]))
         self._buf = self._buf[len(self._buf) - keep:]
         return False
@@ -272,13 +242,13 @@ class ToolCallParser:
 
     def _begin_json(self, lead: str, rest: str, origin: str) -> bool:
         self._lead, self._buf, self._origin = lead, rest, origin
-        self._scanner = _BraceScanner()
+        self._scanner = BraceScanner()
         self._state = "json"
         return True
 
     def _step_json(self, out, final) -> bool:
         untagged = self._origin in ("message", "fence")
-        if untagged and _cannot_be_call_json(self._buf):
+        if untagged and cannot_be_call_json(self._buf):
             return self._json_is_text()        # "{hello}", "[1, 2]": decided at once, shown as it streams
         end = self._scanner.scan(self._buf)
         if end < 0:
@@ -305,7 +275,7 @@ class ToolCallParser:
                     return self._json_is_text(text)
                 self._pending += calls
                 self._pending_raw += self._lead + text
-            elif not _is_call_shaped(value):
+            elif not is_call_shaped(value):
                 out.append(self._malformed(PYTHON_TAG + text, 'a tool call is a JSON object '
                                            'with "name" and "arguments"'))
             else:
@@ -368,13 +338,13 @@ class ToolCallParser:
         items = value if isinstance(value, list) else [value]
         if not items:
             return None
-        checked = [self._check(v) for v in items if _is_call_shaped(v)]
+        checked = [self._check(v) for v in items if is_call_shaped(v)]
         if len(checked) != len(items) or any(isinstance(c, str) for c in checked):
             return None
         return [ToolCall(self._next_id(), name, args, raw) for name, args in checked]
 
     def _calls_from_payload(self, payload: str, raw: str, unterminated: bool = False) -> list[Event]:
-        body = _unfenced(payload.strip())
+        body = unfenced(payload.strip())
         ending = " and the reply ended before </tool_call>" if unterminated else ""
         if not body:
             return [self._malformed(raw, f"the <tool_call> tag is empty{ending}")]
@@ -388,7 +358,7 @@ class ToolCallParser:
         items = value if isinstance(value, list) and value else [value]
         events: list[Event] = []
         for item in items:
-            if not _is_call_shaped(item, lenient=True):
+            if not is_call_shaped(item, lenient=True):
                 events.append(self._malformed(raw, 'a tool call is a JSON object with "name" and '
                                               '"arguments"'))
             else:
@@ -435,41 +405,3 @@ class ToolCallParser:
     def _next_id(self) -> str:
         self._n += 1
         return f"{self._id_prefix}{self._n}"
-
-
-def _held_back(text: str, markers: list[str]) -> int:
-    """Length of the longest end of `text` that could be the start of a marker."""
-    best = 0
-    for m in markers:
-        for k in range(min(len(m) - 1, len(text)), best, -1):
-            if text.endswith(m[:k]):
-                best = k
-                break
-    return best
-
-
-def _cannot_be_call_json(text: str) -> bool:
-    """True when `text` (starting with '{' or '[') already shows it is not a call or list of calls."""
-    body = text[1:].lstrip()
-    return bool(body) and body[0] not in ('"}' if text[0] == "{" else "{")
-
-
-def _unfenced(body: str) -> str:
-    """`body` without a ``` or ```json fence around it (models put one inside <tool_call> too)."""
-    nl = body.find("\n")
-    if not body.startswith(FENCE) or nl < 0 or body[3:nl].strip().lower() not in ("", "json"):
-        return body
-    inner = body[nl + 1:].rstrip()
-    return (inner[:-len(FENCE)] if inner.endswith(FENCE) else inner).strip()
-
-
-def _is_call_shaped(value: Any, lenient: bool = False) -> bool:
-    """A dict naming a tool: {"name", "arguments"|"parameters"} (inside tags, "name" alone will
-    do, and OpenAI's {"function": {...}} wrapper)."""
-    if not isinstance(value, dict):
-        return False
-    if isinstance(value.get("function"), dict) and "name" not in value:
-        value = value["function"]
-    if "name" not in value:
-        return False
-    return lenient or "arguments" in value or "parameters" in value
