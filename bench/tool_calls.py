@@ -14,6 +14,7 @@ as it arrives, and counted as
 `--force-prefix TEXT` starts every reply with TEXT (e.g. '<tool_call>['), as an app's "the reply must
 be a tool call" mode would: the model continues from there, and the parser reads TEXT first.
 `--record PATH` writes every prompt and raw reply to JSON (tests replay them through the parser).
+`--set chain` asks the ten two-tool questions of bench/tool_chains.py instead.
 """
 
 from __future__ import annotations
@@ -69,11 +70,11 @@ PROMPTS = [
 ]
 
 
-def run(eng: Engine, max_tokens: int, force_prefix: str = "") -> tuple[list[dict], str]:
+def run(eng: Engine, max_tokens: int, force_prefix: str = "", system: str = SYSTEM) -> tuple[list[dict], str]:
     registry = ToolRegistry.builtin()
     source = eng.gguf.metadata.get("tokenizer.chat_template")
     fmt = detect_format(source if isinstance(source, str) else None)
-    system = SYSTEM if fmt != "generic" else SYSTEM + "\n\n" + fallback_system_prompt(registry)
+    system = system if fmt != "generic" else system + "\n\n" + fallback_system_prompt(registry)
     rows = []
     for question, (tool, check) in PROMPTS:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
@@ -122,19 +123,31 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--force-prefix", default="", help="start every reply with this text")
     ap.add_argument("--record", type=Path, default=None, help="write prompts and replies to this JSON file")
+    ap.add_argument("--system", default=SYSTEM, help=f"the system prompt (default: {SYSTEM!r})")
+    ap.add_argument("--set", choices=("one", "chain"), default="one",
+                    help="one: ten one-tool questions; chain: ten that need two tools in a row")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     eng = Engine.load(args.model)
     print(f"model: {eng.gguf.metadata.get('general.name', args.model)}, loaded in "
           f"{time.perf_counter() - t0:.1f} s", flush=True)
-    rows, fmt = run(eng, args.max_tokens, args.force_prefix)
-    forced = f", every reply started with {args.force_prefix!r}" if args.force_prefix else ""
-    print(f"\ntool-call format: {fmt}; greedy, at most {args.max_tokens} tokens per reply{forced}\n")
-    print(table(rows))
+    if args.set == "chain":
+        from .tool_chains import chain_table, run_chains  # noqa: PLC0415
+        source = eng.gguf.metadata.get("tokenizer.chat_template")
+        fmt = detect_format(source if isinstance(source, str) else None)
+        rows = run_chains(eng, fmt, args.max_tokens, args.system)
+        print(f"\ntool-call format: {fmt}; greedy, at most {args.max_tokens} tokens per reply\n")
+        print(chain_table(rows))
+    else:
+        rows, fmt = run(eng, args.max_tokens, args.force_prefix, args.system)
+        forced = f", every reply started with {args.force_prefix!r}" if args.force_prefix else ""
+        print(f"\ntool-call format: {fmt}; greedy, at most {args.max_tokens} tokens per reply{forced}\n")
+        print(table(rows))
     if args.record:
         args.record.write_text(json.dumps({"model": str(eng.gguf.metadata.get("general.name")),
                                            "format": fmt, "max_tokens": args.max_tokens,
-                                           "forced_prefix": args.force_prefix, "rows": rows},
+                                           "forced_prefix": args.force_prefix, "set": args.set, "system": args.system,
+                                           "rows": rows},
                                           indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0
 

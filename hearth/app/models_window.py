@@ -24,6 +24,7 @@ from .download_panel import DownloadPanel
 from .hub_search_tab import HubSearchTab
 from .hub_tasks import HubTasks
 from .local_models_tab import LocalModelsTab
+from .packaged_models_tab import PackagedModelsTab
 
 TOKEN_KEY = "huggingface-hub"  # the KeyStore entry holding the Hugging Face token
 
@@ -44,10 +45,12 @@ class ModelsWindow(QDialog):
                 + (f"A saved token is kept in {keys.where()}." if keys is not None else ""))
         self.hub = HubSearchTab(self.tasks, n_ctx=n_ctx, available=available, token_note=note, kv_dtype=kv_dtype)
         self.local = LocalModelsTab(registry)
+        self.packaged = PackagedModelsTab(registry)
         self.downloads = DownloadPanel()
         self.tabs = QTabWidget(objectName="modelsTabs")
         self.tabs.addTab(self.hub, "Find on the Hub")
         self.tabs.addTab(self.local, "On this computer")
+        self.tabs.addTab(self.packaged, "Ready-made (PyPI)")
         lay = QVBoxLayout(self)
         lay.addWidget(self.tabs, 1)
         lay.addWidget(self.downloads)
@@ -57,6 +60,9 @@ class ModelsWindow(QDialog):
         self.hub.tokenChanged.connect(self._save_token)
         self.local.modelChosen.connect(self.modelChosen)
         self.local.modelsChanged.connect(self.modelsChanged)
+        self.packaged.modelChosen.connect(self.modelChosen)
+        self.packaged.modelsChanged.connect(self.local.refresh)
+        self.packaged.modelsChanged.connect(self.modelsChanged)
         self.downloads.pauseRequested.connect(self.tasks.downloads.pause)
         self.downloads.resumeRequested.connect(self.start_download)
         self.downloads.cancelRequested.connect(self._cancel)

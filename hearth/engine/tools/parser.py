@@ -11,9 +11,14 @@ Formats (`detect_format` picks one from the model's chat template text):
   prompt by `fallback_system_prompt`): `<tool_call>` tags as in hermes, a whole-message JSON call,
   or one in a ```json fence. Small models given the prompt (see prompt.py) produce all three.
 
-Every format also accepts a whole-message JSON call (a reply that *starts* with `{`): models trained
-on one format often drift to the other. A JSON reply that is not call-shaped (no "name" with
-"arguments"/"parameters") is passed through as text.
+Every format also accepts the shapes real models drift to (llama.cpp's and LM Studio's parsers
+accept them for the same reason): a reply that is a bare JSON call `{"name": ..., "arguments": ...}`,
+a list of calls `[{...}, {...}]`, either inside a ```json fence, and `<tool_call>` around any of them.
+Untagged JSON is a call only when the reply consists of calls (whitespace, ';' and closing fences
+between them) and every call names a known tool with arguments passing its schema; anything else
+(ordinary JSON in an answer, a call followed by prose, an unknown tool) is passed through as text.
+Inside `<tool_call>` tags (and after `<|python_tag|>`) the model has said it is calling, so a bad
+call there is reported as a MalformedToolCall.
 
 `ToolCallParser.feed(chunk)` takes text in arbitrary pieces, down to one character, and returns
 events: `TextDelta` for visible text (never part of a tag: a possible tag prefix at the end of a
@@ -29,12 +34,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Union
 
+from .call_text import FENCE, BraceScanner, cannot_be_call_json, held_back, is_call_shaped, unfenced
 from .schema import validate_arguments, validate_tool_set
 
 FORMATS = ("hermes", "llama3", "generic")
 TAG_OPEN, TAG_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
-FENCE = "```"
 
 
 @dataclass(frozen=True)
@@ -85,36 +90,6 @@ def definitions_of(tools: Any) -> Iterable[dict]:
     return tools
 
 
-class _BraceScanner:
-    """Finds where a JSON object that starts at index 0 ends, incrementally, strings respected."""
-
-    def __init__(self) -> None:
-        self.pos, self.depth, self.in_string, self.escape = 0, 0, False, False
-
-    def scan(self, text: str) -> int:
-        """Index of the closing brace of the object opened at text[0], or -1 if not there yet."""
-        for i in range(self.pos, len(text)):
-            c = text[i]
-            if self.in_string:
-                if self.escape:
-                    self.escape = False
-                elif c == "\\":
-                    self.escape = True
-                elif c == '"':
-                    self.in_string = False
-            elif c == '"':
-                self.in_string = True
-            elif c in "{[":
-                self.depth += 1
-            elif c in "}]":
-                self.depth -= 1
-                if self.depth == 0:
-                    self.pos = i + 1
-                    return i
-        self.pos = len(text)
-        return -1
-
-
 class ToolCallParser:
     """Streaming tool-call parser for one assistant message. See the module docstring."""
 
@@ -126,12 +101,13 @@ class ToolCallParser:
         self._params = {d["function"]["name"]: d["function"]["parameters"] for d in defs}
         self._id_prefix = id_prefix
         self._markers = [PYTHON_TAG] if format == "llama3" else [TAG_OPEN]
-        self._fence = format == "generic"
         self._buf = ""
         self._state = "start"      # start | text | tag | pytag | pytag_raw | json | after_json | done
-        self._origin = ""          # where the current JSON object began: message | fence | python_tag
-        self._lead = ""            # text before a whole-message JSON object (shown if it is not a call)
-        self._scanner = _BraceScanner()
+        self._origin = ""          # where the current JSON value began: message | fence | python_tag
+        self._lead = ""            # text before a whole-message JSON value (shown if it is not a call)
+        self._pending: list[Event] = []   # untagged calls, emitted once the reply is only calls
+        self._pending_raw = ""     # their text as written, shown instead if prose follows
+        self._scanner = BraceScanner()
         self._after_call = False   # whitespace right after a call is dropped if only calls follow
         self._fence_open = False
         self._n = 0
@@ -172,17 +148,20 @@ class ToolCallParser:
         return False
 
     def _step_start(self, out, final) -> bool:
-        """At the start of the message: decide whether it is a whole-message JSON call."""
-        s = self._buf.lstrip()
+        """At the start of the message, or after untagged calls: is an untagged call next?"""
+        s = self._buf.lstrip(" \t\r\n;") if self._pending else self._buf.lstrip()
         if not s:
             if final:
+                if self._pending:
+                    self._buf = ""
+                    self._flush_pending(out)
                 self._state = "text"
                 return True
             return False
         lead = self._buf[:len(self._buf) - len(s)]
-        if s[0] == "{":
+        if s[0] in "{[":
             return self._begin_json(lead, s, "message")
-        if self._fence and s[0] == "`":
+        if s[0] == "`":
             nl = s.find("\n")
             head = s if nl < 0 else s[:nl]
             if FENCE.startswith(head) or (head.startswith(FENCE)
@@ -192,9 +171,17 @@ class ToolCallParser:
                 body = s[nl + 1:].lstrip() if nl >= 0 else ""
                 if nl >= 0 and not body and not final:
                     return False
-                if head.startswith(FENCE) and body.startswith("{"):
+                if head.startswith(FENCE) and body[:1] in ("{", "["):
                     self._fence_open = True
                     return self._begin_json(self._buf[:len(self._buf) - len(body)], body, "fence")
+        if self._pending:
+            if not final and any(m.startswith(s) for m in self._markers):
+                return False                            # maybe a tag: calls may go on in tags
+            if any(s.startswith(m) for m in self._markers):
+                self._buf = s
+                self._flush_pending(out)
+            else:
+                self._revert_pending()                  # prose after the calls: it was all text
         self._state = "text"
         return True
 
@@ -216,7 +203,7 @@ class ToolCallParser:
             self._buf = self._buf[i + len(m):]
             self._state = "tag" if m == TAG_OPEN else "pytag"
             return True
-        keep = 0 if final else _held_back(self._buf, self._markers)
+        keep = 0 if final else held_back(self._buf, self._markers)
         out.append(TextDelta(self._buf[:len(self._buf) - keep]))
         self._buf = self._buf[len(self._buf) - keep:]
         return False
@@ -257,23 +244,22 @@ class ToolCallParser:
 
     def _begin_json(self, lead: str, rest: str, origin: str) -> bool:
         self._lead, self._buf, self._origin = lead, rest, origin
-        self._scanner = _BraceScanner()
+        self._scanner = BraceScanner()
         self._state = "json"
         return True
 
     def _step_json(self, out, final) -> bool:
-        if self._origin in ("message", "fence") and _cannot_be_json_object(self._buf):
-            return self._json_is_text()        # "{hello}": decided at once, shown as it streams
+        untagged = self._origin in ("message", "fence")
+        if untagged and cannot_be_call_json(self._buf):
+            return self._json_is_text()        # "{hello}", "[1, 2]": decided at once, shown as it streams
         end = self._scanner.scan(self._buf)
         if end < 0:
             if not final:
                 return False
             text, self._buf = self._buf, ""
-            if self._origin in ("message", "fence") and not _looks_like_call(text):
-                out.append(TextDelta(self._lead + text))
-            else:
-                out.append(self._malformed(self._raw_prefix() + text,
-                                           "the reply ended inside the call's JSON (it is incomplete)"))
+            if untagged:
+                return self._json_is_text(text)
+            out.append(self._malformed(PYTHON_TAG + text, "the reply ended inside the call's JSON (it is incomplete)"))
             self._state = "text"
             return False
         text = self._buf[:end + 1]
@@ -281,29 +267,46 @@ class ToolCallParser:
         try:
             value = json.loads(text)
         except ValueError as e:
-            if self._origin in ("message", "fence") and not _looks_like_call(text):
+            if untagged:
                 return self._json_is_text(text)
-            out.append(self._malformed(self._raw_prefix() + text, f"the call is not valid JSON ({e})"))
+            out.append(self._malformed(PYTHON_TAG + text, f"the call is not valid JSON ({e})"))
         else:
-            if not _is_call_shaped(value):
-                if self._origin in ("message", "fence"):
+            if untagged:
+                calls = self._untagged_calls(value, text)
+                if calls is None:
                     return self._json_is_text(text)
-                out.append(self._malformed(self._raw_prefix() + text, 'a tool call is a JSON object '
+                self._pending += calls
+                self._pending_raw += self._lead + text
+            elif not is_call_shaped(value):
+                out.append(self._malformed(PYTHON_TAG + text, 'a tool call is a JSON object '
                                            'with "name" and "arguments"'))
             else:
-                out.append(self._call_from_value(value, self._raw_prefix() + text))
+                out.append(self._call_from_value(value, PYTHON_TAG + text))
         self._lead = ""
         self._state = "after_json"
         return True
 
     def _json_is_text(self, text: str = "") -> bool:
-        """A whole-message JSON candidate turned out not to be a call: it is plain text. `text` is
-        the part already cut off the buffer (the object), `self._buf` still holds what follows."""
+        """An untagged JSON candidate turned out not to be a call: it, and any untagged calls
+        before it, are plain text. `text` is the part already cut off the buffer (the value),
+        `self._buf` still holds what follows."""
         self._buf = self._lead + text + self._buf
         self._lead = ""
         self._fence_open = False
+        self._revert_pending()
         self._state = "text"
         return True
+
+    def _flush_pending(self, out) -> None:
+        out.extend(self._pending)
+        self._pending, self._pending_raw = [], ""
+        self._after_call = True
+
+    def _revert_pending(self) -> None:
+        if self._pending:
+            self._n -= len(self._pending)               # their ids are free again
+            self._buf = self._pending_raw + self._buf
+            self._pending, self._pending_raw = [], ""
 
     def _step_after_json(self, out, final) -> bool:
         s = self._buf.lstrip(" \t\r\n;")
@@ -312,14 +315,18 @@ class ToolCallParser:
                 return False                            # the closing ``` may be arriving
             self._fence_open = False
             if s.startswith(FENCE):
+                if self._origin != "python_tag":
+                    self._pending_raw += self._buf[:len(self._buf) - len(s) + len(FENCE)]
                 self._buf = s[len(FENCE):]
-                return True
+        if self._origin != "python_tag":
+            self._state = "start"                       # more calls, the end, or prose
+            return True
         if not s:
             if final:
                 self._buf = ""
             return False
         if s.startswith("{"):
-            return self._begin_json("", s, "python_tag" if self._origin == "python_tag" else "message")
+            return self._begin_json("", s, "python_tag")
         self._buf = s
         self._after_call = True
         self._state = "text"
@@ -327,11 +334,19 @@ class ToolCallParser:
 
     # -- calls ----------------------------------------------------------------------------------
 
-    def _raw_prefix(self) -> str:
-        return PYTHON_TAG if self._origin == "python_tag" else self._lead
+    def _untagged_calls(self, value: Any, raw: str) -> list[ToolCall] | None:
+        """The calls an untagged JSON value makes, or None when it is not a call to a known tool
+        with valid arguments (then it is the answer's JSON, not a call)."""
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            return None
+        checked = [self._check(v) for v in items if is_call_shaped(v)]
+        if len(checked) != len(items) or any(isinstance(c, str) for c in checked):
+            return None
+        return [ToolCall(self._next_id(), name, args, raw) for name, args in checked]
 
     def _calls_from_payload(self, payload: str, raw: str, unterminated: bool = False) -> list[Event]:
-        body = payload.strip()
+        body = unfenced(payload.strip())
         ending = " and the reply ended before </tool_call>" if unterminated else ""
         if not body:
             return [self._malformed(raw, f"the <tool_call> tag is empty{ending}")]
@@ -345,7 +360,7 @@ class ToolCallParser:
         items = value if isinstance(value, list) and value else [value]
         events: list[Event] = []
         for item in items:
-            if not _is_call_shaped(item, lenient=True):
+            if not is_call_shaped(item, lenient=True):
                 events.append(self._malformed(raw, 'a tool call is a JSON object with "name" and '
                                               '"arguments"'))
             else:
@@ -353,29 +368,38 @@ class ToolCallParser:
         return events
 
     def _call_from_value(self, value: dict, raw: str) -> Event:
+        checked = self._check(value)
+        if isinstance(checked, str):
+            name = value.get("name") if isinstance(value.get("name"), str) else None
+            if isinstance(value.get("function"), dict) and "name" not in value:
+                name = value["function"].get("name") if isinstance(value["function"].get("name"), str) else None
+            return self._malformed(raw, checked, name)
+        return ToolCall(self._next_id(), checked[0], checked[1], raw)
+
+    def _check(self, value: dict) -> tuple[str, dict] | str:
+        """(name, arguments) of a call-shaped value, or what is wrong with it."""
         if isinstance(value.get("function"), dict) and "name" not in value:
             value = value["function"]                    # OpenAI's {"type": "function", "function": {...}}
         name = value.get("name")
         if not isinstance(name, str):
-            return self._malformed(raw, "the tool name must be a string")
+            return "the tool name must be a string"
         args = value["arguments"] if "arguments" in value else value.get("parameters", {})
         if isinstance(args, str):                        # OpenAI style: arguments as a JSON string
             try:
                 args = json.loads(args) if args.strip() else {}
             except ValueError:
-                return self._malformed(raw, f"the arguments of {name} are a string that is not JSON",
-                                       name)
+                return f"the arguments of {name} are a string that is not JSON"
         if args is None:
             args = {}
         if not isinstance(args, dict):
-            return self._malformed(raw, f"the arguments of {name} must be a JSON object", name)
+            return f"the arguments of {name} must be a JSON object"
         if name not in self._params:
             known = ", ".join(self._params) or "none"
-            return self._malformed(raw, f"there is no tool named {name!r}; the tools are: {known}", name)
+            return f"there is no tool named {name!r}; the tools are: {known}"
         errors = validate_arguments(args, self._params[name])
         if errors:
-            return self._malformed(raw, f"wrong arguments for {name}: " + "; ".join(errors), name)
-        return ToolCall(self._next_id(), name, args, raw)
+            return f"wrong arguments for {name}: " + "; ".join(errors)
+        return name, args
 
     def _malformed(self, raw: str, error: str, name: str | None = None) -> MalformedToolCall:
         return MalformedToolCall(self._next_id(), raw, error, name)
@@ -383,36 +407,3 @@ class ToolCallParser:
     def _next_id(self) -> str:
         self._n += 1
         return f"{self._id_prefix}{self._n}"
-
-
-def _held_back(text: str, markers: list[str]) -> int:
-    """Length of the longest end of `text` that could be the start of a marker."""
-    best = 0
-    for m in markers:
-        for k in range(min(len(m) - 1, len(text)), best, -1):
-            if text.endswith(m[:k]):
-                best = k
-                break
-    return best
-
-
-def _cannot_be_json_object(text: str) -> bool:
-    """True when `text` (starting with '{') already shows it is not a JSON object."""
-    body = text[1:].lstrip()
-    return bool(body) and body[0] not in '"}'
-
-
-def _looks_like_call(text: str) -> bool:
-    return '"name"' in text and ('"arguments"' in text or '"parameters"' in text)
-
-
-def _is_call_shaped(value: Any, lenient: bool = False) -> bool:
-    """A dict naming a tool: {"name", "arguments"|"parameters"} (inside tags, "name" alone will
-    do, and OpenAI's {"function": {...}} wrapper)."""
-    if not isinstance(value, dict):
-        return False
-    if isinstance(value.get("function"), dict) and "name" not in value:
-        value = value["function"]
-    if "name" not in value:
-        return False
-    return lenient or "arguments" in value or "parameters" in value
