@@ -29,6 +29,7 @@ import numpy as np
 
 from ..atomic_file import write_atomic, write_text_atomic
 from ..errors import PrefixImageError
+from ..files import open_regular
 from ..generation import common_prefix
 from .format import FLAG_LOGITS, I32, dtype_code
 from .io import _read_into, write_all
@@ -103,7 +104,7 @@ class ChatImages:
             if p.name.startswith("."):
                 continue
             try:
-                with open(p, "rb") as f:
+                with open_regular(p) as f:      # a FIFO named *.hps must not block the lookup
                     h = read_segment_header(f)
             except (OSError, PrefixImageError):
                 continue  # unreadable: the restore never finds it; the cap removes it in time
@@ -190,17 +191,17 @@ class ChatImages:
                 for part in parts:
                     part.f.close()
             refused = 0
-            for part in parts:
+            for part, f in zip(parts, found):     # parts are the first of `found`, in order
                 if part.failed:
                     refused += 1
-                    _unlink(part.f.name)
+                    _unlink(f.path)
                 elif part.header.start < n_good:
-                    _touch(Path(part.f.name))
+                    _touch(f.path)
             return Restored(n_good, n_good - start, time.perf_counter() - t0, refused)
 
     def _open(self, engine, f: _Found) -> ChainPart | None:
         try:
-            fh = open(f.path, "rb", buffering=0)
+            fh = open_regular(f.path, buffering=0)
         except OSError:
             return None
         try:
@@ -359,7 +360,7 @@ def _dtype(engine) -> int:
 
 def _stored_ids(path: Path, h: SegmentHeader) -> list[int] | None:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.seek(128)
             raw = np.empty(h.n_tokens, I32)
             _read_into(f, raw, "the token ids", 128)
