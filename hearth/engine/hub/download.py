@@ -212,6 +212,9 @@ class Download:
                                    f"({type(e).__name__}); what was downloaded is kept: resume to continue") from e
                 if self._cancel.wait(min(0.25 * 2 ** attempt, 4.0)) or self._pause.is_set():
                     return self._control_outcome()
+            except (httpx2.HTTPError, httpx2.InvalidURL) as e:   # a lying body, a redirect loop: not retried
+                raise HubError("bad_response", f"{f.path}: {_what_went_wrong(e)}; what was downloaded is "
+                                               "kept: try again later or choose another repository") from e
         if have is None:
             return self._control_outcome()
         return self._finish(f, final, part)
@@ -317,6 +320,14 @@ class Download:
         eta = left / speed if speed > 0 else None
         self.on_progress(Progress(self.job.name, stage, done, self.job.size, speed, eta, index,
                                   len(self.job.files)))
+
+
+def _what_went_wrong(e: Exception) -> str:
+    if isinstance(e, httpx2.DecodingError):
+        return f"the server's body could not be decoded as the encoding it named ({e})"
+    if isinstance(e, httpx2.TooManyRedirects):
+        return "the download location redirects in a loop (too many redirects)"
+    return f"the download failed ({type(e).__name__}: {e})"
 
 
 class _StatusError(Exception):
