@@ -39,7 +39,8 @@ from ..errors import GGUFError, HubError
 from ..library.file_names import split_part
 from ..library.split_gguf import join_split
 from .client import HubClient, HubFile, RemoteModel, hub_error
-from .partial import DownloadJob, part_path, read_sidecar, remove_partial, write_sidecar
+from .names import check_job_names, inside
+from .partial import DownloadJob, model_folder, part_path, read_sidecar, remove_partial, write_sidecar
 
 CHUNK = 1 << 20
 HASH_CHUNK = 8 << 20
@@ -75,10 +76,6 @@ def job_for(model: RemoteModel, repo_id: str, commit: str) -> DownloadJob:
     return DownloadJob(repo_id, commit, model.name, model.files)
 
 
-def model_folder(models_dir: Path, repo_id: str) -> Path:
-    """`<models>/<owner>/<name>/`: the repository's files keep their paths under it."""
-    owner, _, name = repo_id.partition("/")
-    return models_dir / owner / (name or owner)
 
 
 class _Speed:
@@ -137,6 +134,9 @@ class Download:
         return first if len(self.job.files) == 1 else first.with_name(self.job.name)
 
     def run(self) -> DownloadResult:
+        check_job_names(self.job.repo_id, [f.path for f in self.job.files], self.job.name)
+        for f in self.job.files:
+            inside(self.folder, f.path)
         target = self.model_path()
         if target.is_file() and len(self.job.files) > 1 and not any(p.exists() for p in self.final_paths()):
             return DownloadResult(Outcome.DONE, target)  # joined by an earlier run
