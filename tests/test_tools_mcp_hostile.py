@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 from mcp_fixtures import stdio_config
 
-from hearth.engine.tools.mcp import McpError, McpManager
+from hearth.engine.tools.mcp import McpManager
 from hearth.engine.tools.mcp.stderr_log import LOG_CAP_BYTES
 
 FLOOD = 3 * LOG_CAP_BYTES

@@ -40,7 +40,7 @@ from ..library.file_names import split_part
 from ..library.split_gguf import join_split
 from .client import HubClient, HubFile, RemoteModel, hub_error
 from .names import check_job_names, inside
-from .partial import DownloadJob, model_folder, part_path, read_sidecar, remove_partial, write_sidecar
+from .partial import DownloadJob, part_path, read_sidecar, remove_partial, write_sidecar
 
 CHUNK = 1 << 20
 HASH_CHUNK = 8 << 20

@@ -17,8 +17,8 @@ from typing import Callable
 from ..errors import EngineError, HubError
 from ..library.registry import ModelRegistry
 from .client import HubClient
-from .download import Download, DownloadResult, Outcome, Progress, model_folder
-from .partial import DownloadJob, pending_downloads, remove_partial
+from .download import Download, DownloadResult, Outcome, Progress
+from .partial import DownloadJob, model_folder, pending_downloads, remove_partial
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (repo id, model file name)
