@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hearth.engine import attachment_text
 from hearth.engine.files import NotRegularFile, open_regular
 
 MAX_BYTES = 20 * 1024 * 1024   # read no further: no context holds more text than this
@@ -81,12 +82,8 @@ def _pdf_text(p: Path, raw: bytes) -> str:
 
 
 def block(a: Attachment) -> str:
-    """The attachment as it goes into the message."""
-    fence = "```"
-    while fence in a.text:
-        fence += "`"
-    lang = Path(a.name).suffix.lstrip(".").lower()
-    return f"File: {a.name}\n{fence}{lang if lang != 'pdf' else ''}\n{a.text.rstrip()}\n{fence}"
+    """The attachment as it goes into the message (engine/attachment_text.py owns the format)."""
+    return attachment_text.block(a.name, a.text)
 
 
 def message_text(text: str, attachments: list[Attachment]) -> str:
