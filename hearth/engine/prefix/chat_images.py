@@ -284,7 +284,7 @@ class ChatImages:
         out = {}
         for p in (self.root / OWNERS_DIR).glob("*.json"):
             try:
-                v = json.loads(p.read_text())
+                v = _json_of(p)
             except (OSError, ValueError):
                 continue
             if isinstance(v, dict):
@@ -294,7 +294,7 @@ class ChatImages:
     def _own(self, owner: str, keys: list[str], title: str | None, n_tokens: int) -> None:
         p = self._owner_path(owner)
         try:
-            cur = json.loads(p.read_text())
+            cur = _json_of(p)
         except (OSError, ValueError):
             cur = {}
         segs = list(dict.fromkeys([*cur.get("segments", []), *keys]))
@@ -342,7 +342,7 @@ class ChatImages:
             meta = {}
             for k in reversed(doc.get("segments", [])):
                 try:
-                    meta = json.loads((self.root / f"{k}{META_SUFFIX}").read_text())
+                    meta = _json_of(self.root / f"{k}{META_SUFFIX}")
                     break
                 except (OSError, ValueError):
                     continue
@@ -356,6 +356,16 @@ class ChatImages:
 def _dtype(engine) -> int:
     """The dtype code of the engine's KV cache: a segment of another dtype is refused by key and shape."""
     return dtype_code(engine.kv.dtype)
+
+
+def _json_of(path: Path):
+    """The JSON in a regular file; OSError for a FIFO or device (never waited on), ValueError for
+    text that is no JSON object."""
+    with open_regular(path) as f:
+        v = json.loads(f.read(1 << 20).decode("utf-8"))
+    if not isinstance(v, dict):
+        raise ValueError(f"{path.name}: not a JSON object")
+    return v
 
 
 def _stored_ids(path: Path, h: SegmentHeader) -> list[int] | None:
