@@ -65,3 +65,19 @@ def test_a_message_nested_past_any_reader_is_named():
     notes = Unreadable()
     assert read_again(e.value, notes) is e.value
     assert "could not be read" in notes.reason and "RecursionError" in notes.reason
+
+
+def test_a_result_with_a_lone_surrogate_is_read_with_a_replacement_character():
+    """JSON may escape half a UTF-16 pair; the SDK's reader refuses the whole message (the call would
+    wait for its timeout), and such text could be neither tokenized nor stored."""
+    from mcp_types import jsonrpc_message_adapter
+
+    from hearth.engine.tools.mcp.readable_listing import Unreadable, read_again
+    raw = ('{"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": "a\\ud800b"}], '
+           '"isError": false}}')
+    with pytest.raises(Exception) as e:
+        jsonrpc_message_adapter.validate_json(raw, by_name=False)
+    notes = Unreadable()
+    got = read_again(e.value, notes)
+    assert got is not e.value and notes.reason == ""
+    assert got.message.result["content"][0]["text"] == "a\ufffdb"
