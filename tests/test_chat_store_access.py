@@ -131,3 +131,44 @@ def test_a_read_only_bind_mount(shared_dir):
         assert sorted(p.name for p in src.iterdir()) == ["chats.sqlite3"]
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+WINDOW = """
+import os, sys
+from PySide6.QtWidgets import QApplication
+app = QApplication([])
+from hearth.app.main import create_window
+from hearth.app.single_instance import SingleInstance
+from hearth.engine.paths import data_dir
+guard = SingleInstance(data_dir())
+claimed = guard.claim()
+w = create_window()
+print("RESULT", claimed, w.banner.isVisible() or not w.banner.isHidden(), "|", w.bannerLabel.text(), flush=True)
+os._exit(0)
+"""
+
+
+def test_the_window_opens_on_a_read_only_data_folder(shared_dir):
+    """The report's case whole: the window opens, says chats cannot be saved, and this is the one
+    instance (its lock file cannot be made there)."""
+    data, cache = shared_dir / "data", shared_dir / "cache"
+    data.mkdir()
+    cache.mkdir()
+    healthy_db(data / "chats.sqlite3")
+    as_user(shared_dir)
+    data.chmod(0o555)
+    before = sorted(p.name for p in data.iterdir())
+    cmd = [sys.executable, "-c", WINDOW]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("the tests run as root and setpriv is missing: permissions cannot be tested")
+        cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *cmd]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd="/",
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(shared_dir), QT_QPA_PLATFORM="offscreen",
+                                HEARTH_DATA_DIR=str(data), HEARTH_CACHE_DIR=str(cache),
+                                XDG_RUNTIME_DIR=str(cache)))
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")), None)
+    assert line is not None, r.stderr[-3000:]
+    assert line.startswith("RESULT True True |") and "Chats cannot be saved" in line, line
+    assert "presets cannot be saved" in line.lower(), line
+    assert sorted(p.name for p in data.iterdir()) == before
