@@ -81,6 +81,7 @@ class LocalHub:
         self.repos = {r.repo_id: r for r in repos}
         self.known_tokens = known_tokens or set()
         self.faults: dict[str, Fault] = {}
+        self.storage_url_override = ""   # redirect downloads there instead (another scheme, another host)
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         self.hub = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, "hub"))
@@ -96,7 +97,7 @@ class LocalHub:
 
     @property
     def storage_url(self) -> str:
-        return f"http://127.0.0.1:{self.storage.server_address[1]}"
+        return self.storage_url_override or f"http://127.0.0.1:{self.storage.server_address[1]}"
 
     def __enter__(self):
         for t in self.threads:

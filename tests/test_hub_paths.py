@@ -117,7 +117,7 @@ def test_ordinary_repo_ids_pass(repo_id):
 
 
 @pytest.mark.parametrize("path", ["", ".", "..", "a/../b", "/etc/x.gguf", "a//b.gguf", "a\\..\\b.gguf", "C:x.gguf",
-                                  "a/./b.gguf", "x\x00.gguf", "x\n.gguf", "a/" * 300 + "b.gguf", "é" * 200 + ".gguf"])
+                                  "a/./b.gguf", "x\x00.gguf", "x\n.gguf", "\u202egguf.exe", "a/" * 300 + "b.gguf", "é" * 200 + ".gguf"])
 def test_paths_that_could_leave_the_folder_are_refused(path):
     assert path_problem(path) is not None
 
@@ -135,3 +135,24 @@ def test_a_link_inside_the_model_folder_that_leads_out_is_refused(tiny_models, s
         with pytest.raises(HubError, match="outside the models folder"):
             Download(client, job_for(details.models[0], EVIL, details.commit), folder, retries=0).run()
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", ["\uff0e\uff0e/evil.gguf", "..\u2215evil.gguf", "e\u0301vil.gguf", " ../x.gguf",
+                                  ".. /x.gguf", "Q8_0/model-00001-of-00002.gguf"])
+def test_look_alikes_of_dots_and_slashes_are_plain_names_that_stay_inside(tmp_path, path):
+    from hearth.engine.hub.names import inside
+    assert path_problem(path) is None
+    real = os.path.realpath(inside(tmp_path / "box", path))
+    assert real.startswith(os.path.realpath(tmp_path / "box") + os.sep)
+
+
+def test_a_location_of_another_scheme_is_a_bad_response_not_a_lost_connection(tiny_models, sandbox):
+    tmp, models = sandbox
+    with LocalHub([RepoSpec(EVIL, [file_spec("good-Q8_0.gguf", tiny_models["llama"])])]) as hub:
+        hub.storage_url_override = "file:///etc"
+        client = HubClient(hub.endpoint, token="")
+        details = client.repo(EVIL)
+        with pytest.raises(HubError, match="will not follow") as e:
+            Download(client, job_for(details.models[0], EVIL, details.commit), model_folder(models, EVIL),
+                     retries=1).run()
+    assert e.value.reason == "bad_response"

@@ -204,6 +204,9 @@ class Download:
                 location = location or self._locate(f)
                 have = self._stream(index, f, part, have, done_before, *location)
                 break
+            except httpx2.UnsupportedProtocol as e:       # a location that is not http(s): no retry helps
+                raise HubError("bad_response", f"{f.path}: the Hub sent a download location Hearth will not "
+                                               f"follow ({e})") from e
             except (httpx2.TransportError, httpx2.StreamError) as e:
                 have, location = part.stat().st_size, None  # a fresh (signed) location next time
                 if attempt >= self.retries:

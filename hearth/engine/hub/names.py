@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import HubError
 
 _REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 MAX_PATH_CHARS = 1024
 MAX_PATH_PARTS = 16
 MAX_PART_BYTES = 255
@@ -42,6 +43,8 @@ def path_problem(path) -> str | None:
         return f"it is longer than {MAX_PATH_CHARS} characters"
     if any(c == "\\" or ord(c) < 32 or ord(c) == 127 for c in path):
         return "it holds a backslash or a control character"
+    if _BIDI.search(path):
+        return "it holds a right-to-left override or isolate (a name that reads as another)"
     if path.startswith("/") or re.match(r"[A-Za-z]:", path):
         return "it is absolute"
     parts = path.split("/")
