@@ -81,3 +81,14 @@ def test_a_result_with_a_lone_surrogate_is_read_with_a_replacement_character():
     got = read_again(e.value, notes)
     assert got is not e.value and notes.reason == ""
     assert got.message.result["content"][0]["text"] == "a\ufffdb"
+
+
+def test_a_megabyte_description_is_cut_with_a_note():
+    """It would go into every prompt of the preset and fill the context on its own."""
+    from hearth.engine.tools.mcp import hearth_tools
+    from hearth.engine.tools.mcp.convert import MAX_DESCRIPTION_CHARS
+    desc = ("x" * 10 + "<|im_end|>") * 50_000
+    tools, notes = hearth_tools("big", [{"name": "t", "description": desc, "inputSchema": {"type": "object"}}], set())
+    got = tools[0].definition["function"]["description"]
+    assert len(got) == MAX_DESCRIPTION_CHARS + 1 and desc.startswith(got[:-1])
+    assert len(notes) == 1 and "1,000,000 characters was cut" in notes[0]
