@@ -172,3 +172,12 @@ def test_the_window_opens_on_a_read_only_data_folder(shared_dir):
     assert line.startswith("RESULT True True |") and "Chats cannot be saved" in line, line
     assert "presets cannot be saved" in line.lower(), line
     assert sorted(p.name for p in data.iterdir()) == before
+
+
+def test_a_folder_in_the_databases_place_is_left_alone(tmp_path):
+    """Not damage either: nothing to move aside, nothing to recover."""
+    (tmp_path / "chats.sqlite3").mkdir()
+    store, notice = ChatStore.open_or_move_aside(tmp_path / "chats.sqlite3")
+    assert "is a folder, not a database file" in notice and "Chats you start now are lost" in notice
+    store.create_chat("meanwhile")
+    assert (tmp_path / "chats.sqlite3").is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["chats.sqlite3"]

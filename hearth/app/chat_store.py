@@ -165,8 +165,9 @@ class ChatStore:
         if why.startswith("cannot be read"):
             return store, (f"Your chats {path} {why}. It was left untouched; chats you start now cannot be "
                            "saved. Give Hearth access to the file and restart it to see your chats.")
-        return store, (f"Chats cannot be saved: {why}. Your chats are shown, but what you change now is "
-                       "lost when Hearth closes.")
+        shown = ("Your chats are shown, but what you change now is lost when Hearth closes." if chats else
+                 "Chats you start now are lost when Hearth closes.")
+        return store, f"Chats cannot be saved: {why}. {shown}"
 
     def check(self) -> list[str]:
         """What `PRAGMA quick_check` finds wrong (an empty list when the database is sound). An
@@ -352,6 +353,8 @@ def access_problem(path: Path, error: BaseException) -> str:
             return f"{path} is on a read-only file system"
     except OSError:
         pass
+    if path.is_dir():
+        return f"{path} is a folder, not a database file"
     if path.exists() and not os.access(path, os.R_OK):
         return "cannot be read (permission denied)"
     if not folder.exists():
