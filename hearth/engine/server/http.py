@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..net import is_loopback_host
 from .chat import ChatOutcome, ChatService
-from .limits import RETRY_AFTER_S, DeadlineReader, refuse_busy
+from .limits import RETRY_AFTER_S, DeadlineReader, PerAddress, refuse_busy
 from .protocol import (RequestError, chunk_body, completion_body, error_body, models_body, new_completion_id,
                        now, parse_chat_request, timings, usage, usage_chunk_body)
 from .worker import JobFailed
@@ -75,8 +75,7 @@ class HearthServer(ThreadingHTTPServer):
         self.service, self.token, self.max_body = service, token, max_body
         self.max_pending, self.max_connections = max_pending, max_connections
         self.max_per_address, self.head_deadline_s, self.body_deadline_s = max_per_address, head_deadline_s, body_deadline_s
-        self._per_address: dict[str, int] = {}
-        self._addresses = threading.Lock()
+        self._per_address = PerAddress(max_per_address)
         self._pending = threading.BoundedSemaphore(max_pending)
         self._connections = threading.BoundedSemaphore(max_connections)
         self._refusing = threading.BoundedSemaphore(MAX_REFUSING)
@@ -85,15 +84,11 @@ class HearthServer(ThreadingHTTPServer):
     def process_request(self, request, client_address) -> None:
         """One thread per connection, up to `max_connections` and `max_per_address`; beyond, a
         short-lived thread answers 503 (see `refuse_busy`)."""
-        address = client_address[0] if isinstance(client_address, tuple) else str(client_address)
-        with self._addresses:
-            mine = self._per_address.get(address, 0)
-            if mine < self.max_per_address:
-                self._per_address[address] = mine + 1
-        if mine >= self.max_per_address:
+        address = _address(client_address)
+        if not self._per_address.take(address):
             return self._refuse_soon(request, f"too many open connections from {address}")
         if not self._connections.acquire(blocking=False):
-            self._release_address(address)
+            self._per_address.give_back(address)
             return self._refuse_soon(request, "too many open connections")
         super().process_request(request, client_address)
 
@@ -109,20 +104,12 @@ class HearthServer(ThreadingHTTPServer):
         finally:
             self._refusing.release()
 
-    def _release_address(self, address: str) -> None:
-        with self._addresses:
-            left = self._per_address.get(address, 1) - 1
-            if left > 0:
-                self._per_address[address] = left
-            else:
-                self._per_address.pop(address, None)
-
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
             self._connections.release()
-            self._release_address(client_address[0] if isinstance(client_address, tuple) else str(client_address))
+            self._per_address.give_back(_address(client_address))
 
     @contextlib.contextmanager
     def pending_slot(self):
@@ -371,6 +358,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):
             return True
+
+
+def _address(client_address) -> str:
+    return client_address[0] if isinstance(client_address, tuple) else str(client_address)
 
 
 def _usage(out: ChatOutcome) -> dict:

@@ -11,11 +11,37 @@ from __future__ import annotations
 import io
 import json
 import socket
+import threading
 import time
 
 from .protocol import error_body
 
 RETRY_AFTER_S = 2
+
+
+class PerAddress:
+    """Open connections by client address, at most `cap` from each."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self._open: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def take(self, address: str) -> bool:
+        with self._lock:
+            n = self._open.get(address, 0)
+            if n >= self.cap:
+                return False
+            self._open[address] = n + 1
+            return True
+
+    def give_back(self, address: str) -> None:
+        with self._lock:
+            left = self._open.get(address, 1) - 1
+            if left > 0:
+                self._open[address] = left
+            else:
+                self._open.pop(address, None)
 
 
 class DeadlineReader(io.RawIOBase):
