@@ -49,13 +49,25 @@ def as_user(path: Path) -> None:
             os.chown(p, NOBODY, NOBODY)
 
 
+def as_ordinary_user(cmd: list[str]) -> list[str]:
+    """`cmd` run as an ordinary user: itself when the tests do not run as root, else through
+    setpriv as nobody (skipped, saying why, where nobody cannot run Hearth from this checkout)."""
+    if os.geteuid() != 0:
+        return cmd
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("the tests run as root and setpriv is missing: permissions cannot be tested")
+    prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import hearth.app.chat_store"], capture_output=True,
+                           text=True, timeout=120, cwd="/", env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    if probe.returncode:
+        pytest.skip(f"the user nobody cannot run Hearth from {ROOT} (its folders are root's own): "
+                    "permissions cannot be tested here")
+    return [*prefix, *cmd]
+
+
 def open_as_user(db: Path) -> dict:
-    cmd = [sys.executable, "-c", CHILD, str(db)]
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("the tests run as root and setpriv is missing: permissions cannot be tested")
-        cmd = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *cmd]
+    cmd = as_ordinary_user([sys.executable, "-c", CHILD, str(db)])
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd="/",
                        env=dict(os.environ, PYTHONPATH=str(ROOT), HOME="/tmp"))
     assert r.returncode == 0, r.stderr[-2000:]
@@ -158,11 +170,7 @@ def test_the_window_opens_on_a_read_only_data_folder(shared_dir):
     as_user(shared_dir)
     data.chmod(0o555)
     before = sorted(p.name for p in data.iterdir())
-    cmd = [sys.executable, "-c", WINDOW]
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("the tests run as root and setpriv is missing: permissions cannot be tested")
-        cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *cmd]
+    cmd = as_ordinary_user([sys.executable, "-c", WINDOW])
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd="/",
                        env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(shared_dir), QT_QPA_PLATFORM="offscreen",
                                 HEARTH_DATA_DIR=str(data), HEARTH_CACHE_DIR=str(cache),
