@@ -48,13 +48,13 @@ def read_attachment(path: str | Path) -> Attachment:
     try:
         with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
-            raw = f.read(MAX_BYTES + 1)
+            raw = f.read(MAX_BYTES + 1) if size <= MAX_BYTES else b""   # past the cap by its own word: unread
     except NotRegularFile as e:
         raise AttachmentError(f"{p.name} is {e.kind}, not a regular file (only text, code and PDF files can "
                               "be attached)") from None
     except OSError as e:
         raise AttachmentError(f"{p.name}: cannot be read ({e.strerror or e})") from None
-    if len(raw) > MAX_BYTES:
+    if size > MAX_BYTES or len(raw) > MAX_BYTES:
         raise AttachmentError(f"{p.name} is {human_size(max(size, len(raw)))}: more text than any context holds")
     size = len(raw)
     if p.suffix.lower() == ".pdf":
