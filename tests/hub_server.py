@@ -72,6 +72,8 @@ class Fault:
     corrupt: bool = False             # flip one byte in the middle
     ignore_range: bool = False        # answer 200 with the whole file to a Range request
     delay: float = 0.0                # seconds of sleep per SEND_CHUNK
+    gzip_lie: bool = False            # say Content-Encoding: gzip over bytes that are not gzip
+    redirect_loop: bool = False       # the storage host redirects the file's URL to itself
 
 
 class LocalHub:
@@ -79,6 +81,7 @@ class LocalHub:
         self.repos = {r.repo_id: r for r in repos}
         self.known_tokens = known_tokens or set()
         self.faults: dict[str, Fault] = {}
+        self.storage_url_override = ""   # redirect downloads there instead (another scheme, another host)
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         self.hub = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, "hub"))
@@ -94,7 +97,7 @@ class LocalHub:
 
     @property
     def storage_url(self) -> str:
-        return f"http://127.0.0.1:{self.storage.server_address[1]}"
+        return self.storage_url_override or f"http://127.0.0.1:{self.storage.server_address[1]}"
 
     def __enter__(self):
         for t in self.threads:
@@ -248,6 +251,12 @@ def _handler(hub: LocalHub, role: str):
             found = hub.blob(sha)
             if found is None or "X-Amz-Signature" not in q:
                 return self._error(403, "AccessDenied", "Request has expired or is not signed")
+            if hub.faults.get(found[0].path, Fault()).redirect_loop and self.command == "GET":
+                self.send_response(302)
+                self.send_header("Location", self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self._bytes(found[0], {"ETag": f'"{sha}"', "Accept-Ranges": "bytes"})
 
         def _bytes(self, f: RepoFileSpec, headers):
@@ -272,6 +281,8 @@ def _handler(hub: LocalHub, role: str):
             for k, v in headers.items():
                 self.send_header(k, v)
             self.send_header("Content-Length", str(len(body)))
+            if fault.gzip_lie:
+                self.send_header("Content-Encoding", "gzip")
             if status == 206:
                 self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
             self.end_headers()

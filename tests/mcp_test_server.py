@@ -8,6 +8,9 @@ Tools: add (numbers), slow_echo (sleeps `seconds` first), huge (a result of `n` 
 naming a file that holds "v2", the list also has `multiply`: a server whose tool list changes
 between runs. MCP_TEST_PIDFILE: the process writes its pid there (the tests check it is gone).
 MCP_TEST_TOKEN: over HTTP, the bearer token every request must carry.
+Hostile variants: MCP_TEST_DEEP=N adds the tool `deep`, whose input schema nests N objects;
+MCP_TEST_STDERR_BYTES=N writes N bytes to stderr at start; MCP_TEST_DESCRIPTION gives `add` that
+description.
 """
 
 from __future__ import annotations
@@ -80,6 +83,27 @@ def multiply(a: float, b: float) -> str:
     return str(a * b)
 
 
+def deep_schema(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return schema
+
+
+def hostile_variants() -> None:
+    depth = int(os.environ.get("MCP_TEST_DEEP", "0"))
+    if depth:
+        server.add_tool(lambda x=None: "deep", name="deep", description="A tool with a deep input schema.")
+        server._tool_manager._tools["deep"].parameters = deep_schema(depth)  # noqa: SLF001
+    if os.environ.get("MCP_TEST_DESCRIPTION"):
+        server._tool_manager._tools["add"].description = os.environ["MCP_TEST_DESCRIPTION"]  # noqa: SLF001
+    n = int(os.environ.get("MCP_TEST_STDERR_BYTES", "0"))
+    line = b"log line from the test server, over and over\n"
+    while n > 0:
+        os.write(2, line[:n] * min(4096, max(1, n // len(line))))
+        n -= len(line) * min(4096, max(1, n // len(line)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--http", type=int, default=0)
@@ -88,6 +112,7 @@ def main() -> None:
     state = os.environ.get("MCP_TEST_STATE")
     if state and Path(state).is_file() and Path(state).read_text().strip() == "v2":
         server.add_tool(multiply, description="Multiply two numbers.")
+    hostile_variants()
     pidfile = os.environ.get("MCP_TEST_PIDFILE")
     if pidfile:
         Path(pidfile).write_text(str(os.getpid()))

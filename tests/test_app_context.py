@@ -399,12 +399,37 @@ def test_too_large_and_binary_files_are_refused_with_why(qtbot, window, tmp_path
     binary.write_bytes(b"\x00\x01\x02" * 100)
     w.banner.hide()
     w.attachmentBar.add_files([str(binary)])
-    assert w.banner.isVisible() and "blob.bin: not a text file" in w.bannerLabel.text()
+    wait_until(lambda: w.banner.isVisible(), 30)          # read off the GUI thread
+    assert "blob.bin: not a text file" in w.bannerLabel.text()
     w.banner.hide()
     w.attachmentBar.add_files([str(big)])
     wait_until(lambda: w.banner.isVisible(), 30)
     assert "big.txt is 14.6 KB (" in w.bannerLabel.text() and "more than the context holds" in w.bannerLabel.text()
     assert not w.attachmentBar.chips()
+
+
+def test_devices_links_to_them_and_fifos_are_refused_and_the_window_stays_live(qtbot, window, tmp_path):
+    """/dev/zero and /dev/urandom say 0 bytes and never end; a FIFO waits for a writer. Each is
+    refused as what it is, and the window answers meanwhile."""
+    import os
+    w = window
+    link = tmp_path / "notes.txt"
+    link.symlink_to("/dev/zero")
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    seen = []
+    w.attachmentBar.refused.connect(seen.append)
+    try:
+        w.attachmentBar.add_files(["/dev/zero", "/dev/urandom", str(link), str(fifo)])
+        wait_until(lambda: len(seen) == 4, 60)
+    finally:
+        w.attachmentBar.refused.disconnect(seen.append)
+    assert all("not a regular file" in why for why in seen), seen
+    assert seen[0].startswith("zero is a character device") and seen[3].startswith("pipe.txt is a FIFO")
+    assert not w.attachmentBar.chips()
+    qtbot.keyClicks(w.messageInput, "still here")          # the GUI thread was never held
+    assert w.messageInput.toPlainText() == "still here"
+    w.messageInput.clear()
 
 
 def _colours(block) -> dict[str, str]:

@@ -324,3 +324,52 @@ def test_a_cache_without_host_arrays_restores_through_write_at(setup, monkeypatc
     got = chats.restore(b, ids, root)
     monkeypatch.setattr(b.backend, "kv", real)
     assert got.n_tokens == len(ids) and b.tokens == ids and same_kv(b, state, len(ids))
+
+
+def test_a_fifo_named_like_a_segment_never_hangs_the_restore(setup):
+    """A FIFO `*.hps` (unrelated to the chat) in the folder: the lookup opens every segment's
+    header, and a plain open() of a FIFO waits for a writer for ever, under the engine lock."""
+    import threading
+    a, b, store, chats = setup
+    ids = ids_of(a, turn("Name a colour.", "Blue."))
+    root, saved = grow(a, store, chats, ids)
+    assert saved.error is None
+    fifo = store.root / f"{'f' * 64}.hps"
+    os.mkfifo(fifo)
+    fresh_reader(b, store)
+    got = []
+    t = threading.Thread(target=lambda: got.append(chats.restore(b, ids, root)), daemon=True)
+    t.start()
+    t.join(30)
+    if t.is_alive():                       # free the stuck open() so the test run goes on
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(5)
+        pytest.fail("the restore hung on the FIFO")
+    assert got[0].n_tokens == len(ids) and b.tokens == ids
+    assert fifo.exists()                   # not ours to remove: it names no segment
+
+
+def test_fifos_named_like_owner_files_or_sidecars_never_hang_a_save_or_the_listing(setup):
+    """The owners folder and the sidecars are JSON files read with a plain open() too."""
+    import threading
+    a, b, store, chats = setup
+    ids = ids_of(a, turn("Name a fruit.", "Apple."))
+    (store.root / "chats").mkdir(parents=True, exist_ok=True)
+    fifos = [store.root / "chats" / "7.json", store.root / "chats" / "other.json"]
+    for f in fifos:
+        os.mkfifo(f)
+    done = []
+
+    def work():
+        root, saved = grow(a, store, chats, ids, owner="7")
+        done.append(saved)
+        done.append(chats.chats())
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(60)
+    if t.is_alive():
+        for f in fifos:
+            os.close(os.open(f, os.O_WRONLY | os.O_NONBLOCK)) if f.exists() else None
+        t.join(5)
+        pytest.fail("a save or the listing hung on a FIFO")
+    assert done[0].error is None or "7.json" in str(done[0].error)

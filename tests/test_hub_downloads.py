@@ -6,6 +6,9 @@ import hashlib
 import queue
 import threading
 
+import pytest
+
+from hearth.engine.errors import HubError
 from hearth.engine.hub import HubClient, job_for
 from hearth.engine.hub.download import Outcome
 from hearth.engine.hub.downloads import DownloadCallbacks, DownloadManager
@@ -72,3 +75,17 @@ def test_cancel_a_paused_download_deletes_its_bytes(local_hub, tmp_path):
     assert done.get(timeout=30)[1].outcome is Outcome.PAUSED and len(mgr.pending()) == 1
     mgr.cancel(key)
     assert mgr.pending() == [] and not any((tmp_path / "models").rglob("*.part"))
+
+
+@pytest.mark.parametrize("fault, words", [(Fault(gzip_lie=True), "could not be decoded"),
+                                          (Fault(redirect_loop=True), "redirect")])
+def test_a_lying_body_or_a_redirect_loop_is_a_hub_error_and_finished_is_called(local_hub, tmp_path, fault, words):
+    """httpx raises neither TransportError nor HubError for these: the download thread must still
+    end with one finished() call carrying a HubError, never die with a traceback."""
+    local_hub.faults["tiny-llama-Q8_0.gguf"] = fault
+    mgr, client, reg, done, _ = _manager(local_hub, tmp_path)
+    key = mgr.start(_job(client, "alice/Tiny-Llama-GGUF"))
+    k, result, error = done.get(timeout=60)
+    assert k == key and result is None and isinstance(error, HubError), error
+    assert error.reason == "bad_response" and words in str(error) and "tiny-llama-Q8_0.gguf" in str(error)
+    assert mgr.running() == []

@@ -155,3 +155,23 @@ def test_reply_bodies():
     assert c["choices"][0]["finish_reason"] is None
     assert error_body("no", code="x") == {"error": {"message": "no", "type": "invalid_request_error",
                                                     "param": None, "code": "x"}}
+
+
+@pytest.mark.parametrize("body, param", [
+    ('{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages[0].content"),
+    ('{"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": '
+     '[{"type": "text", "text": "\\udfff"}]}]}', "messages[1].content[0].text"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "stop": ["\\ud83d"]}', "stop[0]"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": '
+     '{"name": "f", "description": "x\\udc00", "parameters": {"type": "object"}}}]}', "tools[0].function.description"),
+])
+def test_a_lone_surrogate_is_a_400_naming_the_field(body, param):
+    """JSON may escape half a UTF-16 pair; such a string has no UTF-8 form and would fail in the
+    tokenizer with a 500."""
+    e = refused(body.encode(), "lone surrogate", param=param)
+    assert param in str(e)
+
+
+def test_a_paired_surrogate_escape_is_one_character():
+    r = parse_chat_request(b'{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}]}')
+    assert r.messages[0]["content"] == "\U0001F600"

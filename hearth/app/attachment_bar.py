@@ -1,6 +1,7 @@
 """The files attached to the message being written (`attachmentBar`): one chip a file with its
 token count (counted on the engine worker), ✕ to remove it. A file refused (not text, or more
 tokens than the context holds with room for the reply) never becomes a chip; `refused` says why.
+Files are read on a thread of their own, one at a time in the order given, never on the GUI thread.
 
 Signals:
     changed()          a file was added, counted or removed
@@ -8,6 +9,9 @@ Signals:
 """
 
 from __future__ import annotations
+
+import concurrent.futures
+import itertools
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QToolButton, QWidget
@@ -20,6 +24,7 @@ from .attachments import Attachment, AttachmentError, human_size, read_attachmen
 class AttachmentBar(QWidget):
     changed = Signal()
     refused = Signal(str)
+    _read = Signal(str, object)      # path, Attachment or AttachmentError (from the reading thread)
 
     def __init__(self, conversation, client, parent=None):
         super().__init__(parent, objectName="attachmentBar")
@@ -30,19 +35,34 @@ class AttachmentBar(QWidget):
         self._lay = QHBoxLayout(self)
         self._lay.setContentsMargins(0, 0, 0, 4)
         self._lay.addStretch(1)
+        self._tags = itertools.count()
+        self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hearth-attach")
+        self._read.connect(self._on_read)
         client.worker.tokensCounted.connect(self._on_counted)
+        self.destroyed.connect(lambda *_: self._reader.shutdown(wait=False, cancel_futures=True))
         self.hide()
 
     def add_files(self, paths: list[str]) -> None:
         for path in paths:
-            try:
-                a = read_attachment(path)
-            except AttachmentError as e:
-                self.refused.emit(str(e))
-                continue
-            tag = f"attach:{len(self._waiting)}:{path}"
-            self._waiting[tag] = a
-            self.client.count_text(a.text, tag)
+            self._reader.submit(self._read_file, path)
+
+    def _read_file(self, path: str) -> None:       # the reading thread
+        try:
+            result = read_attachment(path)
+        except AttachmentError as e:
+            result = e
+        try:
+            self._read.emit(path, result)
+        except RuntimeError:                       # the bar is gone (the window closed meanwhile)
+            pass
+
+    def _on_read(self, path: str, result) -> None:
+        if isinstance(result, AttachmentError):
+            self.refused.emit(str(result))
+            return
+        tag = f"attach:{next(self._tags)}:{path}"
+        self._waiting[tag] = result
+        self.client.count_text(result.text, tag)
 
     def _on_counted(self, res: dict) -> None:
         a = self._waiting.pop(res.get("tag") or "", None)

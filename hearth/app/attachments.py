@@ -8,8 +8,13 @@ fit the context is refused by the caller, which counts them on the engine.
 
 from __future__ import annotations
 
+import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from hearth.engine import attachment_text
+from hearth.engine.files import NotRegularFile, open_regular
 
 MAX_BYTES = 20 * 1024 * 1024   # read no further: no context holds more text than this
 
@@ -36,16 +41,24 @@ def human_size(n: int) -> str:
 
 
 def read_attachment(path: str | Path) -> Attachment:
+    """The file's text. Only a regular file (or a link to one) is read, and never more than
+    MAX_BYTES + 1 bytes, whatever its size says: a device such as /dev/zero says 0 and never ends,
+    a FIFO would wait for a writer. Call it off the GUI thread (a slow disk, a large PDF)."""
     p = Path(path)
     try:
-        size = p.stat().st_size
+        with open_regular(p) as f:
+            size = os.fstat(f.fileno()).st_size
+            raw = f.read(MAX_BYTES + 1) if size <= MAX_BYTES else b""   # past the cap by its own word: unread
+    except NotRegularFile as e:
+        raise AttachmentError(f"{p.name} is {e.kind}, not a regular file (only text, code and PDF files can "
+                              "be attached)") from None
     except OSError as e:
         raise AttachmentError(f"{p.name}: cannot be read ({e.strerror or e})") from None
-    if size > MAX_BYTES:
-        raise AttachmentError(f"{p.name} is {human_size(size)}: more text than any context holds")
+    if size > MAX_BYTES or len(raw) > MAX_BYTES:
+        raise AttachmentError(f"{p.name} is {human_size(max(size, len(raw)))}: more text than any context holds")
+    size = len(raw)
     if p.suffix.lower() == ".pdf":
-        return Attachment(str(p), p.name, size, _pdf_text(p))
-    raw = p.read_bytes()
+        return Attachment(str(p), p.name, size, _pdf_text(p, raw))
     if b"\x00" in raw[:8192]:
         raise AttachmentError(f"{p.name}: not a text file (only text, code and PDF files can be attached)")
     try:
@@ -55,11 +68,11 @@ def read_attachment(path: str | Path) -> Attachment:
     return Attachment(str(p), p.name, size, text)
 
 
-def _pdf_text(p: Path) -> str:
+def _pdf_text(p: Path, raw: bytes) -> str:
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
     try:
-        reader = PdfReader(str(p))
+        reader = PdfReader(io.BytesIO(raw))
         text = "\n\n".join((page.extract_text() or "").strip() for page in reader.pages).strip()
     except (PyPdfError, OSError, ValueError, KeyError) as e:
         raise AttachmentError(f"{p.name}: the PDF cannot be read ({e})") from None
@@ -69,12 +82,8 @@ def _pdf_text(p: Path) -> str:
 
 
 def block(a: Attachment) -> str:
-    """The attachment as it goes into the message."""
-    fence = "```"
-    while fence in a.text:
-        fence += "`"
-    lang = Path(a.name).suffix.lstrip(".").lower()
-    return f"File: {a.name}\n{fence}{lang if lang != 'pdf' else ''}\n{a.text.rstrip()}\n{fence}"
+    """The attachment as it goes into the message (engine/attachment_text.py owns the format)."""
+    return attachment_text.block(a.name, a.text)
 
 
 def message_text(text: str, attachments: list[Attachment]) -> str:

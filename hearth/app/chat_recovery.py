@@ -22,13 +22,22 @@ ROLES = ("user", "assistant", "system", "tool")
 MAX_SKIPS = 40
 
 
-def read_recoverable(path: str | Path) -> tuple[list[dict], list[dict], str]:
+def read_recoverable(path: str | Path, allow_immutable: bool = False) -> tuple[list[dict], list[dict], str]:
     """(chats, messages, what could not be read: "" when nothing was lost). Chats soft-deleted in
-    the old file are left out; messages keep their ids, chats and order."""
-    try:
-        src = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
-        src.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-    except sqlite3.Error:
+    the old file are left out; messages keep their ids, chats and order. `allow_immutable`: a file
+    in a read-only folder (where SQLite cannot make the WAL index a read needs) is read as a file
+    that nothing changes."""
+    src = None
+    for query in ("mode=ro", "immutable=1") if allow_immutable else ("mode=ro",):
+        try:
+            src = sqlite3.connect(f"{Path(path).absolute().as_uri()}?{query}", uri=True)
+            src.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            break
+        except sqlite3.Error:
+            if src is not None:
+                src.close()
+            src = None
+    if src is None:
         return [], [], "the file is not a database"
     losses: list[str] = []
     try:

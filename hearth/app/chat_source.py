@@ -10,6 +10,7 @@ turn becomes a prompt is engine/chat_turn.py's rule, the one the server uses.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -20,7 +21,7 @@ from hearth.engine.chat_turn import (
     PREFILL_CHUNK,
     ChatTurn,
     prefill_in_chunks,
-    prefix_system,
+    prefix_ids,
     prefix_text,
     prompt_ids,
     tool_format_of,
@@ -179,6 +180,7 @@ class LocalBackend(ChatBackend):
         self._cap = cap_bytes
         self._store = None
         self._prefix_tokens: dict[str, list[int]] = {}
+        self._prefixes: dict[tuple[str, str], tuple[list[int], str]] = {}   # (system, tools) -> (ids, text)
         self._contexts = None
 
     # -- model ----------------------------------------------------------------------------------------
@@ -198,6 +200,7 @@ class LocalBackend(ChatBackend):
         if old is not None and hasattr(old, "close"):
             old.close()
         self._prefix_tokens.clear()
+        self._prefixes.clear()
         if self._contexts is not None:   # nothing of any chat is resident in the new engine
             self._contexts.chat, self._contexts.dirty = None, False
         info.n_ctx = int(getattr(eng, "n_ctx", n_ctx))
@@ -261,11 +264,13 @@ class LocalBackend(ChatBackend):
         When no image exists yet, the prefix is read here in chunks (so the user sees tokens done /
         total) before `ensure`, which then finds it resident and writes the image."""
         eng = self.engine
-        text = self.prefix_text(prefix_system(system, tools, tool_format_of(eng)), tools)
+        key = (system, json.dumps(tools, sort_keys=True, default=str))
+        if key not in self._prefixes:
+            self._prefixes[key] = prefix_ids(eng, system, tools, tool_format_of(eng))
+        ids, text = self._prefixes[key]
         if not text:
             self._chat_contexts().prefix_ids = []
             return None
-        ids = self._prefix_ids(text)
         self._chat_contexts().prefix_ids = ids
         if eng.tokens[:len(ids)] == ids:
             return None
@@ -285,7 +290,7 @@ class LocalBackend(ChatBackend):
             eng.prefill(ids)
         else:
             progress("Restoring the preset prefix", 0, 0)
-        res = store.ensure(eng, text, label=label)
+        res = store.ensure(eng, ids, label=label)
         ms = (time.perf_counter() - t0) * 1000
         action = "computed" if fresh and res.action == "resident" else res.action
         return {"action": action, "ms": ms, "tokens": len(ids), "reason": res.reason or "",

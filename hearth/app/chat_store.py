@@ -21,6 +21,9 @@ half-written one, and the file stays consistent). A full disk makes the write fa
 `open_or_move_aside` checks the file (`PRAGMA quick_check`): damage is reported, the readable chats
 are copied into a new database (app/chat_recovery.py) and the damaged file is kept beside it; a
 database from a newer Hearth is left untouched and the app runs on an in-memory store meanwhile.
+Only SQLite's "malformed" and "not a database" are damage: a database that cannot be opened for
+writing (permissions, a read-only folder or medium) keeps its name, its chats are shown from an
+in-memory store, and the notice says that chats cannot be saved.
 """
 
 from __future__ import annotations
@@ -120,7 +123,11 @@ class ChatStore:
         path = Path(path)
         try:
             store = cls(path)
-            problems = store.check()
+            try:
+                problems = store.check()
+            finally:
+                if store.check_failed:
+                    store.close()
             if not problems:
                 return store, ""
             store.close()
@@ -128,7 +135,11 @@ class ChatStore:
             return cls(":memory:"), (f"{e}. It was left untouched; chats you start now are not saved. "
                                      "Update Hearth to see your chats.")
         except sqlite3.DatabaseError as e:
+            if not is_damage(e):
+                return cls._unsaved(path, e)
             problems = [str(e)]
+        except OSError as e:                      # the data folder cannot be made
+            return cls._unsaved(path, e)
         aside = _move_db_aside(path, "corrupt")
         fresh = cls(path)
         chats, messages, lost = read_recoverable(aside)
@@ -141,11 +152,33 @@ class ChatStore:
                        f"messages were recovered into a new database.{lost_note} The damaged file was kept "
                        f"as {aside}.")
 
+    @classmethod
+    def _unsaved(cls, path: Path, error: BaseException) -> tuple["ChatStore", str]:
+        """A database that is not damaged but cannot be opened for writing (permissions, read-only
+        media): its chats, where they can be read, in an in-memory store; the file left as it is."""
+        from .chat_recovery import read_recoverable  # noqa: PLC0415
+        store = cls(":memory:")
+        why = access_problem(path, error)
+        chats, messages, _ = read_recoverable(path, allow_immutable=True) if path.exists() else ([], [], "")
+        if chats:
+            store.import_rows(chats, messages)
+        if why.startswith("cannot be read"):
+            return store, (f"Your chats {path} {why}. It was left untouched; chats you start now cannot be "
+                           "saved. Give Hearth access to the file and restart it to see your chats.")
+        shown = ("Your chats are shown, but what you change now is lost when Hearth closes." if chats else
+                 "Chats you start now are lost when Hearth closes.")
+        return store, f"Chats cannot be saved: {why}. {shown}"
+
     def check(self) -> list[str]:
-        """What `PRAGMA quick_check` finds wrong (an empty list when the database is sound)."""
+        """What `PRAGMA quick_check` finds wrong (an empty list when the database is sound). An
+        error that says nothing of the file's soundness (I/O, permissions) is raised."""
+        self.check_failed = False
         try:
             rows = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
         except sqlite3.DatabaseError as e:
+            if not is_damage(e):           # an I/O or permission error is no verdict on the file
+                self.check_failed = True
+                raise
             return [str(e)]
         return [] if rows == ["ok"] else rows
 
@@ -300,6 +333,37 @@ def _move_db_aside(path: Path, label: str) -> Path:
         if src.exists():
             src.replace(Path(str(aside) + suffix))
     return aside
+
+
+def is_damage(e: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite's error says the file is damaged or no database: only these move it aside.
+    Permissions, read-only media, a locked or missing folder are not damage."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+    text = str(e)
+    return "malformed" in text or "not a database" in text
+
+
+def access_problem(path: Path, error: BaseException) -> str:
+    """Why the database cannot be opened for writing, in words, naming the file or folder."""
+    folder = path.parent
+    try:
+        if os.statvfs(folder if folder.exists() else folder.parent).f_flag & os.ST_RDONLY:
+            return f"{path} is on a read-only file system"
+    except OSError:
+        pass
+    if path.is_dir():
+        return f"{path} is a folder, not a database file"
+    if path.exists() and not os.access(path, os.R_OK):
+        return "cannot be read (permission denied)"
+    if not folder.exists():
+        return f"the folder {folder} cannot be made ({getattr(error, 'strerror', None) or error})"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path} is read-only"
+    if not os.access(folder, os.W_OK):
+        return f"the folder {folder} is read-only, so {path} cannot be written"
+    return f"{path} cannot be opened ({error})"
 
 
 def _process_alive(pid: int) -> bool:

@@ -39,7 +39,7 @@ def create_window(backend=None) -> MainWindow:
     chats, notice = ChatStore.open_or_move_aside(data_dir() / "chats.sqlite3")
     presets = PresetStore(data_dir() / "presets.json")
     win = MainWindow(settings, chats, presets, backend)
-    if notice:
+    if notice or presets.notice:
         win.show_banner(" ".join(filter(None, [notice, presets.notice])), "notice")
     return win
 

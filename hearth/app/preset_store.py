@@ -38,8 +38,23 @@ class PresetStore:
         self.notice = ""
         self.presets: list[Preset] = []
         self._base: dict[str, dict] = {}     # the file's presets as last read or written, by id
-        with file_lock(self.path):
-            self._load()
+        try:
+            with file_lock(self.path):
+                self._load()
+        except OSError as e:                  # a read-only data folder: no lock file, nothing written
+            self._load_unsaved(e)
+
+    def _load_unsaved(self, error: OSError) -> None:
+        """The presets as they can be read, kept in memory: the folder takes no writes."""
+        presets = None
+        try:
+            presets, problems = parse(self.path.read_text(encoding="utf-8"), self.path.name)
+        except (PresetError, UnicodeDecodeError, OSError):
+            problems = ["unreadable"]
+        self.presets = presets if presets and not problems else self._shipped()
+        self._base = {p.id: p.to_json() for p in self.presets}
+        self.notice = (f"Your presets cannot be saved: {self.path.parent} cannot be written "
+                       f"({error.strerror or error}). Changes last until Hearth closes.")
 
     def _load(self) -> None:
         for tmp in orphaned(self.path.parent.glob(f".{self.path.name}.*.tmp")):
@@ -72,13 +87,17 @@ class PresetStore:
             return [Preset("assistant", "Assistant", "You are a helpful assistant.")]
 
     def save(self) -> None:
-        """Write the presets, merged with what another process saved since this store last did."""
-        with file_lock(self.path):
-            theirs = self._read_current()
-            if theirs is not None:
-                self.presets = merge(self._base, self.presets, theirs, key=lambda p: p.id,
-                                     same=lambda base, p: base == p.to_json())
-            self._write()
+        """Write the presets, merged with what another process saved since this store last did.
+        A folder that takes no writes is a PresetError saying so (the change stays in memory)."""
+        try:
+            with file_lock(self.path):
+                theirs = self._read_current()
+                if theirs is not None:
+                    self.presets = merge(self._base, self.presets, theirs, key=lambda p: p.id,
+                                         same=lambda base, p: base == p.to_json())
+                self._write()
+        except OSError as e:
+            raise PresetError(f"the presets cannot be saved to {self.path} ({e.strerror or e})") from e
 
     def _read_current(self) -> list[Preset] | None:
         """The file as it is now, or None when it is missing or unreadable (then ours is written)."""

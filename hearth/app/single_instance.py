@@ -54,6 +54,12 @@ class SingleInstance(QObject):
             if not self._server.listen(self.name):
                 raise OSError(f"cannot listen on the local socket {self.name}: {self._server.errorString()}")
             return True
+        if lock.error() == QLockFile.LockError.PermissionError and not self.wake_other():
+            # A read-only data folder takes no lock file: the socket alone says whether another runs.
+            self._server = QLocalServer(self)
+            self._server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
+            self._server.newConnection.connect(self._on_connection)
+            return self._server.listen(self.name)
         self.wake_other()
         return False
 

@@ -8,7 +8,8 @@ same preset prefix (and so share the same prefix images):
   and earlier calls written into the assistant's text in the format that prompt teaches.
 - `split_reply_head`: a last assistant message without tool calls is a reply already begun (a
   client's prefill, the app's "continue"): the prompt ends with its text and the model continues it.
-- `prefix_text`: a preset's prefix, the template rendered up to the first user message.
+- `prefix_text`: a preset's prefix, the template rendered up to the first user message;
+  `prefix_ids` its ids, tokenized as `prompt_ids` tokenizes a chat's prompt.
 - `prefill_in_chunks` and `with_prefill`: a long new part of the prompt read in chunks, so a caller
   can show progress and stop within one chunk, and the generation's stats that count those tokens.
 """
@@ -77,27 +78,28 @@ def render_prompt(engine, turn, tool_format: str) -> tuple[str, list[dict], str]
     """(prompt text, the messages the template saw, the reply's head). The head is split off first,
     so a trailing assistant message with tool calls is a finished turn in every tool format.
     The template's TemplateError goes to the caller."""
-    messages, head, render = _prompt_parts(engine, turn, tool_format)
-    return render(messages), messages, head
+    messages, tools, head, render = _prompt_parts(engine, turn, tool_format)
+    return render(messages, tools), template_messages(ChatTurn(messages, tools), tool_format), head
 
 
 def prompt_ids(engine, turn, tool_format: str) -> tuple[list[int], str, list[dict], str]:
     """(ids, prompt text, the messages the template saw, the reply's head): `render_prompt`
-    tokenized, with control-token text inside tool results (a file, a fetched page) kept as text
-    (engine/literal_text.py); the template's own control tokens are tokens as always."""
-    messages, head, render = _prompt_parts(engine, turn, tool_format)
-    ids, prompt = encode_prompt(engine, render, messages)
-    return ids, prompt, messages, head
+    tokenized, with control-token text from outside the user's typing (tool results, attached
+    files, the tools' definitions) kept as text (engine/literal_text.py); the template's own
+    control tokens are tokens as always."""
+    messages, tools, head, render = _prompt_parts(engine, turn, tool_format)
+    ids, prompt = encode_prompt(engine, render, messages, tools=tools)
+    return ids, prompt, template_messages(ChatTurn(messages, tools), tool_format), head
 
 
 def _prompt_parts(engine, turn, tool_format: str):
     messages, head = split_reply_head(list(turn.messages))
-    messages = template_messages(ChatTurn(messages, list(turn.tools or [])), tool_format)
+    template_vars = getattr(turn, "template_vars", None) or {}
 
-    def render(msgs: list[dict]) -> str:
-        return engine.render_chat(msgs, tools=turn.tools or None, add_generation_prompt=True,
-                                  **(getattr(turn, "template_vars", None) or {})) + head
-    return messages, head, render
+    def render(msgs: list[dict], tools: list) -> str:
+        shown = template_messages(ChatTurn(msgs, tools), tool_format)
+        return engine.render_chat(shown, tools=tools or None, add_generation_prompt=True, **template_vars) + head
+    return messages, list(turn.tools or []), head, render
 
 
 def prefix_system(system: str, tools: list, tool_format: str) -> str:
@@ -106,6 +108,16 @@ def prefix_system(system: str, tools: list, tool_format: str) -> str:
     msgs = template_messages(ChatTurn([{"role": "system", "content": system}] if system else [], tools),
                              tool_format)
     return msgs[0]["content"] if msgs and msgs[0]["role"] == "system" else ""
+
+
+def prefix_ids(engine, system: str, tools: list, tool_format: str) -> tuple[list[int], str]:
+    """(ids, text) of a preset's prefix, for the system prompt `system` (the user's own text) and
+    `tools`, whose strings are tokenized as text as `prompt_ids` tokenizes them, so that a chat's
+    prompt begins with exactly these ids. The text is "" when the template gives no prefix."""
+    def render(msgs: list[dict], tools: list) -> str:
+        full = prefix_system(msgs[0]["content"] if msgs else "", tools, tool_format)
+        return prefix_text(engine, [{"role": "system", "content": full}] if full else [], tools)
+    return encode_prompt(engine, render, [{"role": "system", "content": system}] if system else [], tools=list(tools))
 
 
 def prefix_text(engine, system_messages: list[dict], tools: list) -> str:

@@ -6,9 +6,9 @@ key), `partial` (a download in progress on disk). Qt-free; the app drives it fro
 """
 
 from .client import HubClient, HubFile, RemoteModel, RepoDetails, RepoSummary, stored_token
-from .download import Download, DownloadResult, Outcome, Progress, job_for, model_folder
+from .download import Download, DownloadResult, Outcome, Progress, job_for
 from .downloads import DownloadCallbacks, DownloadManager
-from .partial import DownloadJob, pending_downloads
+from .partial import DownloadJob, model_folder, pending_downloads
 from .remote_header import remote_facts
 
 __all__ = ["HubClient", "HubFile", "RemoteModel", "RepoDetails", "RepoSummary", "stored_token",

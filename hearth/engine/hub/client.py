@@ -9,6 +9,7 @@ its exceptions into `HubError`s that say what to do. The endpoint is `HF_ENDPOIN
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlparse
@@ -20,7 +21,9 @@ from huggingface_hub import errors as hf_errors
 from ..errors import HubError
 from ..library.file_names import ModelFileGroup, group_model_files
 from ..library.support import Verdict, verdict_before_download
+from .names import path_problem
 
+log = logging.getLogger(__name__)
 SEARCH_FIELDS = ["author", "downloads", "likes", "lastModified", "gated", "gguf", "tags"]
 
 
@@ -119,6 +122,9 @@ class HubClient:
             size = s.size if s.size is not None else (lfs.size if lfs else None)
             if size is None:
                 raise HubError("bad_response", f"{repo_id}: the Hub gave no size for {s.rfilename}")
+            if path_problem(s.rfilename) is not None:  # could be written outside the models folder
+                log.warning("%s: %r left out of the listing (%s)", repo_id, s.rfilename, path_problem(s.rfilename))
+                continue
             files[s.rfilename] = HubFile(s.rfilename, int(size), lfs.sha256 if lfs else None)
         models = []
         for g in group_model_files(list(files)):

@@ -39,6 +39,7 @@ from ..errors import GGUFError, HubError
 from ..library.file_names import split_part
 from ..library.split_gguf import join_split
 from .client import HubClient, HubFile, RemoteModel, hub_error
+from .names import check_job_names, inside
 from .partial import DownloadJob, part_path, read_sidecar, remove_partial, write_sidecar
 
 CHUNK = 1 << 20
@@ -75,10 +76,6 @@ def job_for(model: RemoteModel, repo_id: str, commit: str) -> DownloadJob:
     return DownloadJob(repo_id, commit, model.name, model.files)
 
 
-def model_folder(models_dir: Path, repo_id: str) -> Path:
-    """`<models>/<owner>/<name>/`: the repository's files keep their paths under it."""
-    owner, _, name = repo_id.partition("/")
-    return models_dir / owner / (name or owner)
 
 
 class _Speed:
@@ -137,6 +134,9 @@ class Download:
         return first if len(self.job.files) == 1 else first.with_name(self.job.name)
 
     def run(self) -> DownloadResult:
+        check_job_names(self.job.repo_id, [f.path for f in self.job.files], self.job.name)
+        for f in self.job.files:
+            inside(self.folder, f.path)
         target = self.model_path()
         if target.is_file() and len(self.job.files) > 1 and not any(p.exists() for p in self.final_paths()):
             return DownloadResult(Outcome.DONE, target)  # joined by an earlier run
@@ -204,6 +204,9 @@ class Download:
                 location = location or self._locate(f)
                 have = self._stream(index, f, part, have, done_before, *location)
                 break
+            except httpx2.UnsupportedProtocol as e:       # a location that is not http(s): no retry helps
+                raise HubError("bad_response", f"{f.path}: the Hub sent a download location Hearth will not "
+                                               f"follow ({e})") from e
             except (httpx2.TransportError, httpx2.StreamError) as e:
                 have, location = part.stat().st_size, None  # a fresh (signed) location next time
                 if attempt >= self.retries:
@@ -212,6 +215,9 @@ class Download:
                                    f"({type(e).__name__}); what was downloaded is kept: resume to continue") from e
                 if self._cancel.wait(min(0.25 * 2 ** attempt, 4.0)) or self._pause.is_set():
                     return self._control_outcome()
+            except (httpx2.HTTPError, httpx2.InvalidURL) as e:   # a lying body, a redirect loop: not retried
+                raise HubError("bad_response", f"{f.path}: {_what_went_wrong(e)}; what was downloaded is "
+                                               "kept: try again later or choose another repository") from e
         if have is None:
             return self._control_outcome()
         return self._finish(f, final, part)
@@ -317,6 +323,14 @@ class Download:
         eta = left / speed if speed > 0 else None
         self.on_progress(Progress(self.job.name, stage, done, self.job.size, speed, eta, index,
                                   len(self.job.files)))
+
+
+def _what_went_wrong(e: Exception) -> str:
+    if isinstance(e, httpx2.DecodingError):
+        return f"the server's body could not be decoded as the encoding it named ({e})"
+    if isinstance(e, httpx2.TooManyRedirects):
+        return "the download location redirects in a loop (too many redirects)"
+    return f"the download failed ({type(e).__name__}: {e})"
 
 
 class _StatusError(Exception):

@@ -16,12 +16,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import HubError
 from ..library.json_file import write_json
 from .client import HubFile
+from .names import check_job_names
 
 SIDECAR_VERSION = 1
 PART_SUFFIX = ".part"
 SIDECAR_SUFFIX = ".part.json"
+MAX_FILE_BYTES = 1 << 50      # a size past this is a damaged or forged sidecar
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,20 @@ class DownloadJob:
         if d.get("version") != SIDECAR_VERSION:
             raise ValueError(f"sidecar version {d.get('version')!r}, expected {SIDECAR_VERSION}")
         files = tuple(HubFile(str(f["path"]), int(f["size"]), f.get("sha256")) for f in d["files"])
-        return cls(str(d["repo"]), str(d["commit"]), str(d["name"]), files)
+        job = cls(str(d["repo"]), str(d["commit"]), str(d["name"]), files)
+        try:
+            check_job_names(job.repo_id, [f.path for f in files], job.name)
+        except HubError as e:
+            raise ValueError(str(e)) from None
+        if any(f.size < 0 or f.size > MAX_FILE_BYTES for f in files):
+            raise ValueError(f"a file size out of range (0 to {MAX_FILE_BYTES} bytes)")
+        return job
+
+
+def model_folder(models_dir: Path, repo_id: str) -> Path:
+    """`<models>/<owner>/<name>/`: the repository's files keep their paths under it."""
+    owner, _, name = repo_id.partition("/")
+    return models_dir / owner / (name or owner)
 
 
 def part_path(final: Path) -> Path:
@@ -66,9 +82,10 @@ def read_sidecar(final: Path) -> tuple[DownloadJob, str] | None:
     it cannot be read (then the partial bytes are of unknown origin and are not resumed)."""
     try:
         d = json.loads(sidecar_path(final).read_text(encoding="utf-8"))
-        return DownloadJob.from_json(d), str(d["path"])
-    except (OSError, ValueError, KeyError, TypeError):
+        job, path = DownloadJob.from_json(d), str(d["path"])
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return None
+    return (job, path) if path in [f.path for f in job.files] else None
 
 
 def remove_partial(final: Path) -> None:
@@ -95,5 +112,7 @@ def pending_downloads(models_dir: Path, max_files: int = 10_000) -> list[tuple[P
         folder = final
         for _ in Path(repo_path).parts:  # the repo path's folders sit under the model folder
             folder = folder.parent
+        if folder != model_folder(models_dir, job.repo_id):
+            continue                     # a sidecar that claims another repository's place
         out.append((folder, job))
     return out

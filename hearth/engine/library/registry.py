@@ -13,6 +13,7 @@ that cannot be read is set aside as `.bad` and rebuilt by scanning: the models a
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -25,6 +26,8 @@ from .file_names import split_part
 from .json_file import read_versioned, write_json
 from .model_facts import ModelFacts, read_facts, unreadable_facts
 from .split_gguf import part_paths
+
+log = logging.getLogger(__name__)
 
 REGISTRY_VERSION = 1
 MAX_SCAN = 5_000  # files looked at in the models folder; a folder with more is not a models folder
@@ -56,6 +59,7 @@ class ModelRegistry:
     def __init__(self, file: Path | None = None):
         self.file = Path(file) if file else data_dir() / "models.json"
         self._lock = threading.RLock()
+        self._unsaved = False
         d = self._load()
         self._models_dir: str | None = d.get("models_dir")
         self._entries: dict[str, dict] = d.get("entries", {})
@@ -68,8 +72,15 @@ class ModelRegistry:
         return d if isinstance(d.get("entries", {}), dict) else {}
 
     def _save(self) -> None:
-        write_json(self.file, {"version": REGISTRY_VERSION, "models_dir": self._models_dir,
-                               "entries": self._entries, "hidden": sorted(self._hidden), "facts": self._facts})
+        """Write the file; a data folder that takes no writes (read-only) keeps the registry in memory."""
+        try:
+            write_json(self.file, {"version": REGISTRY_VERSION, "models_dir": self._models_dir,
+                                   "entries": self._entries, "hidden": sorted(self._hidden), "facts": self._facts})
+        except OSError as e:
+            if not self._unsaved:
+                log.warning("%s cannot be written (%s): the model list is kept until Hearth closes",
+                            self.file, e.strerror or e)
+            self._unsaved = True
 
     # --- the models folder
     @property

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..atomic_file import write_atomic, write_text_atomic
 from ..errors import PrefixImageError
+from ..files import open_regular
 from ..generation import common_prefix
 from .format import FLAG_LOGITS, I32, dtype_code
 from .io import _read_into, write_all
@@ -103,7 +104,7 @@ class ChatImages:
             if p.name.startswith("."):
                 continue
             try:
-                with open(p, "rb") as f:
+                with open_regular(p) as f:      # a FIFO named *.hps must not block the lookup
                     h = read_segment_header(f)
             except (OSError, PrefixImageError):
                 continue  # unreadable: the restore never finds it; the cap removes it in time
@@ -190,17 +191,17 @@ class ChatImages:
                 for part in parts:
                     part.f.close()
             refused = 0
-            for part in parts:
+            for part, f in zip(parts, found):     # parts are the first of `found`, in order
                 if part.failed:
                     refused += 1
-                    _unlink(part.f.name)
+                    _unlink(f.path)
                 elif part.header.start < n_good:
-                    _touch(Path(part.f.name))
+                    _touch(f.path)
             return Restored(n_good, n_good - start, time.perf_counter() - t0, refused)
 
     def _open(self, engine, f: _Found) -> ChainPart | None:
         try:
-            fh = open(f.path, "rb", buffering=0)
+            fh = open_regular(f.path, buffering=0)
         except OSError:
             return None
         try:
@@ -283,7 +284,7 @@ class ChatImages:
         out = {}
         for p in (self.root / OWNERS_DIR).glob("*.json"):
             try:
-                v = json.loads(p.read_text())
+                v = _json_of(p)
             except (OSError, ValueError):
                 continue
             if isinstance(v, dict):
@@ -293,7 +294,7 @@ class ChatImages:
     def _own(self, owner: str, keys: list[str], title: str | None, n_tokens: int) -> None:
         p = self._owner_path(owner)
         try:
-            cur = json.loads(p.read_text())
+            cur = _json_of(p)
         except (OSError, ValueError):
             cur = {}
         segs = list(dict.fromkeys([*cur.get("segments", []), *keys]))
@@ -341,7 +342,7 @@ class ChatImages:
             meta = {}
             for k in reversed(doc.get("segments", [])):
                 try:
-                    meta = json.loads((self.root / f"{k}{META_SUFFIX}").read_text())
+                    meta = _json_of(self.root / f"{k}{META_SUFFIX}")
                     break
                 except (OSError, ValueError):
                     continue
@@ -357,9 +358,19 @@ def _dtype(engine) -> int:
     return dtype_code(engine.kv.dtype)
 
 
+def _json_of(path: Path):
+    """The JSON in a regular file; OSError for a FIFO or device (never waited on), ValueError for
+    text that is no JSON object."""
+    with open_regular(path) as f:
+        v = json.loads(f.read(1 << 20).decode("utf-8"))
+    if not isinstance(v, dict):
+        raise ValueError(f"{path.name}: not a JSON object")
+    return v
+
+
 def _stored_ids(path: Path, h: SegmentHeader) -> list[int] | None:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.seek(128)
             raw = np.empty(h.n_tokens, I32)
             _read_into(f, raw, "the token ids", 128)

@@ -138,8 +138,7 @@ def run_chat(engine, req: ChatRequest, job: Job, out: ChatOutcome, tool_format: 
         system = req.messages[0]["content"] if req.messages[0]["role"] == "system" else ""
         preset = presets.match(system, req.tools)
         if preset is not None:
-            system_messages = [messages[0]] if messages[0]["role"] == "system" else []
-            out.prefix = presets.prepare(engine, preset, system_messages, req.tools)
+            out.prefix = presets.prepare(engine, preset, system, req.tools, tool_format)
     if chat_images is not None:
         from ..prefix.chat_images import Root  # noqa: PLC0415
         key = (out.prefix or {}).get("key")

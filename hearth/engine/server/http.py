@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import io
 import json
 import logging
 import select
@@ -26,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..net import is_loopback_host
 from .chat import ChatOutcome, ChatService
+from .limits import RETRY_AFTER_S, DeadlineReader, PerAddress, refuse_busy
 from .protocol import (RequestError, chunk_body, completion_body, error_body, models_body, new_completion_id,
                        now, parse_chat_request, timings, usage, usage_chunk_body)
 from .worker import JobFailed
@@ -35,8 +37,10 @@ MAX_BODY = 8 << 20
 LISTEN_BACKLOG = 512   # connection attempts the kernel holds before accept(); past it they are dropped
 MAX_PENDING = 64       # chat requests queued or generating; more are answered 503 with Retry-After
 MAX_CONNECTIONS = 256  # open connections (one thread each); more are answered 503 and closed
-RETRY_AFTER_S = 2
 MAX_REFUSING = 64      # connections being answered 503 at once; past even that, they are closed unanswered
+MAX_PER_ADDRESS = 64   # open connections from one client address; more are answered 503 and closed
+HEAD_DEADLINE_S = 10.0 # a request head (line and headers) must arrive whole within this, however it drips
+BODY_DEADLINE_S = 60.0 # and its body within this after the head
 
 
 def is_loopback(host: str) -> bool:
@@ -54,9 +58,15 @@ class HearthServer(ThreadingHTTPServer):
     request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, service: ChatService, host: str = "127.0.0.1", port: int = 8080, token: str | None = None,
-                 max_body: int = MAX_BODY, max_pending: int = MAX_PENDING, max_connections: int = MAX_CONNECTIONS):
+                 max_body: int = MAX_BODY, max_pending: int = MAX_PENDING, max_connections: int = MAX_CONNECTIONS,
+                 max_per_address: int = MAX_PER_ADDRESS, head_deadline_s: float = HEAD_DEADLINE_S,
+                 body_deadline_s: float = BODY_DEADLINE_S):
         """`max_pending` chat requests wait or generate at once (the engine serves them one by one);
-        past it, and past `max_connections` open connections, a request gets 503 with Retry-After."""
+        past it, past `max_connections` open connections and past `max_per_address` from one client
+        address, a request gets 503 with Retry-After. A request head that has not arrived whole
+        `head_deadline_s` after the connection opened (or, kept alive, after its first byte), or a
+        body `body_deadline_s` after its head, closes the connection: a client that drips bytes
+        cannot hold a thread for ever."""
         if not is_loopback(host) and not token:
             raise ValueError(f"refusing to listen on {host} without a token: anyone who can reach this "
                              "machine could use it. Pass --token (or listen on 127.0.0.1)")
@@ -64,25 +74,33 @@ class HearthServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.service, self.token, self.max_body = service, token, max_body
         self.max_pending, self.max_connections = max_pending, max_connections
+        self.max_per_address, self.head_deadline_s, self.body_deadline_s = max_per_address, head_deadline_s, body_deadline_s
+        self._per_address = PerAddress(max_per_address)
         self._pending = threading.BoundedSemaphore(max_pending)
         self._connections = threading.BoundedSemaphore(max_connections)
         self._refusing = threading.BoundedSemaphore(MAX_REFUSING)
         super().__init__((host, port), _Handler)
 
     def process_request(self, request, client_address) -> None:
-        """One thread per connection, up to `max_connections`; beyond, a short-lived thread answers
-        503 (see `_refuse_busy`)."""
+        """One thread per connection, up to `max_connections` and `max_per_address`; beyond, a
+        short-lived thread answers 503 (see `refuse_busy`)."""
+        address = _address(client_address)
+        if not self._per_address.take(address):
+            return self._refuse_soon(request, f"too many open connections from {address}")
         if not self._connections.acquire(blocking=False):
-            if self._refusing.acquire(blocking=False):
-                threading.Thread(target=self._refuse, args=(request,), daemon=True).start()
-            else:
-                self.shutdown_request(request)
-            return
+            self._per_address.give_back(address)
+            return self._refuse_soon(request, "too many open connections")
         super().process_request(request, client_address)
 
-    def _refuse(self, request) -> None:
+    def _refuse_soon(self, request, why: str) -> None:
+        if self._refusing.acquire(blocking=False):
+            threading.Thread(target=self._refuse, args=(request, why), daemon=True).start()
+        else:
+            self.shutdown_request(request)
+
+    def _refuse(self, request, why: str) -> None:
         try:
-            _refuse_busy(request)
+            refuse_busy(request, why, min(2.0, self.head_deadline_s))
         finally:
             self._refusing.release()
 
@@ -91,6 +109,7 @@ class HearthServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._connections.release()
+            self._per_address.give_back(_address(client_address))
 
     @contextlib.contextmanager
     def pending_slot(self):
@@ -131,6 +150,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args) -> None:  # the standard library prints to stderr
         log.debug("%s %s", self.address_string(), fmt % args)
+
+    def setup(self) -> None:
+        super().setup()
+        self._reader = DeadlineReader(self.connection, self.timeout)
+        self.rfile = io.BufferedReader(self._reader)
+        self._requests = 0
+
+    def handle_one_request(self) -> None:
+        # A fresh connection brings its first head within the deadline; a kept-alive one may first
+        # idle for `timeout`, then its head must arrive within the deadline of its first byte.
+        self._reader.expect_head(self.server.head_deadline_s, from_now=self._requests == 0)
+        self._requests += 1
+        super().handle_one_request()
 
     # --- routing ---------------------------------------------------------------------------
 
@@ -219,7 +251,14 @@ class _Handler(BaseHTTPRequestHandler):
         if n > self.server.max_body:
             raise RequestError(f"the request body is {n} bytes; this server takes at most {self.server.max_body}",
                                status=413, code="request_too_large")
-        body = self.rfile.read(n) if n > 0 else b""
+        self._reader.expect_body(self.server.body_deadline_s)
+        try:
+            body = self.rfile.read(n) if n > 0 else b""
+        except TimeoutError:
+            raise RequestError(f"the request body did not arrive within {self.server.body_deadline_s:g} s",
+                               status=408, code="request_timeout") from None
+        finally:
+            self._reader.expect_nothing()
         self._body_read = True
         return body
 
@@ -321,30 +360,8 @@ class _Handler(BaseHTTPRequestHandler):
             return True
 
 
-def _refuse_busy(sock: socket.socket, wait_s: float = 2.0) -> None:
-    """Answer one connection 503 without serving it: read the request head (for at most `wait_s`),
-    answer, then read until the client closes, so that closing never resets a connection whose
-    request is unread (the client would see a reset instead of the answer)."""
-    body = json.dumps(error_body(f"the server is busy: too many open connections; retry in {RETRY_AFTER_S} s",
-                                 "server_error", "server_busy")).encode()
-    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nRetry-After: {RETRY_AFTER_S}\r\nConnection: close\r\n\r\n")
-    try:
-        sock.settimeout(wait_s)
-        seen = b""
-        while b"\r\n\r\n" not in seen and len(seen) < 65536:
-            got = sock.recv(4096)
-            if not got:
-                break
-            seen += got
-        sock.sendall(head.encode() + body)
-        sock.shutdown(socket.SHUT_WR)
-        while sock.recv(65536):
-            pass
-    except OSError:
-        pass
-    finally:
-        sock.close()
+def _address(client_address) -> str:
+    return client_address[0] if isinstance(client_address, tuple) else str(client_address)
 
 
 def _usage(out: ChatOutcome) -> dict:

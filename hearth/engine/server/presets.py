@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..chat_turn import prefix_text
+from ..chat_turn import prefix_ids
 from ..preset_format import PresetError, parse
 from ..tools import ToolSchemaError, validate_tool_set
 
@@ -94,13 +94,13 @@ class PresetPrefixes:
         key = tools_key(tools)
         return next((p for p in self.presets() if p.system_prompt == system and p.tools_key == key), None)
 
-    def prepare(self, engine, preset: SavedPreset, system_messages: list[dict], tools: list) -> dict | None:
+    def prepare(self, engine, preset: SavedPreset, system: str, tools: list, tool_format: str) -> dict | None:
         """Make the preset's prefix resident (restore or compute + save). Returns what was done:
         {"preset", "action", "tokens", "ms", "reason"}, or None when the template gives no prefix."""
-        text = prefix_text(engine, system_messages, tools)
+        ids, text = prefix_ids(engine, system, tools, tool_format)
         if not text:
             return None
         t0 = time.perf_counter()
-        res = self._store_or_default().ensure(engine, text, label=preset.name)
+        res = self._store_or_default().ensure(engine, ids, label=preset.name)
         return {"preset": preset.name, "action": res.action, "tokens": res.n_tokens, "key": res.key,
                 "ms": (time.perf_counter() - t0) * 1000, "reason": res.reason or ""}

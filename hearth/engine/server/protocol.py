@@ -85,6 +85,10 @@ def parse_chat_request(body: bytes) -> ChatRequest:
     for key, value in d.items():
         if _too_deep(value, MAX_DEPTH - 1):
             raise RequestError(f"'{key}' nests deeper than {MAX_DEPTH} levels", param=key)
+    bad = _lone_surrogate(d)
+    if bad is not None:
+        raise RequestError(f"'{bad}' holds a lone surrogate (half of a UTF-16 pair, such as \\ud800): it is "
+                           "no character; send the whole pair or the character itself", param=bad)
     model = d.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("'model' must be a string", param="model")
@@ -142,6 +146,35 @@ def _too_deep(value, depth_left: int) -> bool:
                 return True
             stack.extend((c, left - 1) for c in (v.values() if isinstance(v, dict) else v))
     return False
+
+
+def _lone_surrogate(value) -> str | None:
+    """The path (`messages[0].content`) of the first string, or key, in `value` that holds a lone
+    surrogate, which has no UTF-8 form; None when there is none. The body is already known to nest
+    at most MAX_DEPTH levels."""
+    stack = [(value, "")]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, str):
+            if not _encodable(v):
+                return path
+        elif isinstance(v, dict):
+            for k, c in reversed(list(v.items())):
+                sub = f"{path}.{k}" if path else str(k)
+                if not _encodable(k):
+                    return path or "(a key)"
+                stack.append((c, sub))
+        elif isinstance(v, list):
+            stack.extend((c, f"{path}[{i}]") for i, c in reversed(list(enumerate(v))))
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def sampling_from_request(d: dict) -> Sampling:

@@ -2,7 +2,8 @@
 template and the prefix image key see), an MCP call result becomes a ToolResult.
 
 A tool keeps its own name unless another tool of the preset already has it; then it is named
-`<server>_<name>`. A tool whose input schema Hearth cannot check is left out, with a note.
+`<server>_<name>`. A tool whose input schema Hearth cannot check is left out, with a note; a
+description longer than MAX_DESCRIPTION_CHARS is cut, with a note.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..registry import ToolResult
 from ..schema import NAME_RE, ToolSchemaError, normalize_tool_definition
 
 MAX_RESULT_CHARS = 16 * 1024
+MAX_DESCRIPTION_CHARS = 4096   # a server's description goes into every prompt of the preset: a page at most
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,12 @@ def hearth_tools(server: str, listed: list, taken: set[str]) -> tuple[list[McpTo
         if name in taken or not NAME_RE.match(name):
             notes.append(f"{server}: tool {mcp_name!r} left out (its name collides or is not usable)")
             continue
-        fn = {"name": name, "description": d.get("description") or d.get("title") or "",
+        description = d.get("description") or d.get("title") or ""
+        if isinstance(description, str) and len(description) > MAX_DESCRIPTION_CHARS:
+            notes.append(f"{server}: tool {mcp_name!r}: its description of {len(description):,} characters was "
+                         f"cut to {MAX_DESCRIPTION_CHARS:,}")
+            description = description[:MAX_DESCRIPTION_CHARS] + "…"
+        fn = {"name": name, "description": description,
               "parameters": d.get("inputSchema") or {"type": "object", "properties": {}}}
         try:
             definition = normalize_tool_definition({"type": "function", "function": fn}, f"{server}.{mcp_name}")

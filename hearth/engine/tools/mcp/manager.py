@@ -10,7 +10,9 @@ through it with timeouts and never block on the loop for longer than they asked.
 
 A server that dies or stops answering ends its session: `on_exit(name, message)` is called (on the
 loop thread) unless the session was stopped on purpose. A stdio server runs with the SDK's safe
-default environment plus the config's env, and its stderr goes to a log file per server.
+default environment plus the config's env, and its stderr goes to a log file per server, capped
+and rotated (stderr_log.py). A tool listing the SDK cannot read for its nesting is read again
+without the over-deep tools (readable_listing.py; `left_out(name)` names them).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import anyio
 from ..registry import ToolResult
 from .config import McpServerConfig
 from .convert import MAX_RESULT_CHARS, tool_result
+from .readable_listing import Unreadable, readable
+from .stderr_log import StderrLog
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,7 @@ class _Session:
         self.failure = ""                  # why a call found the session dead
         self.refused = 0                   # an HTTP server's 401/403: the token is wrong or missing
         self.task: asyncio.Task | None = None
+        self.unreadable = Unreadable()      # tools left out of its listings, or why a message was unreadable
 
 
 class McpManager:
@@ -121,6 +126,7 @@ class McpManager:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 read, write = await stack.enter_async_context(self._transport(s, token, stack))
+                read = await stack.enter_async_context(readable(read, s.unreadable))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 with anyio.fail_after(timeout_s):
                     await session.initialize()
@@ -132,6 +138,8 @@ class McpManager:
                     message = s.failure or f"the MCP server {name} stopped answering"
         except Exception as e:  # noqa: BLE001  any failure of a session is the user's to read
             message = _readable(name, e, timeout_s, started=ready.done())
+            if s.unreadable.reason and not ready.done():
+                message = f"the MCP server {name} could not be started: {s.unreadable.reason}"
             if s.refused:
                 message = (f"the MCP server {name} refused the connection (HTTP {s.refused}): its token is "
                            f"{'wrong' if token else 'missing'}")
@@ -160,14 +168,18 @@ class McpManager:
             client.event_hooks["response"].append(note_refusal)
             return streamable_http_client(config.url, http_client=client)
         from mcp import StdioServerParameters, stdio_client
-        errlog = stack.enter_context(open(self._log_path(config.name), "a", encoding="utf-8")) \
-            if self.log_dir else None
         params = StdioServerParameters(command=config.command, args=list(config.args), env=dict(config.env))
-        return stdio_client(params, errlog=errlog) if errlog else stdio_client(params)
+        if not self.log_dir:
+            return stdio_client(params)
+        errlog = StderrLog(self.log_dir / f"mcp-{config.name}.log")
+        stack.callback(errlog.close_ours)
+        return _closing_after_spawn(stdio_client(params, errlog=errlog.child_end), errlog)
 
-    def _log_path(self, name: str) -> Path:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        return self.log_dir / f"mcp-{name}.log"
+    def left_out(self, server: str) -> list[str]:
+        """The tools of a running server left out of its list, each with its name and why."""
+        with self._lock:
+            s = self._sessions.get(server)
+        return list(s.unreadable.left_out) if s is not None else []
 
     async def _watch(self, s: _Session) -> None:
         """Until stopped: ping now and then; a ping that fails or goes unanswered ends the session."""
@@ -233,6 +245,18 @@ class McpManager:
         with self._lock:
             names = list(self._sessions)
         await asyncio.gather(*(self._stop(n) for n in names))
+
+
+@contextlib.asynccontextmanager
+async def _closing_after_spawn(transport, errlog: StderrLog):
+    """The transport, with Hearth's copy of the stderr pipe closed once the process is spawned (its
+    copy thread then ends when the process does)."""
+    try:
+        async with transport as streams:
+            errlog.close_ours()
+            yield streams
+    finally:
+        errlog.close_ours()
 
 
 async def _all_tools(session) -> list:
