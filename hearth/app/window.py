@@ -350,7 +350,9 @@ class MainWindow(QMainWindow):
         self.stopButton.clicked.connect(self.stop)
         self.messageInput.sendRequested.connect(self.send)
         self.draftTokens = DraftTokens(self.messageInput, self.conversation, self.client, self.tokenCount,
-                                       lambda: self._edit_row, self.draft_text, self)
+                                       lambda: self._edit_row, self.draft_text, self, lambda: self.model_info)
+        self.presetPicker.activated.connect(self.draftTokens.schedule)
+        self.modelReady.connect(self.draftTokens.schedule)
         self.attachmentBar.changed.connect(self.draftTokens.recount)
         self.attachmentBar.refused.connect(lambda why: self.show_banner(why, "warning"))
         self.messageInput.filesDropped.connect(self.attachmentBar.add_files)
