@@ -1,8 +1,8 @@
 """Splitting assistant text for display, and the stats line under a reply. Qt-free.
 
 A reply is shown as a column of segments: prose by paragraph (each a Markdown label, so a growing
-reply re-renders only its last paragraph) and fenced code blocks whole (a monospace block with a
-Copy button). An unclosed fence - a code block still streaming - is a code block already.
+reply re-renders only its last paragraph; a single newline in it is a line break) and fenced code
+blocks whole (a monospace block with a Copy button). An unclosed fence - a code block still streaming - is a code block already.
 """
 
 from __future__ import annotations
@@ -15,13 +15,28 @@ _FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)[ \t]*([\w+#.-]*)[^\n]*$", re.M)
 
 
 _LIST_ITEM = re.compile(r"^[ \t]*([-*+]|\d+[.)])[ \t]")
+# A line that must not get a hard break before it: a table row, or a setext underline / rule.
+_NO_BREAK_BEFORE = re.compile(r"^[ \t]*\||^[ \t]{0,3}(=+|-+|\*+|_+)[ \t]*$")
+
+
+def _hard_breaks(p: str) -> str:
+    """A single newline inside a paragraph shown as a line break, as chat apps do (CommonMark
+    would join the lines): two spaces before it. Table rows and underlines are left as they are."""
+    lines = p.split("\n")
+    for i in range(len(lines) - 1):
+        line, nxt = lines[i], lines[i + 1]
+        if (not line.strip() or not nxt.strip() or line.endswith(("  ", "\\")) or line.lstrip().startswith("|")
+                or _NO_BREAK_BEFORE.match(nxt)):
+            continue
+        lines[i] = line + "  "
+    return "\n".join(lines)
 
 
 def _paragraphs(md: str) -> list[str]:
     """Prose split at blank lines, so a growing reply re-renders only its last paragraph. A list
     stays one piece (a loose list has blank lines between items, and numbering must carry on)."""
     out: list[str] = []
-    for p in re.split(r"\n[ \t]*\n", md):
+    for p in map(_hard_breaks, re.split(r"\n[ \t]*\n", md)):
         if not p.strip():
             continue
         continues = p[:1] in (" ", "\t") or _LIST_ITEM.match(p)
