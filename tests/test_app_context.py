@@ -204,6 +204,23 @@ def test_a_will_not_fit_verdict_does_not_outlive_a_change_of_preset(qtbot, windo
     wait_until(lambda: not w.client.busy)
 
 
+def test_a_preset_too_long_for_the_context_is_refused_in_the_windows_words(qtbot, window):
+    w = window
+    p = w.presets.add(Preset("p-huge", "Huge prompt", LONG * 12, [], dict(GREEDY)))   # ~440 tokens > 384
+    w._fill_presets()
+    w.banner.hide()
+    i = w.presetPicker.findData(p.id)
+    w.presetPicker.setCurrentIndex(i)
+    w.presetPicker.activated.emit(i)
+    wait_until(lambda: w.banner.isVisible() and not w.client.busy, 60)
+    text = w.bannerLabel.text()
+    assert "context length" in text and "Settings → Context length" in text, text
+    assert "n_ctx" not in text and "resident" not in text, text
+    w.banner.hide()
+    w.select_preset("p-stop")
+    wait_until(lambda: not w.client.busy)
+
+
 def test_context_length_per_model_reloads_the_kv_cache_and_is_remembered(qtbot, window, dirs):
     w = window
     assert w.model_info["n_ctx"] == N_CTX            # the app's default, from settings.ini

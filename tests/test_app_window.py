@@ -441,3 +441,24 @@ def test_corrupt_presets_file_notice_and_engine_error_in_the_chat(qtbot, qapp, t
         assert w.sendButton.isVisible() and not w.conversation.generating   # still usable
     finally:
         w.close()
+
+
+def test_the_window_speaks_its_own_words_model_name_durations_and_counts(qtbot, window):
+    w = window
+    qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert "SmolLM2-135M" in w.messageView.empty.text(), w.messageView.empty.text()
+    set_max_tokens(w, 1)
+    try:
+        send(qtbot, w, "Hi")
+    finally:
+        set_max_tokens(w, 10)
+    line = w.messageView.bubbles()[-1].stats.toolTip()
+    assert "1 token\n" in line and "1 tokens" not in line, line
+    # the model box's name for the model, not its GGUF general.name
+    assert w.modelPicker.currentText() == "SmolLM2-135M (default)"
+    assert "SmolLM2-135M on CPU" in line or "SmolLM2-135M on GPU" in line, line
+    first = next(part for part in line.split("\n") if part.startswith("first token"))
+    assert first.endswith(" ms") or first.endswith(" s"), first
+    from hearth.app.markdown_text import format_stats
+    slow = format_stats({"generated_tokens": 2683, "ttft_s": 65.436})
+    assert "2,683 tokens" in slow and "first token 65.4 s" in slow, slow

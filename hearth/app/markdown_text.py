@@ -70,17 +70,32 @@ def split_markdown(text: str) -> list[tuple]:
     return out
 
 
+def duration(ms: float) -> str:
+    """A time as people read it: "740 ms", "65.4 s", "3 min 5 s"."""
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 100_000:
+        return f"{ms / 1000:.1f} s"
+    s = round(ms / 1000)
+    return f"{s} s" if s < 180 else f"{s // 60} min {s % 60} s"
+
+
+def tokens(n: int) -> str:
+    """ "1 token", "2,683 tokens"."""
+    return f"{n:,} token" + ("" if n == 1 else "s")
+
+
 def format_stats(stats: dict) -> str:
     if not stats:
         return ""
     parts = []
     n = stats.get("generated_tokens")
     if n is not None:
-        parts.append(f"{n} tokens")
+        parts.append(tokens(n))
     if stats.get("decode_tps"):
         parts.append(f"{stats['decode_tps']:.1f} tok/s")
     if stats.get("ttft_s") is not None:
-        parts.append(f"first token {stats['ttft_s'] * 1000:.0f} ms")
+        parts.append(f"first token {duration(stats['ttft_s'] * 1000)}")
     if stats.get("reused_tokens") is not None and stats.get("computed_tokens") is not None:
         parts.append(f"prompt {stats['reused_tokens']} reused + {stats['computed_tokens']} computed")
     dropped = stats.get("dropped_messages")

@@ -31,6 +31,7 @@ from .attachment_bar import AttachmentBar
 from .attachments import message_text
 from .draft_tokens import DraftTokens
 from .export import ChatImportError, import_json
+from .markdown_text import duration, tokens
 from .export import export as export_chats
 from .message_input import MessageInput
 from .mcp_servers import McpServers
@@ -450,7 +451,7 @@ class MainWindow(QMainWindow):
         p = self.presets.get(res.get("preset", ""))
         name = f" “{p.name}”" if p else ""
         verb = "Restored" if res["action"] == "restored" else "Computed"
-        self.statusPrefix.setText(f"{verb} preset prefix{name} in {res['ms']:.0f} ms ({res['tokens']} tokens)")
+        self.statusPrefix.setText(f"{verb} preset prefix{name} in {duration(res['ms'])} ({tokens(res['tokens'])})")
         self.prefixResult.emit(res)
 
     def _on_chat_context(self, res: dict) -> None:
@@ -478,7 +479,7 @@ class MainWindow(QMainWindow):
         # A new model's figures come with its first prefix and reply; the last model's are not its own.
         self.statusSpeed.setText("")
         self.statusPrefix.setText("")
-        self.conversation.model_name = info.get("name", "")
+        self.conversation.model_name = info.get("label") or info.get("name", "")
         self.thinkingToggle.setVisible(bool(info.get("thinking_switch")))
         self._on_thinking_toggled(self.thinkingToggle.isChecked())
         self._update_empty_hint()
@@ -777,7 +778,7 @@ class MainWindow(QMainWindow):
         if not self.model_info:
             self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Loading the model…")
             return
-        model = self.model_info.get("name")
+        model = self.model_info.get("label") or self.model_info.get("name")
         where = ("runs entirely on this computer; nothing leaves it." if self.model_info.get("backend") != "remote"
                  else f"runs on the {self.model_info.get('adapter')}; your messages are sent there.")
         self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Ask anything. {model} {where}")
