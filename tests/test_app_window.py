@@ -351,7 +351,7 @@ def test_cache_panel_lists_images_and_clears_them(qtbot, window):
     qtbot.addWidget(panel)
     wait_until(lambda: panel.table.rowCount() > 0, 30)
     presets = {panel.table.item(r, 0).text() for r in range(panel.table.rowCount())}
-    assert "Test greedy" in presets
+    assert "Preset: Test greedy" in presets
     assert panel.table.item(0, 1).text() == "SmolLM2-135M-Instruct"
     assert "of 2.0 GB" in panel.totalLabel.text()
     n = panel.table.rowCount()
@@ -462,3 +462,30 @@ def test_the_window_speaks_its_own_words_model_name_durations_and_counts(qtbot, 
     from hearth.app.markdown_text import format_stats
     slow = format_stats({"generated_tokens": 2683, "ttft_s": 65.436})
     assert "2,683 tokens" in slow and "first token 65.4 s" in slow, slow
+
+
+def test_cache_panel_chat_rows_count_what_their_size_holds(qtbot, window):
+    w = window
+    qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    send(qtbot, w, "Name a colour.")
+    wait_until(lambda: not w.client.busy)
+    title = w.chats.chat(w.conversation.chat_id).title
+    qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)   # the chat is saved as it is left
+    wait_until(lambda: not w.client.busy)
+    action = next(a for m in w.menuBar().actions() if m.menu() for a in m.menu().actions()
+                  if a.text() == "Prefix cache…")
+    action.trigger()
+    panel = w.cachePanel
+    qtbot.addWidget(panel)
+    rows = lambda: {panel.table.item(r, 0).text(): r for r in range(panel.table.rowCount())}  # noqa: E731
+    wait_until(lambda: f"Chat: {title}" in rows(), 30)
+    assert panel.table.horizontalHeaderItem(0).text() != "Preset"    # chat rows sit under it too
+    r = rows()[f"Chat: {title}"]
+    size = next(c["size"] for c in panel.listing["chats"] if c["title"] == title)
+    cell, tip = panel.table.item(r, 2).text(), panel.table.item(r, 2).toolTip()
+    stored = int(cell.replace(",", ""))
+    segments = int(tip.split(" stored in ")[1].split()[0])
+    # The size holds the K/V of each token counted (46,080 bytes a token on SmolLM2 in float32) and
+    # each segment's logits (4 × 49,152 bytes) with its header: the two columns tell the same story.
+    assert 0 < stored * 46_080 <= size <= stored * 46_080 + segments * (4 * 49_152 + 4096), (size, cell, tip)
+    panel.close()
