@@ -48,6 +48,7 @@ class MessageView(QScrollArea):
         self._rows: list[QWidget] = []
         self._model = None
         self._stick = True
+        self._waiting = ""
         bar = self.verticalScrollBar()
         bar.valueChanged.connect(self._on_scrolled)
         bar.rangeChanged.connect(self._on_range)
@@ -87,6 +88,12 @@ class MessageView(QScrollArea):
     def set_empty_text(self, text: str) -> None:
         self.empty.setText(text)
 
+    def set_waiting_text(self, text: str) -> None:
+        """What a reply with no text yet says after a second ("waiting for the server"; "" for "…")."""
+        self._waiting = text
+        for b in self._bubbles:
+            b.typing.what = text
+
     def bubbles(self) -> list[MessageBubble]:
         return list(self._bubbles)
 
@@ -107,6 +114,7 @@ class MessageView(QScrollArea):
         for row in range(first, last + 1):
             idx = self._model.index(row, 0)
             bubble = MessageBubble(idx.data(RoleRole))
+            bubble.typing.what = self._waiting
             bubble.editClicked.connect(lambda b=bubble: self.editRequested.emit(self.row_of(b)))
             bubble.regenerateClicked.connect(self.regenerateRequested)
             bubble.versionClicked.connect(self.versionRequested)

@@ -481,6 +481,7 @@ class MainWindow(QMainWindow):
         self.statusPrefix.setText("")
         self.conversation.model_name = info.get("label") or info.get("name", "")
         self.thinkingToggle.setVisible(bool(info.get("thinking_switch")))
+        self.messageView.set_waiting_text("waiting for the server" if info.get("backend") == "remote" else "")
         self._on_thinking_toggled(self.thinkingToggle.isChecked())
         self._update_empty_hint()
         self.modelReady.emit(info)
