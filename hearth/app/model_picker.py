@@ -47,6 +47,7 @@ from PySide6.QtWidgets import QComboBox, QFileDialog, QLabel, QSizePolicy, QStyl
 from hearth.engine.library.file_names import display_name
 
 from .chat_source import human_bytes, human_params
+from .elided_combo import ElidedComboBox
 from .elided_label import ElidedLabel
 from .model_fit import fit_line
 
@@ -107,7 +108,7 @@ class ModelPicker(QObject):
         # n_ctx for a model about to load; the window sets a per-model rule (its settings store)
         self.n_ctx_of = lambda path: self.settings.get("model/n_ctx")
 
-        self.combo = QComboBox(objectName="modelPicker", minimumContentsLength=16)
+        self.combo = ElidedComboBox(objectName="modelPicker", minimumContentsLength=16)
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.combo.setAccessibleName("Model")
         self.combo.setItemDelegate(FitDelegate(self.combo))

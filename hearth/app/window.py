@@ -41,6 +41,7 @@ from .models_ui import ModelsUI
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
 from .about import AboutDialog
+from .elided_combo import ElidedComboBox
 from .elided_label import ElidedLabel
 from .model_picker import ModelPicker
 from .remote_ui import RemoteUI
@@ -148,7 +149,7 @@ class MainWindow(QMainWindow):
         top = self.topBar = QWidget(objectName="topBar")
         tl = QHBoxLayout(top)
         tl.setContentsMargins(12, 6, 12, 6)
-        self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=10)
+        self.presetPicker = ElidedComboBox(objectName="presetPicker", minimumContentsLength=10)
         self.presetPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.presetPicker.setToolTip("Preset: system prompt, tools and sampling for this chat")
         self.presetPicker.setAccessibleName("Preset")
@@ -247,6 +248,8 @@ class MainWindow(QMainWindow):
         bottom = QWidget(objectName="messageColumn")
         bo = QVBoxLayout(bottom)
         bo.setContentsMargins(24, 6, 24, 12)
+        self.inputColumn = bottom
+        self.messageView.marginChanged.connect(self._align_input)
         self.toolConfirm = ToolConfirmBar(self.conversation.tools)
         bo.addWidget(self.toolConfirm)
         bo.addWidget(self.editHint)
@@ -254,6 +257,13 @@ class MainWindow(QMainWindow):
         bo.addWidget(inputFrame)
         cl.addWidget(bottom)
         return centre
+
+    def _align_input(self, left: int, right: int) -> None:
+        """The input box lines up with the conversation's column where that is narrower than the window."""
+        if left > 24:
+            self.inputColumn.layout().setContentsMargins(left, 6, right, 12)
+        else:
+            self.inputColumn.layout().setContentsMargins(24, 6, 24, 12)
 
     def _build_status_bar(self) -> None:
         """Prefix cache line, speed, KV memory, context used."""
