@@ -489,3 +489,46 @@ def test_cache_panel_chat_rows_count_what_their_size_holds(qtbot, window):
     # each segment's logits (4 × 49,152 bytes) with its header: the two columns tell the same story.
     assert 0 < stored * 46_080 <= size <= stored * 46_080 + segments * (4 * 49_152 + 4096), (size, cell, tip)
     panel.close()
+
+
+def assert_every_line_fits(view) -> None:
+    """Each paragraph of each message gets the height its text needs at its width, and each
+    bubble and row hold all of their contents: no line is clipped."""
+    for i, b in enumerate(view.bubbles()):
+        body = b.body
+        for seg in body._visible():
+            need = seg.heightForWidth(seg.width()) if seg.hasHeightForWidth() else seg.sizeHint().height()
+            assert seg.height() >= need, (i, seg.objectName(), seg.height(), need, b.text()[-40:])
+            assert seg.geometry().bottom() < body.height(), (i, "segment below the body")
+        inside = body.mapTo(b, body.rect().bottomLeft()).y()
+        assert inside < b.height(), (i, "body below its bubble", inside, b.height())
+        assert b.height() <= b.parentWidget().height(), (i, "bubble taller than its row")
+
+
+def test_no_line_is_clipped_after_stop_regenerate_and_an_edit_further_down(qtbot, window):
+    w = window
+    w.resize(1280, 820)
+    w.new_chat()
+    send(qtbot, w, "Say hello.")
+    set_max_tokens(w, 200)
+    deltas = []
+    w.client.worker.delta.connect(lambda rid, t: deltas.append(t))
+    qtbot.keyClicks(w.messageInput, "Write a long story about a dragon who learns to bake bread.")
+    qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+    wait_until(lambda: len(deltas) >= 12)
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Escape)                   # stop
+    set_max_tokens(w, 24)
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
+        qtbot.keyClick(w, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)   # regenerate
+    qtbot.wait(50)
+    assert_every_line_fits(w.messageView)
+    send(qtbot, w, "Say goodbye.")
+    qtbot.mouseClick(w.messageView.bubbles()[-2].editButton, Qt.MouseButton.LeftButton)   # an edit further down
+    w.messageInput.selectAll()
+    qtbot.keyClicks(w.messageInput, "Say thanks.")
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+    qtbot.wait(50)
+    set_max_tokens(w, GREEDY["max_tokens"])
+    assert_every_line_fits(w.messageView)

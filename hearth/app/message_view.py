@@ -180,8 +180,12 @@ class MessageView(QScrollArea):
             last_assistant = -1
         for i, b in enumerate(self._bubbles):
             if b.role == "assistant":
+                before = (b.regenerateButton.isHidden(), b.prevVersionButton.isHidden())
                 b.regenerateButton.setVisible(i == last_assistant)
                 b.show_versions(i == last_assistant == len(self._bubbles) - 1)
+                if (b.regenerateButton.isHidden(), b.prevVersionButton.isHidden()) != before:
+                    b.layout().invalidate()      # its header changed after the row was measured
+                    self._rows[i].refit()
 
     # -- follow the bottom while the user has not scrolled up -----------------------------------------
     def _on_scrolled(self, value: int) -> None:
