@@ -255,7 +255,7 @@ def in_window(w, widget):
 
 
 def test_at_the_minimum_size_in_the_dark_theme_the_top_bar_boxes_stay_apart_and_names_end_in_an_ellipsis(
-        qtbot, window):
+        qtbot, window, tmp_path, default_model_path):
     w = window
     dark = next(a for a in w.themeGroup.actions() if a.data() == "dark")
     dark.trigger()
@@ -270,7 +270,16 @@ def test_at_the_minimum_size_in_the_dark_theme_the_top_bar_boxes_stay_apart_and_
             if shown != box.currentText():
                 assert shown.endswith("…") and box.currentText().startswith(shown[:-1]), shown
             assert box.fontMetrics().horizontalAdvance(shown) < box.width() - 20, (shown, box.width())
-        assert w.modelPicker.shown_text().endswith("…"), "the default model's name is longer than the box"
+        # a name far longer than the box: cut at a letter boundary with "…", never mid-glyph
+        long = tmp_path / ("Meta-Llama-3.1-8B-Instruct-abliterated-uncensored-" + "x" * 30 + ".Q4_K_M.gguf")
+        long.symlink_to(default_model_path)
+        w.picker.add_model(str(long))
+        shown_before = w.modelPicker.currentIndex()
+        w.modelPicker.setCurrentIndex(w.modelPicker.findData(str(long)))
+        shown = w.modelPicker.shown_text()
+        assert shown.endswith("…") and long.name.startswith(shown[:-1]), shown
+        assert w.modelPicker.fontMetrics().horizontalAdvance(shown) < w.modelPicker.width() - 20
+        w.modelPicker.setCurrentIndex(shown_before)
     finally:
         next(a for a in w.themeGroup.actions() if a.data() == "light").trigger()
         w.resize(1280, 820)

@@ -13,8 +13,7 @@ class ElidedComboBox(QComboBox):
         self.initStyleOption(opt)
         field = self.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, opt,
                                             QStyle.SubControl.SC_ComboBoxEditField, self)
-        # the label is drawn inside the field less the stylesheet's text padding: keep a few pixels
-        return opt, max(0, field.width() - 6)
+        return opt, max(0, field.width() - 2)
 
     def shown_text(self) -> str:
         opt, width = self._option()

@@ -597,7 +597,7 @@ class MainWindow(QMainWindow):
         self.samplingToggle.setVisible(self.width() >= NARROW)
         narrow = self.width() < NARROW
         self.messageInput.set_short_hint(narrow)
-        for box, chars in ((self.presetPicker, 8 if narrow else 10), (self.modelPicker, 12 if narrow else 16)):
+        for box, chars in ((self.presetPicker, 8 if narrow else 10), (self.modelPicker, 12 if narrow else 22)):
             if box.minimumContentsLength() != chars:
                 box.setMinimumContentsLength(chars)
                 box.setMinimumWidth(box.sizeHint().width())   # its minimumSizeHint keeps the first length
