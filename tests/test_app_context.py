@@ -172,6 +172,55 @@ def test_the_input_box_counts_tokens_and_warns_before_sending_what_will_not_fit(
     wait_until(lambda: w.draftTokens.kind == "" and w.tokenCount.text() == "", 10)
 
 
+def test_a_will_not_fit_verdict_does_not_outlive_a_change_of_preset(qtbot, window):
+    w = window
+    start_chat(w, "p-stop")
+    for _ in range(5):                       # ~55 tokens an exchange
+        assert isinstance(send(qtbot, w, LONG), dict)
+    wait_until(lambda: not w.client.busy)
+    qtbot.keyClicks(w.messageInput, LONG * 3)  # fits alone, not after the chat
+    wait_until(lambda: w.draftTokens.kind == "too_long", 30)
+    qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+    assert w.banner.isVisible() and "will not fit" in w.bannerLabel.text()
+    w.banner.hide()
+    rows = w.conversation.model.rowCount()
+    # The user picks a rolling-window preset in the top bar and presses Enter at once: the refusal
+    # counted under "stop" no longer holds (the engine drops older messages instead).
+    i = w.presetPicker.findData("p-rolling_window")
+    w.presetPicker.setCurrentIndex(i)
+    w.presetPicker.activated.emit(i)
+    got = []
+    w.conversation.replyFinished.connect(got.append)
+    w.conversation.replyFailed.connect(got.append)
+    try:
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+        assert not w.banner.isVisible(), w.bannerLabel.text()
+        wait_until(lambda: got, 120)
+    finally:
+        w.conversation.replyFinished.disconnect(got.append)
+        w.conversation.replyFailed.disconnect(got.append)
+    assert isinstance(got[0], dict), got[0]
+    assert w.conversation.model.rowCount() == rows + 2
+    wait_until(lambda: not w.client.busy)
+
+
+def test_a_preset_too_long_for_the_context_is_refused_in_the_windows_words(qtbot, window):
+    w = window
+    p = w.presets.add(Preset("p-huge", "Huge prompt", LONG * 12, [], dict(GREEDY)))   # ~440 tokens > 384
+    w._fill_presets()
+    w.banner.hide()
+    i = w.presetPicker.findData(p.id)
+    w.presetPicker.setCurrentIndex(i)
+    w.presetPicker.activated.emit(i)
+    wait_until(lambda: w.banner.isVisible() and not w.client.busy, 60)
+    text = w.bannerLabel.text()
+    assert "context length" in text and "Settings → Context length" in text, text
+    assert "n_ctx" not in text and "resident" not in text, text
+    w.banner.hide()
+    w.select_preset("p-stop")
+    wait_until(lambda: not w.client.busy)
+
+
 def test_context_length_per_model_reloads_the_kv_cache_and_is_remembered(qtbot, window, dirs):
     w = window
     assert w.model_info["n_ctx"] == N_CTX            # the app's default, from settings.ini

@@ -141,3 +141,34 @@ def test_theme_follows_the_system_unless_forced(qapp):
     finally:
         hints.setColorScheme(old)
         theme.apply(qapp, "light")
+
+
+def test_single_line_breaks_in_a_reply_show_as_line_breaks_and_copy_keeps_the_text(qtbot):
+    from PySide6.QtGui import QGuiApplication, QTextDocument
+
+    from hearth.app.bubbles import CodeBlock, MarkdownLabel
+    poem = ("Roses are red,\nviolets are blue,\nthis is a poem.\n\n"
+            "| a | b |\n|---|---|\n| 1 | 2 |\n\n```\nx = 1\ny = 2\n```\nA heading\n---\nlast line")
+    m = MessageModel()
+    v = MessageView()
+    qtbot.addWidget(v)
+    v.setModel(m)
+    m.set_messages([Message("user", "a poem", 1), Message("assistant", poem, 2)])
+    reply = v.bubbles()[1]
+    labels = reply.findChildren(MarkdownLabel)
+
+    def lines(label) -> list[str]:
+        """The label's text as Qt's Markdown reader takes it: a soft break is a space, a hard
+        break a line separator."""
+        doc = QTextDocument()
+        doc.setMarkdown(label.text())
+        return [line.strip() for line in doc.toPlainText().replace("\u2028", "\n").split("\n")]
+
+    assert lines(labels[0]) == ["Roses are red,", "violets are blue,", "this is a poem."]
+    doc = QTextDocument()
+    doc.setMarkdown(labels[1].text())
+    assert type(doc.rootFrame().childFrames()[0]).__name__ == "QTextTable"   # a table stays a table
+    assert lines(labels[2]) == ["A heading", "last line"]
+    assert reply.findChild(CodeBlock).code() == "x = 1\ny = 2"      # code blocks untouched
+    reply.copyButton.click()
+    assert QGuiApplication.clipboard().text() == poem                  # Copy gives the text as written

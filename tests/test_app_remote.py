@@ -392,6 +392,29 @@ def test_a_silent_server_times_out_with_a_message(qtbot, window, scripted):
         remote.timeout = 120.0
 
 
+def test_a_slow_first_token_from_a_server_shows_the_wait(qtbot, window, scripted):
+    w = window
+    scripted.script["slow"] = Reply(json.dumps(MODELS), ctype="application/json")
+    use_remote(qtbot, w, scripted.url("slow"))
+    scripted.script["slow"] = Reply(sse(chunk({"content": "Here."}), chunk(finish="stop")), hang=2.6)
+    w.new_chat()
+    got = []
+    w.conversation.replyFinished.connect(got.append)
+    try:
+        type_and_send(qtbot, w, "Are you there?")
+        wait_until(lambda: w.messageView.bubbles()[-1].typing.isVisible(), 1)
+        typing = w.messageView.bubbles()[-1].typing
+        assert typing.text() == "…"
+        wait_until(lambda: typing.text().startswith("waiting for the server… "), 2.5)
+        seen = typing.text()
+        wait_until(lambda: typing.text() != seen or got, 2.5)          # it counts on
+        assert got or typing.text() in ("waiting for the server… 2 s", "waiting for the server… 3 s"), typing.text()
+        wait_until(lambda: got, 30)
+    finally:
+        w.conversation.replyFinished.disconnect(got.append)
+    assert not typing.isVisible() and w.messageView.bubbles()[-1].text() == "Here."
+
+
 def test_listing_models_never_blocks_the_window(qtbot, window, scripted):
     w = window
     scripted.script["slow"] = Reply(json.dumps(MODELS), ctype="application/json", hang=1.5)

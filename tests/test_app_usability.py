@@ -247,6 +247,64 @@ def test_small_window_keeps_a_readable_layout_and_panels_collapse(qtbot, window)
     assert actions["Chat list"] == "Ctrl+B" and actions["Sampling panel"] == "Ctrl+Shift+S"
 
 
+def in_window(w, widget):
+    """`widget`'s rectangle in the window's coordinates."""
+    r = widget.rect()
+    r.moveTopLeft(widget.mapTo(w, r.topLeft()))
+    return r
+
+
+def test_at_the_minimum_size_in_the_dark_theme_the_top_bar_boxes_stay_apart_and_names_end_in_an_ellipsis(
+        qtbot, window, tmp_path, default_model_path):
+    w = window
+    dark = next(a for a in w.themeGroup.actions() if a.data() == "dark")
+    dark.trigger()
+    try:
+        w.resize(MIN_SIZE)
+        qtbot.wait(100)
+        row = [x for x in (w.presetPicker, w.modelPicker, w.backendPicker, w.modelsButton) if x.isVisible()]
+        for a, b in zip(row, row[1:]):
+            assert in_window(w, a).right() < in_window(w, b).left(), (a.objectName(), b.objectName())
+        for box in (w.presetPicker, w.modelPicker):
+            shown = box.shown_text()
+            if shown != box.currentText():
+                assert shown.endswith("…") and box.currentText().startswith(shown[:-1]), shown
+            assert box.fontMetrics().horizontalAdvance(shown) < box.width() - 20, (shown, box.width())
+        # a name far longer than the box: cut at a letter boundary with "…", never mid-glyph
+        long = tmp_path / ("Meta-Llama-3.1-8B-Instruct-abliterated-uncensored-" + "x" * 30 + ".Q4_K_M.gguf")
+        long.symlink_to(default_model_path)
+        w.picker.add_model(str(long))
+        shown_before = w.modelPicker.currentIndex()
+        w.modelPicker.setCurrentIndex(w.modelPicker.findData(str(long)))
+        shown = w.modelPicker.shown_text()
+        assert shown.endswith("…") and long.name.startswith(shown[:-1]), shown
+        assert w.modelPicker.fontMetrics().horizontalAdvance(shown) < w.modelPicker.width() - 20
+        w.modelPicker.setCurrentIndex(shown_before)
+    finally:
+        next(a for a in w.themeGroup.actions() if a.data() == "light").trigger()
+        w.resize(1280, 820)
+
+
+def test_at_1920_px_the_conversation_keeps_a_reading_width(qtbot, window):
+    from hearth.app.message_view import READING_WIDTH
+    w = window
+    w.resize(1920, 1080)
+    w.new_chat()
+    send(w, "Hello")
+    qtbot.wait(100)
+    try:
+        view = w.messageView
+        rows = [in_window(w, b.parentWidget()) for b in view.bubbles()]
+        column = in_window(w, view.viewport())
+        for r in rows:
+            assert r.width() <= READING_WIDTH, r.width()
+            assert abs((r.left() - column.left()) - (column.right() - r.right())) <= 2, "centred"
+        frame = in_window(w, w.findChild(QWidget, "messageInputFrame"))
+        assert abs(frame.left() - rows[0].left()) <= 2 and abs(frame.right() - rows[0].right()) <= 2, (frame, rows[0])
+    finally:
+        w.resize(1280, 820)
+
+
 def test_window_rect_comes_back_as_it_was(qtbot, dirs):
     w = open_window(*dirs)
     w.resize(1111, 700)

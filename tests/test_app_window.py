@@ -351,7 +351,7 @@ def test_cache_panel_lists_images_and_clears_them(qtbot, window):
     qtbot.addWidget(panel)
     wait_until(lambda: panel.table.rowCount() > 0, 30)
     presets = {panel.table.item(r, 0).text() for r in range(panel.table.rowCount())}
-    assert "Test greedy" in presets
+    assert "Preset: Test greedy" in presets
     assert panel.table.item(0, 1).text() == "SmolLM2-135M-Instruct"
     assert "of 2.0 GB" in panel.totalLabel.text()
     n = panel.table.rowCount()
@@ -441,3 +441,94 @@ def test_corrupt_presets_file_notice_and_engine_error_in_the_chat(qtbot, qapp, t
         assert w.sendButton.isVisible() and not w.conversation.generating   # still usable
     finally:
         w.close()
+
+
+def test_the_window_speaks_its_own_words_model_name_durations_and_counts(qtbot, window):
+    w = window
+    qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert "SmolLM2-135M" in w.messageView.empty.text(), w.messageView.empty.text()
+    set_max_tokens(w, 1)
+    try:
+        send(qtbot, w, "Hi")
+    finally:
+        set_max_tokens(w, 10)
+    line = w.messageView.bubbles()[-1].stats.toolTip()
+    assert "1 token\n" in line and "1 tokens" not in line, line
+    # the model box's name for the model, not its GGUF general.name
+    assert w.modelPicker.currentText() == "SmolLM2-135M (default)"
+    assert "SmolLM2-135M on CPU" in line or "SmolLM2-135M on GPU" in line, line
+    first = next(part for part in line.split("\n") if part.startswith("first token"))
+    assert first.endswith(" ms") or first.endswith(" s"), first
+    from hearth.app.markdown_text import format_stats
+    slow = format_stats({"generated_tokens": 2683, "ttft_s": 65.436})
+    assert "2,683 tokens" in slow and "first token 65.4 s" in slow, slow
+
+
+def test_cache_panel_chat_rows_count_what_their_size_holds(qtbot, window):
+    w = window
+    qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    send(qtbot, w, "Name a colour.")
+    wait_until(lambda: not w.client.busy)
+    title = w.chats.chat(w.conversation.chat_id).title
+    qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)   # the chat is saved as it is left
+    wait_until(lambda: not w.client.busy)
+    action = next(a for m in w.menuBar().actions() if m.menu() for a in m.menu().actions()
+                  if a.text() == "Prefix cache…")
+    action.trigger()
+    panel = w.cachePanel
+    qtbot.addWidget(panel)
+    rows = lambda: {panel.table.item(r, 0).text(): r for r in range(panel.table.rowCount())}  # noqa: E731
+    wait_until(lambda: f"Chat: {title}" in rows(), 30)
+    assert panel.table.horizontalHeaderItem(0).text() != "Preset"    # chat rows sit under it too
+    r = rows()[f"Chat: {title}"]
+    size = next(c["size"] for c in panel.listing["chats"] if c["title"] == title)
+    cell, tip = panel.table.item(r, 2).text(), panel.table.item(r, 2).toolTip()
+    stored = int(cell.replace(",", ""))
+    segments = int(tip.split(" stored in ")[1].split()[0])
+    # The size holds the K/V of each token counted (46,080 bytes a token on SmolLM2 in float32) and
+    # each segment's logits (4 × 49,152 bytes) with its header: the two columns tell the same story.
+    assert 0 < stored * 46_080 <= size <= stored * 46_080 + segments * (4 * 49_152 + 4096), (size, cell, tip)
+    panel.close()
+
+
+def assert_every_line_fits(view) -> None:
+    """Each paragraph of each message gets the height its text needs at its width, and each
+    bubble and row hold all of their contents: no line is clipped."""
+    for i, b in enumerate(view.bubbles()):
+        body = b.body
+        for seg in body._visible():
+            need = seg.heightForWidth(seg.width()) if seg.hasHeightForWidth() else seg.sizeHint().height()
+            assert seg.height() >= need, (i, seg.objectName(), seg.height(), need, b.text()[-40:])
+            assert seg.geometry().bottom() < body.height(), (i, "segment below the body")
+        inside = body.mapTo(b, body.rect().bottomLeft()).y()
+        assert inside < b.height(), (i, "body below its bubble", inside, b.height())
+        assert b.height() <= b.parentWidget().height(), (i, "bubble taller than its row")
+
+
+def test_no_line_is_clipped_after_stop_regenerate_and_an_edit_further_down(qtbot, window):
+    w = window
+    w.resize(1280, 820)
+    w.new_chat()
+    send(qtbot, w, "Say hello.")
+    set_max_tokens(w, 200)
+    deltas = []
+    w.client.worker.delta.connect(lambda rid, t: deltas.append(t))
+    qtbot.keyClicks(w.messageInput, "Write a long story about a dragon who learns to bake bread.")
+    qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+    wait_until(lambda: len(deltas) >= 12)
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Escape)                   # stop
+    set_max_tokens(w, 24)
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
+        qtbot.keyClick(w, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)   # regenerate
+    qtbot.wait(50)
+    assert_every_line_fits(w.messageView)
+    send(qtbot, w, "Say goodbye.")
+    qtbot.mouseClick(w.messageView.bubbles()[-2].editButton, Qt.MouseButton.LeftButton)   # an edit further down
+    w.messageInput.selectAll()
+    qtbot.keyClicks(w.messageInput, "Say thanks.")
+    with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
+        qtbot.keyClick(w.messageInput, Qt.Key.Key_Return)
+    qtbot.wait(50)
+    set_max_tokens(w, GREEDY["max_tokens"])
+    assert_every_line_fits(w.messageView)

@@ -1,5 +1,5 @@
-"""The main window at 1280 px and at its minimum size, light and dark, with a reply and keyboard
-focus on a message's Copy button (README: "At any size").
+"""The main window at its minimum size (760×520), at 1280 px and at 1920×1080, light and dark, with a
+reply (a poem: its line breaks) and keyboard focus on a message's Copy button (README: "At any size").
 
     DISPLAY=:99 python docs/screenshots/take_sizes.py
 """
@@ -33,8 +33,9 @@ def main() -> int:
 
     w.new_chat()
     ask("Give me three tips for sleeping better.", 60)
+    ask("Write a short poem about the sea, one line per verse.", 60)
     w.messageInput.setPlainText("")
-    for size, tag in (((1280, 820), "1280"), ((MIN_SIZE.width(), MIN_SIZE.height()), "min")):
+    for size, tag in (((1280, 820), "1280"), ((1920, 1080), "1920"), ((MIN_SIZE.width(), MIN_SIZE.height()), "min")):
         w.resize(*size)
         w.move(0, 0)
         spin(seconds=0.5)

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSiz
 
 from .elided_label import ElidedLabel
 from .markdown_text import format_stats, split_markdown
+from .waiting_label import WaitingLabel
 from .reply_versions import count as version_count
 from .code_highlight import CodeHighlighter
 from .thinking_block import ThinkingBlock
@@ -226,7 +227,7 @@ class MessageBubble(QFrame):
         self.toolBlocks = ToolBlocks()          # the reply's tool calls
         self.toolBlocks.changed.connect(self._on_tools_changed)
         outer.addWidget(self.toolBlocks)
-        self.typing = QLabel("…", objectName="typingIndicator")
+        self.typing = WaitingLabel()
         self.body.insert(0, self.typing)
         self.typing.hide()
         self.error = QLabel("", objectName="bubbleError", wordWrap=True)
@@ -301,6 +302,7 @@ class MessageBubble(QFrame):
         typing = streaming and not self._content and not self.toolBlocks.blocks
         if typing == self.typing.isHidden():
             self.typing.setVisible(typing)
+            self.typing.start() if typing else self.typing.stop()
             self.body.changed(self.typing)
         for b in (getattr(self, "regenerateButton", None), getattr(self, "editButton", None)):
             if b is not None:

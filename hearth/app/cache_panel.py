@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QDo
 
 from .chat_source import human_bytes
 
-COLUMNS = ("Preset", "Model", "Tokens", "Size", "Last used")
+COLUMNS = ("Kept for", "Model", "Tokens", "Size", "Last used")
 
 
 def _ago(t: float) -> str:
@@ -29,6 +29,20 @@ def _ago(t: float) -> str:
     if d < 86400 * 2:
         return f"{d / 3600:.0f} h ago"
     return time.strftime("%Y-%m-%d", time.localtime(t))
+
+
+def _tokens_cell(row: dict) -> tuple[str, str]:
+    """(the Tokens cell, its tooltip): the tokens whose K/V the row's size holds. For a chat that is
+    every position it keeps on disk (earlier versions of replies and edits included), not the
+    preset's prefix (its own row) and not necessarily the chat's length now (in the tooltip)."""
+    if "stored_tokens" not in row:
+        n = int(row.get("tokens") or 0)
+        return (f"{n:,}" if n else "—"), "Tokens of the preset's prefix"
+    stored = int(row["stored_tokens"])
+    tip = (f"{stored:,} tokens stored in {row.get('segments', 0)} segment(s), earlier versions of replies "
+           f"and edited messages included; the chat is {int(row.get('tokens') or 0):,} tokens long now, "
+           "its preset's prefix included (that prefix has its own row)")
+    return f"{stored:,}", tip
 
 
 class CachePanel(QDialog):
@@ -100,18 +114,18 @@ class CachePanel(QDialog):
         # preset images, then chats' contexts (one row per chat, its segments summed); each most
         # recently used first (one LRU order evicts both)
         last_use = lambda i: -i.get("last_used", 0)  # noqa: E731
-        rows = [(im.get("preset") or "(unknown preset)", im.get("model") or "—", im)
+        rows = [(f"Preset: {im.get('preset') or '(unknown)'}", im.get("model") or "—", im)
                 for im in sorted(listing.get("images", []), key=last_use)]
         rows += [(f"Chat: {c.get('title') or '(untitled)'}", c.get("model") or "—", c)
                  for c in sorted(listing.get("chats", []), key=last_use)]
         images = [r[2] for r in rows]
         self.table.setRowCount(len(rows))
         for r, (what, model, im) in enumerate(rows):
-            cells = (what, model, str(im.get("tokens") or "—"), human_bytes(im.get("size", 0)),
-                     _ago(im.get("last_used", 0)))
+            count, tip = _tokens_cell(im)
+            cells = (what, model, count, human_bytes(im.get("size", 0)), _ago(im.get("last_used", 0)))
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(im.get("path", ""))
+                item.setToolTip(tip if c == 2 else im.get("path", ""))
                 if c in (2, 3):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(r, c, item)

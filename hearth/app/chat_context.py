@@ -17,6 +17,8 @@ from hearth.engine.chat_turn import ChatTurn, prefill_in_chunks, render_prompt, 
 from hearth.engine.generation import common_prefix
 from hearth.engine.prefix.chat_images import ChatImages, Root
 
+from .markdown_text import duration, tokens
+
 
 class ChatContexts:
     def __init__(self, store):
@@ -101,9 +103,9 @@ def chat_context_line(res: dict) -> str:
     action = res.get("action")
     if action == "restored":
         extra = f", computed {res['computed']:,} more" if res.get("computed") else ""
-        return f"Restored chat context ({res.get('tokens', 0):,} tokens) in {res.get('ms', 0):.0f} ms{extra}"
+        return f"Restored chat context ({tokens(res.get('tokens', 0))}) in {duration(res.get('ms', 0))}{extra}"
     if action == "computed":
-        return f"Computed chat context ({res.get('tokens', 0):,} tokens) in {res.get('ms', 0) / 1000:.1f} s"
+        return f"Computed chat context ({tokens(res.get('tokens', 0))}) in {duration(res.get('ms', 0))}"
     if action == "saved" and not res.get("saved", True):
         return f"Chat context not saved: {res.get('error') or 'unknown error'}"
     return ""

@@ -17,6 +17,7 @@ from .chat_source import LocalBackend
 from .chat_store import ChatStore
 from .preset_store import RESOURCES, PresetStore
 from .remote_source import RemoteBackend, RoutingBackend
+from .runtime_dir import ensure_runtime_dir
 from .settings import Settings
 from .single_instance import SingleInstance
 from .window import MainWindow
@@ -46,6 +47,7 @@ def create_window(backend=None) -> MainWindow:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    ensure_runtime_dir()
     app = QApplication.instance() or QApplication(sys.argv if argv is None else argv)
     app.setApplicationDisplayName("Hearth")
     app.setDesktopFileName("hearth")

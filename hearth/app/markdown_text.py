@@ -1,8 +1,8 @@
 """Splitting assistant text for display, and the stats line under a reply. Qt-free.
 
 A reply is shown as a column of segments: prose by paragraph (each a Markdown label, so a growing
-reply re-renders only its last paragraph) and fenced code blocks whole (a monospace block with a
-Copy button). An unclosed fence - a code block still streaming - is a code block already.
+reply re-renders only its last paragraph; a single newline in it is a line break) and fenced code
+blocks whole (a monospace block with a Copy button). An unclosed fence - a code block still streaming - is a code block already.
 """
 
 from __future__ import annotations
@@ -15,13 +15,28 @@ _FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)[ \t]*([\w+#.-]*)[^\n]*$", re.M)
 
 
 _LIST_ITEM = re.compile(r"^[ \t]*([-*+]|\d+[.)])[ \t]")
+# A line that must not get a hard break before it: a table row, or a setext underline / rule.
+_NO_BREAK_BEFORE = re.compile(r"^[ \t]*\||^[ \t]{0,3}(=+|-+|\*+|_+)[ \t]*$")
+
+
+def _hard_breaks(p: str) -> str:
+    """A single newline inside a paragraph shown as a line break, as chat apps do (CommonMark
+    would join the lines): two spaces before it. Table rows and underlines are left as they are."""
+    lines = p.split("\n")
+    for i in range(len(lines) - 1):
+        line, nxt = lines[i], lines[i + 1]
+        if (not line.strip() or not nxt.strip() or line.endswith(("  ", "\\")) or line.lstrip().startswith("|")
+                or _NO_BREAK_BEFORE.match(nxt)):
+            continue
+        lines[i] = line + "  "
+    return "\n".join(lines)
 
 
 def _paragraphs(md: str) -> list[str]:
     """Prose split at blank lines, so a growing reply re-renders only its last paragraph. A list
     stays one piece (a loose list has blank lines between items, and numbering must carry on)."""
     out: list[str] = []
-    for p in re.split(r"\n[ \t]*\n", md):
+    for p in map(_hard_breaks, re.split(r"\n[ \t]*\n", md)):
         if not p.strip():
             continue
         continues = p[:1] in (" ", "\t") or _LIST_ITEM.match(p)
@@ -55,17 +70,32 @@ def split_markdown(text: str) -> list[tuple]:
     return out
 
 
+def duration(ms: float) -> str:
+    """A time as people read it: "740 ms", "65.4 s", "3 min 5 s"."""
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 100_000:
+        return f"{ms / 1000:.1f} s"
+    s = round(ms / 1000)
+    return f"{s} s" if s < 180 else f"{s // 60} min {s % 60} s"
+
+
+def tokens(n: int) -> str:
+    """ "1 token", "2,683 tokens"."""
+    return f"{n:,} token" + ("" if n == 1 else "s")
+
+
 def format_stats(stats: dict) -> str:
     if not stats:
         return ""
     parts = []
     n = stats.get("generated_tokens")
     if n is not None:
-        parts.append(f"{n} tokens")
+        parts.append(tokens(n))
     if stats.get("decode_tps"):
         parts.append(f"{stats['decode_tps']:.1f} tok/s")
     if stats.get("ttft_s") is not None:
-        parts.append(f"first token {stats['ttft_s'] * 1000:.0f} ms")
+        parts.append(f"first token {duration(stats['ttft_s'] * 1000)}")
     if stats.get("reused_tokens") is not None and stats.get("computed_tokens") is not None:
         parts.append(f"prompt {stats['reused_tokens']} reused + {stats['computed_tokens']} computed")
     dropped = stats.get("dropped_messages")

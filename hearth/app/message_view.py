@@ -20,10 +20,26 @@ from .bubbles import BubbleRow, MessageBubble
 from .item_models import ErrorRole, RoleRole, StatsRole, StreamingRole, ToolCallsRole
 
 
+# The widest the conversation's column gets: lines longer than ~100 characters are hard to read.
+READING_WIDTH = 900
+MARGIN = 24
+
+
+def side_margin(width: int) -> int:
+    """The left and right margin that centres a column of at most READING_WIDTH in `width`."""
+    return max(MARGIN, (width - READING_WIDTH) // 2)
+
+
 class MessageView(QScrollArea):
+    """Signals (besides those in the module docstring):
+        marginChanged(int left, int right): the column's margins from the view's own edges changed
+            (the scroll bar included), so that the input box below can line up with it
+    """
+
     editRequested = Signal(int)
     regenerateRequested = Signal()
     versionRequested = Signal(int)
+    marginChanged = Signal(int, int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -36,7 +52,7 @@ class MessageView(QScrollArea):
         self.setFrameShape(QFrame.Shape.NoFrame)
         inner = QWidget(objectName="messageColumn")
         self._layout = QVBoxLayout(inner)
-        self._layout.setContentsMargins(24, 16, 24, 16)
+        self._layout.setContentsMargins(MARGIN, 16, MARGIN, 16)
         self._layout.setSpacing(12)
         self._layout.addStretch(1)
         self.setWidget(inner)
@@ -48,6 +64,8 @@ class MessageView(QScrollArea):
         self._rows: list[QWidget] = []
         self._model = None
         self._stick = True
+        self._waiting = ""
+        self._edges = (MARGIN, MARGIN)
         bar = self.verticalScrollBar()
         bar.valueChanged.connect(self._on_scrolled)
         bar.rangeChanged.connect(self._on_range)
@@ -68,6 +86,13 @@ class MessageView(QScrollArea):
             return
         lay = inner.layout()
         w = self.viewport().width()
+        side = side_margin(w)
+        if lay.contentsMargins().left() != side:
+            lay.setContentsMargins(side, 16, side, 16)
+        edges = (side, side + self.width() - w)
+        if edges != self._edges:
+            self._edges = edges
+            self.marginChanged.emit(*edges)
         h = max(self.viewport().height(), lay.totalHeightForWidth(w) if lay.hasHeightForWidth()
                 else lay.totalSizeHint().height())
         if inner.width() != w or inner.height() != h:
@@ -86,6 +111,12 @@ class MessageView(QScrollArea):
 
     def set_empty_text(self, text: str) -> None:
         self.empty.setText(text)
+
+    def set_waiting_text(self, text: str) -> None:
+        """What a reply with no text yet says after a second ("waiting for the server"; "" for "…")."""
+        self._waiting = text
+        for b in self._bubbles:
+            b.typing.what = text
 
     def bubbles(self) -> list[MessageBubble]:
         return list(self._bubbles)
@@ -107,6 +138,7 @@ class MessageView(QScrollArea):
         for row in range(first, last + 1):
             idx = self._model.index(row, 0)
             bubble = MessageBubble(idx.data(RoleRole))
+            bubble.typing.what = self._waiting
             bubble.editClicked.connect(lambda b=bubble: self.editRequested.emit(self.row_of(b)))
             bubble.regenerateClicked.connect(self.regenerateRequested)
             bubble.versionClicked.connect(self.versionRequested)
@@ -148,14 +180,19 @@ class MessageView(QScrollArea):
             last_assistant = -1
         for i, b in enumerate(self._bubbles):
             if b.role == "assistant":
+                before = (b.regenerateButton.isHidden(), b.prevVersionButton.isHidden())
                 b.regenerateButton.setVisible(i == last_assistant)
                 b.show_versions(i == last_assistant == len(self._bubbles) - 1)
+                if (b.regenerateButton.isHidden(), b.prevVersionButton.isHidden()) != before:
+                    b.layout().invalidate()      # its header changed after the row was measured
+                    self._rows[i].refit()
 
     # -- follow the bottom while the user has not scrolled up -----------------------------------------
     def _on_scrolled(self, value: int) -> None:
         self._stick = value >= self.verticalScrollBar().maximum() - 8
 
     def _on_range(self, lo: int, hi: int) -> None:
+        self._fit()          # the scroll bar came or went: the column's width changed
         if self._stick:
             self.verticalScrollBar().setValue(hi)
 

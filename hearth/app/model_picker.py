@@ -44,12 +44,16 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QComboBox, QFileDialog, QLabel, QSizePolicy, QStyle, QStyledItemDelegate
 
+from hearth.engine.library.file_names import display_name
+
 from .chat_source import human_bytes, human_params
+from .elided_combo import ElidedComboBox
 from .elided_label import ElidedLabel
 from .model_fit import fit_line
 
 OPEN_GGUF = "__open__"
-DEFAULT_LABEL = "SmolLM2-135M (default)"
+DEFAULT_NAME = "SmolLM2-135M"
+DEFAULT_LABEL = f"{DEFAULT_NAME} (default)"
 BACKENDS = (("Auto", "auto"), ("GPU", "gpu"), ("CPU", "cpu"))
 MAX_RECENT = 8
 FIT_ROLE = Qt.ItemDataRole.UserRole + 1     # "742 MB · fits": size and fit, shown right in the list
@@ -104,7 +108,7 @@ class ModelPicker(QObject):
         # n_ctx for a model about to load; the window sets a per-model rule (its settings store)
         self.n_ctx_of = lambda path: self.settings.get("model/n_ctx")
 
-        self.combo = QComboBox(objectName="modelPicker", minimumContentsLength=16)
+        self.combo = ElidedComboBox(objectName="modelPicker", minimumContentsLength=16)
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.combo.setAccessibleName("Model")
         self.combo.setItemDelegate(FitDelegate(self.combo))
@@ -233,6 +237,9 @@ class ModelPicker(QObject):
         self._loading_path = None
         info["path_setting"] = path
         info["backend_setting"] = self._loading_backend
+        # The name the window uses (replies, the empty chat): the model box's, not the GGUF's general.name.
+        if info.get("backend") != "remote":
+            info["label"] = display_name(os.path.basename(path)) if path else DEFAULT_NAME
         self.info = info
         self.settings.set("model/path", path)
         remote = info.get("backend") == "remote"

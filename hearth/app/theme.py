@@ -48,6 +48,7 @@ QMainWindow, QDialog {{ background: {window}; }}
 #tokenCount {{ color: {muted}; font-size: 11px; }}
 #tokenCount[kind="too_long"] {{ color: {error}; }}
 #typingIndicator {{ color: {muted}; font-size: 14pt; }}
+#typingIndicator[waiting="true"] {{ font-size: 10pt; }}
 #markdownText {{ color: {text}; font-size: 10.5pt; }}
 #emptyHint {{ color: {muted}; font-size: 12pt; padding: 60px; }}
 #codeBlock {{ background: {code}; border: 1px solid {border}; border-radius: 8px; }}

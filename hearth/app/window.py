@@ -10,8 +10,8 @@ import os
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QApplication, QComboBox, QFrame, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
-                               QProgressBar, QPushButton, QSplitter, QToolButton,
+from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow,
+                               QMessageBox, QProgressBar, QPushButton, QSplitter, QToolButton,
                                QVBoxLayout, QWidget)
 
 from hearth.engine.errors import EngineError
@@ -31,6 +31,7 @@ from .attachment_bar import AttachmentBar
 from .attachments import message_text
 from .draft_tokens import DraftTokens
 from .export import ChatImportError, import_json
+from .markdown_text import duration, tokens
 from .export import export as export_chats
 from .message_input import MessageInput
 from .mcp_servers import McpServers
@@ -40,6 +41,7 @@ from .models_ui import ModelsUI
 from .preset_manager import PresetManager
 from .preset_store import RESOURCES, PresetStore
 from .about import AboutDialog
+from .elided_combo import ElidedComboBox
 from .elided_label import ElidedLabel
 from .model_picker import ModelPicker
 from .remote_ui import RemoteUI
@@ -147,7 +149,7 @@ class MainWindow(QMainWindow):
         top = self.topBar = QWidget(objectName="topBar")
         tl = QHBoxLayout(top)
         tl.setContentsMargins(12, 6, 12, 6)
-        self.presetPicker = QComboBox(objectName="presetPicker", minimumContentsLength=10)
+        self.presetPicker = ElidedComboBox(objectName="presetPicker", minimumContentsLength=10)
         self.presetPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.presetPicker.setToolTip("Preset: system prompt, tools and sampling for this chat")
         self.presetPicker.setAccessibleName("Preset")
@@ -246,6 +248,8 @@ class MainWindow(QMainWindow):
         bottom = QWidget(objectName="messageColumn")
         bo = QVBoxLayout(bottom)
         bo.setContentsMargins(24, 6, 24, 12)
+        self.inputColumn = bottom
+        self.messageView.marginChanged.connect(self._align_input)
         self.toolConfirm = ToolConfirmBar(self.conversation.tools)
         bo.addWidget(self.toolConfirm)
         bo.addWidget(self.editHint)
@@ -253,6 +257,13 @@ class MainWindow(QMainWindow):
         bo.addWidget(inputFrame)
         cl.addWidget(bottom)
         return centre
+
+    def _align_input(self, left: int, right: int) -> None:
+        """The input box lines up with the conversation's column where that is narrower than the window."""
+        if left > 24:
+            self.inputColumn.layout().setContentsMargins(left, 6, right, 12)
+        else:
+            self.inputColumn.layout().setContentsMargins(24, 6, 24, 12)
 
     def _build_status_bar(self) -> None:
         """Prefix cache line, speed, KV memory, context used."""
@@ -350,7 +361,9 @@ class MainWindow(QMainWindow):
         self.stopButton.clicked.connect(self.stop)
         self.messageInput.sendRequested.connect(self.send)
         self.draftTokens = DraftTokens(self.messageInput, self.conversation, self.client, self.tokenCount,
-                                       lambda: self._edit_row, self.draft_text, self)
+                                       lambda: self._edit_row, self.draft_text, self, lambda: self.model_info)
+        self.presetPicker.activated.connect(self.draftTokens.schedule)
+        self.modelReady.connect(self.draftTokens.schedule)
         self.attachmentBar.changed.connect(self.draftTokens.recount)
         self.attachmentBar.refused.connect(lambda why: self.show_banner(why, "warning"))
         self.messageInput.filesDropped.connect(self.attachmentBar.add_files)
@@ -448,7 +461,7 @@ class MainWindow(QMainWindow):
         p = self.presets.get(res.get("preset", ""))
         name = f" “{p.name}”" if p else ""
         verb = "Restored" if res["action"] == "restored" else "Computed"
-        self.statusPrefix.setText(f"{verb} preset prefix{name} in {res['ms']:.0f} ms ({res['tokens']} tokens)")
+        self.statusPrefix.setText(f"{verb} preset prefix{name} in {duration(res['ms'])} ({tokens(res['tokens'])})")
         self.prefixResult.emit(res)
 
     def _on_chat_context(self, res: dict) -> None:
@@ -476,8 +489,9 @@ class MainWindow(QMainWindow):
         # A new model's figures come with its first prefix and reply; the last model's are not its own.
         self.statusSpeed.setText("")
         self.statusPrefix.setText("")
-        self.conversation.model_name = info.get("name", "")
+        self.conversation.model_name = info.get("label") or info.get("name", "")
         self.thinkingToggle.setVisible(bool(info.get("thinking_switch")))
+        self.messageView.set_waiting_text("waiting for the server" if info.get("backend") == "remote" else "")
         self._on_thinking_toggled(self.thinkingToggle.isChecked())
         self._update_empty_hint()
         self.modelReady.emit(info)
@@ -583,7 +597,7 @@ class MainWindow(QMainWindow):
         self.samplingToggle.setVisible(self.width() >= NARROW)
         narrow = self.width() < NARROW
         self.messageInput.set_short_hint(narrow)
-        for box, chars in ((self.presetPicker, 8 if narrow else 10), (self.modelPicker, 12 if narrow else 16)):
+        for box, chars in ((self.presetPicker, 8 if narrow else 10), (self.modelPicker, 12 if narrow else 22)):
             if box.minimumContentsLength() != chars:
                 box.setMinimumContentsLength(chars)
                 box.setMinimumWidth(box.sizeHint().width())   # its minimumSizeHint keeps the first length
@@ -775,7 +789,7 @@ class MainWindow(QMainWindow):
         if not self.model_info:
             self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Loading the model…")
             return
-        model = self.model_info.get("name")
+        model = self.model_info.get("label") or self.model_info.get("name")
         where = ("runs entirely on this computer; nothing leaves it." if self.model_info.get("backend") != "remote"
                  else f"runs on the {self.model_info.get('adapter')}; your messages are sent there.")
         self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Ask anything. {model} {where}")

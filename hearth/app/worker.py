@@ -232,7 +232,11 @@ class EngineWorker(QObject):
 
 
 def _readable(e: Exception) -> str:
-    from hearth.engine import EngineError
+    from hearth.engine import ContextFullError, EngineError
+    if isinstance(e, ContextFullError) and e.n_ctx:      # the engine's words are the server's
+        return (f"{e.resident + e.new:,} tokens do not fit in the context length ({e.n_ctx:,} tokens). Start "
+                "a new chat, shorten the preset's system prompt, or choose a larger context length in "
+                "Settings → Context length….")
     if isinstance(e, EngineError):   # a ContextFullError says what the user can do
         return str(e)
     if isinstance(e, (OSError, ValueError)):

@@ -15,7 +15,13 @@ class UnsupportedModelError(EngineError):
 
 
 class ContextFullError(EngineError):
-    """The tokens asked for do not fit in the context; nothing was written."""
+    """The tokens asked for do not fit in the context; nothing was written. `resident`, `new` and
+    `n_ctx`, where known, let a caller say it in its own words."""
+
+    def __init__(self, message: str, resident: int | None = None, new: int | None = None,
+                 n_ctx: int | None = None):
+        super().__init__(message)
+        self.resident, self.new, self.n_ctx = resident, new, n_ctx
 
 
 class TemplateError(EngineError):

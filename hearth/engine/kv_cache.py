@@ -58,7 +58,7 @@ def check_range(pos: int, n: int, max_ctx: int) -> None:
     if pos + n > max_ctx:
         raise ContextFullError(
             f"{pos + n} tokens do not fit in the context of {max_ctx} "
-            f"({pos} resident + {n} new); start a new chat or load with a larger n_ctx")
+            f"({pos} resident + {n} new); start a new chat or load with a larger n_ctx", pos, n, max_ctx)
 
 
 def check_prefix_shapes(layer: int, k, v, want: tuple[int, int, int]) -> None:

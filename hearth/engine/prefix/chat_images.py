@@ -325,10 +325,12 @@ class ChatImages:
         return int(gone)
 
     def chats(self) -> list[dict]:
-        """One row per chat for the cache panel: owner, title, tokens, bytes, last use."""
+        """One row per chat for the cache panel: owner, title, tokens (the chat's length now),
+        stored_tokens and size (of every segment the chat keeps on disk, earlier versions of its
+        replies and edits included), segments, last use."""
         out = []
         for owner, doc in self._owners().items():
-            size, last, tokens = 0, 0.0, 0
+            size, last, stored, n_segments, meta = 0, 0.0, 0, 0, {}
             for k in doc.get("segments", []):
                 try:
                     st = self.segment_path(k).stat()
@@ -336,19 +338,17 @@ class ChatImages:
                     continue
                 size += st.st_size
                 last = max(last, st.st_mtime)
-            if not size:
-                continue
-            tokens = int(doc.get("n_tokens") or 0)
-            meta = {}
-            for k in reversed(doc.get("segments", [])):
+                n_segments += 1
                 try:
                     meta = _json_of(self.root / f"{k}{META_SUFFIX}")
-                    break
-                except (OSError, ValueError):
+                    stored += int(meta.get("n_tokens", 0)) - int(meta.get("start", 0))
+                except (OSError, ValueError, TypeError, AttributeError):
                     continue
-            out.append({"owner": owner, "title": doc.get("title") or "", "tokens": tokens, "size": size,
-                        "last_used": last, "model_path": meta.get("model_path") or "",
-                        "model_name": meta.get("model_name") or ""})
+            if not size:
+                continue
+            out.append({"owner": owner, "title": doc.get("title") or "", "tokens": int(doc.get("n_tokens") or 0),
+                        "stored_tokens": stored, "segments": n_segments, "size": size, "last_used": last,
+                        "model_path": meta.get("model_path") or "", "model_name": meta.get("model_name") or ""})
         out.sort(key=lambda r: -r["last_used"])
         return out
 
