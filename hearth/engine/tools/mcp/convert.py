@@ -9,6 +9,7 @@ description longer than MAX_DESCRIPTION_CHARS is cut, with a note.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from ..registry import ToolResult
@@ -86,3 +87,23 @@ def tool_result(result, max_chars: int = MAX_RESULT_CHARS) -> ToolResult:
     if result.is_error:
         return ToolResult(text if text.startswith("Error") else f"Error: {text or 'the tool failed'}", True)
     return ToolResult(text)
+
+
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\w*)(?:: (.*))?$")
+
+
+def with_crash_text(result: ToolResult, server_log: str) -> ToolResult:
+    """An error result that says only "Error executing tool X" (the SDK keeps a crashed tool's
+    exception on the server's side) gets that exception's own text back from the traceback the
+    server wrote to its stderr log during the call."""
+    text = result.content
+    if not re.fullmatch(r"(Error: )?Error executing tool [\w.-]+", text):
+        return result
+    found = ""
+    for line in server_log.splitlines():
+        m = _EXCEPTION_LINE.match(line.strip())
+        if m and "Error executing tool" not in line and not line.startswith(" "):
+            found = line.strip()
+            if m.group(1).rsplit(".", 1)[-1] not in ("UnexpectedToolError", "ToolError"):
+                break           # the first exception raised is the tool's own
+    return ToolResult(f"{text}: {found}", True) if found else result

@@ -29,7 +29,7 @@ import anyio
 
 from ..registry import ToolResult
 from .config import McpServerConfig
-from .convert import MAX_RESULT_CHARS, tool_result
+from .convert import MAX_RESULT_CHARS, tool_result, with_crash_text
 from .readable_listing import Unreadable, readable
 from .stderr_log import StderrLog
 
@@ -214,6 +214,7 @@ class McpManager:
             s = self._sessions.get(server)
         if s is None or s.session is None:
             return ToolResult(f"Error: the MCP server {server} is not running", True)
+        log_start = self._log_size(s.config)
         try:
             with anyio.fail_after(timeout_s):
                 result = await s.session.call_tool(tool, arguments)
@@ -224,7 +225,28 @@ class McpManager:
                 s.failure = f"the MCP server {server} ended unexpectedly ({_short(e)})"
                 s.stop.set()        # the session is no use any more; on_exit tells the app
             return ToolResult(f"Error: the MCP server {server} failed during the call ({_short(e)})", True)
-        return tool_result(result, max_chars)
+        out = tool_result(result, max_chars)
+        if out.is_error and log_start is not None:
+            out = with_crash_text(out, self._log_tail(s.config, log_start))
+        return out
+
+    def _log_size(self, config: McpServerConfig) -> int | None:
+        """Where the server's stderr log ends now; None when it has none (an HTTP server)."""
+        if not self.log_dir or config.kind != "stdio":
+            return None
+        try:
+            return self._log_path(config.name).stat().st_size
+        except OSError:
+            return None
+
+    def _log_tail(self, config: McpServerConfig, start: int) -> str:
+        """What the server wrote to stderr since `start` (at most 64 KiB), written before it answered."""
+        try:
+            with open(self._log_path(config.name), "rb") as f:
+                f.seek(start)
+                return f.read(65536).decode("utf-8", "replace")
+        except OSError:
+            return ""
 
     async def _stop(self, name: str) -> None:
         with self._lock:
