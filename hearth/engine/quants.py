@@ -348,3 +348,7 @@ def dequantize_rows(info) -> np.ndarray:
     """A `TensorInfo` -> float32 [rows, ne0]: a matrix's rows (for GGUF [n_in, n_out], that is
     [n_out, n_in]); a 1-D tensor comes back as one row."""
     return dequantize_tensor(info).reshape(-1, info.shape[0])
+
+
+# The i-quants and MXFP4 register themselves (a module of their own: tables and layouts).
+from . import quants_iq  # noqa: E402,F401
