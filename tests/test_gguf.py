@@ -373,7 +373,7 @@ def test_corrupted_copies_of_the_default_model(tmp_path, default_model_path, ora
         (first_kv + 8 + 20, struct.pack("<I", 77), GGUFError, ["general.architecture", "unknown value type 77"]),
         (tokens + 8, struct.pack("<Q", 2**62), GGUFError, ["tokenizer.ggml.tokens", "more than the file holds"]),
         (tokens + 16, struct.pack("<Q", 2**40), GGUFError, ["string 0 of tokenizer.ggml.tokens", "truncated"]),
-        (t0_type, struct.pack("<I", 39), UnsupportedModelError, ["token_embd.weight", "MXFP4"]),
+        (t0_type, struct.pack("<I", 40), UnsupportedModelError, ["token_embd.weight", "NVFP4"]),
         (t0_type, struct.pack("<I", 17), GGUFError, ["token_embd.weight", "block size"]),  # IQ2_XS, 256 ∤ 576
         (t0_type, struct.pack("<I", 0), GGUFError, ["token_embd.weight", "beyond the end"]),  # as F32: 4x bigger
         (t0_type + 4, struct.pack("<Q", 96 << 20), GGUFError, ["token_embd.weight", "beyond the end"]),
