@@ -119,3 +119,60 @@ def test_stacked_matrices_equal_each_alone(name):
             alone.scale = 0.5 if i == 0 else 1.0
             np.testing.assert_array_equal(got[:, c:c + w.shape[0]], alone(Activations(x, int8=int8)))
             c += w.shape[0]
+
+
+# --- batches: VNNI tiles (engine/cpu/tiles_vnni_iq.py), on any CPU with HEARTH_CPU_VNNI=1 (generic
+# vector IR where the CPU has no VNNI: the same integers) ------------------------------------------
+
+def _cols(name: str) -> int:
+    return 768 if name in KQ.Q8_K_TYPES else 672   # 672 = 64 x 10 + 32: the tiles' bytewise tail
+
+
+@pytest.mark.parametrize("name", IQ)
+@pytest.mark.parametrize("n,rows", [(5, 16), (8, 3), (13, 101)])
+def test_vnni_batch_matches_reference_and_one_row_kernel(name, n, rows, monkeypatch):
+    """Each row of x within the one-row kernels' bound of the reference, within 1e-6 of the largest
+    product of the one-row kernel (the same integers, float32 sums in another order), and not the
+    float32 product (really the 8-bit path); rows past a group of 16 padded."""
+    monkeypatch.setenv("HEARTH_CPU_VNNI", "1")
+    cols = _cols(name)
+    w = iq_matrix(name, rows, cols, seed=rows + n)
+    x = np.random.default_rng(n).standard_normal((n, cols)).astype(np.float32) * 2
+    lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
+    assert lin._vnni
+    got = lin(Activations(x, int8=True))
+    assert got.shape == (n, rows) and got.dtype == np.float32
+    for i in range(n):
+        check_int8(name, w, x[i], got[i])
+    one = np.stack([lin(Activations(x[i:i + 1], int8=True))[0] for i in range(n)])
+    assert np.abs(got - one).max() <= 1e-6 * np.abs(one).max()
+    flt = lin(Activations(x))
+    assert np.abs(flt - got).max() > 1e-4 * np.abs(got).max()
+
+
+@pytest.mark.parametrize("name", IQ)
+@pytest.mark.parametrize("fill", [0x00, 0xFF])
+def test_vnni_extreme_blocks(name, fill, monkeypatch):
+    monkeypatch.setenv("HEARTH_CPU_VNNI", "1")
+    rows, cols = 19, 512
+    w = iq_matrix(name, rows, cols, seed=fill, fill=fill)
+    x = np.stack([np.full(cols, 0.75, np.float32), np.where(np.arange(cols) % 3, -1.5, 2.0).astype(np.float32),
+                  np.full(cols, -1.0, np.float32), np.arange(cols, dtype=np.float32) - cols / 2,
+                  np.full(cols, 2.0, np.float32)])
+    got = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)(Activations(x, int8=True))
+    for i in range(len(x)):
+        check_int8(name, w, x[i], got[i])
+
+
+@pytest.mark.parametrize("name", ["IQ2_XS", "IQ4_XS", "IQ4_NL"])
+def test_vnni_rows_product_does_not_depend_on_its_batch(name, monkeypatch):
+    monkeypatch.setenv("HEARTH_CPU_VNNI", "1")
+    cols = _cols(name)
+    w = iq_matrix(name, 70, cols, seed=5)
+    x = np.random.default_rng(3).standard_normal((11, cols)).astype(np.float32)
+    lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
+    whole = lin(Activations(x, int8=True))
+    for a, b in ((0, 5), (6, 11), (3, 10)):
+        np.testing.assert_array_equal(lin(Activations(x[a:b], int8=True)), whole[a:b])
+    stacked = Linear([w[:40], w[40:]], TYPE_BY_NAME[name], cols, name, int8=True)
+    np.testing.assert_array_equal(stacked(Activations(x, int8=True)), whole)

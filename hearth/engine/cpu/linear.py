@@ -43,6 +43,7 @@ from . import kernels_iq as KQ
 from . import simd_vnni
 from . import tiles_int8 as T8
 from . import tiles_vnni as TV
+from . import tiles_vnni_iq as TVQ
 
 # Up to this many rows a product runs row by row through the matrix-vector kernel; from here on,
 # dequantized tiles and BLAS.
@@ -211,8 +212,8 @@ class Activations:
         if got is None:
             if s:
                 q, d, bs = self.q8(True)
-                if not mins:
-                    xc = bs
+                if not mins:   # int32 code sums per chunk: 16 (Q3_K, Q6_K, IQ2_XS/S) or 32 (the other i-quants)
+                    xc = bs if s == 16 else np.ascontiguousarray(bs[:, 0::2] + bs[:, 1::2])
                 elif s == 32:
                     xc = np.ascontiguousarray((bs[:, 0::2] + bs[:, 1::2]).astype(np.int16)).view(np.int32)
                 else:
@@ -277,7 +278,7 @@ class Linear:
         self._tile8 = getattr(T8, f"tile_{key}", None)   # the K-quants'
         self._vnni = gtype.name in TV.TYPES
         if self._vnni:
-            self._vnni_job = getattr(GV, key)
+            self._vnni_job = getattr(TVQ if iq else GV, key)
             self._regions = TV.regions(gtype.name, n_in)
         self.k_blocks = gtype.name in _Q8_K
         self.int8 = int8_default() if int8 is None else int8
