@@ -176,3 +176,32 @@ def test_vnni_rows_product_does_not_depend_on_its_batch(name, monkeypatch):
         np.testing.assert_array_equal(lin(Activations(x[a:b], int8=True)), whole[a:b])
     stacked = Linear([w[:40], w[40:]], TYPE_BY_NAME[name], cols, name, int8=True)
     np.testing.assert_array_equal(stacked(Activations(x, int8=True)), whole)
+
+
+@pytest.mark.parametrize("name", ["IQ4_NL", "IQ4_XS", "MXFP4", "IQ2_S"])
+def test_int8_generic_ir_equals_x86_path(name, monkeypatch):
+    """The codebook lookup (pshufb with AVX2, compares and selects in generic IR) and the products
+    compiled here in a fresh kernel for each instruction path: the same bits as the default kernel,
+    within the reference's bound; where the host has AVX2 the default kernel uses pshufb."""
+    from numba import njit
+
+    from hearth.engine.cpu import simd
+    rows, cols = 21, 512
+    w = iq_matrix(name, rows, cols, seed=3)
+    x = np.random.default_rng(5).standard_normal(cols).astype(np.float32)
+    q, d, s = (QA.q8_k if name in KQ.Q8_K_TYPES else QA.q8_0)(x)
+    q = q.astype(np.int8)
+    default = getattr(KQ, f"matvec8_{name.lower()}")
+    ws, ones = (w,), np.ones(1, np.float32)
+    want = np.empty(rows, np.float32)
+    default(ws, q, d, s, want, ones)
+    check_int8(name, w, x, want)
+    x86 = simd.use_avx2()
+    for avx2 in {False, x86}:
+        monkeypatch.setattr(simd, "AVX2", avx2)
+        fresh = njit(nogil=True)(default.py_func)
+        got = np.empty(rows, np.float32)
+        fresh(ws, q, d, s, got, ones)
+        np.testing.assert_array_equal(got, want)
+        if name != "IQ2_S":
+            assert ("vpshufb" in "\n".join(fresh.inspect_asm().values())) == avx2

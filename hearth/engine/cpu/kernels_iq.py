@@ -26,7 +26,8 @@ from numba import njit, prange
 from .. import quant_tables as QT
 from ..quants_iq import e8m0_half
 from .kernels import _part, _total
-from .simd import f16_at
+from .simd import bytes32, f16_at, fadd, fma_i, fsum, fzero, izero, mul_ss, nibbles32, scale_sum, scale_sum2_i8
+from .simd_iq import lut16
 
 jit = njit(nogil=True, cache=True)
 pjit = njit(nogil=True, cache=True, parallel=True)
@@ -52,6 +53,19 @@ _G3S = QT.IQ3S_GRID.astype(np.int8)
 _KV4 = QT.KVALUES_IQ4NL.copy()
 _KVFP4 = QT.KVALUES_MXFP4.copy()
 _E8M0 = e8m0_half(np.arange(256, dtype=np.uint8))                  # float32 [256]
+# The 8-bit-x products' tables: grid entries as little-endian words (byte j = weight j), sign masks
+# as words of 0x00 / 0xFF bytes (byte j = 0xFF: weight j negative; llama.cpp's ksigns64), codebooks
+# as uint8 for the byte lookup.
+_G2XXS64 = QT.IQ2_GRIDS["iq2xxs"].view("<u8").ravel()
+_G2XS64 = QT.IQ2_GRIDS["iq2xs"].view("<u8").ravel()
+_G2S64 = QT.IQ2_GRIDS["iq2s"].view("<u8").ravel()
+_G3XXS32 = QT.IQ3XXS_GRID.view("<u4").ravel().astype(np.uint64)
+_G3S32 = QT.IQ3S_GRID.view("<u4").ravel().astype(np.uint64)
+_KS64 = np.where(_SIGNED < 0, 255, 0).astype(np.uint8).view("<u8").ravel()
+_BS64 = np.where(_BITSIGN < 0, 255, 0).astype(np.uint8).view("<u8").ravel()
+_ONES = np.uint64(0x0101010101010101)
+_KV4U = QT.KVALUES_IQ4NL.view(np.uint8).copy()
+_KVFP4U = QT.KVALUES_MXFP4.view(np.uint8).copy()
 
 
 @inline
@@ -169,23 +183,94 @@ def _matvec(kind, bw, bb, cs, ws, x, out, scales):
 
 
 @inline
+def _signed8(g, m):
+    """8 grid bytes g (each >= 1) negated where the mask m has 0xFF: (g ^ m) + 1 per negated byte,
+    with no carry between bytes."""
+    return (g ^ m) + (m & _ONES)
+
+
+@inline
+def _codes8(kind, w, o, c64, ls, ls8):
+    """A 256-weight i-quant block's signed codes as bytes into c64 (uint64 [32]), its chunk scales
+    into ls (int32, chunks of 32) or ls8 (int8, chunks of 16) -> d' (as decode_block)."""
+    if kind == 0:      # IQ2_XXS
+        for ib in range(8):
+            a1 = _u32(w, o + 6 + 8 * ib)
+            ls[ib] = 2 * np.int32(a1 >> 28) + 1
+            for k in range(4):
+                c64[4 * ib + k] = _signed8(_G2XXS64[w[o + 2 + 8 * ib + k]], _KS64[(a1 >> (7 * k)) & 127])
+        return f16_at(w, o) * np.float32(0.125)
+    if kind == 1:      # IQ2_XS
+        for i in range(32):
+            q = np.int64(w[o + 2 + 2 * i]) | (np.int64(w[o + 3 + 2 * i]) << 8)
+            c64[i] = _signed8(_G2XS64[q & 511], _KS64[q >> 9])
+        for c in range(16):
+            ls8[c] = 2 * ((w[o + 66 + c // 2] >> (4 * (c % 2))) & 15) + 1
+        return f16_at(w, o) * np.float32(0.125)
+    if kind == 2:      # IQ2_S
+        for i in range(32):
+            gi = np.int64(w[o + 2 + i]) | (np.int64((w[o + 66 + i // 4] >> (2 * (i % 4))) & 3) << 8)
+            c64[i] = _signed8(_G2S64[gi], _BS64[w[o + 34 + i]])
+        for c in range(16):
+            ls8[c] = 2 * ((w[o + 74 + c // 2] >> (4 * (c % 2))) & 15) + 1
+        return f16_at(w, o) * np.float32(0.125)
+    if kind == 3:      # IQ3_XXS
+        for ib in range(8):
+            a = _u32(w, o + 66 + 4 * ib)
+            ls[ib] = 2 * np.int32(a >> 28) + 1
+            for k in range(4):
+                g = _G3XXS32[w[o + 2 + 8 * ib + 2 * k]] | (_G3XXS32[w[o + 3 + 8 * ib + 2 * k]] << np.uint64(32))
+                c64[4 * ib + k] = _signed8(g, _KS64[(a >> (7 * k)) & 127])
+        return f16_at(w, o) * np.float32(0.25)
+    for i in range(32):  # IQ3_S
+        g0, g1 = 2 * i, 2 * i + 1
+        i0 = np.int64(w[o + 2 + g0]) | (np.int64((w[o + 66 + g0 // 8] >> (g0 % 8)) & 1) << 8)
+        i1 = np.int64(w[o + 2 + g1]) | (np.int64((w[o + 66 + g1 // 8] >> (g1 % 8)) & 1) << 8)
+        c64[i] = _signed8(_G3S32[i0] | (_G3S32[i1] << np.uint64(32)), _BS64[w[o + 74 + i]])
+    for c in range(8):
+        ls[c] = 2 * np.int32((w[o + 106 + c // 2] >> (4 * (c % 2))) & 15) + 1
+    return f16_at(w, o)
+
+
+@inline
+def _block8(kind, w, o, xq, e, c64, codes, ls, ls8):
+    """The block at byte o times x's codes xq[e:e + block]: (int32x8 sums, d')."""
+    acc = izero()
+    if kind == 6 or kind == 7:   # IQ4_NL, MXFP4: one codebook lookup for the 32 codes
+        tab = _KV4U if kind == 6 else _KVFP4U
+        acc = scale_sum(acc, mul_ss(lut16(tab, nibbles32(w, o + (2 if kind == 6 else 1))), xq, e), 1)
+        return acc, (f16_at(w, o) if kind == 6 else _E8M0[w[o]])
+    if kind == 5:                # IQ4_XS: 8 sub-blocks of 32, 6-bit scales
+        sh = np.int32(w[o + 2]) | (np.int32(w[o + 3]) << 8)
+        for c in range(8):
+            lc = (np.int32((w[o + 4 + c // 2] >> (4 * (c % 2))) & 15) | (((sh >> (2 * c)) & 3) << 4)) - 32
+            acc = scale_sum(acc, mul_ss(lut16(_KV4U, nibbles32(w, o + 8 + 16 * c)), xq, e + 32 * c), lc)
+        return acc, f16_at(w, o)
+    d = _codes8(kind, w, o, c64, ls, ls8)
+    for c in range(8):
+        p = mul_ss(bytes32(codes, 32 * c), xq, e + 32 * c)
+        if kind == 1 or kind == 2:
+            acc = scale_sum2_i8(acc, p, ls8, 2 * c)
+        else:
+            acc = scale_sum(acc, p, ls[c])
+    return acc, d
+
+
+@inline
 def _matvec8(kind, bw, bb, cs, ws, xq, xd, out, scales):
     """8-bit x (codes xq, one scale xd per block of bw): integer sums, as llama.cpp."""
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
         row = ws[p][r]
-        codes, ls = np.empty(bw, np.int8), np.empty(bw // cs, np.int32)
-        acc = np.float32(0.0)
+        c64 = np.empty(32, np.uint64)
+        codes = c64.view(np.uint8)
+        ls, ls8 = np.empty(8, np.int32), np.empty(16, np.int8)
+        a0, a1 = fzero(), fzero()
         for b in range(row.shape[0] // bb):
-            d = decode_block(kind, row, b * bb, codes, ls)
-            isum = np.int32(0)
-            for c in range(bw // cs):
-                t = np.int32(0)
-                for j in range(cs):
-                    t += np.int32(codes[c * cs + j]) * np.int32(xq[b * bw + c * cs + j])
-                isum += t * ls[c]
-            acc += np.float32(isum) * (d * xd[b])
-        out[g] = acc * scales[p]
+            acc, d = _block8(kind, row, b * bb, xq, b * bw, c64, codes, ls, ls8)
+            a0 = fma_i(a0, acc, d * xd[b])
+            a0, a1 = a1, a0
+        out[g] = fsum(fadd(a0, a1)) * scales[p]
 
 
 # One top-level function a type and kernel (numba caches only those): the signatures of
