@@ -26,12 +26,13 @@ def measure(types: list[str], rows: int, cols: int, seconds: float) -> dict:
     import numpy as np  # noqa: PLC0415
     from hearth.engine.cpu.linear import Activations, Linear, set_threads  # noqa: PLC0415
     from hearth.engine.quants import TYPE_BY_NAME  # noqa: PLC0415
-    from tests.test_cpu_kernels import random_matrix  # noqa: PLC0415
+    from tests.test_cpu_kernels import F16_FIELDS, random_matrix  # noqa: PLC0415
+    from tests.test_cpu_kernels_iq import iq_matrix  # noqa: PLC0415
     set_threads(int(os.environ.get("HEARTH_THREADS", "1")))
     x = np.random.default_rng(0).standard_normal((1, cols)).astype(np.float32)
     out = {}
     for name in types:
-        w = random_matrix(name, rows, cols)
+        w = random_matrix(name, rows, cols) if name in F16_FIELDS else iq_matrix(name, rows, cols)
         lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
         act = Activations(x, int8=True)
         y = np.empty((1, rows), np.float32)

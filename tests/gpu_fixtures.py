@@ -21,7 +21,8 @@ POISON = np.float32(np.nan)
 # Where each block type keeps its f16 scale fields (byte offsets in the block): random bytes there
 # could be NaN or huge, so tests write sane scales into them.
 _F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
-               "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
+               "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0],
+               "MXFP4": [], "IQ2_XXS": [0], "IQ2_XS": [0], "IQ2_S": [0], "IQ3_XXS": [0], "IQ3_S": [0]}
 
 
 def make_test_device() -> Device:
@@ -69,6 +70,8 @@ def random_rows(rng, qtype: str, m: int, k: int) -> np.ndarray:
     for off in _F16_FIELDS[qtype]:
         scale = (rng.random((m, nb)) * 0.02 + 0.001).astype(np.float16)
         raw[:, :, off:off + 2] = scale.view(np.uint8).reshape(m, nb, 2)
+    if qtype == "MXFP4":   # the e8m0 scale byte: 2^-10 .. 2^-5
+        raw[:, :, 0] = rng.integers(118, 124, (m, nb))
     return raw.reshape(m, nb * t.type_size)
 
 

@@ -68,7 +68,7 @@ def tiny_repos(tiny_models, split_parts: list[Path] | None = None) -> list[RepoS
                                             file_spec("README.md", llama.parent / "manifest.json", lfs=False)],
                  downloads=500, likes=12, gguf={"architecture": "llama", "context_length": 8192, "total": 3_000_000}),
         RepoSpec("alice/Tiny-Qwen3-GGUF", [file_spec("tiny-qwen3-Q4_K_M.gguf", tiny_models["qwen3"]),
-                                            file_spec("tiny-qwen3-IQ2_XS.gguf", tiny_models["qwen3"])],
+                                            file_spec("tiny-qwen3-IQ1_S.gguf", tiny_models["qwen3"])],
                  downloads=300, gguf={"architecture": "qwen3", "context_length": 4096}),
         RepoSpec("bob/Tiny-Gated-GGUF", [file_spec("tiny-gemma3-Q4_0.gguf", tiny_models["gemma3"])],
                  gated="manual", allowed_tokens={"hf_good"}, downloads=200),

@@ -84,15 +84,15 @@ def test_search_open_and_files(qtbot, make_window):
     assert [_cell(w.hub.repos, 0, c) for c in range(5)] == ["Tiny-Llama-GGUF", "alice", "500", "12", "2025-10-09"]
     assert _cell(w.hub.repos, 2, 0) == "Tiny-Gated-GGUF  (gated)"
     _open_repo(qtbot, w, "qwen3", "Tiny-Qwen3-GGUF")
-    assert [_cell(w.hub.files, i, 0) for i in range(2)] == ["tiny-qwen3-Q4_K_M.gguf", "tiny-qwen3-IQ2_XS.gguf"]
+    assert [_cell(w.hub.files, i, 0) for i in range(2)] == ["tiny-qwen3-Q4_K_M.gguf", "tiny-qwen3-IQ1_S.gguf"]
     assert [_cell(w.hub.files, 0, c) for c in (1, 2, 3, 4)] == ["12.4 MB", "Q4_K_M", "fits", "yes"]
-    assert _cell(w.hub.files, 1, 4).startswith("no: its weights are IQ2_XS")
+    assert _cell(w.hub.files, 1, 4).startswith("no: its weights are IQ1_S")
     assert _cell(w.hub.files, 1, 3) == "—"
     row = _select_file(w, "tiny-qwen3-Q4_K_M.gguf")
     # The header is read from the Hub: the fit now counts the KV cache at the context length.
     qtbot.waitUntil(lambda: "tokens" in w.hub.files.item(row, 3).toolTip(), timeout=20_000)
     assert w.hub.download_button.isEnabled()
-    _select_file(w, "tiny-qwen3-IQ2_XS.gguf")
+    _select_file(w, "tiny-qwen3-IQ1_S.gguf")
     assert not w.hub.download_button.isEnabled()
 
 

@@ -40,12 +40,12 @@ def test_repo_lists_models_with_size_sha_and_verdict(local_hub, tiny_models, spl
     d = HubClient(local_hub.endpoint, token="").repo("alice/Tiny-Qwen3-GGUF")
     assert len(d.commit) == 40
     by_name = {m.name: m for m in d.models}
-    assert set(by_name) == {"tiny-qwen3-Q4_K_M.gguf", "tiny-qwen3-IQ2_XS.gguf"}
+    assert set(by_name) == {"tiny-qwen3-Q4_K_M.gguf", "tiny-qwen3-IQ1_S.gguf"}
     m = by_name["tiny-qwen3-Q4_K_M.gguf"]
     data = tiny_models["qwen3"].read_bytes()
     assert m.size == len(data) and m.files[0].sha256 == hashlib.sha256(data).hexdigest()
     assert m.verdict.runs is True and m.group.quant == "Q4_K_M"
-    assert by_name["tiny-qwen3-IQ2_XS.gguf"].verdict.runs is False
+    assert by_name["tiny-qwen3-IQ1_S.gguf"].verdict.runs is False
 
     split = HubClient(local_hub.endpoint, token="").repo("alice/Tiny-Llama-Split-GGUF")
     [sm] = split.models
@@ -109,14 +109,14 @@ def test_remote_facts_refuse_a_tensor_type_before_download(local_hub, tmp_path):
     from hub_server import RepoSpec, file_spec
     import gguf
     from hearth.engine.hub.remote_header import remote_facts
-    p = write_gguf(tmp_path / "odd-Q4_0.gguf", tensor_type=gguf.GGMLQuantizationType.IQ2_XS)
+    p = write_gguf(tmp_path / "odd-Q4_0.gguf", tensor_type=gguf.GGMLQuantizationType.IQ1_S)
     local_hub.repos["eve/Odd-GGUF"] = RepoSpec("eve/Odd-GGUF", [file_spec("odd-Q4_0.gguf", p)],
                                                 gguf={"architecture": "llama"})
     c = HubClient(local_hub.endpoint, token="")
     d = c.repo("eve/Odd-GGUF")
     assert d.models[0].verdict.runs is True  # the name says Q4_0 ...
     facts = remote_facts(c, "eve/Odd-GGUF", d.commit, d.models[0].files[0])
-    assert facts.runs is False and "IQ2_XS" in facts.reason  # ... the header says otherwise
+    assert facts.runs is False and "IQ1_S" in facts.reason  # ... the header says otherwise
 
 
 def test_remote_facts_of_a_split_model(local_hub, tiny_models):

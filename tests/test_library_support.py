@@ -17,7 +17,12 @@ gguf = pytest.importorskip("gguf")
     ("m-Q4_K_M.gguf", None, None, "architecture not known"),
     ("m-Q4_K_M.gguf", "llama", True, ""),
     ("m-Q8_0.gguf", "mistral", True, ""),         # an alias the engine maps to llama
-    ("m-IQ2_XS.gguf", "llama", False, "IQ2_XS, which Hearth cannot read yet"),
+    ("m-IQ1_S.gguf", "llama", False, "IQ1_S, which Hearth cannot read yet"),
+    ("m-IQ2_XS.gguf", "llama", True, ""),
+    ("m-IQ3_M.gguf", "qwen3", True, ""),
+    ("m-IQ4_XS.gguf", "llama", True, ""),
+    ("m-IQ4_NL.gguf", "llama", True, ""),
+    ("m-MXFP4.gguf", "qwen3", True, ""),
     ("m-Q4_0.gguf", "phi3", False, "architecture 'phi3' is not supported"),
     ("m.gguf", "llama", None, "no quantization in the file name"),
     ("m-Q9_Z.gguf", "qwen3", None, "no quantization in the file name"),
@@ -48,11 +53,20 @@ def test_unsupported_architecture_after_download(tmp_path):
 
 
 def test_unsupported_tensor_type_after_download(tmp_path):
-    p = write_gguf(tmp_path / "m.gguf", tensor_type=gguf.GGMLQuantizationType.IQ2_XS)
+    p = write_gguf(tmp_path / "m.gguf", tensor_type=gguf.GGMLQuantizationType.IQ1_S)
     g = GGUFFile.open(p, check_types=False)
     v = verdict_for_gguf(g)
     g.close()
-    assert v.runs is False and "IQ2_XS" in v.reason
+    assert v.runs is False and "IQ1_S" in v.reason
+
+
+@pytest.mark.parametrize("type_name", ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "MXFP4"])
+def test_i_quant_and_mxfp4_files_run(tmp_path, type_name):
+    p = write_gguf(tmp_path / "m.gguf", tensor_type=gguf.GGMLQuantizationType[type_name])
+    g = GGUFFile.open(p, check_types=False)
+    v = verdict_for_gguf(g)
+    g.close()
+    assert (v.runs, v.reason) == (True, "")
 
 
 def test_sampling_defaults_from_metadata(tmp_path):

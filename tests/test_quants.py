@@ -26,7 +26,8 @@ from hearth.engine.quants import (GGML_TYPES, SUPPORTED_TYPES, TYPE_BY_NAME, deq
                            dequantize_rows, dequantize_tensor)
 
 REQUIRED = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-            "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "MXFP4"]
+            "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
+            "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "MXFP4"]
 
 # Where each type keeps its float scales: (byte offset in the block, "f16" | "bf16" | "f32").
 SCALE_FIELDS = {
@@ -35,7 +36,9 @@ SCALE_FIELDS = {
     "Q5_0": [(0, "f16")], "Q5_1": [(0, "f16"), (2, "f16")],
     "Q2_K": [(80, "f16"), (82, "f16")], "Q3_K": [(108, "f16")], "Q4_K": [(0, "f16"), (2, "f16")],
     "Q5_K": [(0, "f16"), (2, "f16")], "Q6_K": [(208, "f16")], "Q8_K": [(0, "f32")],
-    "MXFP4": [],   # an E8M0 exponent (engine/mxfp4_ref.py): every byte is a finite scale
+    "IQ2_XXS": [(0, "f16")], "IQ2_XS": [(0, "f16")], "IQ2_S": [(0, "f16")], "IQ3_XXS": [(0, "f16")],
+    "IQ3_S": [(0, "f16")], "IQ4_NL": [(0, "f16")], "IQ4_XS": [(0, "f16")],
+    "MXFP4": [],   # an e8m0 byte: every value is a finite power of two (2^127 for 0xFF, as llama.cpp)
 }
 
 
@@ -60,6 +63,7 @@ def reference(blocks: np.ndarray, type_name: str) -> np.ndarray:
     try:
         with np.errstate(all="ignore"):
             if qtype in traits:
+                traits[qtype].init_grid()   # the i-quants' grids (gq.dequantize does this first)
                 ref = traits[qtype].dequantize_blocks(np.ascontiguousarray(blocks).reshape(-1, traits[qtype].type_size))
             else:
                 ref = gq.dequantize(blocks, qtype)
@@ -152,7 +156,7 @@ def test_dequantize_rejects_a_byte_count_that_does_not_match_the_shape():
         dequantize(np.zeros(34 * 3, np.uint8), TYPE_BY_NAME["Q8_0"], (64, 2), "blk.0.w")
 
 
-@pytest.mark.parametrize("type_name", ["IQ2_XS", "TQ1_0", "Q8_1", "IQ4_NL"])
+@pytest.mark.parametrize("type_name", ["IQ1_S", "TQ1_0", "NVFP4", "Q8_1", "IQ1_M"])
 def test_dequantize_refuses_unsupported_types(type_name):
     t = TYPE_BY_NAME[type_name]
     with pytest.raises(UnsupportedModelError, match=f"blk.7.ffn_up.*{type_name}"):
@@ -208,7 +212,7 @@ def _write_gguf_with(path: Path, type_name: str) -> None:
     w.close()
 
 
-@pytest.mark.parametrize("type_name", ["IQ2_XS", "TQ1_0", "IQ4_NL", "IQ1_M", "Q8_1"])
+@pytest.mark.parametrize("type_name", ["IQ1_S", "TQ1_0", "TQ2_0", "IQ1_M", "Q8_1"])
 def test_opening_a_model_with_an_unsupported_type_fails_naming_tensor_and_type(tmp_path, type_name):
     path = tmp_path / f"model-{type_name}.gguf"
     _write_gguf_with(path, type_name)

@@ -350,7 +350,5 @@ def dequantize_rows(info) -> np.ndarray:
     return dequantize_tensor(info).reshape(-1, info.shape[0])
 
 
-# MXFP4 (gpt-oss's experts): the numpy reference in mxfp4_ref.py, where this table has none.
-from .mxfp4_ref import register as _register_mxfp4  # noqa: E402
-
-_register_mxfp4()
+# The i-quants and MXFP4 register themselves (a module of their own: tables and layouts).
+from . import quants_iq  # noqa: E402,F401

@@ -39,9 +39,11 @@ from . import gemm_int8 as G8
 from . import gemm_vnni as GV
 from . import kernels as K
 from . import kernels_int8 as K8
+from . import kernels_iq as KQ
 from . import simd_vnni
 from . import tiles_int8 as T8
 from . import tiles_vnni as TV
+from . import tiles_vnni_iq as TVQ
 
 # Up to this many rows a product runs row by row through the matrix-vector kernel; from here on,
 # dequantized tiles and BLAS.
@@ -74,10 +76,10 @@ VNNI_JOBS = 4
 _LAUNCH = threading.Lock()
 _local = threading.local()
 
-_QUANT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+_QUANT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"} | KQ.TYPES
 _FLOAT = {"F32", "F16", "BF16"}
 _OFFSETS = {"Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K"}   # w = d * q + m: their products need sums of x
-_Q8_K = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}       # x as Q8_K (blocks of 256); the rest Q8_0 / Q8_1
+_Q8_K = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"} | KQ.Q8_K_TYPES   # x as Q8_K (blocks of 256); the rest Q8_0 / Q8_1
 _NO_SUMS = np.zeros((1, 1), np.float32)
 KERNEL_TYPES = _QUANT | _FLOAT
 
@@ -210,8 +212,8 @@ class Activations:
         if got is None:
             if s:
                 q, d, bs = self.q8(True)
-                if not mins:
-                    xc = bs
+                if not mins:   # int32 code sums per chunk: 16 (Q3_K, Q6_K, IQ2_XS/S) or 32 (the other i-quants)
+                    xc = bs if s == 16 else np.ascontiguousarray(bs[:, 0::2] + bs[:, 1::2])
                 elif s == 32:
                     xc = np.ascontiguousarray((bs[:, 0::2] + bs[:, 1::2]).astype(np.int16)).view(np.int32)
                 else:
@@ -267,15 +269,16 @@ class Linear:
         self.sums = gtype.name in _OFFSETS
         self.scales = np.ones(len(ws), np.float32)  # output scale of each matrix
         key = gtype.name.lower()
-        self._matvec = getattr(K, f"matvec_{key}")
-        self._dequant = getattr(K, f"dequant_{key}")
+        iq = gtype.name in KQ.TYPES   # the i-quants' and MXFP4's kernels: engine/cpu/kernels_iq.py
+        self._matvec = getattr(KQ if iq else K, f"matvec_{key}")
+        self._dequant = getattr(KQ if iq else K, f"dequant_{key}")
         rows = max(TILE_MIN_ROWS, TILE_FLOATS // n_in) if tile_floats is None else tile_floats // n_in
         self._tile = max(1, min(max(self.rows), rows))
-        self._matvec8 = getattr(K8, f"matvec_{key}", None)
+        self._matvec8 = getattr(KQ, f"matvec8_{key}") if iq else getattr(K8, f"matvec_{key}", None)
         self._tile8 = getattr(T8, f"tile_{key}", None)   # the K-quants'
         self._vnni = gtype.name in TV.TYPES
         if self._vnni:
-            self._vnni_job = getattr(GV, key)
+            self._vnni_job = getattr(TVQ if iq else GV, key)
             self._regions = TV.regions(gtype.name, n_in)
         self.k_blocks = gtype.name in _Q8_K
         self.int8 = int8_default() if int8 is None else int8

@@ -41,6 +41,10 @@ LAYOUT = {
     "Q5_1": (32, 24, 0, 0, True), "Q8_0": (32, 34, 0, 128, False),
     "Q2_K": (256, 84, 16, 0, True), "Q3_K": (256, 110, 16, 4, False), "Q4_K": (256, 144, 32, 0, True),
     "Q5_K": (256, 176, 32, 0, True), "Q6_K": (256, 210, 16, 32, False),
+    # the i-quants and MXFP4 (engine/cpu/tiles_vnni_iq.py): signed codes stored + 128
+    "IQ2_XXS": (256, 66, 32, 128, False), "IQ2_XS": (256, 74, 16, 128, False), "IQ2_S": (256, 82, 16, 128, False),
+    "IQ3_XXS": (256, 98, 32, 128, False), "IQ3_S": (256, 110, 32, 128, False), "IQ4_XS": (256, 136, 32, 128, False),
+    "IQ4_NL": (32, 18, 0, 128, False), "MXFP4": (32, 17, 0, 128, False),
 }
 TYPES = frozenset(LAYOUT)
 

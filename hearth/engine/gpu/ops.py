@@ -13,7 +13,8 @@ from ..quants import TYPE_BY_NAME
 from .kernels import grid
 
 # Types with a dequantizing kernel (engine/wgsl/quant.wgsl).
-GPU_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+GPU_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+             "IQ4_NL", "IQ4_XS", "MXFP4")
 # Types whose decode matvec can take x as int8 blocks (quant.wgsl `_dq8`): every quantized one. Float
 # weights keep f32 x (their products gain nothing from integer dot products and would lose x's precision).
 INT8_TYPES = GPU_TYPES[2:]

@@ -29,6 +29,12 @@
 //   Q3_K 110 B / 256: hmask u8[32] | qs u8[64] | sc u8[12] | d f16; weight 128n + 32j + l: low bits
 //        as Q2_K, minus 4 when bit 4n + j of hmask[l] is clear; 6-bit scale s of sub-block i =
 //        (sc[i & 7] >> 4(i >> 3)) & 15 | ((sc[8 + (i & 3)] >> 2(i >> 2)) & 3) << 4; w = d*(s-32)*q
+//   IQ4_NL 18 B / 32: d f16 | qs u8[16] (nibbles as Q4_0); w = d * kvalues_iq4nl[q]
+//   IQ4_XS 136 B / 256: d f16 | scales_h u16 | scales_l u8[4] | qs u8[128]; sub-block s (32 weights):
+//        16 bytes of qs at 16s, nibbles as IQ4_NL; ls = (nibble s&1 of scales_l[s/2]) | ((scales_h >> 2s) & 3) << 4;
+//        w = d * (ls - 32) * kvalues_iq4nl[q]
+//   MXFP4  17 B / 32: e u8 (e8m0) | qs u8[16] (nibbles as Q4_0); w = 2^(e-128) * kvalues_mxfp4[q]
+//   (the other i-quants have no kernel here: engine/gpu/weights.py uploads them as F16)
 
 struct Deq8 { lo: vec4<f32>, hi: vec4<f32> }
 
@@ -49,6 +55,25 @@ fn two4(w: u32, sh: u32) -> vec4<f32> {
 fn bits4(qh: u32, b: u32) -> vec4<f32> {
     return vec4<f32>(f32((qh >> b) & 1u), f32((qh >> (b + 1u)) & 1u),
                      f32((qh >> (b + 2u)) & 1u), f32((qh >> (b + 3u)) & 1u)) * 16.0;
+}
+// IQ4_NL / IQ4_XS's codebook (kvalues_iq4nl) and MXFP4's doubled e2m1 values (kvalues_mxfp4): 16 int8
+// each as 4 little-endian words (engine/quant_tables.py; tests/test_gpu_iquants.py checks them)
+const KV_IQ4 = vec4<u32>(0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u);
+const KV_FP4 = vec4<u32>(0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
+// byte n (0..15) of the table t, chosen without a dynamic index
+fn kv_byte(t: vec4<u32>, n: u32) -> u32 {
+    let lo = select(t.x, t.y, (n & 4u) != 0u);
+    let hi = select(t.z, t.w, (n & 4u) != 0u);
+    return (select(lo, hi, (n & 8u) != 0u) >> ((n & 3u) * 8u)) & 255u;
+}
+// the 4-bit fields (w >> sh) & 15 of w's 4 bytes looked up in t: 4 int8 values packed in a word
+fn kv_pack4(t: vec4<u32>, w: u32, sh: u32) -> u32 {
+    return kv_byte(t, (w >> sh) & 15u) | (kv_byte(t, (w >> (sh + 8u)) & 15u) << 8u)
+         | (kv_byte(t, (w >> (sh + 16u)) & 15u) << 16u) | (kv_byte(t, (w >> (sh + 24u)) & 15u) << 24u);
+}
+// MXFP4's scale byte as 2^(e - 128) (llama.cpp's ggml_e8m0_to_fp32_half; subnormal below e = 2)
+fn e8m0_half(e: u32) -> f32 {
+    return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
 }
 {% if Q8X | default(0) %}
 const LO4: u32 = 0x0F0F0F0Fu;
@@ -238,6 +263,29 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
     let h1 = vec4<f32>(f32(((hm.y >> hb) & 1u) ^ 1u), f32(((hm.y >> (hb + 8u)) & 1u) ^ 1u),
                        f32(((hm.y >> (hb + 16u)) & 1u) ^ 1u), f32(((hm.y >> (hb + 24u)) & 1u) ^ 1u));
     return Deq8(s * (two4(q.x, 2u * j) - 4.0 * h0), s * (two4(q.y, 2u * j) - 4.0 * h1));
+{% elif qtype == "IQ4_NL" or qtype == "MXFP4" %}
+{% set bb = 18 if qtype == "IQ4_NL" else 17 %}
+{% set tab = "KV_IQ4" if qtype == "IQ4_NL" else "KV_FP4" %}
+    let base = rowbase + (c >> 2u) * {{bb}}u;
+    let p = c & 3u;
+{% if qtype == "IQ4_NL" %}
+    let d = {{buf}}_f16(base);
+{% else %}
+    let d = e8m0_half({{buf}}_u8(base));
+{% endif %}
+    let q = {{buf}}_u32x2(base + {{bb - 16}}u + (p & 1u) * 8u);
+    let sh = (p >> 1u) * 4u;
+    return Deq8(d * i8x4(kv_pack4({{tab}}, q.x, sh)), d * i8x4(kv_pack4({{tab}}, q.y, sh)));
+{% elif qtype == "IQ4_XS" %}
+    let base = rowbase + (c >> 5u) * 136u;
+    let e0 = (c & 31u) * 8u;
+    let sub = e0 >> 5u;
+    let l = e0 & 31u;
+    let ls = (({{buf}}_u8(base + 4u + (sub >> 1u)) >> (4u * (sub & 1u))) & 15u) | ((({{buf}}_w(base >> 2u) >> (16u + 2u * sub)) & 3u) << 4u);
+    let d = {{buf}}_f16(base) * f32(i32(ls) - 32);
+    let q = {{buf}}_u32x2(base + 8u + 16u * sub + (l & 15u));
+    let sh = (l >> 4u) * 4u;
+    return Deq8(d * i8x4(kv_pack4(KV_IQ4, q.x, sh)), d * i8x4(kv_pack4(KV_IQ4, q.y, sh)));
 {% else %}
     {{ raise("no GPU kernel for weight type " ~ qtype) }}
 {% endif %}
@@ -353,6 +401,28 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
     let a = ((w.x >> (2u * j)) & 0x03030303u) | (((hm.x >> hb) & 0x01010101u) << 2u);
     let b = ((w.y >> (2u * j)) & 0x03030303u) | (((hm.y >> hb) & 0x01010101u) << 2u);
     return s * f32(idot8(a, b, q) - 4 * qsum);
+{% elif qtype == "IQ4_NL" or qtype == "MXFP4" %}
+{% set bb = 18 if qtype == "IQ4_NL" else 17 %}
+{% set tab = "KV_IQ4" if qtype == "IQ4_NL" else "KV_FP4" %}
+    let base = rowbase + (c >> 2u) * {{bb}}u;
+    let p = c & 3u;
+    let w = {{buf}}_u32x2(base + {{bb - 16}}u + (p & 1u) * 8u);
+    let sh = (p >> 1u) * 4u;
+{% if qtype == "IQ4_NL" %}
+    let d = {{buf}}_f16(base);
+{% else %}
+    let d = e8m0_half({{buf}}_u8(base));
+{% endif %}
+    return d * f32(idot8(kv_pack4({{tab}}, w.x, sh), kv_pack4({{tab}}, w.y, sh), q));
+{% elif qtype == "IQ4_XS" %}
+    let base = rowbase + (c >> 5u) * 136u;
+    let e0 = (c & 31u) * 8u;
+    let sub = e0 >> 5u;
+    let l = e0 & 31u;
+    let ls = (({{buf}}_u8(base + 4u + (sub >> 1u)) >> (4u * (sub & 1u))) & 15u) | ((({{buf}}_w(base >> 2u) >> (16u + 2u * sub)) & 3u) << 4u);
+    let w = {{buf}}_u32x2(base + 8u + 16u * sub + (l & 15u));
+    let sh = (l >> 4u) * 4u;
+    return {{buf}}_f16(base) * f32((i32(ls) - 32) * idot8(kv_pack4(KV_IQ4, w.x, sh), kv_pack4(KV_IQ4, w.y, sh), q));
 {% else %}
     {{ raise("no int8 kernel for weight type " ~ qtype) }}
 {% endif %}

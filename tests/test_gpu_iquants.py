@@ -1,0 +1,123 @@
+"""IQ4_NL, IQ4_XS and MXFP4 on the GPU (engine/wgsl/quant.wgsl `_deq8`, `_dq8`): their codebook
+constants equal engine/quant_tables.py's; the prefill matmul, the embedding, and decode matvecs with
+f32 and int8 x (mixed with K-quants in one kernel, the 64-weight-chunk fallback included) against
+float64 references on gguf-py's dequantization; weights uploaded in their blocks, the other i-quants
+as F16. The per-type matvec and int8 checks of every GPU type (test_gpu_kernels.py, test_gpu_int8.py,
+test_gpu_matmul16.py) cover these three types too. Runs on lavapipe in CI."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from hearth.engine import quant_tables as QT
+from hearth.engine.gpu import probe
+from hearth.engine.gpu.shaders import source
+
+GPU_IQ = ["IQ4_NL", "IQ4_XS", "MXFP4"]
+
+
+def _const_words(name: str) -> np.ndarray:
+    m = re.search(rf"const {name} = vec4<u32>\(([^)]*)\);", source("quant.wgsl"))
+    return np.array([int(v.strip().rstrip("u"), 16) for v in m.group(1).split(",")], "<u4")
+
+
+def test_codebook_constants_equal_the_tables():
+    assert np.array_equal(_const_words("KV_IQ4").view(np.int8), QT.KVALUES_IQ4NL)
+    assert np.array_equal(_const_words("KV_FP4").view(np.int8), QT.KVALUES_MXFP4)
+
+
+if probe() is None:
+    pytest.skip("wgpu finds no adapter", allow_module_level=True)
+
+from hearth.engine.gpu import ops  # noqa: E402
+from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from gpu_fixtures import (  # noqa: E402, F401 (rng: a fixture)
+    RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err, rng, safe_x)
+from test_gpu_int8 import check_concat_with_norm_and_bias  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def ks():
+    d = make_test_device()
+    yield Kernels(d)
+    d.destroy()
+
+
+def test_the_three_types_have_kernels_and_the_rest_not():
+    assert set(GPU_IQ) <= set(ops.GPU_TYPES) and set(GPU_IQ) <= set(ops.INT8_TYPES)
+    assert not {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"} & set(ops.GPU_TYPES)
+
+
+@pytest.mark.parametrize("qtype", GPU_IQ)
+def test_matmul_and_embedding(ks, rng, qtype):
+    dev = ks.dev
+    k, m, n = 512, 70, 37
+    raw = random_rows(rng, qtype, m, k)
+    w = dequant_reference(raw, qtype, k)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    y = poisoned(dev, n * m)
+    dispatch_once(dev, ops.matmul(ks, [qtype]), [dev.upload(x), y, dev.upload(raw)], ops.matmul_groups(m, n),
+                  **ops.matmul_params([qtype], k, m, n, ldy=m))
+    assert rel_err(read_f32(dev, y, n * m).reshape(n, m), x.astype(np.float64) @ w.T) < RTOL
+    ids = rng.integers(0, m, 5).astype(np.uint32)
+    e = poisoned(dev, 5 * k)
+    dispatch_once(dev, ops.embed(ks, qtype), [dev.upload(ids), e, dev.upload(raw)], ops.rows_groups(5),
+                  d=k, row_bytes=ops.row_bytes(qtype, k), scale=1.0, n=5)
+    assert rel_err(read_f32(dev, e, 5 * k).reshape(5, k), w[ids]) < RTOL
+
+
+@pytest.mark.parametrize("layout", [(32, 1), (64, 2, 2)])
+@pytest.mark.parametrize("types", [("IQ4_XS", "IQ4_NL", "MXFP4"), ("Q4_K", "IQ4_XS", "MXFP4")])
+@pytest.mark.parametrize("k", [736, 4096])      # 736: rows of an odd count of MXFP4 / IQ4_NL blocks
+def test_int8_concat_with_norm_and_bias(ks, rng, layout, types, k):
+    if not ks.dev.int8:
+        pytest.skip("the adapter has no 4-way int8 dot products")
+    if k % 256 and "IQ4_XS" in types:
+        k = 768
+    rpw = ops.matvec_rows(layout)
+    check_concat_with_norm_and_bias(ks, rng, layout, list(types), k, [rpw, rpw, rpw + 3])
+
+
+@pytest.mark.parametrize("qtype", GPU_IQ)
+def test_f32_matvec_odd_block_count(ks, rng, qtype):
+    """Rows of 23 blocks of 32 (MXFP4: 391 bytes a row, so rows start at every byte alignment)."""
+    dev = ks.dev
+    k = 736 if qtype != "IQ4_XS" else 768
+    m = 29
+    raw = random_rows(rng, qtype, m, k)
+    x = rng.standard_normal(k).astype(np.float32)
+    y = poisoned(dev, m)
+    dispatch_once(dev, ops.matvec(ks, [qtype]), [dev.upload(x), y, dev.upload(raw)], ops.matvec_groups(m),
+                  **ops.matvec_params([qtype], k, [m]))
+    assert rel_err(read_f32(dev, y, m), dequant_reference(raw, qtype, k) @ x) < RTOL
+
+
+def test_weights_upload_blocks_or_an_f16_copy(ks, rng, tmp_path):
+    import gguf
+
+    from hearth.engine.gguf import GGUFFile
+    from hearth.engine.gpu.weights import GpuWeights
+    k, m = 256, 4
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    raws = {}
+    for qtype in ("IQ4_XS", "MXFP4", "IQ2_XS"):
+        raws[qtype] = random_rows(rng, qtype, m, k)
+        w.add_tensor(f"{qtype}.weight", raws[qtype], raw_dtype=gguf.GGMLQuantizationType[qtype])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    g = GGUFFile.open(path)
+    gw = GpuWeights(ks.dev, g)
+    assert gw.matrix("IQ4_XS.weight", m, k).qtype == "IQ4_XS"
+    assert gw.matrix("MXFP4.weight", m, k).qtype == "MXFP4"
+    assert gw.matrix("IQ2_XS.weight", m, k).qtype == "F16"
+    assert gw.fallbacks == ["IQ2_XS.weight (IQ2_XS -> F16)"]
+    gw.destroy()
+    g.close()
