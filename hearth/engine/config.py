@@ -22,7 +22,10 @@ from .errors import UnsupportedModelError
 # Architectures and the llama.cpp rotation style they use. NeoX rotates pairs (i, i + d/2);
 # "normal" rotates adjacent pairs (2i, 2i + 1) (llama.cpp's converter permutes llama's q/k rows
 # so that the adjacent-pair form is right for it).
-SUPPORTED_ARCHS = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox"}
+SUPPORTED_ARCHS = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox",
+                   # qwen35's IMROPE equals NeoX on its rotated dims when every position component is
+                   # the token's position (text); engine/models/qwen35.py
+                   "qwen35": "neox"}
 # Other names for the same computation (mlx-lm keeps a table like this).
 ARCH_ALIASES = {"mistral": "llama"}
 
@@ -77,6 +80,14 @@ class ModelConfig:
     final_softcap: float = 0.0   # logits = c * tanh(logits / c) when > 0
     attn_scale: float = 0.0      # multiplies q.k; 0 means 1/sqrt(head_dim)
     tied_output: bool = True     # the output matrix is token_embd
+    # An architecture's own hyper-parameters beyond these (qwen35: its recurrent layers), read by
+    # its module in engine/models/; None for the plain decoders.
+    hybrid: object | None = None
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the model keeps a recurrent state (truncation then costs a recompute)."""
+        return bool(getattr(self.hybrid, "recurrent", False))
 
     def __post_init__(self):
         if not self.attn_scale:
@@ -114,6 +125,8 @@ class ModelConfig:
 
         n_embd = need("embedding_length", 1, MAX_WIDTH)
         n_layer = need("block_count", 1, MAX_LAYERS)
+        if arch == "qwen35":   # block_count counts the multi-token-prediction layers too
+            n_layer -= opt("nextn_predict_layers", 0, 0, n_layer - 1)
         n_head = need("attention.head_count", 1, MAX_HEADS)
         n_head_kv = opt("attention.head_count_kv", n_head, 1, n_head)
         head_dim = opt("attention.key_length", None, 1, MAX_HEAD_DIM)
@@ -151,6 +164,9 @@ class ModelConfig:
             raise UnsupportedModelError(f"{name}: rope.dimension_count {cfg['n_rot']} does not fit head dim {head_dim}")
         if arch == "gemma3":
             cfg.update(_gemma3_flags(g, raw_arch, n_embd, n_head, n_layer, head_dim, opt))
+        if arch == "qwen35":
+            from .models.qwen35_config import read_qwen35  # noqa: PLC0415  (models import this module)
+            cfg["hybrid"] = read_qwen35(g, raw_arch, n_layer, need, opt)
         return cls(**cfg)
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from ..config import ModelConfig
 from .decoder import Decoder
+from .qwen35 import Qwen35
 
-REGISTRY = {"llama": Decoder, "qwen2": Decoder, "qwen3": Decoder, "gemma3": Decoder}
+REGISTRY = {"llama": Decoder, "qwen2": Decoder, "qwen3": Decoder, "gemma3": Decoder, "qwen35": Qwen35}
 
 
-def build_model(cfg: ModelConfig, g) -> Decoder:
+def build_model(cfg: ModelConfig, g):
     return REGISTRY[cfg.arch](cfg, g)
