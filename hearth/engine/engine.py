@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .config import ModelConfig
-from .errors import ContextFullError, EngineError
+from .errors import ContextFullError, EngineError, PrefixImageError
 from .generation import GenerationEvent, GenerationStats, StopMatcher, cancel_check, common_prefix
 from .gguf import GGUFFile
 from .kv_cache import kv_dtype as parse_kv_dtype
@@ -49,6 +49,11 @@ class Engine:
         self._last_logits: np.ndarray | None = None  # logits after the last resident token
         self._lock = threading.RLock()                # one caller at a time
         self._closed = False
+        # A hybrid model's recurrent layers cannot be truncated by a slice: snapshots of their state
+        # (engine/models/layer_state.py), taken at the end of every prefill and reply, are where
+        # `truncate` goes back to before recomputing (see `_rewind`).
+        self._recurrent = bool(getattr(backend.kv, "recurrent", False))
+        self._snapshots: list = []
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -177,7 +182,52 @@ class Engine:
         with self._lock:
             self._tokens.clear()
             self._last_logits = None
+            self._snapshots.clear()
             self.kv.clear()
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        """Whether prefix images and chat segments can hold this model's state. Not for hybrid
+        (recurrent) models yet: an image holds K/V only, and restoring it would leave the recurrent
+        layers' state wrong, so the prefix store computes their prefixes instead."""
+        return not self._recurrent
+
+    # Snapshots of a recurrent state kept in memory (each is the whole recurrent state: ~50 MB for
+    # a Qwen3.5-4B shape): the newest ones, where a chat's next turn most likely goes back to.
+    MAX_SNAPSHOTS = 4
+
+    def _snapshot(self) -> None:
+        """Keep the recurrent state after the resident tokens (no-op for plain models)."""
+        if not self._recurrent or not self._tokens:
+            return
+        n = len(self._tokens)
+        if self._snapshots and self._snapshots[-1].n_tokens == n:
+            return
+        self._snapshots = [s for s in self._snapshots if s.n_tokens < n][-(self.MAX_SNAPSHOTS - 1):]
+        self._snapshots.append(self.kv.snapshot())
+
+    def _rewind(self, n: int) -> None:
+        """A recurrent model's state after the first n of the resident tokens (`_tokens` still holds
+        them): restore the newest snapshot at or before n (or start from zeros) and recompute the
+        tokens after it. K/V of positions below the snapshot are kept as they are (a slice)."""
+        self._snapshots = [s for s in self._snapshots if s.n_tokens <= n]
+        ids = self._tokens[:n]
+        try:
+            if self._snapshots:
+                self.kv.restore(self._snapshots[-1])
+            else:
+                self.kv.clear()
+            start = self.kv.n_tokens
+            if start < n:
+                self.backend.forward(np.asarray(ids[start:], np.int32), start)
+        except BaseException:
+            self._tokens.clear()   # the state is unknown: forget everything rather than lie
+            self._snapshots.clear()
+            self._last_logits = None
+            self.kv.clear()
+            raise
+        del self._tokens[n:]
+        self._snapshot()
 
     def feed(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
         """Append ids to the resident sequence. Returns float32 logits of the last position
@@ -193,10 +243,15 @@ class Engine:
             try:
                 out = self.backend.forward(np.asarray(ids, np.int32), pos, all_logits=all_logits)
             except BaseException:
-                self.kv.truncate(pos)  # positions past pos may be half written: forget them
+                if self._recurrent:    # the recurrent layers may be half updated: back to pos
+                    self._rewind(pos)
+                else:
+                    self.kv.truncate(pos)  # positions past pos may be half written: forget them
                 raise
             self._tokens.extend(ids)
             self._last_logits = out[-1] if all_logits else out
+            if len(ids) > 1:
+                self._snapshot()
             return out
 
     def _greedy_stream(self, tok: int, n: int) -> Iterator[int]:
@@ -229,17 +284,24 @@ class Engine:
             steps.close()
 
     def truncate(self, n: int) -> None:
-        """Keep only the first n resident tokens."""
+        """Keep only the first n resident tokens. On a hybrid (recurrent) model this restores the
+        newest snapshot at or before n and recomputes the tokens from it to n (`_rewind`); on the
+        others it is a slice of the KV cache and costs nothing."""
         with self._lock:
             if n < len(self._tokens):
-                del self._tokens[n:]
                 self._last_logits = None
+                if self._recurrent:
+                    self._rewind(max(0, n))
+                    return
+                del self._tokens[n:]
                 self.kv.truncate(n)
 
     def _adopt_prefix(self, ids: Sequence[int], last_logits: np.ndarray | None) -> None:
         """After a prefix image was copied into the cache: make `ids` resident, with the
         logits after their last token (None: recomputed when needed)."""
         with self._lock:
+            if self._recurrent:
+                raise PrefixImageError("not_cacheable", "prefix images cannot hold a hybrid model's recurrent state")
             self._tokens = [int(i) for i in ids]
             self.kv.n_tokens = len(self._tokens)
             self._last_logits = None if last_logits is None else np.asarray(last_logits, np.float32)
@@ -268,6 +330,11 @@ class Engine:
 
     # --- prefix images (the format, key and I/O are in engine/prefix/) ----------------------
 
+    def _check_cacheable(self) -> None:
+        if not self.prefix_cacheable:
+            raise PrefixImageError("not_cacheable", f"{self.gguf.path.name}: prefix images of hybrid (recurrent) "
+                                                    "models are not supported yet")
+
     def prefix_ids(self, text: str | Sequence[int]) -> list[int]:
         """The prefix's token ids, tokenized exactly as `prefill` does."""
         ids = self.tokenize(text) if isinstance(text, str) else [int(i) for i in text]
@@ -293,6 +360,7 @@ class Engine:
         binary `fileobj`, one tensor per write. Returns the image's size in bytes. The engine is
         unchanged by a failing `fileobj` (a full disk): writing only reads the cache."""
         ids = self.prefix_ids(text)
+        self._check_cacheable()
         with self._lock:  # no generate may move the cache while it is written
             self.prefill(ids)
             if self._last_logits is None:  # prefill always leaves them; keep the image whole if that changes
@@ -305,6 +373,7 @@ class Engine:
         Any mismatch or damage raises PrefixImageError and leaves the resident tokens and their K/V
         as they were."""
         ids = self.prefix_ids(text)
+        self._check_cacheable()
         with self._lock:
             self.kv.check_fits(0, len(ids))
             try:
@@ -388,6 +457,8 @@ class Engine:
         finally:
             if stream is not None:
                 stream.close()
+            with self._lock:
+                self._snapshot()   # where the next turn of a chat on a recurrent model goes back to
         tail = ""
         if reason != "stop":
             tail, hit = stops.feed(decoder.flush())
