@@ -26,6 +26,10 @@ SUPPORTED_ARCHS = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3"
                    # qwen35's IMROPE equals NeoX on its rotated dims when every position component is
                    # the token's position (text); engine/models/qwen35.py
                    "qwen35": "neox"}
+# Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
+# module in engine/models/; they run on the CPU backend only for now.
+OWN_METADATA_ARCHS = ("qwen35",)
+CPU_ONLY_ARCHS = OWN_METADATA_ARCHS
 # Other names for the same computation (mlx-lm keeps a table like this).
 ARCH_ALIASES = {"mistral": "llama"}
 

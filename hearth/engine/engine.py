@@ -483,6 +483,12 @@ def _chatml(messages, add_generation_prompt: bool) -> str:
 def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int, report=None, kv_dtype: str = "f32"):
     """(backend, info). "auto" takes the GPU only when engine.gpu finds a real (non-CPU) adapter."""
     reason = ""
+    from .config import CPU_ONLY_ARCHS  # noqa: PLC0415
+    if cfg.arch in CPU_ONLY_ARCHS:
+        if kind == "gpu":
+            raise EngineError(f"{g.path.name}: architecture '{cfg.arch}' runs on the CPU backend only for now")
+        if kind == "auto":
+            kind, reason = "cpu", f"architecture '{cfg.arch}' runs on the CPU backend only"
     if kind == "auto":
         try:
             from . import gpu  # noqa: PLC0415

@@ -1,0 +1,130 @@
+"""qwen35 (Gated DeltaNet + gated attention) on its tiny random-weight GGUF against llama.cpp, at
+every position, as one batch and one token at a time (a recurrent-state bug shows there first).
+
+Tolerance from ../shared/reference/README.md (tiny-next): at the 64 ids llama.cpp lists per
+position, the mean |diff| <= 0.15 and max <= 1.5, the same top-1 where llama.cpp's top-2 gap is
+>= 0.5; the float path against llama.cpp's all-F32 run, where an exact float32 engine lands at
+~1e-5 (NpRef 1e-4): held to 1e-3 here, so a missing partial rotary (2.1) or wrong head tiling (25)
+fails by orders of magnitude.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hearth.engine.config import ModelConfig
+from hearth.engine.cpu_backend import CpuBackend
+from hearth.engine.gguf import GGUFFile
+from hearth.engine.models.layer_state import HybridState
+
+PROMPTS = ["chat", "english"]
+
+
+@pytest.fixture(scope="module")
+def tiny(reference_dir):
+    d = reference_dir / "tiny-next" / "qwen35"
+    manifest = json.loads((d / "manifest.json").read_text())
+    g = GGUFFile.open(d / manifest["file"])
+    return d, manifest, CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, int8=True)
+
+
+def prompt_of(manifest, name):
+    return next(p for p in manifest["prompts"] if p["name"] == name)
+
+
+def check_against_top64(got, ref):
+    at = np.take_along_axis(got, ref["ids"].astype(np.int64), axis=1)
+    diff = np.abs(at - ref["logits"])
+    assert diff.mean() <= 0.15 and diff.max() <= 1.5, (diff.mean(), diff.max())
+    sure = ref["logits"][:, 0] - ref["logits"][:, 1] >= 0.5
+    assert (got.argmax(-1) == ref["ids"][:, 0])[sure].all()
+
+
+def test_hyperparameters_from_metadata(tiny):
+    _, m, be = tiny
+    h, c = m["hparams"], be.cfg
+    hc = c.hybrid
+    assert (c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_ff, c.n_rot) == \
+        (h["n_embd"], h["n_layer"], h["n_head"], h["n_head_kv"], h["head_dim"], h["n_ff"], h["n_rot"])
+    assert (hc.d_conv, hc.d_state, hc.n_k_heads, hc.n_v_heads) == \
+        (h["ssm_d_conv"], h["ssm_d_state"], h["ssm_n_group"], h["ssm_dt_rank"])
+    assert hc.recurrent_layers == tuple(layer["recurrent"] for layer in m["layers"])
+    assert c.recurrent and isinstance(be.kv, HybridState)
+    # K/V only for the one attention layer; the recurrent state is a fixed size
+    assert be.kv.kv.n_layers == 1
+    assert be.kv.recurrent_nbytes == 3 * 4 * ((hc.d_conv - 1) * hc.conv_channels + hc.n_v_heads * hc.d_state ** 2)
+
+
+@pytest.mark.parametrize("name", PROMPTS)
+def test_every_position_as_one_batch(tiny, name):
+    d, m, be = tiny
+    p = prompt_of(m, name)
+    be.kv.clear()
+    got = be.forward(p["ids"], 0, all_logits=True)
+    check_against_top64(got, np.load(d / f"top64_{name}.npz"))
+
+
+@pytest.mark.parametrize("name", PROMPTS)
+def test_every_position_one_token_at_a_time(tiny, name):
+    d, m, be = tiny
+    p = prompt_of(m, name)
+    be.kv.clear()
+    batch = be.forward(p["ids"], 0, all_logits=True)
+    be.kv.clear()
+    one = np.stack([be.forward([t], i) for i, t in enumerate(p["ids"])])
+    check_against_top64(one, np.load(d / f"top64_{name}.npz"))
+    # llama.cpp's own one-token-vs-batch distance here is up to 0.095 (README); ours stays below 0.4
+    # (8-bit x in a one-token pass, batch tiles otherwise) and the state carried decode to decode
+    # must not drift: the float path gives the same numbers either way.
+    assert np.abs(one - batch).max() < 0.4
+    with be.float_activations():
+        be.kv.clear()
+        fb = be.forward(p["ids"], 0, all_logits=True)
+        be.kv.clear()
+        fo = np.stack([be.forward([t], i) for i, t in enumerate(p["ids"])])
+    assert np.abs(fo - fb).max() < 1e-4
+
+
+@pytest.mark.parametrize("name", PROMPTS)
+def test_last_position_matches_float_path(tiny, name):
+    d, m, be = tiny
+    p = prompt_of(m, name)
+    be.kv.clear()
+    with be.float_activations():
+        got = be.forward(p["ids"], 0)
+    f32 = np.load(d / f"logits_f32path_last_{name}.npy")
+    assert np.abs(got - f32).max() <= 1e-3
+
+
+@pytest.mark.parametrize("name", PROMPTS)
+def test_greedy_run(tiny, name):
+    _, m, be = tiny
+    p = prompt_of(m, name)
+    be.kv.clear()
+    ids = list(p["ids"])
+    logits = be.forward(ids, 0)
+    for step in m["prompts"][PROMPTS.index(name)]["greedy"]["steps"]:
+        if step["margin_to_top2"] < 0.5:
+            break
+        tok = int(np.argmax(logits))
+        assert tok == step["top1"]
+        logits = be.forward([tok], len(ids))
+        ids.append(tok)
+
+
+def test_split_prompt_continues_the_same_state(tiny):
+    """Prompts fed in pieces (chunk edges inside the delta rule's chunks, a one-token piece) reach
+    the state one batch reaches."""
+    _, m, be = tiny
+    ids = prompt_of(m, "english")["ids"]
+    with be.float_activations():
+        be.kv.clear()
+        whole = be.forward(ids, 0)
+        be.kv.clear()
+        be.forward(ids[:17], 0)
+        be.forward(ids[17:18], 17)
+        got = be.forward(ids[18:], 18)
+    assert np.abs(got - whole).max() < 1e-4
