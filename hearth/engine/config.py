@@ -25,10 +25,10 @@ from .errors import UnsupportedModelError
 SUPPORTED_ARCHS = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox",
                    # qwen35's IMROPE equals NeoX on its rotated dims when every position component is
                    # the token's position (text); engine/models/qwen35.py
-                   "qwen35": "neox"}
+                   "qwen35": "neox", "gemma4": "neox"}
 # Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
 # module in engine/models/; they run on the CPU backend only for now.
-OWN_METADATA_ARCHS = ("qwen35",)
+OWN_METADATA_ARCHS = ("qwen35", "gemma4")
 CPU_ONLY_ARCHS = OWN_METADATA_ARCHS
 # Other names for the same computation (mlx-lm keeps a table like this).
 ARCH_ALIASES = {"mistral": "llama"}
@@ -132,6 +132,8 @@ class ModelConfig:
         if arch == "qwen35":   # block_count counts the multi-token-prediction layers too
             n_layer -= opt("nextn_predict_layers", 0, 0, n_layer - 1)
         n_head = need("attention.head_count", 1, MAX_HEADS)
+        if arch == "gemma4":
+            return _gemma4(cls, g, raw_arch, n_embd, n_layer, n_head, need, opt)
         n_head_kv = opt("attention.head_count_kv", n_head, 1, n_head)
         head_dim = opt("attention.key_length", None, 1, MAX_HEAD_DIM)
         if head_dim is None:
@@ -144,13 +146,7 @@ class ModelConfig:
             raise UnsupportedModelError(f"{name}: key_length {head_dim} != value_length {head_dim_v}")
         if n_head % n_head_kv:
             raise UnsupportedModelError(f"{name}: {n_head} heads is not a multiple of {n_head_kv} KV heads")
-        emb = g.tensors.get("token_embd.weight")
-        if emb is None:
-            raise UnsupportedModelError(f"{name}: tensor token_embd.weight is missing")
-        if len(emb.shape) != 2 or emb.shape[0] != n_embd or not 1 <= emb.shape[1] <= MAX_VOCAB:
-            raise UnsupportedModelError(f"{name}: tensor token_embd.weight has shape {list(emb.shape)}; "
-                                        f"expected [{n_embd} ({raw_arch}.embedding_length), n_vocab]")
-        n_vocab = int(emb.shape[1])
+        n_vocab = _n_vocab(g, raw_arch, n_embd)
 
         cfg = dict(
             arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
@@ -172,6 +168,42 @@ class ModelConfig:
             from .models.qwen35_config import read_qwen35  # noqa: PLC0415  (models import this module)
             cfg["hybrid"] = read_qwen35(g, raw_arch, n_layer, need, opt)
         return cls(**cfg)
+
+
+def _n_vocab(g, raw_arch: str, n_embd: int) -> int:
+    name = g.path.name
+    emb = g.tensors.get("token_embd.weight")
+    if emb is None:
+        raise UnsupportedModelError(f"{name}: tensor token_embd.weight is missing")
+    if len(emb.shape) != 2 or emb.shape[0] != n_embd or not 1 <= emb.shape[1] <= MAX_VOCAB:
+        raise UnsupportedModelError(f"{name}: tensor token_embd.weight has shape {list(emb.shape)}; "
+                                    f"expected [{n_embd} ({raw_arch}.embedding_length), n_vocab]")
+    return int(emb.shape[1])
+
+
+def _gemma4(cls, g, raw_arch, n_embd, n_layer, n_head, need, opt) -> "ModelConfig":
+    """Gemma 4 (engine/models/gemma4.py): per-layer head sizes, KV head counts and FFN widths are in
+    `hybrid` (Gemma4Config); the fields here hold the full-attention layers' values, the widest FFN
+    and the most KV heads."""
+    from .models.gemma4_config import read_gemma4  # noqa: PLC0415  (models import this module)
+    head_dim = need("attention.key_length", 1, MAX_HEAD_DIM)
+    if opt("attention.value_length", head_dim, 1, MAX_HEAD_DIM) != head_dim:
+        raise UnsupportedModelError(f"{g.path.name}: {raw_arch}.attention.value_length differs from key_length")
+    hc = read_gemma4(g, raw_arch, n_layer, head_dim, need, opt)
+    if any(n_head % k for k in hc.n_head_kv):
+        raise UnsupportedModelError(f"{g.path.name}: {raw_arch}.attention.head_count_kv {list(hc.n_head_kv)} does "
+                                    f"not divide {n_head} heads")
+    return cls(
+        arch="gemma4", n_vocab=_n_vocab(g, raw_arch, n_embd), n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+        n_head_kv=max(hc.n_head_kv), head_dim=head_dim, head_dim_v=head_dim, n_ff=max(hc.n_ff),
+        rms_eps=float(opt("attention.layer_norm_rms_epsilon", 1e-6, 0.0, 1.0)),
+        context_length=opt("context_length", 4096, 1, MAX_CONTEXT),
+        rope_base=float(opt("rope.freq_base", 10000.0, 1e-3, 1e12)),
+        n_rot=opt("rope.dimension_count", head_dim, 2, head_dim), rope_neox=True,
+        rope_base_swa=hc.rope_base_swa, sliding_window=hc.window, swa_layers=hc.swa_layers,
+        embed_scale=math.sqrt(n_embd), post_norms=True, activation="gelu_tanh",
+        final_softcap=float(opt("final_logit_softcapping", 0.0, 0.0, 1e6)), attn_scale=1.0,
+        tied_output="output.weight" not in g.tensors, hybrid=hc)
 
 
 def _gemma3_flags(g, raw_arch, n_embd, n_head, n_layer, head_dim, opt) -> dict:

@@ -190,7 +190,7 @@ class Engine:
         """Whether prefix images and chat segments can hold this model's state. Not for hybrid
         (recurrent) models yet: an image holds K/V only, and restoring it would leave the recurrent
         layers' state wrong, so the prefix store computes their prefixes instead."""
-        return not self._recurrent
+        return not self._recurrent and getattr(self.backend.kv, "image_compatible", True)
 
     # Snapshots of a recurrent state kept in memory (each is the whole recurrent state: ~50 MB for
     # a Qwen3.5-4B shape): the newest ones, where a chat's next turn most likely goes back to.
@@ -300,8 +300,8 @@ class Engine:
         """After a prefix image was copied into the cache: make `ids` resident, with the
         logits after their last token (None: recomputed when needed)."""
         with self._lock:
-            if self._recurrent:
-                raise PrefixImageError("not_cacheable", "prefix images cannot hold a hybrid model's recurrent state")
+            if not self.prefix_cacheable:
+                raise PrefixImageError("not_cacheable", "prefix images cannot hold this model's state")
             self._tokens = [int(i) for i in ids]
             self.kv.n_tokens = len(self._tokens)
             self._last_logits = None if last_logits is None else np.asarray(last_logits, np.float32)
@@ -332,8 +332,8 @@ class Engine:
 
     def _check_cacheable(self) -> None:
         if not self.prefix_cacheable:
-            raise PrefixImageError("not_cacheable", f"{self.gguf.path.name}: prefix images of hybrid (recurrent) "
-                                                    "models are not supported yet")
+            raise PrefixImageError("not_cacheable", f"{self.gguf.path.name}: prefix images of hybrid and "
+                                                    "per-layer-shaped models are not supported yet")
 
     def prefix_ids(self, text: str | Sequence[int]) -> list[int]:
         """The prefix's token ids, tokenized exactly as `prefill` does."""

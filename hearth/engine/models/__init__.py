@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from ..config import ModelConfig
 from .decoder import Decoder
+from .gemma4 import Gemma4
 from .qwen35 import Qwen35
 
-REGISTRY = {"llama": Decoder, "qwen2": Decoder, "qwen3": Decoder, "gemma3": Decoder, "qwen35": Qwen35}
+REGISTRY = {"llama": Decoder, "qwen2": Decoder, "qwen3": Decoder, "gemma3": Decoder, "qwen35": Qwen35,
+            "gemma4": Gemma4}
 
 
 def build_model(cfg: ModelConfig, g):

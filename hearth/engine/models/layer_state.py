@@ -136,3 +136,69 @@ class HybridState:
         raise EngineError("prefix images of hybrid (recurrent) models are not supported yet")
 
     write_prefix = write_at = read_prefix
+
+
+class SplitKV:
+    """K/V of a model whose layers differ in head size (Gemma 4: sliding layers of one head dim, full
+    layers of another): one KVCache per kind, `slot[layer] = (cache, index)`; KV-sharing layers map
+    to the layer whose K/V they read. Truncation is a slice, as for a KVCache. Prefix images hold
+    one shape for every layer, so `image_compatible` is False: the prefix store computes instead."""
+
+    recurrent = False
+    image_compatible = False
+
+    def __init__(self, caches: list[KVCache], slot: dict[int, tuple[int, int]]):
+        self.caches = caches
+        self.slot = {layer: (caches[c], i) for layer, (c, i) in slot.items()}
+        self.n_layers = len(slot)
+
+    def kv_of(self, layer: int) -> tuple[KVCache, int]:
+        return self.slot[layer]
+
+    @property
+    def n_tokens(self) -> int:
+        return self.caches[0].n_tokens
+
+    @n_tokens.setter
+    def n_tokens(self, n: int) -> None:
+        for c in self.caches:
+            c.n_tokens = n
+
+    @property
+    def max_ctx(self) -> int:
+        return self.caches[0].max_ctx
+
+    @property
+    def dtype(self):
+        return self.caches[0].dtype
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.caches[0].n_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.caches[0].head_dim
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.caches)
+
+    def check_fits(self, pos: int, n: int) -> None:
+        self.caches[0].check_fits(pos, n)
+
+    def prefault(self) -> bool:
+        return all([c.prefault() for c in self.caches])
+
+    def clear(self) -> None:
+        for c in self.caches:
+            c.clear()
+
+    def truncate(self, n: int) -> None:
+        for c in self.caches:
+            c.truncate(n)
+
+    def read_prefix(self, layer: int, n: int):
+        raise EngineError("prefix images of models with per-layer head sizes are not supported yet")
+
+    write_prefix = write_at = read_prefix
