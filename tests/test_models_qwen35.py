@@ -10,37 +10,16 @@ fails by orders of magnitude.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
-from hearth.engine.config import ModelConfig
-from hearth.engine.cpu_backend import CpuBackend
-from hearth.engine.gguf import GGUFFile
 from hearth.engine.models.layer_state import HybridState
-
-PROMPTS = ["chat", "english"]
+from tests.tiny_next import PROMPTS, check_against_top64, check_greedy, load, one_token_at_a_time, prompt_of
 
 
 @pytest.fixture(scope="module")
 def tiny(reference_dir):
-    d = reference_dir / "tiny-next" / "qwen35"
-    manifest = json.loads((d / "manifest.json").read_text())
-    g = GGUFFile.open(d / manifest["file"])
-    return d, manifest, CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, int8=True)
-
-
-def prompt_of(manifest, name):
-    return next(p for p in manifest["prompts"] if p["name"] == name)
-
-
-def check_against_top64(got, ref):
-    at = np.take_along_axis(got, ref["ids"].astype(np.int64), axis=1)
-    diff = np.abs(at - ref["logits"])
-    assert diff.mean() <= 0.15 and diff.max() <= 1.5, (diff.mean(), diff.max())
-    sure = ref["logits"][:, 0] - ref["logits"][:, 1] >= 0.5
-    assert (got.argmax(-1) == ref["ids"][:, 0])[sure].all()
+    return load(reference_dir, "qwen35")
 
 
 def test_hyperparameters_from_metadata(tiny):
@@ -73,8 +52,7 @@ def test_every_position_one_token_at_a_time(tiny, name):
     p = prompt_of(m, name)
     be.kv.clear()
     batch = be.forward(p["ids"], 0, all_logits=True)
-    be.kv.clear()
-    one = np.stack([be.forward([t], i) for i, t in enumerate(p["ids"])])
+    one = one_token_at_a_time(be, p["ids"])
     check_against_top64(one, np.load(d / f"top64_{name}.npz"))
     # llama.cpp's own one-token-vs-batch distance here is up to 0.095 (README); ours stays below 0.4
     # (8-bit x in a one-token pass, batch tiles otherwise) and the state carried decode to decode
@@ -83,8 +61,7 @@ def test_every_position_one_token_at_a_time(tiny, name):
     with be.float_activations():
         be.kv.clear()
         fb = be.forward(p["ids"], 0, all_logits=True)
-        be.kv.clear()
-        fo = np.stack([be.forward([t], i) for i, t in enumerate(p["ids"])])
+        fo = one_token_at_a_time(be, p["ids"])
     assert np.abs(fo - fb).max() < 1e-4
 
 
@@ -102,17 +79,7 @@ def test_last_position_matches_float_path(tiny, name):
 @pytest.mark.parametrize("name", PROMPTS)
 def test_greedy_run(tiny, name):
     _, m, be = tiny
-    p = prompt_of(m, name)
-    be.kv.clear()
-    ids = list(p["ids"])
-    logits = be.forward(ids, 0)
-    for step in m["prompts"][PROMPTS.index(name)]["greedy"]["steps"]:
-        if step["margin_to_top2"] < 0.5:
-            break
-        tok = int(np.argmax(logits))
-        assert tok == step["top1"]
-        logits = be.forward([tok], len(ids))
-        ids.append(tok)
+    check_greedy(be, prompt_of(m, name))
 
 
 def test_split_prompt_continues_the_same_state(tiny):
