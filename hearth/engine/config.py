@@ -25,10 +25,10 @@ from .errors import UnsupportedModelError
 SUPPORTED_ARCHS = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox",
                    # qwen35's IMROPE equals NeoX on its rotated dims when every position component is
                    # the token's position (text); engine/models/qwen35.py
-                   "qwen35": "neox", "gemma4": "neox"}
+                   "qwen35": "neox", "qwen35moe": "neox", "gemma4": "neox"}
 # Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
 # module in engine/models/; they run on the CPU backend only for now.
-OWN_METADATA_ARCHS = ("qwen35", "gemma4")
+OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
 CPU_ONLY_ARCHS = OWN_METADATA_ARCHS
 # Other names for the same computation (mlx-lm keeps a table like this).
 ARCH_ALIASES = {"mistral": "llama"}
@@ -129,7 +129,7 @@ class ModelConfig:
 
         n_embd = need("embedding_length", 1, MAX_WIDTH)
         n_layer = need("block_count", 1, MAX_LAYERS)
-        if arch == "qwen35":   # block_count counts the multi-token-prediction layers too
+        if arch in ("qwen35", "qwen35moe"):   # block_count counts the multi-token-prediction layers too
             n_layer -= opt("nextn_predict_layers", 0, 0, n_layer - 1)
         n_head = need("attention.head_count", 1, MAX_HEADS)
         if arch == "gemma4":
@@ -151,7 +151,9 @@ class ModelConfig:
         cfg = dict(
             arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
             n_head_kv=n_head_kv, head_dim=head_dim, head_dim_v=head_dim_v,
-            n_ff=need("feed_forward_length", 1, MAX_FF),
+            # qwen35moe: every FFN is experts (their widths in `hybrid`); the dense width may be absent
+            n_ff=need("feed_forward_length", 1, MAX_FF) if arch != "qwen35moe" else
+            opt("feed_forward_length", 1, 1, MAX_FF),
             rms_eps=float(opt("attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0)),
             context_length=opt("context_length", 4096, 1, MAX_CONTEXT),
             rope_base=float(opt("rope.freq_base", 10000.0, 1e-3, 1e12)),
@@ -164,7 +166,7 @@ class ModelConfig:
             raise UnsupportedModelError(f"{name}: rope.dimension_count {cfg['n_rot']} does not fit head dim {head_dim}")
         if arch == "gemma3":
             cfg.update(_gemma3_flags(g, raw_arch, n_embd, n_head, n_layer, head_dim, opt))
-        if arch == "qwen35":
+        if arch in ("qwen35", "qwen35moe"):
             from .models.qwen35_config import read_qwen35  # noqa: PLC0415  (models import this module)
             cfg["hybrid"] = read_qwen35(g, raw_arch, n_layer, need, opt)
         return cls(**cfg)

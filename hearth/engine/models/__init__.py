@@ -10,8 +10,9 @@ from ..config import ModelConfig
 from .decoder import Decoder
 from .gemma4 import Gemma4
 from .qwen35 import Qwen35
+from .qwen35moe import Qwen35Moe
 
-REGISTRY = {"llama": Decoder, "qwen2": Decoder, "qwen3": Decoder, "gemma3": Decoder, "qwen35": Qwen35,
+REGISTRY = {"llama": Decoder, "qwen2": Decoder, "qwen3": Decoder, "gemma3": Decoder, "qwen35": Qwen35, "qwen35moe": Qwen35Moe,
             "gemma4": Gemma4}
 
 

@@ -45,8 +45,7 @@ class LinearBlock:
     ssm_norm: np.ndarray           # [S]
     ssm_out: W.Matrices            # value_dim -> d
     ffn_norm: np.ndarray           # [d]   post_attention_norm
-    w_gate_up: W.Matrices          # d -> 2 n_ff
-    w_down: W.Matrices             # n_ff -> d
+    ffn: "DenseFFN"                # or qwen35moe's MoeFFN
 
 
 @dataclass
@@ -56,8 +55,23 @@ class AttnBlock:
     qk_norm: np.ndarray            # [nh + nkv, hd] q_norm * attention scale per q head, k_norm per k head
     wo: W.Matrices                 # nh hd -> d
     ffn_norm: np.ndarray
-    w_gate_up: W.Matrices
-    w_down: W.Matrices
+    ffn: "DenseFFN"
+
+
+class DenseFFN:
+    """down(silu(gate x) * up x)."""
+
+    def __init__(self, ld, p: str, d: int, n_ff: int):
+        self.n_ff = n_ff
+        self.w_gate_up = ld.matrix([p + "ffn_gate.weight", p + "ffn_up.weight"], d, [n_ff, n_ff])   # d -> 2 n_ff
+        self.w_down = ld.matrix([p + "ffn_down.weight"], n_ff, [d])                                # n_ff -> d
+
+    def matrices(self) -> list[W.Matrices]:
+        return [self.w_gate_up, self.w_down]
+
+    def __call__(self, h, i8, work) -> np.ndarray:
+        gu = self.w_gate_up(Activations(h, i8), work)               # [n, 2 n_ff]
+        return self.w_down(Activations(silu_mul(gu[:, :self.n_ff], gu[:, self.n_ff:]), i8), work)
 
 
 class Qwen35(ModelBase):
@@ -77,10 +91,8 @@ class Qwen35(ModelBase):
     def _matrices(self) -> list[W.Matrices]:
         out = []
         for b in self.blocks:
-            if isinstance(b, LinearBlock):
-                out += [b.w_in, b.ssm_out, b.w_gate_up, b.w_down]
-            else:
-                out += [b.wqkv, b.wo, b.w_gate_up, b.w_down]
+            out += [b.w_in, b.ssm_out] if isinstance(b, LinearBlock) else [b.wqkv, b.wo]
+            out += b.ffn.matrices()
         return out + [self.output]
 
     def make_state(self, n_ctx: int, kv_dtype: str = "f32") -> HybridState:
@@ -91,9 +103,10 @@ class Qwen35(ModelBase):
 
     def _ffn(self, g, ld, p):
         c = self.cfg
-        return dict(ffn_norm=W.tensor(g, p + "post_attention_norm.weight", (c.n_embd,)),
-                    w_gate_up=ld.matrix([p + "ffn_gate.weight", p + "ffn_up.weight"], c.n_embd, [c.n_ff, c.n_ff]),
-                    w_down=ld.matrix([p + "ffn_down.weight"], c.n_ff, [c.n_embd]))
+        return dict(ffn_norm=W.tensor(g, p + "post_attention_norm.weight", (c.n_embd,)), ffn=self._make_ffn(g, ld, p))
+
+    def _make_ffn(self, g, ld, p):
+        return DenseFFN(ld, p, self.cfg.n_embd, self.cfg.n_ff)
 
     def _linear_block(self, g, ld, i: int) -> LinearBlock:
         c, hc, p = self.cfg, self.hc, f"blk.{i}."
@@ -136,9 +149,7 @@ class Qwen35(ModelBase):
                 x += self._linear_attention(b, h, st.recurrent_slot[i], st, i8, work)
             else:
                 x += self._gated_attention(b, h, st.attn_slot[i], st, pos, cs, i8, work)
-            h = rms_norm(x, b.ffn_norm, c.rms_eps)
-            gu = b.w_gate_up(Activations(h, i8), work)               # [n, 2 n_ff]
-            x += b.w_down(Activations(silu_mul(gu[:, :c.n_ff], gu[:, c.n_ff:]), i8), work)
+            x += b.ffn(rms_norm(x, b.ffn_norm, c.rms_eps), i8, work)
         return x
 
     def _linear_attention(self, b: LinearBlock, h, r: int, st: HybridState, i8, work) -> np.ndarray:

@@ -15,6 +15,14 @@ MAX_SSM_HEADS = 1024
 
 
 @dataclass(frozen=True)
+class MoeConfig:
+    n_expert: int                # expert_count
+    n_used: int                  # expert_used_count: the top-k of the router's softmax, renormalised
+    n_ff_exp: int                # expert_feed_forward_length
+    n_ff_shexp: int              # expert_shared_feed_forward_length (the shared expert)
+
+
+@dataclass(frozen=True)
 class Qwen35Config:
     d_conv: int                  # ssm.conv_kernel: the causal convolution's kernel length
     d_state: int                 # ssm.state_size: head dim of q, k and v in the linear layers (S)
@@ -23,6 +31,7 @@ class Qwen35Config:
     recurrent_layers: tuple[bool, ...]   # per trunk layer: Gated DeltaNet (True) or gated attention
     rope_sections: tuple[int, ...]       # IMROPE sections (all equal positions for text)
     n_mtp_layers: int = 0        # nextn_predict_layers: read, not run (see qwen35.py)
+    moe: MoeConfig | None = None # qwen35moe's FFN
     recurrent: bool = True
 
     @property
@@ -62,9 +71,15 @@ def read_qwen35(g, raw_arch: str, n_layer: int, need, opt) -> Qwen35Config:
     pattern = _layer_pattern(g, raw_arch, n_layer, opt)
     sections = g.metadata.get(f"{raw_arch}.rope.dimension_sections")
     sections = tuple(int(x) for x in np.asarray(sections).reshape(-1)) if sections is not None else (0, 0, 0, 0)
+    moe = None
+    if raw_arch == "qwen35moe":
+        n_expert = need("expert_count", 1, 1 << 12)
+        n_ff_exp = need("expert_feed_forward_length", 1, 1 << 20)
+        moe = MoeConfig(n_expert=n_expert, n_used=need("expert_used_count", 1, n_expert), n_ff_exp=n_ff_exp,
+                        n_ff_shexp=opt("expert_shared_feed_forward_length", n_ff_exp, 1, 1 << 20))
     return Qwen35Config(d_conv=d_conv, d_state=d_state, n_k_heads=n_group, n_v_heads=dt_rank,
                         recurrent_layers=pattern, rope_sections=sections,
-                        n_mtp_layers=opt("nextn_predict_layers", 0, 0, 1 << 10))
+                        n_mtp_layers=opt("nextn_predict_layers", 0, 0, 1 << 10), moe=moe)
 
 
 def _layer_pattern(g, raw_arch: str, n_layer: int, opt) -> tuple[bool, ...]:
