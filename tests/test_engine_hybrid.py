@@ -156,3 +156,23 @@ def test_layer_pattern_from_the_interval(path):
     md["qwen35.attention.recurrent_layers"] = np.array([1, 0, 2, 1])
     with pytest.raises(UnsupportedModelError, match="recurrent_layers"):
         ModelConfig.from_gguf(fake)
+
+
+def test_a_second_turn_that_rewrites_the_reply_continues_exactly(engine, path):
+    """A chat's next prompt often re-renders the last reply differently (a template that drops its
+    thinking): the engine goes back to the common prefix through a snapshot, and the next reply is
+    the one a fresh engine gives for that prompt."""
+    from hearth.engine.sampling import Sampling
+    engine.reset()
+    first = IDS[:12]
+    reply = [e.token_id for e in engine.generate(first, max_tokens=6, sampling=Sampling.greedy()) if not e.final]
+    assert engine.tokens == first + reply[:-1] or engine.tokens == first + reply
+    second = first + [7, 8, 9] + IDS[20:26]          # diverges right after the first prompt
+    got = [e.token_id for e in engine.generate(second, max_tokens=4, sampling=Sampling.greedy()) if not e.final]
+    fresh = Engine.load(path, n_ctx=128)
+    try:
+        fresh._prefault.join()
+        want = [e.token_id for e in fresh.generate(second, max_tokens=4, sampling=Sampling.greedy()) if not e.final]
+    finally:
+        fresh.close()
+    assert got == want
