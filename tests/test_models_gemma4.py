@@ -2,14 +2,22 @@
 token at a time (sliding window 8 on a 39-token prompt, per-layer embeddings, head dims 16 and 32,
 partial rotation by rope_freqs on the full layer, soft-cap 30). The float path against llama.cpp's
 all-F32 run: README gives 0.02 (ggml's GELU is an f16 table; ours is exact): held to 0.02, where a
-missing soft-cap lands 1.9 and ignored rope_freqs 1.3 away."""
+missing soft-cap lands 1.9 and ignored rope_freqs 1.3 away. KV sharing and per-layer FFN widths on a
+model made from it (tests/tiny_gemma4_shared.py) against llama.cpp's logits for that file."""
 
 from __future__ import annotations
+
+import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from hearth.engine.config import ModelConfig
+from hearth.engine.cpu_backend import CpuBackend
+from hearth.engine.gguf import GGUFFile
 from hearth.engine.models.layer_state import SplitKV
+from tests.tiny_gemma4_shared import make as make_shared
 from tests.tiny_next import PROMPTS, check_against_top64, check_greedy, load, one_token_at_a_time, prompt_of
 
 
@@ -68,3 +76,39 @@ def test_shared_kv_layers_read_the_last_layer_of_their_kind():
     hc = Gemma4Config(swa_layers=(True, False, True, False, True, False), window=8, head_dim_swa=16, n_rot_swa=16,
                       rope_base_swa=1e4, n_head_kv=(1,) * 6, n_ff=(8,) * 6, n_embd_per_layer=0, n_kv_layers=4)
     assert [hc.kv_source(i) for i in range(6)] == [0, 1, 2, 3, 2, 3]
+
+
+SHARED_REF = Path(__file__).parent / "data" / "tiny_gemma4_shared_ref.npz"
+
+
+@pytest.fixture(scope="module")
+def shared(reference_dir, tmp_path_factory):
+    """The tiny gemma4 with KV shared by layers 2-3 and per-layer FFN widths (tests/tiny_gemma4_shared.py)."""
+    path = make_shared(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf",
+                       tmp_path_factory.mktemp("g4") / "shared.gguf")
+    ref = np.load(SHARED_REF)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == str(ref["sha256"]), "the maker no longer makes that file"
+    g = GGUFFile.open(path)
+    return ref, CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, int8=True)
+
+
+def test_shared_kv_model_layout(shared):
+    _, be = shared
+    hc = be.cfg.hybrid
+    assert (hc.n_kv_layers, hc.n_ff) == (2, (96, 96, 192, 192))
+    assert [(k.n_layers, k.head_dim) for k in be.kv.caches] == [(1, 16), (1, 32)]   # K/V for layers 0 and 1 only
+    assert be.kv.kv_of(2) == be.kv.kv_of(0) and be.kv.kv_of(3) == be.kv.kv_of(1)
+
+
+@pytest.mark.parametrize("name", PROMPTS)
+def test_shared_kv_against_llama_cpp(shared, name):
+    ref, be = shared
+    ids = ref[f"{name}_ids"].tolist()
+    top = {"ids": ref[f"{name}_top_ids"], "logits": ref[f"{name}_top_logits"]}
+    be.kv.clear()
+    check_against_top64(be.forward(ids, 0, all_logits=True), top)
+    check_against_top64(one_token_at_a_time(be, ids), top)
+    be.kv.clear()
+    with be.float_activations():
+        got = be.forward(ids, 0)
+    assert np.abs(got[ref[f"{name}_f32_ids"]] - ref[f"{name}_f32_logits"]).max() <= 0.02
