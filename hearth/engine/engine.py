@@ -23,6 +23,7 @@ from .generation import GenerationEvent, GenerationStats, StopMatcher, cancel_ch
 from .gguf import GGUFFile
 from .kv_cache import kv_dtype as parse_kv_dtype
 from .kv_cache import kv_dtype_name
+from .models.layer_state import Snapshots
 from .prefix.format import ImageHeader, dtype_code
 from .prefix.io import read_image, write_image
 from .prefix.key import key_digest, model_digest
@@ -49,11 +50,11 @@ class Engine:
         self._last_logits: np.ndarray | None = None  # logits after the last resident token
         self._lock = threading.RLock()                # one caller at a time
         self._closed = False
-        # A hybrid model's recurrent layers cannot be truncated by a slice: snapshots of their state
-        # (engine/models/layer_state.py), taken at the end of every prefill and reply, are where
-        # `truncate` goes back to before recomputing (see `_rewind`).
+        # A hybrid model's recurrent layers cannot be truncated by a slice: snapshots of their state,
+        # taken at the end of every prefill and reply, are where `truncate` goes back to before
+        # recomputing (`_rewind`; engine/models/layer_state.py).
         self._recurrent = bool(getattr(backend.kv, "recurrent", False))
-        self._snapshots: list = []
+        self._snapshots = Snapshots(backend.kv)
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -192,42 +193,21 @@ class Engine:
         layers' state wrong, so the prefix store computes their prefixes instead."""
         return not self._recurrent and getattr(self.backend.kv, "image_compatible", True)
 
-    # Snapshots of a recurrent state kept in memory (each is the whole recurrent state: ~50 MB for
-    # a Qwen3.5-4B shape): the newest ones, where a chat's next turn most likely goes back to.
-    MAX_SNAPSHOTS = 4
-
     def _snapshot(self) -> None:
         """Keep the recurrent state after the resident tokens (no-op for plain models)."""
-        if not self._recurrent or not self._tokens:
-            return
-        n = len(self._tokens)
-        if self._snapshots and self._snapshots[-1].n_tokens == n:
-            return
-        self._snapshots = [s for s in self._snapshots if s.n_tokens < n][-(self.MAX_SNAPSHOTS - 1):]
-        self._snapshots.append(self.kv.snapshot())
+        self._snapshots.take(len(self._tokens))
 
     def _rewind(self, n: int) -> None:
-        """A recurrent model's state after the first n of the resident tokens (`_tokens` still holds
-        them): restore the newest snapshot at or before n (or start from zeros) and recompute the
-        tokens after it. K/V of positions below the snapshot are kept as they are (a slice)."""
-        self._snapshots = [s for s in self._snapshots if s.n_tokens <= n]
-        ids = self._tokens[:n]
+        """A recurrent model's state after the first n resident tokens: the newest snapshot at or
+        before n, then the tokens after it recomputed (layer_state.Snapshots.rewind). If that fails
+        the state is unknown: everything is forgotten rather than kept wrong."""
         try:
-            if self._snapshots:
-                self.kv.restore(self._snapshots[-1])
-            else:
-                self.kv.clear()
-            start = self.kv.n_tokens
-            if start < n:
-                self.backend.forward(np.asarray(ids[start:], np.int32), start)
+            self._snapshots.rewind(n, self._tokens, self.backend.forward)
         except BaseException:
-            self._tokens.clear()   # the state is unknown: forget everything rather than lie
-            self._snapshots.clear()
+            self._tokens.clear()
             self._last_logits = None
-            self.kv.clear()
             raise
         del self._tokens[n:]
-        self._snapshot()
 
     def feed(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
         """Append ids to the resident sequence. Returns float32 logits of the last position

@@ -138,6 +138,47 @@ class HybridState:
     write_prefix = write_at = read_prefix
 
 
+class Snapshots:
+    """The Engine's in-memory snapshots of a recurrent state (nothing for other states): the newest
+    `keep` (each is the whole recurrent state: ~50 MB on a Qwen3.5-4B shape), where a chat's next
+    turn most likely goes back to."""
+
+    def __init__(self, state, keep: int = 4):
+        self.state = state
+        self.on = bool(getattr(state, "recurrent", False))
+        self.keep = keep
+        self.items: list[Snapshot] = []
+
+    def clear(self) -> None:
+        self.items.clear()
+
+    def take(self, n_tokens: int) -> None:
+        """Keep the state after n_tokens (the state's current one)."""
+        if not self.on or n_tokens <= 0 or (self.items and self.items[-1].n_tokens == n_tokens):
+            return
+        self.items = [s for s in self.items if s.n_tokens < n_tokens][-(self.keep - 1):]
+        self.items.append(self.state.snapshot())
+
+    def rewind(self, n: int, tokens: list[int], forward) -> None:
+        """Make the state the one after tokens[:n]: restore the newest snapshot at or before n (or
+        zeros) and recompute the tokens after it with `forward(ids, pos)`. K/V positions below the
+        snapshot are kept (a slice). On failure the state is cleared and the error raised."""
+        self.items = [s for s in self.items if s.n_tokens <= n]
+        try:
+            if self.items:
+                self.state.restore(self.items[-1])
+            else:
+                self.state.clear()
+            start = self.state.n_tokens
+            if start < n:
+                forward(np.asarray(tokens[start:n], np.int32), start)
+        except BaseException:
+            self.items.clear()
+            self.state.clear()
+            raise
+        self.take(n)
+
+
 class SplitKV:
     """K/V of a model whose layers differ in head size (Gemma 4: sliding layers of one head dim, full
     layers of another): one KVCache per kind, `slot[layer] = (cache, index)`; KV-sharing layers map
