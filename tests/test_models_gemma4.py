@@ -112,3 +112,27 @@ def test_shared_kv_against_llama_cpp(shared, name):
     with be.float_activations():
         got = be.forward(ids, 0)
     assert np.abs(got[ref[f"{name}_f32_ids"]] - ref[f"{name}_f32_logits"]).max() <= 0.02
+
+
+@pytest.mark.parametrize("key", ["gemma4.attention.sliding_window_pattern", "gemma4.attention.key_length_swa",
+                                 "gemma4.attention.sliding_window", "gemma4.embedding_length_per_layer_input"])
+def test_missing_metadata_names_the_key(reference_dir, key):
+    import types
+
+    from hearth.engine.errors import UnsupportedModelError
+    g = GGUFFile.open(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf")
+    md = {k: v for k, v in g.metadata.items() if k != key}
+    fake = types.SimpleNamespace(path=g.path, architecture=g.architecture, metadata=md, tensors=g.tensors)
+    with pytest.raises(UnsupportedModelError, match=key.replace(".", r"\.")):
+        ModelConfig.from_gguf(fake)
+
+
+def test_a_sharing_pattern_hearth_cannot_run_is_refused(reference_dir, tmp_path):
+    """shared_kv_layers must leave a sliding and then a full layer with K/V right before the sharing
+    ones (llama.cpp reads those two); the library refuses another pattern before loading."""
+    from hearth.engine.library.support import verdict_for_gguf
+    from tests.gguf_patch import patch_metadata
+    bad = patch_metadata(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf", tmp_path / "bad.gguf",
+                         "gemma4.attention.shared_kv_layers", 1)
+    v = verdict_for_gguf(GGUFFile.open(bad, check_types=False))
+    assert v.refused and "shared_kv_layers" in v.reason

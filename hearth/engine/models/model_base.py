@@ -61,7 +61,10 @@ class ModelBase:
             state.n_tokens = pos + len(ids)
             return self.forward(np.array([tail], np.int64), pos + len(ids), state, par=par)
         work = getattr(par, "work", None)
-        x = self._run(np.asarray(ids, np.int64), pos, state, work)
+        # Sigmoids and SiLUs as x / (1 + exp(-x)): exp overflows to inf for x < -88, which gives the
+        # right limit (0, -0); numpy's warning about it says nothing.
+        with np.errstate(over="ignore"):
+            x = self._run(np.asarray(ids, np.int64), pos, state, work)
         if not logits:
             return None
         rows = x if all_logits else x[-1:]
