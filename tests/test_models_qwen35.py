@@ -95,3 +95,28 @@ def test_split_prompt_continues_the_same_state(tiny):
         be.forward(ids[17:18], 17)
         got = be.forward(ids[18:], 18)
     assert np.abs(got - whole).max() < 1e-4
+
+
+def test_mtp_layers_are_read_and_left_out(reference_dir, tmp_path):
+    """A file with a multi-token-prediction block (block_count counts it, nextn_predict_layers 1):
+    the trunk is the same 4 layers and gives the same logits; the MTP block is not run."""
+    from hearth.engine.config import ModelConfig
+    from hearth.engine.cpu_backend import CpuBackend
+    from hearth.engine.gguf import GGUFFile
+    from tests import gguf_rewrite as R
+    src = reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf"
+
+    def tensors(name, t):
+        same = (name, tuple(t.shape), t.type.id, bytes(t.data))
+        return [same, (name.replace("blk.3.", "blk.4."),) + same[1:]] if name.startswith("blk.3.") else None
+    path = R.rewrite(src, tmp_path / "mtp.gguf", meta={"qwen35.block_count": R.u32(5),
+                                                       "qwen35.nextn_predict_layers": R.u32(1)}, tensors=tensors)
+    ids = [785, 2310, 326, 57909, 53416]
+    out = []
+    for p in (src, path):
+        g = GGUFFile.open(p)
+        cfg = ModelConfig.from_gguf(g)
+        assert cfg.n_layer == 4
+        out.append(CpuBackend(cfg, g, n_ctx=16).forward(ids, 0))
+    assert ModelConfig.from_gguf(GGUFFile.open(path)).hybrid.n_mtp_layers == 1
+    assert np.array_equal(out[0], out[1])

@@ -17,7 +17,7 @@ The per-layer inputs, for all layers at once: (RMSNorm(per_layer_model_proj(x0) 
 (per_layer_proj_norm) + per_layer_token_embd[id] * sqrt(npl)) / sqrt(2), x0 the scaled embeddings.
 Logits: RMSNorm (output_norm), the output matrix (tied), soft-capped c tanh(l / c).
 Norm weights are used as stored (the converter folds Gemma's +1). GELU is the tanh form.
-The mixture-of-experts variant (ffn_gate_inp) is refused with its reason for now.
+The mixture-of-experts variant (ffn_gate_inp) is refused with its reason for now (gemma4_config.py).
 """
 
 from __future__ import annotations
@@ -64,10 +64,6 @@ class Gemma4(ModelBase):
         self.cfg = c = cfg
         self.hc = hc = cfg.hybrid
         d = c.n_embd
-        name = g.path.name
-        if any(f"blk.{i}.ffn_gate_inp.weight" in g.tensors for i in range(c.n_layer)):
-            raise UnsupportedModelError(f"{name}: Gemma 4's mixture-of-experts layers (ffn_gate_inp) are not "
-                                        "supported yet")
         ld = W.Loader(g)
         self.tok_embd = W.RowLookup(g, "token_embd.weight", c.n_vocab, d)
         self.output = ld.matrix(["token_embd.weight" if c.tied_output else "output.weight"], d, [c.n_vocab])

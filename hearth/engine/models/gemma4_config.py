@@ -50,6 +50,8 @@ def per_layer(g, key: str, n_layer: int, default=None, lo: int = 1, hi: int = 1 
 
 def read_gemma4(g, raw_arch: str, n_layer: int, head_dim: int, need, opt) -> Gemma4Config:
     name = g.path.name
+    if any(t.endswith("ffn_gate_inp.weight") for t in g.tensors):
+        raise UnsupportedModelError(f"{name}: Gemma 4's mixture-of-experts layers (ffn_gate_inp) are not supported yet")
     key = f"{raw_arch}.attention.sliding_window_pattern"
     pat = g.metadata.get(key)
     if pat is None:
