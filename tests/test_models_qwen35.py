@@ -120,3 +120,20 @@ def test_mtp_layers_are_read_and_left_out(reference_dir, tmp_path):
         out.append(CpuBackend(cfg, g, n_ctx=16).forward(ids, 0))
     assert ModelConfig.from_gguf(GGUFFile.open(path)).hybrid.n_mtp_layers == 1
     assert np.array_equal(out[0], out[1])
+
+
+def test_one_or_two_threads_give_the_same_bits(tiny):
+    """A batch's products and attention heads are spread over the backend's threads in pieces fixed
+    by the shapes: the logits do not depend on the thread count the machine's load picks."""
+    from hearth.engine.cpu_backend import _BLAS
+    _, m, be = tiny
+    ids = (prompt_of(m, "english")["ids"] * 2)[:70]
+    old, got = _BLAS.fixed, []
+    try:
+        for n in (1, 2):
+            _BLAS.fixed = n
+            be.kv.clear()
+            got.append(be.forward(ids, 0, all_logits=True))
+    finally:
+        _BLAS.fixed = old
+    assert np.array_equal(got[0], got[1])

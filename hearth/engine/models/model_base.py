@@ -60,7 +60,10 @@ class ModelBase:
             self.forward(ids, pos, state, logits=False, par=par)
             state.n_tokens = pos + len(ids)
             return self.forward(np.array([tail], np.int64), pos + len(ids), state, par=par)
-        work = getattr(par, "work", None)
+        # The products' weight tiles and attention's KV heads spread over the backend's threads (the
+        # pieces are fixed by the shapes, so the bits do not depend on the thread count); rows stay
+        # together, the delta rule being sequential in them.
+        work = getattr(par, "work", None) or (par if hasattr(par, "map") else None)
         # Sigmoids and SiLUs as x / (1 + exp(-x)): exp overflows to inf for x < -88, which gives the
         # right limit (0, -0); numpy's warning about it says nothing.
         with np.errstate(over="ignore"):
