@@ -176,3 +176,26 @@ def test_a_second_turn_that_rewrites_the_reply_continues_exactly(engine, path):
     finally:
         fresh.close()
     assert got == want
+
+
+def test_a_prompt_ending_at_a_snapshot_costs_no_recompute(engine, monkeypatch):
+    engine.reset()
+    want = engine.feed(IDS[:25])       # snapshot at 25, with its logits
+    engine.feed(IDS[25:35])
+    calls = []
+    real = engine.backend.forward
+    monkeypatch.setattr(engine.backend, "forward", lambda ids, pos, **kw: (calls.append(pos), real(ids, pos, **kw))[1])
+    reused, computed, logits = engine._sync(IDS[:25])
+    assert (reused, computed, calls) == (25, 0, [])
+    assert engine.tokens == IDS[:25] and np.array_equal(logits, want)
+    # and the state is the one after 25 tokens
+    assert np.abs(engine.feed(IDS[25:26]) - fresh_logits_after(engine, IDS[:26])).max() < 1e-3
+
+
+def fresh_logits_after(engine, ids):
+    e2 = Engine.load(engine.gguf.path, n_ctx=128)
+    try:
+        e2._prefault.join()
+        return e2.feed(ids)
+    finally:
+        e2.close()

@@ -195,14 +195,14 @@ class Engine:
 
     def _snapshot(self) -> None:
         """Keep the recurrent state after the resident tokens (no-op for plain models)."""
-        self._snapshots.take(len(self._tokens))
+        self._snapshots.take(len(self._tokens), self._last_logits)
 
     def _rewind(self, n: int) -> None:
         """A recurrent model's state after the first n resident tokens: the newest snapshot at or
         before n, then the tokens after it recomputed (layer_state.Snapshots.rewind). If that fails
         the state is unknown: everything is forgotten rather than kept wrong."""
         try:
-            self._snapshots.rewind(n, self._tokens, self.backend.forward)
+            self._last_logits = self._snapshots.rewind(n, self._tokens, self.backend.forward)
         except BaseException:
             self._tokens.clear()
             self._last_logits = None
@@ -294,6 +294,9 @@ class Engine:
         self.kv.check_fits(0, len(ids))
         common = common_prefix(self._tokens, ids)
         if common == len(ids) == len(self._tokens) and self._last_logits is not None:
+            return common, 0, self._last_logits
+        if self._recurrent and common == len(ids) and self._snapshots.logits_at(len(ids)) is not None:
+            self.truncate(len(ids))   # a snapshot with its logits right there: nothing to recompute
             return common, 0, self._last_logits
         # The logits after ids[-1] are needed: recompute at least the last token.
         keep = min(common, len(ids) - 1)

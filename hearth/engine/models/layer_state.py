@@ -18,7 +18,7 @@ state it does not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,6 +32,7 @@ class Snapshot:
     n_tokens: int
     conv: np.ndarray      # copy of HybridState._conv
     delta: np.ndarray     # copy of HybridState._delta
+    logits: np.ndarray | None = None   # float32 [n_vocab] after the n_tokens-th token, when known
 
     @property
     def nbytes(self) -> int:
@@ -152,31 +153,44 @@ class Snapshots:
     def clear(self) -> None:
         self.items.clear()
 
-    def take(self, n_tokens: int) -> None:
-        """Keep the state after n_tokens (the state's current one)."""
-        if not self.on or n_tokens <= 0 or (self.items and self.items[-1].n_tokens == n_tokens):
+    def take(self, n_tokens: int, logits: np.ndarray | None = None) -> None:
+        """Keep the state after n_tokens (the state's current one) and the logits after it."""
+        if not self.on or n_tokens <= 0:
+            return
+        if self.items and self.items[-1].n_tokens == n_tokens:
+            if self.items[-1].logits is None and logits is not None:
+                self.items[-1] = replace(self.items[-1], logits=np.array(logits, np.float32))
             return
         self.items = [s for s in self.items if s.n_tokens < n_tokens][-(self.keep - 1):]
-        self.items.append(self.state.snapshot())
+        snap = self.state.snapshot()
+        self.items.append(snap if logits is None else replace(snap, logits=np.array(logits, np.float32)))
 
-    def rewind(self, n: int, tokens: list[int], forward) -> None:
+    def logits_at(self, n: int) -> np.ndarray | None:
+        """The logits kept with a snapshot after exactly n tokens, if any."""
+        return next((s.logits for s in self.items if s.n_tokens == n), None)
+
+    def rewind(self, n: int, tokens: list[int], forward) -> np.ndarray | None:
         """Make the state the one after tokens[:n]: restore the newest snapshot at or before n (or
         zeros) and recompute the tokens after it with `forward(ids, pos)`. K/V positions below the
-        snapshot are kept (a slice). On failure the state is cleared and the error raised."""
+        snapshot are kept (a slice). Returns the logits after token n when known. On failure the
+        state is cleared and the error raised."""
         self.items = [s for s in self.items if s.n_tokens <= n]
+        logits = None
         try:
             if self.items:
                 self.state.restore(self.items[-1])
+                logits = self.items[-1].logits
             else:
                 self.state.clear()
             start = self.state.n_tokens
             if start < n:
-                forward(np.asarray(tokens[start:n], np.int32), start)
+                logits = forward(np.asarray(tokens[start:n], np.int32), start)
         except BaseException:
             self.items.clear()
             self.state.clear()
             raise
-        self.take(n)
+        self.take(n, logits)
+        return logits if n > 0 else None
 
 
 class SplitKV:
