@@ -199,3 +199,17 @@ def fresh_logits_after(engine, ids):
         return e2.feed(ids)
     finally:
         e2.close()
+
+
+def test_the_first_snapshot_is_kept_for_a_new_chat(engine, monkeypatch):
+    engine.reset()
+    engine.feed(IDS[:8])                       # a preset's prefix
+    for k in range(8, 36, 4):                  # seven more turns
+        engine.feed(IDS[k:k + 4])
+    kept = [s.n_tokens for s in engine._snapshots.items]
+    assert kept[0] == 8 and len(kept) == engine._snapshots.keep and kept[-1] == 36
+    calls = []
+    real = engine.backend.forward
+    monkeypatch.setattr(engine.backend, "forward", lambda ids, pos, **kw: (calls.append(pos), real(ids, pos, **kw))[1])
+    engine.truncate(8)
+    assert calls == []

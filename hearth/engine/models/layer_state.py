@@ -140,9 +140,9 @@ class HybridState:
 
 
 class Snapshots:
-    """The Engine's in-memory snapshots of a recurrent state (nothing for other states): the newest
-    `keep` (each is the whole recurrent state: ~50 MB on a Qwen3.5-4B shape), where a chat's next
-    turn most likely goes back to."""
+    """The Engine's in-memory snapshots of a recurrent state (nothing for other states), at most
+    `keep` (each is the whole recurrent state: ~50 MB on a Qwen3.5-4B shape): the oldest, where a new
+    chat of the same prompt prefix goes back to, and the newest, where a chat's next turn does."""
 
     def __init__(self, state, keep: int = 4):
         self.state = state
@@ -161,7 +161,10 @@ class Snapshots:
             if self.items[-1].logits is None and logits is not None:
                 self.items[-1] = replace(self.items[-1], logits=np.array(logits, np.float32))
             return
-        self.items = [s for s in self.items if s.n_tokens < n_tokens][-(self.keep - 1):]
+        older = [s for s in self.items if s.n_tokens < n_tokens]
+        # The oldest (a chat's system prompt or preset prefix, where a new chat goes back to) and the
+        # newest (where the next turn goes back to).
+        self.items = older if len(older) < self.keep else older[:1] + older[len(older) - self.keep + 2:]
         snap = self.state.snapshot()
         self.items.append(snap if logits is None else replace(snap, logits=np.array(logits, np.float32)))
 
