@@ -33,7 +33,9 @@ def make(src: Path, dst: Path, f32: bool = False) -> Path:
         return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
 
     def put(name, arr, half=False):
-        return R.array_tensor(name, arr.astype(np.float16 if half and not f32 else np.float32))
+        # The F32 copy holds the F16 values widened: the same model, exactly
+        a = arr.astype(np.float16) if half else arr
+        return R.array_tensor(name, a.astype(np.float32) if f32 else a)
 
     def tensors(name, t):
         if name.startswith("blk.1.") and name.split(".")[2] in ("attn_q", "attn_k", "attn_v", "attn_output",
