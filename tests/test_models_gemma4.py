@@ -3,7 +3,8 @@ token at a time (sliding window 8 on a 39-token prompt, per-layer embeddings, he
 partial rotation by rope_freqs on the full layer, soft-cap 30). The float path against llama.cpp's
 all-F32 run: README gives 0.02 (ggml's GELU is an f16 table; ours is exact): held to 0.02, where a
 missing soft-cap lands 1.9 and ignored rope_freqs 1.3 away. KV sharing and per-layer FFN widths on a
-model made from it (tests/tiny_gemma4_shared.py) against llama.cpp's logits for that file."""
+model made from it (tests/tiny_gemma4_shared.py), and experts beside the MLP (tests/tiny_gemma4_moe.py),
+against llama.cpp's logits for those files."""
 
 from __future__ import annotations
 
@@ -136,3 +137,32 @@ def test_a_sharing_pattern_hearth_cannot_run_is_refused(reference_dir, tmp_path)
                          "gemma4.attention.shared_kv_layers", 1)
     v = verdict_for_gguf(GGUFFile.open(bad, check_types=False))
     assert v.refused and "shared_kv_layers" in v.reason
+
+
+MOE_REF = Path(__file__).parent / "data" / "tiny_gemma4_moe_ref.npz"
+
+
+@pytest.fixture(scope="module")
+def moe(reference_dir, tmp_path_factory):
+    """The tiny gemma4 with experts in layers 1 (fused gate_up) and 3 (per-expert down scale)."""
+    from tests.tiny_gemma4_moe import make as make_moe
+    path = make_moe(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf", tmp_path_factory.mktemp("g4m") / "m.gguf")
+    ref = np.load(MOE_REF)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == str(ref["sha256"]), "the maker no longer makes that file"
+    g = GGUFFile.open(path)
+    return ref, CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, int8=True)
+
+
+@pytest.mark.parametrize("name", PROMPTS)
+def test_experts_against_llama_cpp(moe, name):
+    ref, be = moe
+    assert [b.moe is not None for b in be.model.blocks] == [False, True, False, True]
+    ids = ref[f"{name}_ids"].tolist()
+    top = {"ids": ref[f"{name}_top_ids"], "logits": ref[f"{name}_top_logits"]}
+    be.kv.clear()
+    check_against_top64(be.forward(ids, 0, all_logits=True), top)
+    check_against_top64(one_token_at_a_time(be, ids), top)
+    be.kv.clear()
+    with be.float_activations():
+        got = be.forward(ids, 0)
+    assert np.abs(got[ref[f"{name}_f32_ids"]] - ref[f"{name}_f32_logits"]).max() <= 0.02

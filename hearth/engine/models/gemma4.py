@@ -17,7 +17,7 @@ The per-layer inputs, for all layers at once: (RMSNorm(per_layer_model_proj(x0) 
 (per_layer_proj_norm) + per_layer_token_embd[id] * sqrt(npl)) / sqrt(2), x0 the scaled embeddings.
 Logits: RMSNorm (output_norm), the output matrix (tied), soft-capped c tanh(l / c).
 Norm weights are used as stored (the converter folds Gemma's +1). GELU is the tanh form.
-The mixture-of-experts variant (ffn_gate_inp) is refused with its reason for now (gemma4_config.py).
+A layer with ffn_gate_inp (the 26B-A4B shape) has experts beside its MLP: gemma4_moe.py.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from ..errors import UnsupportedModelError
 from ..kv_cache import KVCache
 from . import weights as W
 from .layer_state import SplitKV
+from .gemma4_moe import Gemma4Moe
 from .layers import Rope, attention, gelu_tanh_mul, rms_norm
 from .model_base import ModelBase
 
@@ -55,6 +56,7 @@ class Block:
     ple_proj: W.Matrices | None      # npl -> d
     ple_norm: np.ndarray | None      # [d]
     out_scale: float                 # layer_output_scale (1 when absent)
+    moe: Gemma4Moe | None            # the layer's FFN is experts + a shared MLP (w_gate_up/w_down are its MLP's)
     hd: int
     n_ff: int
 
@@ -82,7 +84,8 @@ class Gemma4(ModelBase):
     def _matrices(self) -> list[W.Matrices]:
         out = [self.ple_model_proj] if self.hc.n_embd_per_layer else []
         for b in self.blocks:
-            out += [m for m in (b.wq, b.wkv, b.wo, b.w_gate_up, b.w_down, b.ple_gate, b.ple_proj) if m is not None]
+            out += [m for m in (b.wq, b.wkv, b.wo, b.ple_gate, b.ple_proj) if m is not None]
+            out += b.moe.matrices() if b.moe is not None else [b.w_gate_up, b.w_down]
         return out + [self.output]
 
     def _block(self, g, ld, i: int) -> Block:
@@ -97,6 +100,7 @@ class Gemma4(ModelBase):
             wkv = ld.matrix(names, d, [nkv * hd] * len(names))
         npl, n_ff = hc.n_embd_per_layer, hc.n_ff[i]
         scale = W.optional(g, p + "layer_output_scale.weight", (1,))
+        moe = (Gemma4Moe(g, ld, p, d, n_ff, hc.moe, c.rms_eps) if p + "ffn_gate_inp.weight" in g.tensors else None)
         return Block(
             attn_norm=W.tensor(g, p + "attn_norm.weight", (d,)),
             wq=ld.matrix([p + "attn_q.weight"], d, [nh * hd]),
@@ -106,13 +110,13 @@ class Gemma4(ModelBase):
             wo=ld.matrix([p + "attn_output.weight"], nh * hd, [d]),
             post_attn_norm=W.tensor(g, p + "post_attention_norm.weight", (d,)),
             ffn_norm=W.tensor(g, p + "ffn_norm.weight", (d,)),
-            w_gate_up=ld.matrix([p + "ffn_gate.weight", p + "ffn_up.weight"], d, [n_ff, n_ff]),
-            w_down=ld.matrix([p + "ffn_down.weight"], n_ff, [d]),
+            w_gate_up=moe.w_gate_up if moe else ld.matrix([p + "ffn_gate.weight", p + "ffn_up.weight"], d, [n_ff, n_ff]),
+            w_down=moe.w_down if moe else ld.matrix([p + "ffn_down.weight"], n_ff, [d]),
             post_ffn_norm=W.tensor(g, p + "post_ffw_norm.weight", (d,)),
             ple_gate=ld.matrix([p + "inp_gate.weight"], d, [npl]) if npl else None,
             ple_proj=ld.matrix([p + "proj.weight"], npl, [d]) if npl else None,
             ple_norm=W.tensor(g, p + "post_norm.weight", (d,)) if npl else None,
-            out_scale=float(scale[0]) if scale is not None else 1.0,
+            out_scale=float(scale[0]) if scale is not None else 1.0, moe=moe,
             hd=hd, n_ff=n_ff)
 
     def make_state(self, n_ctx: int, kv_dtype: str = "f32") -> SplitKV:
@@ -164,9 +168,11 @@ class Gemma4(ModelBase):
                                 self.rope_swa if swa else self.rope_full, cs_swa if swa else cs_full,
                                 hc.window if swa else 0, i8, work)
             x += rms_norm(a, b.post_attn_norm, c.rms_eps)
-            h = rms_norm(x, b.ffn_norm, c.rms_eps)
-            gu = b.w_gate_up(Activations(h, i8), work)
-            f = b.w_down(Activations(gelu_tanh_mul(gu[:, :b.n_ff], gu[:, b.n_ff:]), i8), work)
+            if b.moe is not None:
+                f = b.moe(x, i8, work)
+            else:
+                gu = b.w_gate_up(Activations(rms_norm(x, b.ffn_norm, c.rms_eps), i8), work)
+                f = b.w_down(Activations(gelu_tanh_mul(gu[:, :b.n_ff], gu[:, b.n_ff:]), i8), work)
             x += rms_norm(f, b.post_ffn_norm, c.rms_eps)
             if ple is not None:
                 gate = b.ple_gate(Activations(x, i8), work)           # [n, npl]

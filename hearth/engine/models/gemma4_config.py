@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UnsupportedModelError
+from .qwen35_config import MoeConfig
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class Gemma4Config:
     n_ff: tuple[int, ...]            # per layer
     n_embd_per_layer: int            # embedding_length_per_layer_input (0: no per-layer inputs)
     n_kv_layers: int                 # layers from this one on reuse earlier layers' K/V (shared_kv_layers)
+    moe: MoeConfig | None = None     # the 26B-A4B shape: layers with ffn_gate_inp (gemma4_moe.py)
     recurrent: bool = False
 
     def kv_source(self, layer: int) -> int:
@@ -50,8 +52,15 @@ def per_layer(g, key: str, n_layer: int, default=None, lo: int = 1, hi: int = 1 
 
 def read_gemma4(g, raw_arch: str, n_layer: int, head_dim: int, need, opt) -> Gemma4Config:
     name = g.path.name
+    moe = None
     if any(t.endswith("ffn_gate_inp.weight") for t in g.tensors):
-        raise UnsupportedModelError(f"{name}: Gemma 4's mixture-of-experts layers (ffn_gate_inp) are not supported yet")
+        n_expert = need("expert_count", 1, 1 << 12)
+        n_ff_exp = per_layer(g, f"{raw_arch}.expert_feed_forward_length", n_layer)
+        if len(set(n_ff_exp)) > 1:
+            raise UnsupportedModelError(f"{name}: metadata {raw_arch}.expert_feed_forward_length varies per layer, "
+                                        "which Hearth cannot run yet")
+        moe = MoeConfig(n_expert=n_expert, n_used=need("expert_used_count", 1, n_expert), n_ff_exp=n_ff_exp[0],
+                        n_ff_shexp=0)
     key = f"{raw_arch}.attention.sliding_window_pattern"
     pat = g.metadata.get(key)
     if pat is None:
@@ -79,4 +88,5 @@ def read_gemma4(g, raw_arch: str, n_layer: int, head_dim: int, need, opt) -> Gem
         n_ff=per_layer(g, f"{raw_arch}.feed_forward_length", n_layer),
         n_embd_per_layer=need("embedding_length_per_layer_input", 0, 1 << 16),
         n_kv_layers=n_kv_layers,
+        moe=moe,
     )
