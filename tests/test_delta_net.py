@@ -78,3 +78,20 @@ def test_causal_conv_carries_its_state():
     parts = np.concatenate([dn.causal_conv(x[:4], st, w), dn.causal_conv(x[4:5], st, w), dn.causal_conv(x[5:], st, w)])
     assert np.abs(parts - whole).max() < 1e-6
     assert np.array_equal(st, x[-3:])
+
+
+class _Threads:
+    """work.map on two threads (as the CPU backend's pool spreads pieces)."""
+
+    def map(self, fn, items):
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(fn, items))
+
+
+def test_head_pieces_on_threads_give_the_same_bits():
+    M0, q, k, v, g, beta = inputs(70, H=20, seed=11)
+    a, b = M0.copy(), M0.copy()
+    oa = dn.chunked(a, q, k, v, g, beta)
+    ob = dn.chunked(b, q, k, v, g, beta, work=_Threads())
+    assert np.array_equal(oa, ob) and np.array_equal(a, b)

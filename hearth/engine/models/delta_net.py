@@ -77,18 +77,47 @@ def recurrent_step(M: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     return o
 
 
+# Value heads per piece of a prefill's delta rule: the pieces are fixed by the head count (not by the
+# thread count), each head's products are the same BLAS calls either way, so the bits do not depend
+# on how many threads ran them.
+HEADS_PER_PIECE = 8
+
+
 def chunked(M: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-            beta: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
+            beta: np.ndarray, chunk: int = CHUNK, work=None) -> np.ndarray:
     """n tokens at once: M [H, S, S] updated in place to the state after them; q, k, v [n, H, S];
-    g, beta [n, H]. Returns o [n, H, S], the recurrence's outputs (see the module docstring)."""
+    g, beta [n, H]. Returns o [n, H, S], the recurrence's outputs (see the module docstring).
+    `work` (an object with `map(fn, items)`): spreads pieces of HEADS_PER_PIECE heads over threads."""
+    n, H, S = q.shape
+    out = np.empty((n, H, S), np.float32)
+    pieces = [(h0, min(H, h0 + HEADS_PER_PIECE)) for h0 in range(0, H, HEADS_PER_PIECE)]
+
+    def piece(hs):
+        h0, h1 = hs
+        out[:, h0:h1] = _chunked_heads(M[h0:h1], q[:, h0:h1], k[:, h0:h1], v[:, h0:h1], g[:, h0:h1],
+                                       beta[:, h0:h1], chunk)
+    if work is None or len(pieces) == 1:
+        for hs in pieces:
+            piece(hs)
+    else:
+        work.map(piece, pieces)
+    return out
+
+
+def _chunked_heads(M, q, k, v, g, beta, chunk: int) -> np.ndarray:
     n, H, S = q.shape
     out = np.empty((n, H, S), np.float32)
     scale = np.float32(1.0 / np.sqrt(S))
+    # numpy's stacked matmul runs BLAS only on contiguous operands (a transposed view takes a loop
+    # ~10x slower): every operand below is made contiguous first.
+    C_ = np.ascontiguousarray
+    S0 = C_(M.transpose(0, 2, 1))                                # [H, S_k, S_v] the state before a chunk
     for c0 in range(0, n, chunk):
         c1 = min(n, c0 + chunk)
-        Q = q[c0:c1].transpose(1, 0, 2) * scale                  # [H, C, S]
-        K = np.ascontiguousarray(k[c0:c1].transpose(1, 0, 2))    # [H, C, S]
-        V = v[c0:c1].transpose(1, 0, 2)                          # [H, C, S]
+        Q = C_(q[c0:c1].transpose(1, 0, 2)) * scale              # [H, C, S]
+        K = C_(k[c0:c1].transpose(1, 0, 2))                      # [H, C, S]
+        Kt = C_(K.transpose(0, 2, 1))                            # [H, S, C]
+        V = C_(v[c0:c1].transpose(1, 0, 2))                      # [H, C, S]
         b = beta[c0:c1].T[:, :, None]                            # [H, C, 1]
         G = np.cumsum(g[c0:c1].T.astype(np.float64), axis=1)     # [H, C] cumulative log-decay
         diff = G[:, :, None] - G[:, None, :]                     # [H, C, C]: G_t - G_s
@@ -96,18 +125,16 @@ def chunked(M: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.nd
         lower = np.tril(np.ones((C, C), bool), -1)
         decay = np.exp(np.where(np.tril(np.ones((C, C), bool)), diff, -np.inf)).astype(np.float32)
         eG = np.exp(G).astype(np.float32)[:, :, None]            # [H, C, 1]
-        S0 = M.transpose(0, 2, 1)                                # [H, S_k, S_v] view of the state
-        KK = K @ K.transpose(0, 2, 1)                            # [H, C, C]
-        L = np.where(lower, KK * decay * b, np.float32(0.0))
+        L = np.where(lower, (K @ Kt) * decay * b, np.float32(0.0))
         rhs = b * V - (b * eG * K) @ S0                          # [H, C, S_v]
         U = _unit_lower_solve(L, rhs)
-        QK = np.where(lower | np.eye(C, dtype=bool), (Q @ K.transpose(0, 2, 1)) * decay, np.float32(0.0))
+        QK = np.where(lower | np.eye(C, dtype=bool), (Q @ Kt) * decay, np.float32(0.0))
         O = (eG * Q) @ S0 + QK @ U                               # [H, C, S_v]
         out[c0:c1] = O.transpose(1, 0, 2)
         last = G[:, -1]
         tail = np.exp(last[:, None] - G).astype(np.float32)[:, :, None]   # [H, C, 1]
-        S_new = np.exp(last).astype(np.float32)[:, None, None] * S0 + (K * tail).transpose(0, 2, 1) @ U
-        M[:] = S_new.transpose(0, 2, 1)
+        S0 = np.exp(last).astype(np.float32)[:, None, None] * S0 + C_((K * tail).transpose(0, 2, 1)) @ U
+    M[:] = S0.transpose(0, 2, 1)
     return out
 
 

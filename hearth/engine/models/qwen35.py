@@ -168,7 +168,7 @@ class Qwen35(ModelBase):
         if n == 1:
             o = dn.recurrent_step(st.delta[r], q[0], k[0], v[0], g[0], beta[0])[None]
         else:
-            o = dn.chunked(st.delta[r], q, k, v, g, beta)            # [n, hv, S]
+            o = dn.chunked(st.delta[r], q, k, v, g, beta, work=work)   # [n, hv, S]
         o = rms_norm(np.ascontiguousarray(o, np.float32), b.ssm_norm, c.rms_eps).reshape(n, vd)
         o = silu_mul(np.ascontiguousarray(z), o)
         return b.ssm_out(Activations(o, i8), work)                   # [n, d]
