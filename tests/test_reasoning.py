@@ -61,3 +61,54 @@ def test_qwen3_template_switch_and_earlier_thinking():
     # The turn in progress (after the last user message) keeps its thinking.
     current = t.render(msgs[:2], add_generation_prompt=False)
     assert "<think>\nTwo and two make four.\n</think>" in current
+
+
+# The generation prompt's tail as Qwen3.5's template writes it: thinking is on by default and the
+# reply starts inside it; enable_thinking=False closes an empty block.
+QWEN35_TAIL = ("{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}"
+               "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+               "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+               "{%- else %}{{ '<think>\\n' }}{%- endif %}{%- endif %}")
+
+
+def test_qwen35_thinking_switch_to_the_display():
+    assert has_thinking_switch(QWEN35_TAIL)
+    t = ChatTemplate(QWEN35_TAIL, model_name="qwen35")
+    msgs = [{"role": "user", "content": "Hi"}]
+    on, off = t.render(msgs), t.render(msgs, enable_thinking=False)
+    assert open_tag_at_end(on) == "<think>" and open_tag_at_end(off) is None
+    thinking, answer, s = split(["Greet", " back.\n</think>", "\n\nHello!"], ThinkingSplitter(open_tag_at_end(on)))
+    assert (thinking, answer, s.thinking_done) == ("Greet back.\n", "Hello!", True)
+    assert split(["Hello!"], ThinkingSplitter(open_tag_at_end(off)))[:2] == ("", "Hello!")
+
+
+@pytest.fixture(scope="module")
+def gemma4_template(reference_dir):
+    return ChatTemplate.from_gguf(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf")
+
+
+def test_gemma4_reasoning_format_to_the_display(gemma4_template, reference_dir):
+    t = gemma4_template
+    assert has_thinking_switch(t.source)
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+    on, off = t.render(msgs, enable_thinking=True), t.render(msgs, enable_thinking=False)
+    assert "<|think|>" in on and "<|think|>" not in off
+    # Off: the template closes an empty thought channel, the reply is all answer.
+    assert off.endswith("<|channel>thought\n<channel|>") and open_tag_at_end(off) is None
+    assert split(["4", "."])[:2] == ("", "4.")
+    # On: the model opens the thought channel itself; its text streams as thinking, in any pieces.
+    reply = "<|channel>thought\nTwo and two make four.<channel|>The answer is 4."
+    thinking, answer, s = split(list(reply), ThinkingSplitter(open_tag_at_end(on)))
+    assert (thinking, answer, s.thinking_done) == ("Two and two make four.", "The answer is 4.", True)
+
+
+def test_gemma4_channel_tags_survive_the_stream_decoder(reference_dir):
+    """<|channel> and <channel|> are text to the stream decoder (not skipped as control tokens), so
+    the splitter sees them; <turn|> ends the reply."""
+    from hearth.engine.gguf import GGUFFile
+    from hearth.engine.tokenizer import Tokenizer
+    tok = Tokenizer.from_gguf(GGUFFile.open(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf"))
+    ids = tok.encode("<|channel>thought\nhmm<channel|>ok<turn|>", add_special=False, parse_special=True)
+    sd = tok.stream_decoder(skip_special=True)
+    assert "".join(sd.feed(i) for i in ids[:-1]) == "<|channel>thought\nhmm<channel|>ok"
+    assert ids[-1] in tok.eog_ids

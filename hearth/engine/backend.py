@@ -6,6 +6,9 @@ For backend="auto", `engine.gpu.probe()` returns a dict with `real_gpu` (True fo
 adapter) or None; the Engine takes the GPU only when `real_gpu` is true.
 `kv.n_tokens` counts the valid positions; `forward` must raise ContextFullError (via
 `kv.check_fits`) before writing anything when [pos, pos + n) does not fit.
+For hybrid models `kv` is the model's own state (engine/models/layer_state.py: `HybridState` with a
+recurrent part, `recurrent = True`, snapshot/restore; `SplitKV` for per-layer head sizes); the CPU
+backend takes it from the model's `make_state(n_ctx, kv_dtype)` and `forward` advances all of it.
 """
 
 from __future__ import annotations

@@ -24,7 +24,14 @@ from .moe_config import MOE_ARCHS, config_fields as moe_fields
 # "normal" rotates adjacent pairs (2i, 2i + 1) (llama.cpp's converter permutes llama's q/k rows
 # so that the adjacent-pair form is right for it).
 SUPPORTED_ARCHS = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox",
-                   "qwen3moe": "neox", "gpt-oss": "neox"}
+                   "qwen3moe": "neox", "gpt-oss": "neox",
+                   # qwen35's IMROPE equals NeoX on its rotated dims when every position component is
+                   # the token's position (text); engine/models/qwen35.py
+                   "qwen35": "neox", "qwen35moe": "neox", "gemma4": "neox"}
+# Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
+# module in engine/models/; they run on the CPU backend only for now.
+OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
+CPU_ONLY_ARCHS = OWN_METADATA_ARCHS
 # Other names for the same computation (mlx-lm keeps a table like this).
 ARCH_ALIASES = {"mistral": "llama"}
 
@@ -86,6 +93,14 @@ class ModelConfig:
     expert_gating: str = ""      # "softmax" (over all experts) or "softmax_weight" (over the top k)
     expert_weights_norm: bool = False   # the top k's weights renormalised to sum 1
     attn_sinks: bool = False     # one learned logit per head joins each softmax (gpt-oss)
+    # An architecture's own hyper-parameters beyond these (qwen35: its recurrent layers), read by
+    # its module in engine/models/; None for the plain decoders.
+    hybrid: object | None = None
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the model keeps a recurrent state (truncation then costs a recompute)."""
+        return bool(getattr(self.hybrid, "recurrent", False))
 
     def __post_init__(self):
         if not self.attn_scale:
@@ -123,7 +138,11 @@ class ModelConfig:
 
         n_embd = need("embedding_length", 1, MAX_WIDTH)
         n_layer = need("block_count", 1, MAX_LAYERS)
+        if arch in ("qwen35", "qwen35moe"):   # block_count counts the multi-token-prediction layers too
+            n_layer -= opt("nextn_predict_layers", 0, 0, n_layer - 1)
         n_head = need("attention.head_count", 1, MAX_HEADS)
+        if arch == "gemma4":
+            return _gemma4(cls, g, raw_arch, n_embd, n_layer, n_head, need, opt)
         n_head_kv = opt("attention.head_count_kv", n_head, 1, n_head)
         head_dim = opt("attention.key_length", None, 1, MAX_HEAD_DIM)
         if head_dim is None:
@@ -136,18 +155,15 @@ class ModelConfig:
             raise UnsupportedModelError(f"{name}: key_length {head_dim} != value_length {head_dim_v}")
         if n_head % n_head_kv:
             raise UnsupportedModelError(f"{name}: {n_head} heads is not a multiple of {n_head_kv} KV heads")
-        emb = g.tensors.get("token_embd.weight")
-        if emb is None:
-            raise UnsupportedModelError(f"{name}: tensor token_embd.weight is missing")
-        if len(emb.shape) != 2 or emb.shape[0] != n_embd or not 1 <= emb.shape[1] <= MAX_VOCAB:
-            raise UnsupportedModelError(f"{name}: tensor token_embd.weight has shape {list(emb.shape)}; "
-                                        f"expected [{n_embd} ({raw_arch}.embedding_length), n_vocab]")
-        n_vocab = int(emb.shape[1])
+        n_vocab = _n_vocab(g, raw_arch, n_embd)
 
         cfg = dict(
             arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
             n_head_kv=n_head_kv, head_dim=head_dim, head_dim_v=head_dim_v,
-            n_ff=opt("feed_forward_length", 0, 0, MAX_FF) if arch in MOE_ARCHS else need("feed_forward_length", 1, MAX_FF),
+            # MoE: every FFN is experts (their widths elsewhere); the dense width may be absent
+            n_ff=opt("feed_forward_length", 0, 0, MAX_FF) if arch in MOE_ARCHS else
+            opt("feed_forward_length", 1, 1, MAX_FF) if arch == "qwen35moe" else
+            need("feed_forward_length", 1, MAX_FF),
             rms_eps=float(opt("attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0)),
             context_length=opt("context_length", 4096, 1, MAX_CONTEXT),
             rope_base=float(opt("rope.freq_base", 10000.0, 1e-3, 1e12)),
@@ -162,7 +178,46 @@ class ModelConfig:
             cfg.update(_gemma3_flags(g, raw_arch, n_embd, n_head, n_layer, head_dim, opt))
         if arch in MOE_ARCHS:
             cfg.update(moe_fields(g, raw_arch, opt, cfg))
+        if arch in ("qwen35", "qwen35moe"):
+            from .models.qwen35_config import read_qwen35  # noqa: PLC0415  (models import this module)
+            cfg["hybrid"] = read_qwen35(g, raw_arch, n_layer, need, opt)
         return cls(**cfg)
+
+
+def _n_vocab(g, raw_arch: str, n_embd: int) -> int:
+    name = g.path.name
+    emb = g.tensors.get("token_embd.weight")
+    if emb is None:
+        raise UnsupportedModelError(f"{name}: tensor token_embd.weight is missing")
+    if len(emb.shape) != 2 or emb.shape[0] != n_embd or not 1 <= emb.shape[1] <= MAX_VOCAB:
+        raise UnsupportedModelError(f"{name}: tensor token_embd.weight has shape {list(emb.shape)}; "
+                                    f"expected [{n_embd} ({raw_arch}.embedding_length), n_vocab]")
+    return int(emb.shape[1])
+
+
+def _gemma4(cls, g, raw_arch, n_embd, n_layer, n_head, need, opt) -> "ModelConfig":
+    """Gemma 4 (engine/models/gemma4.py): per-layer head sizes, KV head counts and FFN widths are in
+    `hybrid` (Gemma4Config); the fields here hold the full-attention layers' values, the widest FFN
+    and the most KV heads."""
+    from .models.gemma4_config import read_gemma4  # noqa: PLC0415  (models import this module)
+    head_dim = need("attention.key_length", 1, MAX_HEAD_DIM)
+    if opt("attention.value_length", head_dim, 1, MAX_HEAD_DIM) != head_dim:
+        raise UnsupportedModelError(f"{g.path.name}: {raw_arch}.attention.value_length differs from key_length")
+    hc = read_gemma4(g, raw_arch, n_layer, head_dim, need, opt)
+    if any(n_head % k for k in hc.n_head_kv):
+        raise UnsupportedModelError(f"{g.path.name}: {raw_arch}.attention.head_count_kv {list(hc.n_head_kv)} does "
+                                    f"not divide {n_head} heads")
+    return cls(
+        arch="gemma4", n_vocab=_n_vocab(g, raw_arch, n_embd), n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+        n_head_kv=max(hc.n_head_kv), head_dim=head_dim, head_dim_v=head_dim, n_ff=max(hc.n_ff),
+        rms_eps=float(opt("attention.layer_norm_rms_epsilon", 1e-6, 0.0, 1.0)),
+        context_length=opt("context_length", 4096, 1, MAX_CONTEXT),
+        rope_base=float(opt("rope.freq_base", 10000.0, 1e-3, 1e12)),
+        n_rot=opt("rope.dimension_count", head_dim, 2, head_dim), rope_neox=True,
+        rope_base_swa=hc.rope_base_swa, sliding_window=hc.window, swa_layers=hc.swa_layers,
+        embed_scale=math.sqrt(n_embd), post_norms=True, activation="gelu_tanh",
+        final_softcap=float(opt("final_logit_softcapping", 0.0, 0.0, 1e6)), attn_scale=1.0,
+        tied_output="output.weight" not in g.tensors, hybrid=hc)
 
 
 def _gemma3_flags(g, raw_arch, n_embd, n_head, n_layer, head_dim, opt) -> dict:

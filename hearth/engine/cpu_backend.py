@@ -277,7 +277,10 @@ class CpuBackend(Backend):
         self.int8 = False
         self.set_int8(int8_default() if int8 is None else int8)
         self.model.make_resident(progress)
-        self.kv = KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, n_ctx, kv_dtype)
+        # Hybrid models (engine/models/layer_state.py) hold K/V and recurrent layers' state.
+        make_state = getattr(self.model, "make_state", None)
+        self.kv = make_state(n_ctx, kv_dtype) if make_state else KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim,
+                                                                        n_ctx, kv_dtype)
         self.chunk = chunk
         self.threads = 1
         self._rows: ThreadedRows | None = None
@@ -376,7 +379,7 @@ class CpuBackend(Backend):
             if n + short < self.kv.max_ctx:
                 self.forward(ids[:1], n + short)
         finally:
-            self.kv.n_tokens = 0
+            self.kv.clear()   # nothing resident (a recurrent state back to zeros too)
 
     def _runner(self, n_rows: int) -> RowRunner:
         """Decode: this thread (numba's kernels on self.threads); short inputs: this thread, their

@@ -18,11 +18,12 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .config import ModelConfig
-from .errors import ContextFullError, EngineError
+from .errors import ContextFullError, EngineError, PrefixImageError
 from .generation import GenerationEvent, GenerationStats, StopMatcher, cancel_check, common_prefix
 from .gguf import GGUFFile
 from .kv_cache import kv_dtype as parse_kv_dtype
 from .kv_cache import kv_dtype_name
+from .models.layer_state import Snapshots
 from .prefix.format import ImageHeader, dtype_code
 from .prefix.io import read_image, write_image
 from .prefix.key import key_digest, model_digest
@@ -49,6 +50,11 @@ class Engine:
         self._last_logits: np.ndarray | None = None  # logits after the last resident token
         self._lock = threading.RLock()                # one caller at a time
         self._closed = False
+        # A hybrid model's recurrent layers cannot be truncated by a slice: snapshots of their state,
+        # taken at the end of every prefill and reply, are where `truncate` goes back to before
+        # recomputing (`_rewind`; engine/models/layer_state.py).
+        self._recurrent = bool(getattr(backend.kv, "recurrent", False))
+        self._snapshots = Snapshots(backend.kv)
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -177,7 +183,31 @@ class Engine:
         with self._lock:
             self._tokens.clear()
             self._last_logits = None
+            self._snapshots.clear()
             self.kv.clear()
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        """Whether prefix images and chat segments can hold this model's state. Not for hybrid
+        (recurrent) models yet: an image holds K/V only, and restoring it would leave the recurrent
+        layers' state wrong, so the prefix store computes their prefixes instead."""
+        return not self._recurrent and getattr(self.backend.kv, "image_compatible", True)
+
+    def _snapshot(self) -> None:
+        """Keep the recurrent state after the resident tokens (no-op for plain models)."""
+        self._snapshots.take(len(self._tokens), self._last_logits)
+
+    def _rewind(self, n: int) -> None:
+        """A recurrent model's state after the first n resident tokens: the newest snapshot at or
+        before n, then the tokens after it recomputed (layer_state.Snapshots.rewind). If that fails
+        the state is unknown: everything is forgotten rather than kept wrong."""
+        try:
+            self._last_logits = self._snapshots.rewind(n, self._tokens, self.backend.forward)
+        except BaseException:
+            self._tokens.clear()
+            self._last_logits = None
+            raise
+        del self._tokens[n:]
 
     def feed(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
         """Append ids to the resident sequence. Returns float32 logits of the last position
@@ -193,10 +223,15 @@ class Engine:
             try:
                 out = self.backend.forward(np.asarray(ids, np.int32), pos, all_logits=all_logits)
             except BaseException:
-                self.kv.truncate(pos)  # positions past pos may be half written: forget them
+                if self._recurrent:    # the recurrent layers may be half updated: back to pos
+                    self._rewind(pos)
+                else:
+                    self.kv.truncate(pos)  # positions past pos may be half written: forget them
                 raise
             self._tokens.extend(ids)
             self._last_logits = out[-1] if all_logits else out
+            if len(ids) > 1:
+                self._snapshot()
             return out
 
     def _greedy_stream(self, tok: int, n: int) -> Iterator[int]:
@@ -229,17 +264,24 @@ class Engine:
             steps.close()
 
     def truncate(self, n: int) -> None:
-        """Keep only the first n resident tokens."""
+        """Keep only the first n resident tokens. On a hybrid (recurrent) model this restores the
+        newest snapshot at or before n and recomputes the tokens from it to n (`_rewind`); on the
+        others it is a slice of the KV cache and costs nothing."""
         with self._lock:
             if n < len(self._tokens):
-                del self._tokens[n:]
                 self._last_logits = None
+                if self._recurrent:
+                    self._rewind(max(0, n))
+                    return
+                del self._tokens[n:]
                 self.kv.truncate(n)
 
     def _adopt_prefix(self, ids: Sequence[int], last_logits: np.ndarray | None) -> None:
         """After a prefix image was copied into the cache: make `ids` resident, with the
         logits after their last token (None: recomputed when needed)."""
         with self._lock:
+            if not self.prefix_cacheable:
+                raise PrefixImageError("not_cacheable", "prefix images cannot hold this model's state")
             self._tokens = [int(i) for i in ids]
             self.kv.n_tokens = len(self._tokens)
             self._last_logits = None if last_logits is None else np.asarray(last_logits, np.float32)
@@ -252,6 +294,9 @@ class Engine:
         self.kv.check_fits(0, len(ids))
         common = common_prefix(self._tokens, ids)
         if common == len(ids) == len(self._tokens) and self._last_logits is not None:
+            return common, 0, self._last_logits
+        if self._recurrent and common == len(ids) and self._snapshots.logits_at(len(ids)) is not None:
+            self.truncate(len(ids))   # a snapshot with its logits right there: nothing to recompute
             return common, 0, self._last_logits
         # The logits after ids[-1] are needed: recompute at least the last token.
         keep = min(common, len(ids) - 1)
@@ -267,6 +312,11 @@ class Engine:
         return len(ids)
 
     # --- prefix images (the format, key and I/O are in engine/prefix/) ----------------------
+
+    def _check_cacheable(self) -> None:
+        if not self.prefix_cacheable:
+            raise PrefixImageError("not_cacheable", f"{self.gguf.path.name}: prefix images of hybrid and "
+                                                    "per-layer-shaped models are not supported yet")
 
     def prefix_ids(self, text: str | Sequence[int]) -> list[int]:
         """The prefix's token ids, tokenized exactly as `prefill` does."""
@@ -293,6 +343,7 @@ class Engine:
         binary `fileobj`, one tensor per write. Returns the image's size in bytes. The engine is
         unchanged by a failing `fileobj` (a full disk): writing only reads the cache."""
         ids = self.prefix_ids(text)
+        self._check_cacheable()
         with self._lock:  # no generate may move the cache while it is written
             self.prefill(ids)
             if self._last_logits is None:  # prefill always leaves them; keep the image whole if that changes
@@ -305,6 +356,7 @@ class Engine:
         Any mismatch or damage raises PrefixImageError and leaves the resident tokens and their K/V
         as they were."""
         ids = self.prefix_ids(text)
+        self._check_cacheable()
         with self._lock:
             self.kv.check_fits(0, len(ids))
             try:
@@ -388,6 +440,8 @@ class Engine:
         finally:
             if stream is not None:
                 stream.close()
+            with self._lock:
+                self._snapshot()   # where the next turn of a chat on a recurrent model goes back to
         tail = ""
         if reason != "stop":
             tail, hit = stops.feed(decoder.flush())
@@ -412,6 +466,12 @@ def _chatml(messages, add_generation_prompt: bool) -> str:
 def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int, report=None, kv_dtype: str = "f32"):
     """(backend, info). "auto" takes the GPU only when engine.gpu finds a real (non-CPU) adapter."""
     reason = ""
+    from .config import CPU_ONLY_ARCHS  # noqa: PLC0415
+    if cfg.arch in CPU_ONLY_ARCHS:
+        if kind == "gpu":
+            raise EngineError(f"{g.path.name}: architecture '{cfg.arch}' runs on the CPU backend only for now")
+        if kind == "auto":
+            kind, reason = "cpu", f"architecture '{cfg.arch}' runs on the CPU backend only"
     if kind == "auto":
         try:
             from . import gpu  # noqa: PLC0415

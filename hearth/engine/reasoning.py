@@ -2,7 +2,9 @@
 
 Reasoning models write their thinking between tags before the answer: `<think>…</think>` (Qwen3,
 DeepSeek-R1, QwQ, SmolLM3), `[THINK]…[/THINK]` (Magistral), `<|START_THINKING|>…<|END_THINKING|>`
-(Command R7B), `<seed:think>…</seed:think>` (Seed-OSS). A template whose generation prompt ends
+(Command R7B), `<seed:think>…</seed:think>` (Seed-OSS), `<|channel>thought\n…<channel|>` (Gemma 4,
+whose template opens the thinking channel itself with `<|think|>` in the system turn when
+enable_thinking is on, and closes an empty one in the generation prompt when it is off). A template whose generation prompt ends
 with the opening tag (DeepSeek-R1's newer ones) starts the reply inside the thinking:
 `ThinkingSplitter(open_tag=...)` begins there. gpt-oss writes channels instead of tags (harmony.py):
 a reply that starts with `<|channel|>` is split by `HarmonyStream`, its analysis channel being the
@@ -22,7 +24,8 @@ from __future__ import annotations
 from .harmony import CHANNEL, MESSAGE, HarmonyStream
 
 THINK_TAGS = (("<think>", "</think>"), ("[THINK]", "[/THINK]"),
-              ("<|START_THINKING|>", "<|END_THINKING|>"), ("<seed:think>", "</seed:think>"))
+              ("<|START_THINKING|>", "<|END_THINKING|>"), ("<seed:think>", "</seed:think>"),
+              ("<|channel>thought", "<channel|>"))
 
 
 # A harmony prompt that opens the analysis channel for the reply (ThinkingSplitter's open_tag).

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ARCH_ALIASES, SUPPORTED_ARCHS
+from ..config import ARCH_ALIASES, OWN_METADATA_ARCHS, SUPPORTED_ARCHS, ModelConfig
+from ..errors import UnsupportedModelError
 from ..quants import SUPPORTED_TYPES
 from .file_names import quant_label
 
@@ -103,4 +104,11 @@ def verdict_for_gguf(gguf, split_ok: bool = False) -> Verdict:
         return arch
     if not split_ok and int(gguf.get("split.count", 1) or 1) > 1:
         return Verdict(False, "one part of a split model; open the joined file")
+    if ARCH_ALIASES.get(gguf.architecture, gguf.architecture) in OWN_METADATA_ARCHS:
+        # Hybrid and per-layer models: their layer pattern and recurrent metadata are checked as
+        # loading checks them (the header is enough), so a file Hearth cannot run is refused here.
+        try:
+            ModelConfig.from_gguf(gguf)
+        except UnsupportedModelError as e:
+            return Verdict(False, str(e))
     return types_verdict({t.type.name for t in gguf.tensors.values()}, "it has tensors of type")

@@ -115,10 +115,20 @@ class PrefixStore:
         resident = engine.tokens
         if resident[:n] == ids:
             res.action = "resident"
-            if path.is_file():
+            if not getattr(engine, "prefix_cacheable", True):
+                res.reason, res.path = "not_cacheable", None
+            elif path.is_file():
                 _touch(path)
             elif len(resident) == n:  # the logits after the prefix are at hand: keep an image for next time
                 self._save_quietly(engine, ids, key, label, res)
+            res.seconds = time.perf_counter() - t0
+            return res
+        if not getattr(engine, "prefix_cacheable", True):
+            # A hybrid model's recurrent state is not in an image yet: compute, restore nothing, save nothing.
+            t = time.perf_counter()
+            engine.prefill(ids)
+            res.compute_seconds = time.perf_counter() - t
+            res.reason, res.path = "not_cacheable", None
             res.seconds = time.perf_counter() - t0
             return res
         refused = self._try_restore(engine, ids, path, res)
@@ -177,7 +187,10 @@ class PrefixStore:
 
     def save(self, engine, text, label: str | None = None, key: str | None = None) -> Path:
         """Write the image of `text` (prefilled first if need be) atomically under its key, then its
-        metadata, then evict to the cap. Raises OSError (nothing left behind) if the disk is full."""
+        metadata, then evict to the cap. Raises OSError (nothing left behind) if the disk is full,
+        PrefixImageError("not_cacheable") for a model whose state an image cannot hold."""
+        if not getattr(engine, "prefix_cacheable", True):
+            engine._check_cacheable()  # noqa: SLF001  (raises, naming the file)
         ids = engine.prefix_ids(text)
         key = key or engine.prefix_key(ids)
         size = engine.prefix_header(ids).image_size

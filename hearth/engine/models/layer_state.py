@@ -1,0 +1,262 @@
+"""A hybrid model's state: K/V rows for its attention layers and a fixed-size recurrent state for
+its linear-attention layers, all allocated once.
+
+    kv            KVCache over the attention layers only: kv.k[slot], kv.v[slot]
+                  [n_kv_heads, max_ctx, head_dim]; `attn_slot[layer]` says which slot a layer owns
+    conv[r]       float32 [d_conv - 1, conv_channels]: the last d_conv - 1 inputs of the r-th
+                  recurrent layer's causal convolution (zeros before the first token)
+    delta[r]      float32 [H_v, S_v, S_k]: its delta-rule state matrix per value head
+                  (engine/models/delta_net.py says why rows are value dims)
+conv and delta are views into one array each ([n_recurrent, ...], contiguous per layer).
+
+Rolling K/V back is a slice (positions past n are ignored); rolling a recurrent state back is not:
+the state after n tokens is not recoverable from the state after more. So `truncate(n)` below n
+tokens refuses, and the Engine goes back by restoring a `Snapshot` taken at or before n and
+recomputing the tokens after it (engine.py: `_rewind`). Nothing here ever pretends to hold a
+state it does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..errors import EngineError
+from ..kv_cache import KVCache
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The recurrent state after `n_tokens` tokens (K/V need no copy: positions below n stay)."""
+    n_tokens: int
+    conv: np.ndarray      # copy of HybridState._conv
+    delta: np.ndarray     # copy of HybridState._delta
+    logits: np.ndarray | None = None   # float32 [n_vocab] after the n_tokens-th token, when known
+
+    @property
+    def nbytes(self) -> int:
+        return self.conv.nbytes + self.delta.nbytes
+
+
+class HybridState:
+    """KVCache-like (n_tokens, max_ctx, check_fits, clear, nbytes, dtype) plus the recurrent layers'
+    state. `recurrent = True` tells the Engine that truncation costs a snapshot and a recompute."""
+
+    recurrent = True
+
+    def __init__(self, n_layers: int, attn_layers: list[int], n_kv_heads: int, head_dim: int,
+                 max_ctx: int, conv_shape: tuple[int, int], delta_shape: tuple[int, int, int],
+                 kv_dtype="f32"):
+        self.n_layers = n_layers
+        self.attn_slot = {layer: s for s, layer in enumerate(attn_layers)}
+        self.recurrent_slot = {layer: r for r, layer in enumerate(
+            i for i in range(n_layers) if i not in self.attn_slot)}
+        n_rec = len(self.recurrent_slot)
+        self.kv = KVCache(max(1, len(attn_layers)), n_kv_heads, head_dim, max_ctx, kv_dtype)
+        self._conv = np.zeros((n_rec, *conv_shape), np.float32)      # [n_rec, d_conv - 1, channels]
+        self._delta = np.zeros((n_rec, *delta_shape), np.float32)    # [n_rec, H_v, S_v, S_k]
+        self.conv = [self._conv[r] for r in range(n_rec)]
+        self.delta = [self._delta[r] for r in range(n_rec)]
+
+    # -- what the Engine and the backend read ----------------------------------------------
+
+    @property
+    def n_tokens(self) -> int:
+        return self.kv.n_tokens
+
+    @n_tokens.setter
+    def n_tokens(self, n: int) -> None:
+        self.kv.n_tokens = n
+
+    @property
+    def max_ctx(self) -> int:
+        return self.kv.max_ctx
+
+    @property
+    def dtype(self):
+        return self.kv.dtype
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv.n_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv.head_dim
+
+    @property
+    def nbytes(self) -> int:
+        """K/V of the attention layers plus the recurrent state."""
+        return self.kv.nbytes + self._conv.nbytes + self._delta.nbytes
+
+    @property
+    def recurrent_nbytes(self) -> int:
+        return self._conv.nbytes + self._delta.nbytes
+
+    def check_fits(self, pos: int, n: int) -> None:
+        self.kv.check_fits(pos, n)
+
+    def prefault(self) -> bool:
+        return self.kv.prefault()
+
+    def clear(self) -> None:
+        """No tokens: K/V forgotten, the recurrent state back to zeros (its value before token 0)."""
+        self.kv.clear()
+        self._conv.fill(0.0)
+        self._delta.fill(0.0)
+
+    def truncate(self, n: int) -> None:
+        """Keep n tokens: only n >= n_tokens (nothing to forget) or n == 0 (clear) is possible here;
+        going back further needs a snapshot and a recompute (Engine.truncate does it)."""
+        if n >= self.n_tokens:
+            return
+        if n <= 0:
+            self.clear()
+            return
+        raise EngineError(f"a recurrent state cannot be truncated from {self.n_tokens} to {n} tokens "
+                          "in place; restore a snapshot and recompute")
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.n_tokens, self._conv.copy(), self._delta.copy())
+
+    def restore(self, snap: Snapshot) -> None:
+        """The state after snap.n_tokens tokens; K/V positions below it are the ones computed
+        before (the Engine restores only snapshots of the token list it still holds)."""
+        if snap.conv.shape != self._conv.shape or snap.delta.shape != self._delta.shape:
+            raise EngineError("snapshot of another model's state")
+        self._conv[:] = snap.conv
+        self._delta[:] = snap.delta
+        self.kv.n_tokens = snap.n_tokens
+
+    # -- prefix images are not written for these models yet ----------------------------------
+
+    def read_prefix(self, layer: int, n: int):
+        raise EngineError("prefix images of hybrid (recurrent) models are not supported yet")
+
+    write_prefix = write_at = read_prefix
+
+
+class Snapshots:
+    """The Engine's in-memory snapshots of a recurrent state (nothing for other states), at most
+    `keep` (each is the whole recurrent state: ~50 MB on a Qwen3.5-4B shape): the oldest, where a new
+    chat of the same prompt prefix goes back to, and the newest, where a chat's next turn does."""
+
+    def __init__(self, state, keep: int = 4):
+        self.state = state
+        self.on = bool(getattr(state, "recurrent", False))
+        self.keep = keep
+        self.items: list[Snapshot] = []
+
+    def clear(self) -> None:
+        self.items.clear()
+
+    def take(self, n_tokens: int, logits: np.ndarray | None = None) -> None:
+        """Keep the state after n_tokens (the state's current one) and the logits after it."""
+        if not self.on or n_tokens <= 0:
+            return
+        if self.items and self.items[-1].n_tokens == n_tokens:
+            if self.items[-1].logits is None and logits is not None:
+                self.items[-1] = replace(self.items[-1], logits=np.array(logits, np.float32))
+            return
+        older = [s for s in self.items if s.n_tokens < n_tokens]
+        # The oldest (a chat's system prompt or preset prefix, where a new chat goes back to) and the
+        # newest (where the next turn goes back to).
+        self.items = older if len(older) < self.keep else older[:1] + older[len(older) - self.keep + 2:]
+        snap = self.state.snapshot()
+        self.items.append(snap if logits is None else replace(snap, logits=np.array(logits, np.float32)))
+
+    def logits_at(self, n: int) -> np.ndarray | None:
+        """The logits kept with a snapshot after exactly n tokens, if any."""
+        return next((s.logits for s in self.items if s.n_tokens == n), None)
+
+    def rewind(self, n: int, tokens: list[int], forward) -> np.ndarray | None:
+        """Make the state the one after tokens[:n]: restore the newest snapshot at or before n (or
+        zeros) and recompute the tokens after it with `forward(ids, pos)`. K/V positions below the
+        snapshot are kept (a slice). Returns the logits after token n when known. On failure the
+        state is cleared and the error raised."""
+        self.items = [s for s in self.items if s.n_tokens <= n]
+        logits = None
+        try:
+            if self.items:
+                self.state.restore(self.items[-1])
+                logits = self.items[-1].logits
+            else:
+                self.state.clear()
+            start = self.state.n_tokens
+            if start < n:
+                logits = forward(np.asarray(tokens[start:n], np.int32), start)
+        except BaseException:
+            self.items.clear()
+            self.state.clear()
+            raise
+        self.take(n, logits)
+        return logits if n > 0 else None
+
+
+class SplitKV:
+    """K/V of a model whose layers differ in head size (Gemma 4: sliding layers of one head dim, full
+    layers of another): one KVCache per kind, `slot[layer] = (cache, index)`; KV-sharing layers map
+    to the layer whose K/V they read. Truncation is a slice, as for a KVCache. Prefix images hold
+    one shape for every layer, so `image_compatible` is False: the prefix store computes instead."""
+
+    recurrent = False
+    image_compatible = False
+
+    def __init__(self, caches: list[KVCache], slot: dict[int, tuple[int, int]]):
+        self.caches = caches
+        self.slot = {layer: (caches[c], i) for layer, (c, i) in slot.items()}
+        self.n_layers = len(slot)
+
+    def kv_of(self, layer: int) -> tuple[KVCache, int]:
+        return self.slot[layer]
+
+    @property
+    def n_tokens(self) -> int:
+        return self.caches[0].n_tokens
+
+    @n_tokens.setter
+    def n_tokens(self, n: int) -> None:
+        for c in self.caches:
+            c.n_tokens = n
+
+    @property
+    def max_ctx(self) -> int:
+        return self.caches[0].max_ctx
+
+    @property
+    def dtype(self):
+        return self.caches[0].dtype
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.caches[0].n_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.caches[0].head_dim
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.caches)
+
+    def check_fits(self, pos: int, n: int) -> None:
+        self.caches[0].check_fits(pos, n)
+
+    def prefault(self) -> bool:
+        return all([c.prefault() for c in self.caches])
+
+    def clear(self) -> None:
+        for c in self.caches:
+            c.clear()
+
+    def truncate(self, n: int) -> None:
+        for c in self.caches:
+            c.truncate(n)
+
+    def read_prefix(self, layer: int, n: int):
+        raise EngineError("prefix images of models with per-layer head sizes are not supported yet")
+
+    write_prefix = write_at = read_prefix

@@ -1,0 +1,97 @@
+"""Qwen3.5 MoE (llama.cpp arch `qwen35moe`, src/models/qwen35moe.cpp): qwen35's layers with every
+FFN a mixture of experts plus a shared expert:
+    p = softmax(ffn_gate_inp x) over n_expert; the top n_used experts, their p renormalised to sum 1
+    (the sum clamped at 6.1e-5, as llama.cpp does)
+    out = sum_e p_e * down_e(silu(gate_e x) * up_e x)
+        + sigmoid(ffn_gate_inp_shexp . x) * down_sh(silu(gate_sh x) * up_sh x)
+Expert tensors are 3-D, numpy [n_expert, out, in]; each expert's rows are used from the file's
+blocks as one `Linear` (a type without a kernel: dequantized once). Tokens are grouped by expert so
+each chosen expert multiplies its tokens in one product.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cpu.linear import KERNEL_TYPES, Activations, Linear
+from ..errors import UnsupportedModelError
+from ..quants import dequantize
+from . import weights as W
+from .layers import silu_mul
+from .qwen35 import DenseFFN, Qwen35
+
+
+def expert_parts(g, name: str, n_expert: int, n_in: int, n_out: int) -> list:
+    """One matrix part per expert of the 3-D tensor `name` (numpy [n_expert, n_out, n_in])."""
+    t = g.tensors.get(name)
+    if t is None:
+        raise UnsupportedModelError(f"{g.path.name}: tensor {name} is missing")
+    if tuple(t.shape) != (n_in, n_out, n_expert):
+        raise UnsupportedModelError(f"{g.path.name}: tensor {name} has shape {tuple(t.shape[::-1])}, "
+                                    f"expected {(n_expert, n_out, n_in)} from the metadata")
+    if t.type.name in KERNEL_TYPES and n_in % 32 == 0:
+        rows = t.data.reshape(n_expert, n_out, -1)
+        return [Linear(rows[e], t.type, n_in, f"{name}[{e}]") for e in range(n_expert)]
+    w = dequantize(t.data, t.type, t.shape, name).reshape(n_expert, n_out, n_in)
+    return [W.Dense(np.ascontiguousarray(w[e])) for e in range(n_expert)]
+
+
+class MoeFFN:
+    def __init__(self, g, ld, p: str, d: int, moe):
+        self.moe, E, f = moe, moe.n_expert, moe.n_ff_exp
+        self.router = ld.matrix([p + "ffn_gate_inp.weight"], d, [E])                     # d -> E
+        gate = expert_parts(g, p + "ffn_gate_exps.weight", E, d, f)
+        up = expert_parts(g, p + "ffn_up_exps.weight", E, d, f)
+        down = expert_parts(g, p + "ffn_down_exps.weight", E, f, d)
+        self.experts = [(W.Matrices([gate[e], up[e]]), W.Matrices([down[e]])) for e in range(E)]
+        self.shared = DenseFFN(_Renamed(ld, {"ffn_gate": "ffn_gate_shexp", "ffn_up": "ffn_up_shexp",
+                                             "ffn_down": "ffn_down_shexp"}), p, d, moe.n_ff_shexp)
+        self.shared_gate = W.tensor(g, p + "ffn_gate_inp_shexp.weight", (d,))          # [d]
+
+    def matrices(self) -> list[W.Matrices]:
+        return [self.router] + [m for pair in self.experts for m in pair] + self.shared.matrices()
+
+    def route(self, h, i8, work) -> tuple[np.ndarray, np.ndarray]:
+        """(chosen experts int [n, k], their weights float32 [n, k])."""
+        logits = self.router(Activations(h, i8), work)                      # [n, E]
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        chosen = np.argsort(-p, axis=1, kind="stable")[:, :self.moe.n_used]
+        w = np.take_along_axis(p, chosen, axis=1)
+        w /= np.maximum(w.sum(axis=1, keepdims=True), np.float32(6.103515625e-5))
+        return chosen, w.astype(np.float32)
+
+    def __call__(self, h, i8, work) -> np.ndarray:
+        f = self.moe.n_ff_exp
+        chosen, w = self.route(h, i8, work)
+        out = np.zeros_like(h)
+        for e in np.unique(chosen):
+            rows, slot = np.nonzero(chosen == e)
+            gate_up, down = self.experts[e]
+            gu = gate_up(Activations(h[rows], i8), work)                   # [r, 2 f]
+            y = down(Activations(silu_mul(gu[:, :f], gu[:, f:]), i8), work)
+            out[rows] += y * w[rows, slot][:, None]
+        s = 1.0 / (1.0 + np.exp(-(h @ self.shared_gate)))                  # [n]
+        out += self.shared(h, i8, work) * s[:, None].astype(np.float32)
+        return out
+
+
+class _Renamed:
+    """A weights.Loader that reads `ffn_gate` as `ffn_gate_shexp` (and so on): the shared expert is
+    a dense FFN under other names."""
+
+    def __init__(self, ld, names: dict[str, str]):
+        self.ld, self.names = ld, names
+
+    def matrix(self, names, n_in, rows):
+        out = []
+        for n in names:
+            for old, new in self.names.items():
+                n = n.replace(f".{old}.", f".{new}.")
+            out.append(n)
+        return self.ld.matrix(out, n_in, rows)
+
+
+class Qwen35Moe(Qwen35):
+    def _make_ffn(self, g, ld, p):
+        return MoeFFN(g, ld, p, self.cfg.n_embd, self.hc.moe)

@@ -1,0 +1,64 @@
+"""A tiny qwen35moe GGUF made from the shared tiny qwen35 (its vocabulary, attention and Gated
+DeltaNet layers, copied as they are) with each dense FFN replaced by a mixture of experts: a softmax
+router over 4 experts, the top 2 renormalised, and a shared expert gated by sigmoid(ffn_gate_inp_shexp x).
+New tensors are F32/F16 from a seeded generator, so the file is the same bytes on every machine
+(its sha256 is stored next to llama.cpp's logits for it, tests/data/tiny_qwen35moe_ref.npz).
+
+    python -m tests.tiny_qwen35moe <tiny-qwen35.gguf> <out.gguf> [--f32]
+
+--f32 writes every tensor as F32 (llama.cpp's float path, the tight reference).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+N_EXPERT, N_USED, N_FF_EXP, N_FF_SHEXP = 4, 2, 32, 48
+SEED = 2035
+
+
+def make(src: Path, dst: Path, f32: bool = False) -> Path:
+    from hearth.engine.quants import dequantize  # noqa: PLC0415
+    from tests import gguf_rewrite as R  # noqa: PLC0415
+    arch = "qwen35moe"
+    rng = np.random.default_rng(SEED)
+    d = 64   # the tiny qwen35's width
+
+    def mat(*shape, gain=1.0):
+        return (rng.standard_normal(shape) * gain / np.sqrt(shape[-1])).astype(np.float32)
+
+    def put(name, arr, half=False):
+        # The F32 copy holds the F16 values widened: the same model, exactly
+        a = arr.astype(np.float16) if half else arr
+        return R.array_tensor(name, a.astype(np.float32) if f32 else a)
+
+    def tensors(name, t):
+        if ".ffn_" in name:
+            if not name.endswith("ffn_gate.weight"):
+                return []
+            p = name[:-len("ffn_gate.weight")]
+            return [put(p + "ffn_gate_inp.weight", mat(N_EXPERT, d, gain=2.0)),
+                    put(p + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, d), half=True),
+                    put(p + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, d)),
+                    put(p + "ffn_down_exps.weight", mat(N_EXPERT, d, N_FF_EXP), half=True),
+                    put(p + "ffn_gate_inp_shexp.weight", mat(d)),
+                    put(p + "ffn_gate_shexp.weight", mat(N_FF_SHEXP, d), half=True),
+                    put(p + "ffn_up_shexp.weight", mat(N_FF_SHEXP, d)),
+                    put(p + "ffn_down_shexp.weight", mat(d, N_FF_SHEXP), half=True)]
+        if f32:
+            return [R.array_tensor(name, dequantize(t.data, t.type, t.shape, name).astype(np.float32))]
+        return None
+
+    meta = {"general.architecture": R.string(arch),
+            f"{arch}.expert_count": R.u32(N_EXPERT), f"{arch}.expert_used_count": R.u32(N_USED),
+            f"{arch}.expert_feed_forward_length": R.u32(N_FF_EXP),
+            f"{arch}.expert_shared_feed_forward_length": R.u32(N_FF_SHEXP)}
+    return R.rewrite(src, dst, rename=lambda k: k.replace("qwen35.", f"{arch}.", 1) if k.startswith("qwen35.") else k,
+                     meta=meta, tensors=tensors)
+
+
+if __name__ == "__main__":
+    make(Path(sys.argv[1]), Path(sys.argv[2]), f32="--f32" in sys.argv)
