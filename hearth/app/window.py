@@ -22,31 +22,31 @@ from hearth.engine.paths import cache_dir
 from . import theme
 from .chat_context import chat_context_line
 from .chat_source import human_bytes
-from .cache_panel import CachePanel
-from .chat_sidebar import ChatSidebar
-from .chat_store import ChatStore, ChatStoreError
-from .context_length import ContextLengthDialog, n_ctx_for, real_model_path, set_n_ctx
-from .conversation import Conversation
-from .attachment_bar import AttachmentBar
-from .attachments import message_text
-from .draft_tokens import DraftTokens
-from .export import ChatImportError, import_json
-from .export import export as export_chats
-from .message_input import MessageInput
-from .mcp_servers import McpServers
-from .mcp_tools import McpTools
-from .message_view import MessageView
-from .models_ui import ModelsUI
-from .preset_manager import PresetManager
-from .preset_store import RESOURCES, PresetStore
+from .presets.cache_panel import CachePanel
+from .chat.chat_sidebar import ChatSidebar
+from .store.chat_store import ChatStore, ChatStoreError
+from .library.context_length import ContextLengthDialog, n_ctx_for, real_model_path, set_n_ctx
+from .chat.conversation import Conversation
+from .chat.attachment_bar import AttachmentBar
+from .chat.attachments import message_text
+from .chat.draft_tokens import DraftTokens
+from .store.export import ChatImportError, import_json
+from .store.export import export as export_chats
+from .chat.message_input import MessageInput
+from .tools.mcp_servers import McpServers
+from .tools.mcp_tools import McpTools
+from .chat.message_view import MessageView
+from .library.models_ui import ModelsUI
+from .presets.preset_manager import PresetManager
+from .store.preset_store import RESOURCES, PresetStore
 from .about import AboutDialog
 from .elided_label import ElidedLabel
-from .model_picker import ModelPicker
-from .remote_ui import RemoteUI
-from .sampling_panel import SamplingPanel
-from .server_toggle import ServeToggle
-from .tool_confirm import ToolConfirmBar
-from .settings import Settings
+from .library.model_picker import ModelPicker
+from .servers.remote_ui import RemoteUI
+from .presets.sampling_panel import SamplingPanel
+from .servers.server_toggle import ServeToggle
+from .tools.tool_confirm import ToolConfirmBar
+from .store.settings import Settings
 from .worker import EngineClient
 
 MIN_SIZE = QSize(760, 520)

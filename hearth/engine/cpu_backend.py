@@ -31,7 +31,7 @@ from .cpu.linear import int8_default, no_parallel_kernels, set_threads, vnni_til
 from .kv_cache import KVCache
 from .models import build_model
 from .models.decoder import SERIAL, RowRunner
-from .shared_work import share
+from .system.shared_work import share
 
 DEFAULT_CHUNK = 512
 

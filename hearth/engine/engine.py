@@ -164,7 +164,7 @@ class Engine:
         variables (enable_thinking=False for Qwen3)."""
         if self._template is None:
             try:
-                from .chat_template import ChatTemplate  # noqa: PLC0415
+                from .chat.chat_template import ChatTemplate  # noqa: PLC0415
             except ImportError:  # a build without the template module: plain ChatML
                 return _chatml(messages, add_generation_prompt)
             self._template = ChatTemplate.from_gguf(self.gguf)

@@ -10,7 +10,7 @@
     matvec_T(ws, xq, xd, xs, out, scales)
                                 out = the products of the stacked matrices ws (matrix p's rows
                                 times scales[p]) with the quantized x, rows over all threads
-The rounding of both quantizers is engine/quant_activations.py's (the numpy reference), bit for
+The rounding of both quantizers is engine/cpu/quant_activations.py's (the numpy reference), bit for
 bit. Every top-level function is written out (numba caches only top-level functions); each row is
 summed in one order whatever the thread count.
 """

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic_file import write_atomic, write_text_atomic
+from ..system.atomic_file import write_atomic, write_text_atomic
 from ..errors import PrefixImageError
 from ..generation import common_prefix
 from .format import FLAG_LOGITS, I32, dtype_code

@@ -1,0 +1,1 @@
+"""The model library: the Models window, its tabs and downloads, the model picker."""

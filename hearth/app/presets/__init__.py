@@ -1,0 +1,1 @@
+"""Presets: the preset manager, the sampling panel and the prefix cache panel."""

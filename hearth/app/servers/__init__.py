@@ -1,0 +1,1 @@
+"""Remote servers and the local server."""

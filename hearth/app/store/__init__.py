@@ -1,0 +1,1 @@
+"""The stores and settings: chats and presets on disk, Qt item models over them, settings."""
