@@ -236,7 +236,17 @@ class Engine:
                 self._last_logits = None
                 self.kv.truncate(n)
 
-    def _adopt_prefix(self, ids: Sequence[int], last_logits: np.ndarray | None) -> None:
+    def locked(self):
+        """The engine's lock as a context manager: `with engine.locked(): ...` keeps every other
+        caller out for the block (the lock is re-entrant, so Engine methods work inside it)."""
+        return self._lock
+
+    @property
+    def last_logits(self) -> np.ndarray | None:
+        """float32 [n_vocab]: the logits after the last resident token, or None when not at hand."""
+        return self._last_logits
+
+    def adopt_prefix(self, ids: Sequence[int], last_logits: np.ndarray | None) -> None:
         """After a prefix image was copied into the cache: make `ids` resident, with the
         logits after their last token (None: recomputed when needed)."""
         with self._lock:
@@ -313,7 +323,7 @@ class Engine:
                 if not getattr(e, "kv_restored", True):
                     self.reset()  # the rollback itself failed: forget everything rather than lie
                 raise
-            self._adopt_prefix(ids, logits)
+            self.adopt_prefix(ids, logits)
         return len(ids)
 
     # --- generation ------------------------------------------------------------------------

@@ -103,7 +103,7 @@ class PrefixStore:
         else (no image, or one refused for any reason) prefill it and write a fresh image over the
         refused one. Failures to write (a full disk) are reported in the result, not raised: the
         engine holds the prefix either way. Restoring replaces whatever was resident."""
-        with engine._lock:  # noqa: SLF001  (one caller at a time, as every Engine method)
+        with engine.locked():  # one caller at a time, as every Engine method
             return self._ensure(engine, text, label)
 
     def _ensure(self, engine, text, label: str | None) -> EnsureResult:
