@@ -28,7 +28,6 @@ import numpy as np
 from .backend import Backend
 from .config import ModelConfig
 from .cpu.linear import int8_default, no_parallel_kernels, set_threads, vnni_tiles
-from .kv_cache import KVCache
 from .models import build_model
 from .models.decoder import SERIAL, RowRunner
 from .system.shared_work import share
@@ -277,7 +276,7 @@ class CpuBackend(Backend):
         self.int8 = False
         self.set_int8(int8_default() if int8 is None else int8)
         self.model.make_resident(progress)
-        self.kv = KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, n_ctx, kv_dtype)
+        self.kv = self.model.make_state(n_ctx, kv_dtype)
         self.chunk = chunk
         self.threads = 1
         self._rows: ThreadedRows | None = None
