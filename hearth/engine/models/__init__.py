@@ -34,7 +34,8 @@ An architecture module provides (what `build_model` and `ModelConfig.from_gguf` 
 
 Most architectures are `Decoder` with a few methods replaced (`_load_block`, `_embed`, `_act`);
 one that is not (a recurrent layer, a mixture-of-experts FFN) subclasses it or writes its own
-`Model` with the same methods. Adding one is a module here and one line in ARCHITECTURES.
+`Model` with the same methods. Adding one is a module here and one line in ARCHITECTURES
+(`"qwen3moe": Arch("qwen3moe", "neox", model="Qwen3MoE")` where the class has another name).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Arch:
     module: str     # the module of this package that runs it
     rope: str       # llama.cpp's rotation: "normal" (adjacent pairs 2i, 2i + 1; its converter
                     # permutes llama's q/k rows for it) or "neox" (pairs i, i + d/2)
+    model: str = "Model"    # the module's class that `build_model` makes
 
 
 # GGUF general.architecture -> how Hearth runs it. One line per architecture.
@@ -74,4 +76,4 @@ def module(arch: str) -> ModuleType:
 
 def build_model(cfg, g):
     """The model of `cfg.arch` with its weights from the GGUF file `g`."""
-    return module(cfg.arch).Model(cfg, g)
+    return getattr(module(cfg.arch), ARCHITECTURES[cfg.arch].model)(cfg, g)
