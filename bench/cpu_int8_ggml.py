@@ -4,7 +4,7 @@
 llama-cpp-python's libggml-cpu exports quantize_row_q8_0 / q8_1 / q8_K and ggml_vec_dot_<type>_q8_*;
 this loads that library (from the llama_cpp package of the interpreter PY) through ctypes and, for
 every quantized weight type, on random blocks (tests/test_cpu_kernels.random_matrix) and three kinds
-of x, compares the codes, scales and block sums with engine/quant_activations.py and every row's
+of x, compares the codes, scales and block sums with engine/cpu/quant_activations.py and every row's
 product with the decode kernels' (Linear with 8-bit x). Prints, per type, whether the quantized x
 is identical and the largest |ours - llama.cpp| / max |llama.cpp|.
 """
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--llama-python", required=True)
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from hearth.engine import quant_activations as QA  # noqa: PLC0415
+    from hearth.engine.cpu import quant_activations as QA  # noqa: PLC0415
     from hearth.engine.cpu.linear import Activations, Linear  # noqa: PLC0415
     from hearth.engine.quants import TYPE_BY_NAME  # noqa: PLC0415
     from tests.test_cpu_kernels import _awkward_x, random_matrix  # noqa: PLC0415

@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from hearth.app.main import create_window
-    from hearth.engine.preset_format import Preset, check_sampling
+    from hearth.engine.chat.preset_format import Preset, check_sampling
 
     app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841  (kept alive)
 

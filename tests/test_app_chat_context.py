@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from app_fixtures import open_window, wait_until
 
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.engine.chat.preset_format import Preset, check_sampling
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,

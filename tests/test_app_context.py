@@ -7,9 +7,9 @@ import pytest
 from app_fixtures import open_window, wait_until
 from PySide6.QtCore import Qt
 
-from hearth.app.chat_store import ChatStore
-from hearth.engine.context_policy import POLICY_NAMES
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.app.store.chat_store import ChatStore
+from hearth.engine.chat.context_policy import POLICY_NAMES
+from hearth.engine.chat.preset_format import Preset, check_sampling
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
@@ -490,7 +490,7 @@ def _colours(block) -> dict[str, str]:
 
 
 def test_code_blocks_are_highlighted_in_both_themes(qtbot, window):
-    from hearth.app.bubbles import CodeBlock
+    from hearth.app.chat.bubbles import CodeBlock
     w = window
     start_chat(w, "p-stop")
     w.set_theme("light")

@@ -8,8 +8,8 @@ import pytest
 from app_fixtures import open_window, wait_until
 from PySide6.QtCore import Qt
 
-from hearth.app.chat_store import ChatStore
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.app.store.chat_store import ChatStore
+from hearth.engine.chat.preset_format import Preset, check_sampling
 
 pytestmark = pytest.mark.slow
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,

@@ -11,7 +11,7 @@ from mcp_fixtures import alive, pid_of, stdio_config, wait_gone
 from PySide6.QtCore import Qt
 from tool_round_fixtures import GREEDY, SYSTEM, ask, prompt_text, wait_confirm, wait_done, wait_until
 
-from hearth.engine.preset_format import Preset
+from hearth.engine.chat.preset_format import Preset
 
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "calculator",
                                            "parameters": {"type": "object"}}}]

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from hearth.app.mcp_servers import SERVICE, McpServers
-from hearth.app.preset_manager import PresetManager
-from hearth.app.preset_store import PresetStore
-from hearth.app.remote_servers import KeyStore
-from hearth.app.settings import Settings
+from hearth.app.tools.mcp_servers import SERVICE, McpServers
+from hearth.app.presets.preset_manager import PresetManager
+from hearth.app.store.preset_store import PresetStore
+from hearth.app.servers.remote_servers import KeyStore
+from hearth.app.store.settings import Settings
 from hearth.engine.tools.mcp import McpConfigError, McpServerConfig
 
 DOC = """{"mcpServers": {
@@ -103,8 +103,8 @@ def test_the_preset_manager_adds_a_server_and_a_preset_keeps_it(qtbot, qapp, tmp
 
 
 def test_mcp_tools_never_shadow_a_built_in_or_the_presets_own(qapp):
-    from hearth.app.mcp_tools import McpTools
-    from hearth.engine.preset_format import Preset
+    from hearth.app.tools.mcp_tools import McpTools
+    from hearth.engine.chat.preset_format import Preset
     t = McpTools(McpServers(Settings()))
     own = {"type": "function", "function": {"name": "lookup_order", "parameters": {"type": "object"}}}
     preset = Preset("p", "P", "", [own], mcp_servers=["srv"])

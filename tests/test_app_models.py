@@ -1,14 +1,14 @@
-"""hearth.app.item_models and app.message_view: the item models (checked by qtmodeltester) and the bubbles."""
+"""hearth.app.store.item_models and app.message_view: the item models (checked by qtmodeltester) and the bubbles."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from hearth.app.chat_store import ChatStore, Message
-from hearth.app.markdown_text import format_stats, split_markdown
-from hearth.app.message_view import MessageView
-from hearth.app.item_models import ChatFilterModel, ChatListModel, IdRole, MessageModel, PresetListModel, StreamingRole
-from hearth.app.preset_store import PresetStore
+from hearth.app.store.chat_store import ChatStore, Message
+from hearth.app.chat.markdown_text import format_stats, split_markdown
+from hearth.app.chat.message_view import MessageView
+from hearth.app.store.item_models import ChatFilterModel, ChatListModel, IdRole, MessageModel, PresetListModel, StreamingRole
+from hearth.app.store.preset_store import PresetStore
 
 
 def _store(tmp_path, n=3):
@@ -91,7 +91,7 @@ def test_message_view_follows_the_model(qtbot):
     m.append_text(row, "Sure:\n```python\nprint('x')")
     b = v.bubbles()
     assert len(b) == 2 and b[1].text().startswith("Sure")
-    from hearth.app.bubbles import CodeBlock
+    from hearth.app.chat.bubbles import CodeBlock
     code = b[1].findChild(CodeBlock, "codeBlock")
     assert code is not None and code.code() == "print('x')"
     code.copy.click()

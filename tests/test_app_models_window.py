@@ -10,9 +10,9 @@ import hashlib
 import pytest
 from PySide6.QtGui import QDesktopServices
 
-from hearth.app.models_window import ModelsWindow
-from hearth.app.remote_servers import KeyStore
-from hearth.app.settings import Settings
+from hearth.app.library.models_window import ModelsWindow
+from hearth.app.servers.remote_servers import KeyStore
+from hearth.app.store.settings import Settings
 from hearth.engine.library.registry import ModelRegistry
 from hub_fixtures import _no_hf_login, local_hub, split_llama, tiny_models  # noqa: F401
 from hub_server import Fault

@@ -25,9 +25,9 @@ from PySide6.QtCore import Qt, QTimer
 from server_fixtures import Reply, ScriptedServer, chunk, sse
 
 from hearth.app.main import create_window
-from hearth.engine.preset_format import Preset, check_sampling
-from hearth.app.remote_source import parse_remote_path, remote_path
-from hearth.app.remote_ui import REMOTE_DIALOG
+from hearth.engine.chat.preset_format import Preset, check_sampling
+from hearth.app.servers.remote_source import parse_remote_path, remote_path
+from hearth.app.servers.remote_ui import REMOTE_DIALOG
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
@@ -314,7 +314,7 @@ def test_a_server_killed_mid_reply_is_a_message_and_the_text_is_kept(qtbot, wind
 
 
 def test_a_remembered_remote_model_is_used_again_at_start(qtbot, qapp, served):
-    from hearth.app.settings import Settings
+    from hearth.app.store.settings import Settings
     s = Settings()                       # HEARTH_DATA_DIR: this test's own (conftest)
     s.set("remote/servers", [{"url": served.url, "models": [served.model], "key": ""}])
     s.set("model/path", remote_path(served.url, served.model))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hearth.app.remote_servers import SERVICE, KeyStore, RemoteServers, usable_keyring
-from hearth.app.settings import Settings
+from hearth.app.servers.remote_servers import SERVICE, KeyStore, RemoteServers, usable_keyring
+from hearth.app.store.settings import Settings
 
 keyring = pytest.importorskip("keyring")
 from keyring.backend import KeyringBackend

@@ -1,4 +1,4 @@
-"""hearth.app.chat_store, app.preset_store, app.tool_schema: the app's Qt-free storage."""
+"""hearth.app.store.chat_store, app.preset_store, app.tool_schema: the app's Qt-free storage."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
-from hearth.app.chat_store import SCHEMA_VERSION, ChatStore, ChatStoreError, Message
-from hearth.app.preset_store import PresetStore
-from hearth.engine.preset_format import FORMAT, Preset, PresetError, check_sampling
+from hearth.app.store.chat_store import SCHEMA_VERSION, ChatStore, ChatStoreError, Message
+from hearth.app.store.preset_store import PresetStore
+from hearth.engine.chat.preset_format import FORMAT, Preset, PresetError, check_sampling
 from hearth.engine.tools import ToolSchemaError as ToolError
 from hearth.engine.tools import normalize_tool_definition as validate_tool
 from hearth.engine.tools import validate_tool_set as validate_tools
@@ -67,7 +67,7 @@ def test_search_finds_titles_and_message_text(tmp_path):
 
 def test_migrates_a_version_1_database(tmp_path):
     db = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
-    from hearth.app.chat_store import MIGRATIONS
+    from hearth.app.store.chat_store import MIGRATIONS
     MIGRATIONS[0](db)
     db.execute("PRAGMA user_version = 1")
     db.execute("INSERT INTO chats(title, preset_id, created, updated) VALUES ('old', '', 0, 0)")

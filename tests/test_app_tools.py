@@ -16,8 +16,8 @@ from app_fixtures import open_window
 from PySide6.QtCore import Qt
 from tool_round_fixtures import GREEDY, SYSTEM, ask, prompt_text, wait_confirm, wait_done, wait_until
 
-from hearth.app.chat_store import ChatStore
-from hearth.engine.preset_format import Preset
+from hearth.app.store.chat_store import ChatStore
+from hearth.engine.chat.preset_format import Preset
 
 TOOLS = [{"type": "function", "function": {"name": n, "description": n, "parameters": {"type": "object"}}}
          for n in ("calculator", "current_datetime", "read_file", "fetch_url")] + [

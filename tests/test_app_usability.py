@@ -16,10 +16,10 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
-from hearth.app.model_picker import OPEN_GGUF
-from hearth.app.remote_ui import REMOTE_DIALOG
+from hearth.app.library.model_picker import OPEN_GGUF
+from hearth.app.servers.remote_ui import REMOTE_DIALOG
 from hearth.app.window import MIN_SIZE
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.engine.chat.preset_format import Preset, check_sampling
 
 ROOT = Path(__file__).resolve().parent.parent
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
@@ -163,7 +163,7 @@ def test_model_box_shows_a_model_never_an_action(qtbot, window, tmp_path, defaul
     def fake_dialog(*_a, **_k):
         during.append(w.modelPicker.currentData())
         return (str(other), "")
-    monkeypatch.setattr("hearth.app.model_picker.QFileDialog.getOpenFileName", fake_dialog)
+    monkeypatch.setattr("hearth.app.library.model_picker.QFileDialog.getOpenFileName", fake_dialog)
     w.statusSpeed.setText("prefill 7397 tok/s  ·  decode 152.0 tok/s")
     w.statusPrefix.setText("Computed preset prefix in 169 ms (40 tokens)")
     i = w.modelPicker.findData(OPEN_GGUF)
@@ -481,7 +481,7 @@ def test_a_dropped_window_stops_its_engine_thread(tmp_path):
 def test_the_model_list_shows_each_models_size_and_fit(window, qtbot):
     """Each local model in the picker carries its size and fits / tight / won't fit (engine.memory's
     rule at the context it would load with), shown at the right of the open list and in its tooltip."""
-    from hearth.app.model_picker import FIT_ROLE, FIT_VALUE_ROLE, FitDelegate
+    from hearth.app.library.model_picker import FIT_ROLE, FIT_VALUE_ROLE, FitDelegate
 
     w = window
     mp = w.picker.combo

@@ -12,8 +12,8 @@ import pytest
 from app_fixtures import STREAMING_PROMPT, open_window, wait_until
 from PySide6.QtCore import Qt
 
-from hearth.app.chat_store import ChatStore
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.app.store.chat_store import ChatStore
+from hearth.engine.chat.preset_format import Preset, check_sampling
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
@@ -169,7 +169,7 @@ def test_markdown_code_block_has_a_copy_button(qtbot, window):
     send(qtbot, w, "Write a Python hello world program in a code block.")
     set_max_tokens(w, GREEDY["max_tokens"])
     bubble = w.messageView.bubbles()[1]
-    from hearth.app.bubbles import CodeBlock
+    from hearth.app.chat.bubbles import CodeBlock
     blocks = bubble.findChildren(CodeBlock)
     assert blocks, f"expected a code block in {bubble.text()!r}"
     qtbot.mouseClick(blocks[0].copy, Qt.MouseButton.LeftButton)

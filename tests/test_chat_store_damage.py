@@ -1,4 +1,4 @@
-"""app/chat_store.py and app/chat_recovery.py against real damage: a disk that fills (a real small
+"""app/store/chat_store.py and app/store/chat_recovery.py against real damage: a disk that fills (a real small
 tmpfs), a database with damaged pages, one from a newer Hearth, and two processes on one file."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hearth.app.chat_store import SCHEMA_VERSION, ChatStore, Message, StorageFullError
+from hearth.app.store.chat_store import SCHEMA_VERSION, ChatStore, Message, StorageFullError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,7 +143,7 @@ def test_a_database_from_a_newer_hearth_is_left_untouched(tmp_path):
 
 OTHER = textwrap.dedent("""
     import sys
-    from hearth.app.chat_store import ChatStore
+    from hearth.app.store.chat_store import ChatStore
     s = ChatStore(sys.argv[1])
     for line in sys.stdin:
         cmd, _, arg = line.strip().partition(" ")
@@ -207,8 +207,8 @@ def test_damage_after_the_start_check_is_reported_when_a_chat_opens(qtbot, tmp_p
     """The conversation's side: a chat that cannot be read gives a message, not an exception in a slot."""
     from PySide6.QtCore import QObject, Signal
 
-    from hearth.app.conversation import Conversation
-    from hearth.app.preset_store import PresetStore
+    from hearth.app.chat.conversation import Conversation
+    from hearth.app.store.preset_store import PresetStore
 
     class Worker(QObject):
         delta, finished, failed, modelLoaded = Signal(int, str), Signal(int, dict), Signal(int, str), Signal(dict)

@@ -1,4 +1,4 @@
-"""engine/chat_template.py: real models' chat templates render what transformers' apply_chat_template
+"""engine/chat/chat_template.py: real models' chat templates render what transformers' apply_chat_template
 renders; a file without a template gets ChatML; every failure is a TemplateError naming the model.
 
 The templates in tests/data/templates/ are the public ones (tokenizer_config.json of SmolLM2-135M-
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hearth.engine.chat_template import CHATML_TEMPLATE, ChatTemplate
+from hearth.engine.chat.chat_template import CHATML_TEMPLATE, ChatTemplate
 from hearth.engine.errors import TemplateError
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.paths import default_model_path

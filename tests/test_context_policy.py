@@ -1,4 +1,4 @@
-"""The context-full policies (engine/context_policy.py): on counted messages, then on the real
+"""The context-full policies (engine/chat/context_policy.py): on counted messages, then on the real
 default model's template and tokenizer."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from hearth.engine import ContextFullError, Engine
-from hearth.engine.chat_turn import ChatTurn, prefix_text
-from hearth.engine.context_policy import exchanges, fit_messages, fit_turn, room_for_reply
+from hearth.engine.chat.chat_turn import ChatTurn, prefix_text
+from hearth.engine.chat.context_policy import exchanges, fit_messages, fit_turn, room_for_reply
 
 
 def chat(n: int, system: bool = True) -> list[dict]:
@@ -111,7 +111,7 @@ def test_on_the_real_template_stop_refuses(engine):
 
 
 def test_draft_verdicts_under_each_policy():
-    from hearth.engine.context_policy import draft_verdict
+    from hearth.engine.chat.context_policy import draft_verdict
     assert draft_verdict(100, 50, 1000, 100, "stop") == ("fits", "")
     kind, text = draft_verdict(950, 50, 1000, 100, "stop")
     assert kind == "too_long" and "950 tokens" in text and "rolling window" in text

@@ -6,7 +6,7 @@ Random blocks (random bytes, sane float16 scales), odd row counts. Tolerances:
   weights and the activations (float32 accumulation in 8 lanes and per-block partial sums);
 - block sums: float32 rounding;
 - 8-bit x (the decode kernels, x quantized as llama.cpp does): the codes, scales and sums exactly
-  those of the numpy reference (engine/quant_activations.py); the products within 1e-5 of
+  those of the numpy reference (engine/cpu/quant_activations.py); the products within 1e-5 of
   sum |w| |x8| of the float64 product of the reference weights and the dequantized 8-bit x (the
   integer sums are exact; the tolerance covers the float32 scaling and accumulation), also with
   every weight byte at an extreme (the int16 bounds of pmaddubsw), and on the generic vector IR
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from hearth.engine import quant_activations as QA
+from hearth.engine.cpu import quant_activations as QA
 from hearth.engine.cpu import kernels as K
 from hearth.engine.cpu import kernels_int8 as K8
 from hearth.engine.cpu.linear import SWAP_MAX_ROWS, Activations, Linear
@@ -221,7 +221,7 @@ def test_int8_stacked_matrices_equal_each_alone(name, n):
 def _int8_check(name: str, w: np.ndarray, x: np.ndarray, got: np.ndarray) -> None:
     """got float32 [rows]: the 8-bit product of w with x against the float64 reference. Q4_1/Q5_1's
     offset terms m * sum(x) are m times the Q8_1 block sum s, which llama.cpp rounds to float16
-    (engine/quant_activations.py): the reference takes them so, or a block of zero nibbles (all
+    (engine/cpu/quant_activations.py): the reference takes them so, or a block of zero nibbles (all
     offset) would differ by that rounding (2^-11), not by the kernel."""
     q, d, s = (QA.q8_k if name.endswith("_K") else QA.q8_0)(x)
     x8 = QA.dequantized(q, d)
@@ -280,7 +280,7 @@ def pool_work(threads: int = 2):
     map(fn, items), over `threads` pool threads and this one."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from hearth.engine.shared_work import share
+    from hearth.engine.system.shared_work import share
 
     class Work:
         n_threads = threads + 1

@@ -117,10 +117,10 @@ def test_adopt_prefix_sets_resident_tokens(eng, smollm2_reference):
     p = prompt(smollm2_reference, "english")
     eng.reset()
     logits = eng.feed(p["ids"])
-    eng._adopt_prefix(p["ids"], logits)
+    eng.adopt_prefix(p["ids"], logits)
     final = list(eng.generate(p["ids"], max_tokens=1, sampling=Sampling.greedy()))[-1]
     assert final.stats.computed_tokens == 0
-    eng._adopt_prefix(p["ids"], None)  # no logits: only the last token is recomputed
+    eng.adopt_prefix(p["ids"], None)  # no logits: only the last token is recomputed
     final = list(eng.generate(p["ids"], max_tokens=1, sampling=Sampling.greedy()))[-1]
     assert final.stats.computed_tokens == 1 and final.stats.reused_tokens == len(p["ids"]) - 1
 

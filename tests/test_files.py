@@ -1,4 +1,4 @@
-"""engine/files.py: only regular files are opened, never blocking on a FIFO; links are reported;
+"""engine/system/files.py: only regular files are opened, never blocking on a FIFO; links are reported;
 set-aside names never collide."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hearth.engine.files import (NotRegularFile, file_kind, file_lock, link_target, lock_while_writing, move_aside,
+from hearth.engine.system.files import (NotRegularFile, file_kind, file_lock, link_target, lock_while_writing, move_aside,
                           open_regular, orphaned)
 
 
@@ -97,7 +97,7 @@ def test_move_aside_names_never_collide_even_in_one_second(tmp_path):
 
 def test_file_lock_makes_another_process_wait(tmp_path):
     target = tmp_path / "presets.json"
-    script = ("import sys, time; from hearth.engine.files import file_lock\n"
+    script = ("import sys, time; from hearth.engine.system.files import file_lock\n"
               "with file_lock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(1.0)\n")
     root = Path(__file__).resolve().parent.parent
     other = subprocess.Popen([sys.executable, "-c", script, str(target)], stdout=subprocess.PIPE, text=True,
@@ -122,7 +122,7 @@ def test_orphaned_temporaries_are_those_no_live_writer_holds(tmp_path):
     fresh = tmp_path / ".c.tmp"
     fresh.write_bytes(b"x")                              # just created: its writer may not hold it yet
     held = tmp_path / ".b.tmp"
-    script = ("import os, sys, time; from hearth.engine.files import lock_while_writing\n"
+    script = ("import os, sys, time; from hearth.engine.system.files import lock_while_writing\n"
               "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); lock_while_writing(fd)\n"
               "os.utime(sys.argv[1], (time.time() - 120, time.time() - 120)); print('writing', flush=True)\n"
               "sys.stdin.readline()\n")

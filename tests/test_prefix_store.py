@@ -376,7 +376,7 @@ def test_a_fifo_in_the_metadata_place_does_not_block_the_listing(lib, tmp_path):
 
 
 def test_orphaned_temporary_files_go_at_start_and_live_ones_count_against_the_cap(lib, tmp_path):
-    from hearth.engine.files import lock_while_writing
+    from hearth.engine.system.files import lock_while_writing
     root = tmp_path / "p"
     root.mkdir()
     orphan = root / ".abc.hpx.x1.tmp"

@@ -1,8 +1,8 @@
-"""app/preset_merge.py: what two processes did to the presets since the last save is all kept."""
+"""app/store/preset_merge.py: what two processes did to the presets since the last save is all kept."""
 
 from __future__ import annotations
 
-from hearth.app.preset_merge import merge
+from hearth.app.store.preset_merge import merge
 
 
 def run(base, mine, theirs):

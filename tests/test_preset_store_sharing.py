@@ -1,4 +1,4 @@
-"""app/preset_store.py with two stores on one file (as two Hearth processes would have): every save
+"""app/store/preset_store.py with two stores on one file (as two Hearth processes would have): every save
 re-reads the file under a lock and merges, so neither side's changes are lost; corrupt files moved
 aside never overwrite each other; temporary files of dead writers go at load."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import time
 
-from hearth.app.preset_store import PresetStore
-from hearth.engine.preset_format import Preset
+from hearth.app.store.preset_store import PresetStore
+from hearth.engine.chat.preset_format import Preset
 
 
 def ids(store: PresetStore) -> list[str]:

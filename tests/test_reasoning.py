@@ -1,4 +1,4 @@
-"""Thinking told apart from the answer (engine/reasoning.py), and the Qwen3 template's handling
+"""Thinking told apart from the answer (engine/chat/reasoning.py), and the Qwen3 template's handling
 of it: enable_thinking, and earlier turns' thinking left out of the prompt."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hearth.engine.chat_template import ChatTemplate
-from hearth.engine.reasoning import THINK_TAGS, ThinkingSplitter, has_thinking_switch, open_tag_at_end
+from hearth.engine.chat.chat_template import ChatTemplate
+from hearth.engine.chat.reasoning import THINK_TAGS, ThinkingSplitter, has_thinking_switch, open_tag_at_end
 
 QWEN3 = (Path(__file__).parent / "data" / "templates" / "qwen3.jinja").read_text(encoding="utf-8")
 

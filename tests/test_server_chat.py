@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from hearth.engine import Engine
-from hearth.engine.chat_turn import prefix_text, template_messages
+from hearth.engine.chat.chat_turn import prefix_text, template_messages
 from hearth.engine.prefix import PrefixStore
 from hearth.engine.server import ChatService, RequestError
 from hearth.engine.server.chat import ReplyAssembler

@@ -169,7 +169,7 @@ def test_connections_past_the_cap_get_a_503_not_a_reset(served):
 
 
 def test_a_hostile_chat_template_is_a_clear_error_and_the_server_stays_up(served):
-    from hearth.engine.chat_template import ChatTemplate  # noqa: PLC0415
+    from hearth.engine.chat.chat_template import ChatTemplate  # noqa: PLC0415
     server, service = served
     hostile = ChatTemplate("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
                            model_name="hostile", time_limit_s=0.5)
@@ -194,7 +194,7 @@ def test_a_hostile_chat_template_is_a_clear_error_and_the_server_stays_up(served
 
 
 def test_a_tool_result_with_control_token_text_is_read_as_text(served):
-    from hearth.engine.chat_turn import ChatTurn, prompt_ids, tool_format_of  # noqa: PLC0415
+    from hearth.engine.chat.chat_turn import ChatTurn, prompt_ids, tool_format_of  # noqa: PLC0415
     from hearth.engine.server.protocol import wire_to_template_messages  # noqa: PLC0415
     server, service = served
     wire = [{"role": "user", "content": "Read it"},

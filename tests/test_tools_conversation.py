@@ -9,7 +9,7 @@ must parse again, with the same parser, into the same call.
 
 import pytest
 
-from hearth.engine.chat_template import ChatTemplate
+from hearth.engine.chat.chat_template import ChatTemplate
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.tools import (MalformedToolCall, ToolCall, ToolCallParser, ToolContext, ToolRegistry,
                           ToolResult, detect_format, fallback_system_prompt, messages_with_tool_round)

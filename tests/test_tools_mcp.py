@@ -207,7 +207,7 @@ def test_close_stops_every_server(tmp_path):
 # -- presets and the server -------------------------------------------------------------------------
 
 def test_a_preset_names_its_mcp_servers():
-    from hearth.engine.preset_format import Preset, PresetError
+    from hearth.engine.chat.preset_format import Preset, PresetError
     p = Preset.from_json({"name": "P", "mcp_servers": ["files", "files", "web"]})
     assert p.mcp_servers == ["files", "web"]
     assert Preset.from_json(p.to_json()).mcp_servers == ["files", "web"]

@@ -114,7 +114,7 @@ def test_names_with_dots_and_boolean_schemas_are_accepted():
 def test_a_name_starting_with_a_digit_is_one_rule_for_requests_and_presets():
     """'2fa' is a valid name (OpenAI's rule allows a leading digit), so a tool the server accepts in a
     request can be saved in a preset; a name with a space is refused by both."""
-    from hearth.engine.preset_format import Preset, PresetError
+    from hearth.engine.chat.preset_format import Preset, PresetError
     tool = {"type": "function", "function": {"name": "2fa", "parameters": {"type": "object", "properties": {}}}}
     assert validate_tool_set([tool])[0]["function"]["name"] == "2fa"
     assert Preset.from_json({"name": "Codes", "tools": [tool]}).tools == validate_tool_set([tool])

@@ -1,4 +1,4 @@
-"""engine/watchdog.py: a deadline stops pure-Python work in the thread that runs it, and nothing
+"""engine/system/watchdog.py: a deadline stops pure-Python work in the thread that runs it, and nothing
 surfaces after a block that ended in time."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hearth.engine.watchdog import Deadline, deadline
+from hearth.engine.system.watchdog import Deadline, deadline
 
 
 def spin(seconds: float) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import app_fixtures
 from PySide6.QtCore import Qt
 
-from hearth.engine.preset_format import check_sampling
+from hearth.engine.chat.preset_format import check_sampling
 
 SYSTEM = "You are a helpful assistant."
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,

@@ -23,7 +23,7 @@ def main() -> int:
     p = w.current_preset()
     p.sampling.update({"max_tokens": 40, "temperature": 0.0})
     w.presets.update(p)
-    w._show_sampling()
+    w.presetChoice.show_sampling()
     spin(lambda: not w.client.busy)
 
     w.new_chat()

@@ -17,7 +17,7 @@ CALL = '<tool_call>[{"name": "add", "arguments": {"a": 1081, "b": 2.5}}]</tool_c
 
 def main() -> int:
     use_temp_dirs()
-    from hearth.engine.preset_format import Preset
+    from hearth.engine.chat.preset_format import Preset
     from hearth.engine.tools.mcp import McpServerConfig
     w, _ready = open_window()
     w.mcp.servers.add(McpServerConfig("numbers", sys.executable, (str(ROOT / "tests" / "mcp_test_server.py"),)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from hearth.engine.chat_turn import ChatTurn, prefill_in_chunks, render_prompt, tool_format_of
+from hearth.engine.chat.chat_turn import ChatTurn, prefill_in_chunks, render_prompt, tool_format_of
 from hearth.engine.generation import common_prefix
 from hearth.engine.prefix.chat_images import ChatImages, Root
 

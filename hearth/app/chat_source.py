@@ -5,7 +5,7 @@ A chat source (a `ChatBackend`; not to be confused with the engine's compute bac
 preset's prefix resident. `LocalBackend` runs Hearth's own engine and keeps prefixes as images
 through the PrefixStore; `RemoteBackend` (remote_source.py: an OpenAI-compatible server) implements
 the same methods, with `prepare_prefix` a no-op because the server caches prefixes itself. How a
-turn becomes a prompt is engine/chat_turn.py's rule, the one the server uses.
+turn becomes a prompt is engine/chat/chat_turn.py's rule, the one the server uses.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from hearth.engine.chat_turn import (
+from hearth.engine.chat.chat_turn import (
     PREFILL_CHUNK,
     ChatTurn,
     prefill_in_chunks,
@@ -27,10 +27,10 @@ from hearth.engine.chat_turn import (
     tool_format_of,
     with_prefill,
 )
-from hearth.engine.context_policy import fit_turn
+from hearth.engine.chat.context_policy import fit_turn
 from hearth.engine.generation import common_prefix
 from hearth.engine.library.file_names import display_name
-from hearth.engine.reasoning import has_thinking_switch, open_tag_at_end
+from hearth.engine.chat.reasoning import has_thinking_switch, open_tag_at_end
 
 Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 = unknown
 
@@ -83,7 +83,7 @@ class ChatBackend:
                cancel: Callable[[], bool], progress: Progress | None = None,
                policy: str = "stop", template_vars: dict | None = None) -> Iterator[StreamEvent]:
         """`policy`: what to do when the conversation does not fit the context
-        (engine/context_policy.py); a remote server applies its own. `template_vars`: extra chat
+        (engine/chat/context_policy.py); a remote server applies its own. `template_vars`: extra chat
         template variables (enable_thinking)."""
         raise NotImplementedError
 

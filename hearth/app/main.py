@@ -14,11 +14,11 @@ from hearth.engine.paths import cache_dir, data_dir
 
 from . import gui_gc
 from .chat_source import LocalBackend
-from .chat_store import ChatStore
-from .preset_store import RESOURCES, PresetStore
-from .remote_source import RemoteBackend, RoutingBackend
 from .runtime_dir import ensure_runtime_dir
-from .settings import Settings
+from .servers.remote_source import RemoteBackend, RoutingBackend
+from .store.chat_store import ChatStore
+from .store.preset_store import RESOURCES, PresetStore
+from .store.settings import Settings
 from .single_instance import SingleInstance
 from .window import MainWindow
 

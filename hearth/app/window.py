@@ -1,68 +1,49 @@
-"""The main window: chat list, conversation, pickers, sampling panel, status bar.
+"""The main window: it assembles the subsystems and connects their signals.
 
-It wires widgets to the Conversation (the open chat), the stores and the EngineClient; all model work
-happens on the worker thread and comes back as signals.
+The parts: the chat list and the open conversation (`chat/`), the model picker and the Models
+window (`library/`), the preset choice and its dialogs (`presets/`), MCP tools (`tools/`), remote
+and local servers (`servers/`), the stores and settings (`store/`); the top bar, menus, status line
+and panel fit are built by `window_parts.py`. All model work happens on the worker thread
+(`worker.py`) and comes back as signals.
 """
 
 from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QApplication, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow,
-                               QMessageBox, QProgressBar, QPushButton, QSplitter, QToolButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtCore import QSize, Signal
+from PySide6.QtGui import QIcon, QKeySequence, QShortcut
+from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter
 
 from hearth.engine.errors import EngineError
 from hearth.engine.library.model_facts import read_facts
 from hearth.engine.library.model_settings import ModelSettingsStore
 from hearth.engine.paths import cache_dir
 
-from . import theme
-from .chat_context import chat_context_line
-from .chat_source import human_bytes
-from .cache_panel import CachePanel
-from .chat_sidebar import ChatSidebar
-from .chat_store import ChatStore, ChatStoreError
-from .context_length import ContextLengthDialog, n_ctx_for, real_model_path, set_n_ctx
-from .conversation import Conversation
-from .attachment_bar import AttachmentBar
-from .attachments import message_text
-from .draft_tokens import DraftTokens
-from .export import ChatImportError, import_json
-from .markdown_text import duration, tokens
-from .export import export as export_chats
-from .message_input import MessageInput
-from .mcp_servers import McpServers
-from .mcp_tools import McpTools
-from .message_view import MessageView
-from .models_ui import ModelsUI
-from .preset_manager import PresetManager
-from .preset_store import RESOURCES, PresetStore
+from . import theme, window_parts
+from .chat.attachments import message_text
+from .chat.chat_sidebar import ChatSidebar
+from .chat.conversation import Conversation
+from .chat.draft_tokens import DraftTokens
 from .about import AboutDialog
-from .elided_combo import ElidedComboBox
-from .elided_label import ElidedLabel
-from .model_picker import ModelPicker
-from .remote_ui import RemoteUI
-from .sampling_panel import SamplingPanel
-from .server_toggle import ServeToggle
-from .tool_confirm import ToolConfirmBar
-from .settings import Settings
+from .library.context_length import ContextLengthDialog, real_model_path, set_n_ctx
+from .library.models_ui import ModelsUI
+from .presets.cache_panel import CachePanel
+from .presets.preset_choice import PresetChoice
+from .presets.preset_manager import PresetManager
+from .presets.sampling_panel import SamplingPanel
+from .servers.remote_ui import RemoteUI
+from .store.chat_store import ChatStore
+from .store.export import ChatImportError, import_json
+from .store.export import export as export_chats
+from .store.preset_store import RESOURCES, PresetStore
+from .store.settings import Settings
+from .tools.mcp_servers import McpServers
+from .tools.mcp_tools import McpTools
 from .worker import EngineClient
 
 MIN_SIZE = QSize(760, 520)
-# the Settings menu's KV cache precisions (engine/kv_cache.py's names)
-KV_DTYPE_CHOICES = (("f32", "float32 (exact)"), ("f16", "float16 (half the memory)"))
-WIDE = 1300     # below this the top bar drops its "Preset" and "Model" labels
-NARROW = 1000   # below this the sampling panel has no room: its toggle goes too (Ctrl+Shift+S stays)
-
-
-def _set_state(widget: QWidget, name: str, on: bool) -> None:
-    """A dynamic property the stylesheet reads, re-applied at once."""
-    widget.setProperty(name, "true" if on else "false")
-    widget.style().unpolish(widget)
-    widget.style().polish(widget)
+KV_DTYPE_CHOICES = window_parts.KV_DTYPE_CHOICES
 
 
 class MainWindow(QMainWindow):
@@ -102,14 +83,12 @@ class MainWindow(QMainWindow):
         self.remote = RemoteUI(self, self.picker)
         self.remote.loadRequested.connect(self.load_model)
         self.remote.notice.connect(lambda text: self.show_banner(text, "notice"))
-        self.mcp.toolsChanged.connect(self.warm_preset)
         self.mcp.notice.connect(lambda text: self.show_banner(text, "notice"))
-        self.mcp.approvalNeeded.connect(self._ask_mcp_approval)
         self.library = ModelsUI(self)
         self.library.loadRequested.connect(self.load_model)
-        self.library.modelsChanged.connect(self._list_library_models)
+        self.library.modelsChanged.connect(lambda: self.picker.set_entries("library", self.library.picker_entries()))
         self.picker.fileOpened.connect(self.library.opened)
-        self._list_library_models()
+        self.picker.set_entries("library", self.library.picker_entries())
         self.modelsButton.clicked.connect(self.library.open)
         self._restore()
         if presets.notice:
@@ -124,8 +103,8 @@ class MainWindow(QMainWindow):
                      "undoLabel", "undoButton"):
             setattr(self, name, getattr(side, name))
 
-        top = self._build_top_bar()
-        centre = self._build_centre(top)
+        top = window_parts.build_top_bar(self)
+        centre = window_parts.build_centre(self, top)
         self.samplingPanel = SamplingPanel()
         self.samplingPanel.setMinimumWidth(230)
         self.splitter = QSplitter(objectName="mainSplitter")
@@ -138,222 +117,26 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes([210, 840, 230])
         self.setCentralWidget(self.splitter)
         self.setMinimumSize(MIN_SIZE)
-        self._auto_hidden: set[str] = set()     # panels hidden because the window is too narrow for them
-
-        self._build_status_bar()
-        self._menus()
+        self.status = window_parts.StatusLine(self)
+        self.panels = window_parts.PanelFit(self)
+        self.presetChoice = PresetChoice(self)
+        window_parts.build_menus(self)
         self.resize(1280, 820)
 
-    def _build_top_bar(self) -> QWidget:
-        """Preset, model, backend, model info, sampling toggle."""
-        top = self.topBar = QWidget(objectName="topBar")
-        tl = QHBoxLayout(top)
-        tl.setContentsMargins(12, 6, 12, 6)
-        self.presetPicker = ElidedComboBox(objectName="presetPicker", minimumContentsLength=10)
-        self.presetPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.presetPicker.setToolTip("Preset: system prompt, tools and sampling for this chat")
-        self.presetPicker.setAccessibleName("Preset")
-        self.picker = ModelPicker(self.settings, self.client, self)
-        # a model's own context length (Settings → Context length…) over the app-wide one
-        self.picker.n_ctx_of = lambda path: n_ctx_for(self.modelSettings, path, self.settings.get("model/n_ctx"))
-        # The picker's widgets, also attributes here for tests and scripts.
-        self.modelPicker, self.backendPicker, self.modelInfo = (self.picker.combo, self.picker.backendBox,
-                                                                self.picker.infoLabel)
-        self.samplingToggle = QToolButton(text="Sampling", objectName="samplingToggle", checkable=True)
-        self.samplingToggle.setToolTip("Show or hide the sampling panel (Ctrl+Shift+S)")
-        self.samplingToggle.setAccessibleName("Sampling panel")
-        self.samplingToggle.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-        self.sidebarToggle = QToolButton(text="☰", objectName="sidebarToggle", checkable=True, checked=True)
-        self.sidebarToggle.setToolTip("Show or hide the chat list (Ctrl+B)")
-        self.sidebarToggle.setAccessibleName("Chat list")
-        self.sidebarToggle.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-        self.modelsButton = QToolButton(text="Models", objectName="modelsButton")
-        self.modelsButton.setToolTip("Find, download and manage models (Ctrl+Shift+M)")
-        self.modelsButton.setAccessibleName("Models window")
-        self.modelsButton.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-        tl.addWidget(self.sidebarToggle)
-        presetLabel = self.presetLabel = QLabel("Preset")
-        presetLabel.setBuddy(self.presetPicker)
-        tl.addWidget(presetLabel)
-        tl.addWidget(self.presetPicker)
-        tl.addSpacing(6)
-        modelLabel = self.modelLabel = QLabel("Model")
-        modelLabel.setBuddy(self.modelPicker)
-        tl.addWidget(modelLabel)
-        tl.addWidget(self.modelPicker)
-        tl.addWidget(self.backendPicker)
-        tl.addWidget(self.modelsButton)
-        tl.addWidget(self.modelInfo, 1)
-        tl.addWidget(self.samplingToggle)
-        return top
-
-    def _build_centre(self, top: QWidget) -> QWidget:
-        """The top bar, then the banner, the conversation, the progress bar and the input."""
-        self.banner = QFrame(objectName="banner")
-        bl = QHBoxLayout(self.banner)
-        bl.setContentsMargins(12, 6, 6, 6)
-        self.bannerLabel = QLabel("", wordWrap=True, objectName="bannerText")
-        self.bannerLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        close = QToolButton(text="✕", autoRaise=True)
-        close.clicked.connect(self.banner.hide)
-        bl.addWidget(self.bannerLabel, 1)
-        bl.addWidget(close)
-        self.banner.hide()
-        self.messageView = MessageView()
-        self.messageView.setModel(self.conversation.model)
-        self.workBar = QWidget()
-        wl = QHBoxLayout(self.workBar)
-        wl.setContentsMargins(24, 2, 24, 2)
-        self.workLabel = QLabel("", objectName="workLabel")
-        self.workProgress = QProgressBar(objectName="workProgress", textVisible=False)
-        wl.addWidget(self.workLabel)
-        wl.addWidget(self.workProgress, 1)
-        self.workBar.hide()
-        inputFrame = QFrame(objectName="messageInputFrame")
-        il = QHBoxLayout(inputFrame)
-        il.setContentsMargins(10, 6, 6, 6)
-        self.messageInput = MessageInput()
-        self.messageInput.focusChanged.connect(lambda on: _set_state(inputFrame, "focused", on))
-        self.sendButton = QPushButton("Send", objectName="sendButton")
-        self.sendButton.setToolTip("Send (Enter or Ctrl+Enter)")
-        self.sendButton.setAccessibleName("Send")
-        self.stopButton = QPushButton("Stop", objectName="stopButton")
-        self.stopButton.setToolTip("Stop the reply (Esc)")
-        self.stopButton.setAccessibleName("Stop the reply")
-        self.stopButton.hide()
-        self.tokenCount = QLabel("", objectName="tokenCount")
-        self.attachButton = QToolButton(text="Attach", objectName="attachButton")
-        self.attachButton.setToolTip("Attach text, code or PDF files (or drop them on the message box)")
-        self.attachmentBar = AttachmentBar(self.conversation, self.client)
-        self.thinkingToggle = QToolButton(text="Think", objectName="thinkingToggle", checkable=True, checked=True)
-        self.thinkingToggle.setToolTip("Let the model think before it answers (its template's enable_thinking)")
-        self.thinkingToggle.toggled.connect(self._on_thinking_toggled)
-        self.thinkingToggle.hide()
-        il.addWidget(self.attachButton, 0, Qt.AlignmentFlag.AlignBottom)
-        il.addWidget(self.messageInput, 1)
-        il.addWidget(self.tokenCount, 0, Qt.AlignmentFlag.AlignBottom)
-        il.addWidget(self.thinkingToggle, 0, Qt.AlignmentFlag.AlignBottom)
-        il.addWidget(self.sendButton, 0, Qt.AlignmentFlag.AlignBottom)
-        il.addWidget(self.stopButton, 0, Qt.AlignmentFlag.AlignBottom)
-        self.editHint = QLabel("", objectName="hint")
-        self.editHint.hide()
-        centre = QWidget()
-        cl = QVBoxLayout(centre)
-        cl.setContentsMargins(0, 0, 0, 0)
-        cl.setSpacing(0)
-        cl.addWidget(top)
-        cl.addWidget(self.banner)
-        cl.addWidget(self.messageView, 1)
-        cl.addWidget(self.workBar)
-        bottom = QWidget(objectName="messageColumn")
-        bo = QVBoxLayout(bottom)
-        bo.setContentsMargins(24, 6, 24, 12)
-        self.inputColumn = bottom
-        self.messageView.marginChanged.connect(self._align_input)
-        self.toolConfirm = ToolConfirmBar(self.conversation.tools)
-        bo.addWidget(self.toolConfirm)
-        bo.addWidget(self.editHint)
-        bo.addWidget(self.attachmentBar)
-        bo.addWidget(inputFrame)
-        cl.addWidget(bottom)
-        return centre
-
-    def _align_input(self, left: int, right: int) -> None:
-        """The input box lines up with the conversation's column where that is narrower than the window."""
-        if left > 24:
-            self.inputColumn.layout().setContentsMargins(left, 6, right, 12)
-        else:
-            self.inputColumn.layout().setContentsMargins(24, 6, 24, 12)
-
-    def _build_status_bar(self) -> None:
-        """Prefix cache line, speed, KV memory, context used."""
-        sb = self.statusBar()
-        self.statusContext = QProgressBar(objectName="statusContext")
-        self.statusContext.setToolTip("Context used / context size (tokens)")
-        self.statusContext.setFormat("context %v / %m")
-        self.statusContext.setRange(0, 1)
-        self.statusContext.setValue(0)
-        self.statusContext.hide()                 # until a model says its context size
-        self.statusKv = QLabel("", objectName="statusKv")
-        self.statusSpeed = QLabel("", objectName="statusSpeed")
-        self.statusPrefix = ElidedLabel("", objectName="statusPrefix")
-        sb.addWidget(self.statusPrefix, 1)
-        sb.addPermanentWidget(self.statusSpeed)
-        sb.addPermanentWidget(self.statusKv)
-        sb.addPermanentWidget(self.statusContext)
-
-    def _menus(self) -> None:
-        mb = self.menuBar()
-        f = mb.addMenu("&File")
-        self.newChatAction = f.addAction("New chat", self.new_chat)
-        self.newChatAction.setShortcut(QKeySequence.StandardKey.New)
-        f.addAction("Open model file…", self.picker.open_file)
-        f.addAction("Models…", QKeySequence("Ctrl+Shift+M"), lambda: self.library.open())
-        f.addSeparator()
-        f.addAction("Export chat…", lambda: self._export_dialog(False))
-        f.addAction("Export all chats…", lambda: self._export_dialog(True))
-        f.addAction("Import chats…", self._import_dialog)
-        f.addSeparator()
-        f.addAction("Quit", QKeySequence.StandardKey.Quit, self.close)
-        c = mb.addMenu("&Chat")
-        self.regenerateAction = c.addAction("Regenerate last reply", self.regenerate)
-        self.regenerateAction.setShortcut(QKeySequence("Ctrl+R"))
-        c.addAction("Rename chat", lambda: self.sidebar.rename_current(), QKeySequence("F2"))
-        c.addAction("Delete chat", self._delete_current)
-        p = mb.addMenu("&Presets")
-        p.addAction("Manage presets…", self.open_preset_manager)
-        v = mb.addMenu("&View")
-        self.themeGroup = QActionGroup(self)
-        for label, key in (("Follow system", "system"), ("Light", "light"), ("Dark", "dark")):
-            a = QAction(f"Theme: {label}", self, checkable=True)
-            a.setData(key)
-            self.themeGroup.addAction(a)
-            v.addAction(a)
-        self.themeGroup.triggered.connect(lambda a: self.set_theme(a.data()))
-        v.addSeparator()
-        v.addAction("Chat list", QKeySequence("Ctrl+B"), self.sidebarToggle.toggle)
-        v.addAction("Sampling panel", QKeySequence("Ctrl+Shift+S"), self.samplingToggle.toggle)
-        s = mb.addMenu("&Settings")
-        s.addAction("Prefix cache…", self.open_cache_panel)
-        self.contextLengthAction = s.addAction("Context length…", self.open_context_length)
-        kv = s.addMenu("KV cache precision")
-        kv.setObjectName("kvDtypeMenu")
-        self.kvDtypeGroup = QActionGroup(self)
-        self.kvDtypeActions: dict[str, QAction] = {}
-        for name, label in KV_DTYPE_CHOICES:
-            a = kv.addAction(label)
-            a.setObjectName(f"kvDtype_{name}")
-            a.setCheckable(True)
-            a.setChecked(self.settings.get("model/kv_dtype") == name)
-            a.triggered.connect(lambda _=False, n=name: self.set_kv_dtype(n))
-            self.kvDtypeGroup.addAction(a)
-            self.kvDtypeActions[name] = a
-        self.serveToggle = ServeToggle(self.settings, self.client, s, self.statusBar(), self)
-        self.serveToggle.problem.connect(self.show_banner)
-        self.modelReady.connect(self.serveToggle.on_model_ready)
-        self.allowFetchAction = s.addAction("Allow tools to fetch URLs")
-        self.allowFetchAction.setCheckable(True)
-        self.allowFetchAction.setChecked(self.settings.get("tools/allow_fetch"))
-        self.allowFetchAction.toggled.connect(lambda on: self.settings.set("tools/allow_fetch", on))
-        h = mb.addMenu("&Help")
-        h.addAction("About Hearth…", self.open_about)
-
     def _wire(self) -> None:
-        w = self.client.worker
         self.picker.modelReady.connect(self._on_model_loaded)
         self.picker.problem.connect(self.show_banner)
-        w.prefixReady.connect(self._on_prefix)
-        w.chatContext.connect(self._on_chat_context)
-        w.progress.connect(self._on_progress)
-        w.contextChanged.connect(self._on_context)
-        w.failed.connect(self._on_worker_failed)
-        w.delta.connect(self._on_first_delta)
-        self.client.busyChanged.connect(self._on_busy)
+        self.status.connect_worker(self.client)
+        self.status.problem.connect(self.show_banner)
+        self.status.prefixShown.connect(self.prefixResult)
+        self.presetChoice.changed.connect(self._update_empty_hint)
+        self.presetChoice.loadRequested.connect(self.load_model)
+        self.presetChoice.problem.connect(self.show_banner)
         cv = self.conversation
         cv.generatingChanged.connect(self._on_generating)
-        cv.replyFinished.connect(self._on_reply_finished)
-        cv.chatCreated.connect(self._on_chat_created)
-        cv.chatChanged.connect(self._on_chat_changed)
+        cv.replyFinished.connect(self.status.on_reply_finished)
+        cv.chatCreated.connect(self.sidebar.add)
+        cv.chatChanged.connect(self.sidebar.refresh)
         cv.storageFailed.connect(lambda message: self.show_banner(message, "error"))
         self.sidebar.storageFailed.connect(lambda message: self.show_banner(message, "error"))
         cv.storageRecovered.connect(lambda message: self.show_banner(message, "notice"))
@@ -367,18 +150,14 @@ class MainWindow(QMainWindow):
         self.attachmentBar.changed.connect(self.draftTokens.recount)
         self.attachmentBar.refused.connect(lambda why: self.show_banner(why, "warning"))
         self.messageInput.filesDropped.connect(self.attachmentBar.add_files)
-        self.attachButton.clicked.connect(self._attach_dialog)
+        self.attachButton.clicked.connect(lambda: window_parts.attach_dialog(self))
         self.sidebar.newChatRequested.connect(self.new_chat)
-        self.sidebar.chatSelected.connect(self._on_chat_selected)
+        self.sidebar.chatSelected.connect(lambda cid: cid != self.conversation.chat_id and self._show_chat(cid))
         self.sidebar.deleteRequested.connect(self.delete_chat)
         self.messageView.editRequested.connect(self.edit_message)
         self.messageView.regenerateRequested.connect(self.regenerate)
         self.messageView.versionRequested.connect(
             lambda step: self.conversation.switch_version(self.conversation.model.rowCount() - 1, step))
-        self.presetPicker.activated.connect(self._on_preset_picked)
-        self.samplingPanel.samplingEdited.connect(self._on_sampling_edited)
-        self.samplingToggle.toggled.connect(self._on_sampling_toggled)
-        self.sidebarToggle.toggled.connect(self._on_sidebar_toggled)
         QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
         QShortcut(QKeySequence("Ctrl+Enter"), self, self.send)
         QShortcut(QKeySequence("Escape"), self, self._on_escape)
@@ -430,48 +209,6 @@ class MainWindow(QMainWindow):
         if kind == "error":
             self.last_error = text
 
-    def _on_progress(self, what: str, done: int, total: int) -> None:
-        self.workLabel.setText(what + (f"  {done} / {total}" if total and done else ""))
-        self.workProgress.setRange(0, total if total and done else 0)
-        if total and done:
-            self.workProgress.setValue(done)
-        self.workBar.show()
-
-    def _on_busy(self, busy: bool) -> None:
-        if not busy:
-            self.workBar.hide()
-
-    def _on_first_delta(self, *_):
-        if self.workBar.isVisible():
-            self.workBar.hide()
-
-    def _on_worker_failed(self, rid: int, message: str) -> None:
-        if rid < 0:   # not tied to a reply (for example a prefix that could not be computed)
-            self.show_banner(message)
-
-    def _on_context(self, d: dict) -> None:
-        n = max(1, d.get("n_ctx", 0))
-        self.statusContext.setVisible(bool(d.get("n_ctx")))
-        self.statusContext.setRange(0, n)
-        self.statusContext.setValue(min(n, d.get("used", 0)))
-        self.statusKv.setText(f"KV cache {human_bytes(d.get('kv_bytes', 0))}" if d.get("kv_bytes") else "")
-
-    def _on_prefix(self, res: dict) -> None:
-        self.last_prefix_result = res
-        p = self.presets.get(res.get("preset", ""))
-        name = f" “{p.name}”" if p else ""
-        verb = "Restored" if res["action"] == "restored" else "Computed"
-        self.statusPrefix.setText(f"{verb} preset prefix{name} in {duration(res['ms'])} ({tokens(res['tokens'])})")
-        self.prefixResult.emit(res)
-
-    def _on_chat_context(self, res: dict) -> None:
-        self.last_chat_context = res
-        text = chat_context_line(res)
-        if not text and res.get("saved") and self.statusPrefix.text().startswith("Chat context not saved"):
-            text = f"Chat context saved ({res.get('tokens', 0):,} tokens)"   # the failure line is stale
-        if text:
-            self.statusPrefix.setText(text)
-
     # -- models ---------------------------------------------------------------------------------------
     @property
     def model_info(self) -> dict:
@@ -482,163 +219,34 @@ class MainWindow(QMainWindow):
     def load_model(self, path: str) -> None:
         self.picker.load(path)
 
-    def _list_library_models(self) -> None:
-        self.picker.set_entries("library", self.library.picker_entries())
-
     def _on_model_loaded(self, info: dict) -> None:
-        # A new model's figures come with its first prefix and reply; the last model's are not its own.
-        self.statusSpeed.setText("")
-        self.statusPrefix.setText("")
+        self.status.clear()
         self.conversation.model_name = info.get("label") or info.get("name", "")
         self.thinkingToggle.setVisible(bool(info.get("thinking_switch")))
         self.messageView.set_waiting_text("waiting for the server" if info.get("backend") == "remote" else "")
-        self._on_thinking_toggled(self.thinkingToggle.isChecked())
+        self.set_thinking(self.thinkingToggle.isChecked())
         self._update_empty_hint()
         self.modelReady.emit(info)
         self.conversation.open_context()
-        self.warm_preset()
+        self.presetChoice.warm()
 
     # -- presets --------------------------------------------------------------------------------------
     def _fill_presets(self) -> None:
-        pp = self.presetPicker
-        cur = pp.currentData() or self.settings.get("preset/last")
-        pp.clear()
-        for p in self.presets.presets:
-            pp.addItem(p.name, p.id)
-        pp.setCurrentIndex(max(0, pp.findData(cur)))
+        self.presetChoice.fill()
 
     def current_preset(self):
-        return self.presets.get(self.presetPicker.currentData()) or self.presets.presets[0]
+        return self.presetChoice.current()
 
     def select_preset(self, pid: str) -> None:
         """Use preset `pid` for the open chat (and new chats), and make its prefix resident."""
-        i = self.presetPicker.findData(pid)
-        if i < 0:
-            return
-        self.presetPicker.setCurrentIndex(i)
-        self._on_preset_picked(i)
-
-    def _on_preset_picked(self, index: int) -> None:
-        pid = self.presetPicker.itemData(index)
-        self.settings.set("preset/last", pid)
-        if self.conversation.chat_id is not None:
-            try:
-                self.chats.set_chat_preset(self.conversation.chat_id, pid)
-            except ChatStoreError as e:
-                self.show_banner(f"Could not change the chat's preset: {e}. Free some space and pick it again.",
-                                 "error")
-        self._show_sampling()
-        self._update_empty_hint()
-        self.mcp.chosen()
-        self.use_preset_model_or_warm()
-
-    def use_preset_model_or_warm(self) -> None:
-        """A preset with a preferred model that exists loads it (and is warmed once it is loaded);
-        otherwise the current model makes the preset's prefix resident."""
-        want = self.current_preset().model
-        if want and os.path.isfile(want) and want != self.model_info.get("path_setting"):
-            self.load_model(want)
-        else:
-            self.warm_preset()
-
-    def warm_preset(self) -> None:
-        """Ask the worker to make the current preset's prefix resident (restore or compute). Its
-        MCP servers start (or stop) here; their tools are in the prefix once they are up."""
-        p = self.current_preset()
-        self.mcp.use(p)
-        if not self.model_info:
-            return
-        self.client.prepare_prefix(p.id, p.system_prompt, self.mcp.tools_for(p), p.name)
-
-    def _ask_mcp_approval(self, name: str, command_line: str) -> None:
-        """A preset's local MCP server runs a command on this computer: the user allows it once."""
-        box = QMessageBox(QMessageBox.Icon.Question, "Start an MCP server?",
-                          f"The preset <b>{self.current_preset().name}</b> uses the MCP tool server "
-                          f"<b>{name}</b>, which runs this command on your computer:", parent=self)
-        box.setObjectName("mcpApproval")
-        box.setInformativeText(command_line)
-        box.allowButton = box.addButton("Allow and start", QMessageBox.ButtonRole.AcceptRole)
-        box.denyButton = box.addButton("Don't start", QMessageBox.ButtonRole.RejectRole)
-        box.setDefaultButton(box.denyButton)
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        box.buttonClicked.connect(lambda b: self.mcp.approve(name) if b is box.allowButton else self.mcp.deny(name))
-        box.finished.connect(lambda _: setattr(self, "mcpApproval", None))
-        self.mcpApproval = box
-        box.open()
-
-    def _show_sampling(self) -> None:
-        p = self.current_preset()
-        self.samplingPanel.set_sampling(p.sampling, p.name)
-
-    def _on_sampling_edited(self, s: dict) -> None:
-        p = self.current_preset().copy()
-        p.sampling = s
-        self.presets.update(p)
-
-    def _on_sampling_toggled(self, on: bool) -> None:
-        self._auto_hidden.discard("sampling")
-        self.samplingPanel.setVisible(on)
-        self.settings.set("ui/sampling_panel", on)
-        self._fit_panels()
-
-    def _on_sidebar_toggled(self, on: bool) -> None:
-        self._auto_hidden.discard("sidebar")
-        self.sidebar.setVisible(on)
-        self.settings.set("ui/sidebar", on)
-        self._fit_panels()
-
-    def _fit_panels(self) -> None:
-        """The conversation keeps at least its minimum width: the sampling panel, then the chat list, are
-        hidden while the window is too narrow for them, and come back when it is wide enough (the
-        user's choice in View stays as it was)."""
-        narrow = self.width() < WIDE
-        for label in (self.presetLabel, self.modelLabel):   # the boxes say what they are (tooltip, name)
-            label.setVisible(not narrow)
-        self.samplingToggle.setVisible(self.width() >= NARROW)
-        narrow = self.width() < NARROW
-        self.messageInput.set_short_hint(narrow)
-        for box, chars in ((self.presetPicker, 8 if narrow else 10), (self.modelPicker, 12 if narrow else 22)):
-            if box.minimumContentsLength() != chars:
-                box.setMinimumContentsLength(chars)
-                box.setMinimumWidth(box.sizeHint().width())   # its minimumSizeHint keeps the first length
-        self.topBar.layout().activate()
-        self.splitter.widget(1).layout().activate()
-        centre = self.splitter.widget(1).minimumSizeHint().width() + 8
-        want = {"sidebar": self.sidebarToggle.isChecked(), "sampling": self.samplingToggle.isChecked()}
-        panels = {"sidebar": self.sidebar, "sampling": self.samplingPanel}
-        room = self.width() - centre
-        for name in ("sidebar", "sampling"):          # the chat list has the first claim on the room
-            need = max(panels[name].minimumWidth(), panels[name].minimumSizeHint().width())
-            show = want[name] and room >= need
-            if show:
-                room -= need
-            if show != panels[name].isVisible():
-                panels[name].setVisible(show)
-            (self._auto_hidden.add if want[name] and not show else self._auto_hidden.discard)(name)
+        self.presetChoice.select(pid)
 
     def resizeEvent(self, e) -> None:
         super().resizeEvent(e)
-        self._fit_panels()
+        self.panels.fit()
 
     def open_preset_manager(self) -> PresetManager:
-        dlg = PresetManager(self.presets, self, mcp=self.mcp.servers)
-        dlg.select(self.current_preset().id)
-        dlg.presetsChanged.connect(self._on_presets_changed)
-        dlg.finished.connect(self._focus_input)     # the window's shortcuts work again at once
-        self.presetManager = dlg
-        dlg.show()
-        return dlg
-
-    def _on_presets_changed(self, pid: str) -> None:
-        before = self.presetPicker.currentData()
-        self._fill_presets()
-        self._show_sampling()
-        if pid == before or self.presetPicker.currentData() != before:
-            self.warm_preset()   # an edited preset has a new key: its image is computed on demand
-
-    def _focus_input(self, *_) -> None:
-        self.activateWindow()
-        self.messageInput.setFocus()
+        return self.presetChoice.open_manager()
 
     def open_about(self) -> AboutDialog:
         dlg = AboutDialog(self)
@@ -670,8 +278,8 @@ class MainWindow(QMainWindow):
         dlg.show()
         return dlg
 
-    def _on_thinking_toggled(self, on: bool) -> None:
-        """Only a template that takes enable_thinking gets it."""
+    def set_thinking(self, on: bool) -> None:
+        """Think on or off for the next replies; only a template that takes enable_thinking gets it."""
         self.conversation.template_vars = {"enable_thinking": on} if self.model_info.get("thinking_switch") else {}
 
     def set_context_length(self, n_ctx: int) -> None:
@@ -731,20 +339,6 @@ class MainWindow(QMainWindow):
             self._show_chat(added[0].id)
         return added
 
-    def _export_dialog(self, all_chats: bool) -> None:
-        path, kind = QFileDialog.getSaveFileName(self, "Export chats" if all_chats else "Export chat",
-                                                 os.path.expanduser("~"),
-                                                 "Markdown (*.md);;JSON, to import again (*.json)")
-        if path:
-            self.export_chats(path, "json" if path.endswith(".json") or "json" in kind.lower() else "markdown",
-                              all_chats)
-
-    def _import_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import chats", os.path.expanduser("~"),
-                                              "Hearth chats (*.json);;All files (*)")
-        if path:
-            self.import_chats(path)
-
     # -- chats ----------------------------------------------------------------------------------------
     def new_chat(self) -> None:
         """A new chat, or the empty one already there (empty chats do not pile up)."""
@@ -761,16 +355,6 @@ class MainWindow(QMainWindow):
             cv.new_chat(self.current_preset().id)
         self.messageInput.setFocus()
 
-    def _on_chat_created(self, chat) -> None:
-        self.sidebar.add(chat)
-
-    def _on_chat_changed(self, chat_id: int) -> None:
-        self.sidebar.refresh(chat_id)
-
-    def _on_chat_selected(self, chat_id: int) -> None:
-        if chat_id != self.conversation.chat_id:
-            self._show_chat(chat_id)
-
     def _show_chat(self, chat_id: int | None) -> None:
         self.cancel_edit()
         self.conversation.open_chat(chat_id)
@@ -778,11 +362,11 @@ class MainWindow(QMainWindow):
         self.settings.set("chat/last", chat_id or 0)
         chat = self.chats.chat(chat_id) if chat_id else None
         if chat and self.presets.get(chat.preset_id):
-            self.presetPicker.setCurrentIndex(self.presetPicker.findData(chat.preset_id))
-        self._show_sampling()
+            self.presetChoice.show(chat.preset_id)
+        self.presetChoice.show_sampling()
         self._update_empty_hint()
         self.messageView.scroll_to_bottom()
-        self.warm_preset()
+        self.presetChoice.warm()
 
     def _update_empty_hint(self) -> None:
         p = self.current_preset()
@@ -793,10 +377,6 @@ class MainWindow(QMainWindow):
         where = ("runs entirely on this computer; nothing leaves it." if self.model_info.get("backend") != "remote"
                  else f"runs on the {self.model_info.get('adapter')}; your messages are sent there.")
         self.messageView.set_empty_text(f"<b>{p.name}</b><br><br>Ask anything. {model} {where}")
-
-    def _delete_current(self) -> None:
-        if self.conversation.chat_id is not None:
-            self.delete_chat(self.conversation.chat_id)
 
     def delete_chat(self, chat_id: int) -> None:
         """Delete a chat (Undo in the sidebar brings it back). A chat still replying is stopped first."""
@@ -816,12 +396,6 @@ class MainWindow(QMainWindow):
     def draft_text(self) -> str:
         """The message as Send would send it: the attached files, then the typed text."""
         return message_text(self.messageInput.toPlainText(), self.attachmentBar.attachments)
-
-    def _attach_dialog(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Attach files", os.path.expanduser("~"),
-                                                "Text, code and PDF files (*);;PDF (*.pdf)")
-        if paths:
-            self.attachmentBar.add_files(paths)
 
     def send(self) -> bool:
         text = self.draft_text()
@@ -883,14 +457,6 @@ class MainWindow(QMainWindow):
         self.sendButton.setVisible(not on)
         self.stopButton.setVisible(on)
         self.regenerateAction.setEnabled(not on)
-
-    def _on_reply_finished(self, stats: dict) -> None:
-        parts = []
-        if stats.get("prefill_tps"):
-            parts.append(f"prefill {stats['prefill_tps']:.0f} tok/s")
-        if stats.get("decode_tps"):
-            parts.append(f"decode {stats['decode_tps']:.1f} tok/s")
-        self.statusSpeed.setText("  ·  ".join(parts))
 
     # -- quitting -------------------------------------------------------------------------------------
     def closeEvent(self, e) -> None:

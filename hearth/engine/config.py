@@ -1,13 +1,9 @@
-"""Model hyper-parameters and architecture flags, read from GGUF metadata.
+"""Model hyper-parameters, read from GGUF metadata and checked.
 
-One `ModelConfig` describes every supported architecture; the differences between families are
-flags (`rope_neox`, `qk_norm`, `post_norms`, `activation`, ...) rather than separate config classes,
-because the four families differ in a handful of places and otherwise share the whole decoder.
-The forward passes in `engine/models/` read only this object, never the metadata.
-
-Where llama.cpp hard-codes something per architecture (NeoX RoPE for qwen2/qwen3/gemma3, Gemma 3's
-every-6th-layer global attention, its sliding-window RoPE base of 10,000, its attention scale),
-this module does the same, with the reason next to it.
+`ModelConfig.from_gguf` reads what every architecture has (widths, heads, RoPE, context) and
+then the architecture module's `config_fields` hook (engine/models/__init__.py: the contract)
+for its own fields, such as Gemma 3's sliding windows. The forward passes (engine/models/, the
+GPU backend) read only this object, never the metadata.
 """
 
 from __future__ import annotations
@@ -17,23 +13,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import models
 from .errors import UnsupportedModelError
-from .moe_config import MOE_ARCHS, config_fields as moe_fields
+from .moe_config import MOE_ARCHS
 
-# Architectures and the llama.cpp rotation style they use. NeoX rotates pairs (i, i + d/2);
-# "normal" rotates adjacent pairs (2i, 2i + 1) (llama.cpp's converter permutes llama's q/k rows
-# so that the adjacent-pair form is right for it).
-SUPPORTED_ARCHS = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox",
-                   "qwen3moe": "neox", "gpt-oss": "neox",
-                   # qwen35's IMROPE equals NeoX on its rotated dims when every position component is
-                   # the token's position (text); engine/models/qwen35.py
-                   "qwen35": "neox", "qwen35moe": "neox", "gemma4": "neox"}
+# Architectures and the llama.cpp rotation style they use, from the registry (engine/models/).
+SUPPORTED_ARCHS = {name: a.rope for name, a in models.ARCHITECTURES.items()}
+ARCH_ALIASES = models.ALIASES
 # Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
 # module in engine/models/; they run on the CPU backend only for now.
 OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
 CPU_ONLY_ARCHS = OWN_METADATA_ARCHS
-# Other names for the same computation (mlx-lm keeps a table like this).
-ARCH_ALIASES = {"mistral": "llama"}
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
 
@@ -76,7 +66,7 @@ class ModelConfig:
     n_rot: int                   # rotated dims per head (the first n_rot; usually head_dim)
     rope_neox: bool
     rope_scaling: RopeScaling = field(default_factory=RopeScaling)
-    # Gemma 3 family
+    # Set by an architecture's config_fields (engine/models/gemma3.py sets all of these)
     rope_base_swa: float = 10000.0
     sliding_window: int = 0      # 0: every layer attends to the whole past
     swa_layers: tuple[bool, ...] = ()
@@ -174,10 +164,9 @@ class ModelConfig:
         )
         if cfg["n_rot"] > head_dim or cfg["n_rot"] % 2:
             raise UnsupportedModelError(f"{name}: rope.dimension_count {cfg['n_rot']} does not fit head dim {head_dim}")
-        if arch == "gemma3":
-            cfg.update(_gemma3_flags(g, raw_arch, n_embd, n_head, n_layer, head_dim, opt))
-        if arch in MOE_ARCHS:
-            cfg.update(moe_fields(g, raw_arch, opt, cfg))
+        hook = getattr(models.module(arch), "config_fields", None)
+        if hook is not None:
+            cfg.update(hook(g, raw_arch, opt, cfg))
         if arch in ("qwen35", "qwen35moe"):
             from .models.qwen35_config import read_qwen35  # noqa: PLC0415  (models import this module)
             cfg["hybrid"] = read_qwen35(g, raw_arch, n_layer, need, opt)
@@ -218,31 +207,6 @@ def _gemma4(cls, g, raw_arch, n_embd, n_layer, n_head, need, opt) -> "ModelConfi
         embed_scale=math.sqrt(n_embd), post_norms=True, activation="gelu_tanh",
         final_softcap=float(opt("final_logit_softcapping", 0.0, 0.0, 1e6)), attn_scale=1.0,
         tied_output="output.weight" not in g.tensors, hybrid=hc)
-
-
-def _gemma3_flags(g, raw_arch, n_embd, n_head, n_layer, head_dim, opt) -> dict:
-    """Gemma 3 as llama.cpp runs it (llama-model.cpp, LLM_ARCH_GEMMA3):
-    - embeddings scaled by sqrt(n_embd);
-    - GeGLU with the tanh approximation of GELU;
-    - RMSNorm after attention and after the FFN (post norms) besides the usual pre-norms. The
-      converter stores Gemma's norm weights with the +1 already added, so they are used as is;
-    - q and k RMSNorm per head;
-    - sliding-window attention on 5 layers out of every 6 (layer il is global when il % 6 == 5),
-      those layers rotating with their own base (rope.freq_base_swa, default 10,000) and no
-      RoPE scaling;
-    - q scaled by 1/sqrt(key_length), except the 27B model (62 layers) where it is
-      1/sqrt(n_embd / n_head) (query_pre_attn_scalar in Google's config).
-    """
-    window = opt("attention.sliding_window", 0, 0, MAX_CONTEXT)
-    pattern = 6
-    swa = tuple(window > 0 and (il % pattern) < pattern - 1 for il in range(n_layer))
-    scale = 1.0 / math.sqrt(n_embd / n_head) if n_layer == 62 else 1.0 / math.sqrt(head_dim)
-    return dict(
-        rope_base_swa=float(opt("rope.freq_base_swa", 10000.0, 1e-3, 1e12)),
-        sliding_window=window, swa_layers=swa,
-        embed_scale=math.sqrt(n_embd), post_norms=True, activation="gelu_tanh",
-        final_softcap=float(opt("final_logit_softcapping", 0.0, 0.0, 1e6)), attn_scale=scale,
-    )
 
 
 def _rope_scaling(g, raw_arch: str, name: str) -> RopeScaling:

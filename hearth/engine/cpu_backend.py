@@ -28,10 +28,9 @@ import numpy as np
 from .backend import Backend
 from .config import ModelConfig
 from .cpu.linear import int8_default, no_parallel_kernels, set_threads, vnni_tiles
-from .kv_cache import KVCache
 from .models import build_model
 from .models.decoder import SERIAL, RowRunner
-from .shared_work import share
+from .system.shared_work import share
 
 DEFAULT_CHUNK = 512
 
@@ -277,10 +276,7 @@ class CpuBackend(Backend):
         self.int8 = False
         self.set_int8(int8_default() if int8 is None else int8)
         self.model.make_resident(progress)
-        # Hybrid models (engine/models/layer_state.py) hold K/V and recurrent layers' state.
-        make_state = getattr(self.model, "make_state", None)
-        self.kv = make_state(n_ctx, kv_dtype) if make_state else KVCache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim,
-                                                                        n_ctx, kv_dtype)
+        self.kv = self.model.make_state(n_ctx, kv_dtype)
         self.chunk = chunk
         self.threads = 1
         self._rows: ThreadedRows | None = None

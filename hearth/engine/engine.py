@@ -170,7 +170,7 @@ class Engine:
         variables (enable_thinking=False for Qwen3)."""
         if self._template is None:
             try:
-                from .chat_template import ChatTemplate  # noqa: PLC0415
+                from .chat.chat_template import ChatTemplate  # noqa: PLC0415
             except ImportError:  # a build without the template module: plain ChatML
                 return _chatml(messages, add_generation_prompt)
             self._template = ChatTemplate.from_gguf(self.gguf)
@@ -276,7 +276,17 @@ class Engine:
                 del self._tokens[n:]
                 self.kv.truncate(n)
 
-    def _adopt_prefix(self, ids: Sequence[int], last_logits: np.ndarray | None) -> None:
+    def locked(self):
+        """The engine's lock as a context manager: `with engine.locked(): ...` keeps every other
+        caller out for the block (the lock is re-entrant, so Engine methods work inside it)."""
+        return self._lock
+
+    @property
+    def last_logits(self) -> np.ndarray | None:
+        """float32 [n_vocab]: the logits after the last resident token, or None when not at hand."""
+        return self._last_logits
+
+    def adopt_prefix(self, ids: Sequence[int], last_logits: np.ndarray | None) -> None:
         """After a prefix image was copied into the cache: make `ids` resident, with the
         logits after their last token (None: recomputed when needed)."""
         with self._lock:
@@ -365,7 +375,7 @@ class Engine:
                 if not getattr(e, "kv_restored", True):
                     self.reset()  # the rollback itself failed: forget everything rather than lie
                 raise
-            self._adopt_prefix(ids, logits)
+            self.adopt_prefix(ids, logits)
         return len(ids)
 
     # --- generation ------------------------------------------------------------------------

@@ -76,13 +76,19 @@ class StringArray(Sequence[str]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.tolist())
 
+    def raw_span(self) -> memoryview:
+        """Every string's bytes as they lie in the file, end to end (the lengths say where each
+        ends): what a hash of the array reads without decoding each string."""
+        if not len(self):
+            return memoryview(b"")
+        return self._buf[int(self.offsets[0]):int(self.offsets[-1] + self.lengths[-1])]
+
     def tolist(self) -> list[str]:
         # One bytes copy of the whole span, then slicing: far faster than one memoryview slice per item.
         if not len(self):
             return []
         start = int(self.offsets[0])
-        end = int(self.offsets[-1] + self.lengths[-1])
-        blob = bytes(self._buf[start:end])
+        blob = bytes(self.raw_span())
         offs = (self.offsets - start).tolist()
         lens = self.lengths.tolist()
         return [blob[o:o + n].decode("utf-8", errors="replace") for o, n in zip(offs, lens)]

@@ -108,9 +108,9 @@ class KVCache:
         return self._k.view(np.uint8), self._v.view(np.uint8)
 
     def prefault(self) -> bool:
-        """Make every page of K and V resident now (engine/resident_pages.py), so the first restore or
+        """Make every page of K and V resident now (engine/system/resident_pages.py), so the first restore or
         prefill does not pay for first touches. Safe while another thread uses the cache."""
-        from .resident_pages import populate  # noqa: PLC0415
+        from .system.resident_pages import populate  # noqa: PLC0415
         return populate(self._k) & populate(self._v)
 
     def check_fits(self, pos: int, n: int) -> None:

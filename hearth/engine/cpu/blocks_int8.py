@@ -1,5 +1,5 @@
 """One GGML block at a time: its dot product with 8-bit activations (llama.cpp's Q8_0/Q8_1/Q8_K,
-engine/quant_activations.py), in integers.
+engine/cpu/quant_activations.py), in integers.
 
 For each quantized type:
     dot_T(w, o, xq, xd, xs, b, a0, a1) -> (a0, a1)

@@ -1,7 +1,7 @@
 """Row kernels: matrix-vector products (decode) and row dequantization (prefill tiles).
 
-Each weight type has two top-level functions (numba caches only top-level functions, so they
-cannot be made by a factory; each body is a loop around engine.cpu.blocks):
+Each weight type has two top-level functions (numba caches only top-level functions), each a call
+of a generated loop around engine.cpu.blocks:
     matvec_T(ws, x, xs, out, scales)   out = the products of the matrices in the tuple ws, stacked
                                        (matrix p's rows times scales[p]): one parallel launch for
                                        q, k and v (or gate and up), rows over all threads
@@ -54,245 +54,213 @@ def block_sums(x, xs):
             xs[r, i] = s
 
 
+# One row's product and a run of rows' dequantization a type, from three generators (quantized
+# blocks into two accumulators; float rows by halves; any type's rows block by block). Each is
+# inlined into its type's top-level function below, which numba caches by name (a closure is not
+# cached by itself: its cells, the compiled block functions, do not pickle the same in every process).
+
+def _row(dot, size: int, xs_per_block: int):
+    """A quantized row of `size`-byte blocks; x's sums advance xs_per_block entries a block."""
+    @njit(inline="always", nogil=True)
+    def row_product(row, x, xs):
+        a0, a1 = fzero(), fzero()
+        for b in range(row.shape[0] // size):
+            a0, a1 = dot(row, b * size, x, xs, b * xs_per_block, a0, a1)
+            a0, a1 = a1, a0
+        return fsum(a0) + fsum(a1)
+    return row_product
+
+
+def _row_float(fma, size: int):
+    """A float row, `size` bytes (16 values) a step: its two halves into two accumulators."""
+    @njit(inline="always", nogil=True)
+    def row_product(row, x):
+        a0, a1 = fzero(), fzero()
+        for b in range(row.shape[0] // size):
+            a0 = fma(a0, row, b * size, x, b * 16)
+            a1 = fma(a1, row, b * size + size // 2, x, b * 16 + 8)
+        return fsum(a0) + fsum(a1)
+    return row_product
+
+
+def _rows(deq, size: int, values: int):
+    """Rows [r0, r1) of w into out, a `size`-byte block to `values` floats (in 8-float steps for the
+    float types' copies) at a time."""
+    @njit(inline="always", nogil=True)
+    def rows(w, r0, r1, out):
+        for r in range(r0, r1):
+            row = w[r]
+            for b in range(row.shape[0] // size):
+                deq(row, b * size, out[r - r0], b * values)
+    return rows
+
+
+_q4_0, _deq_q4_0 = _row(B.dot_q4_0, 18, 1), _rows(B.deq_q4_0, 18, 32)
+_q4_1, _deq_q4_1 = _row(B.dot_q4_1, 20, 1), _rows(B.deq_q4_1, 20, 32)
+_q5_0, _deq_q5_0 = _row(B.dot_q5_0, 22, 1), _rows(B.deq_q5_0, 22, 32)
+_q5_1, _deq_q5_1 = _row(B.dot_q5_1, 24, 1), _rows(B.deq_q5_1, 24, 32)
+_q8_0, _deq_q8_0 = _row(B.dot_q8_0, 34, 1), _rows(B.deq_q8_0, 34, 32)
+_q2_k, _deq_q2_k = _row(B.dot_q2_k, 84, 8), _rows(B.deq_q2_k, 84, 256)
+_q3_k, _deq_q3_k = _row(B.dot_q3_k, 110, 8), _rows(B.deq_q3_k, 110, 256)
+_q4_k, _deq_q4_k = _row(B.dot_q4_k, 144, 8), _rows(B.deq_q4_k, 144, 256)
+_q5_k, _deq_q5_k = _row(B.dot_q5_k, 176, 8), _rows(B.deq_q5_k, 176, 256)
+_q6_k, _deq_q6_k = _row(B.dot_q6_k, 210, 8), _rows(B.deq_q6_k, 210, 256)
+_f32, _deq_f32 = _row_float(fma_f32, 64), _rows(copy_f32, 32, 8)
+_f16, _deq_f16 = _row_float(fma_f16, 32), _rows(copy_f16, 16, 8)
+_bf16, _deq_bf16 = _row_float(fma_bf16, 32), _rows(copy_bf16, 16, 8)
+
+
 @pjit
 def matvec_q4_0(ws, x, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 18):
-            a0, a1 = B.dot_q4_0(row, b * 18, x, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _q4_0(ws[p][r], x, xs) * scales[p]
 
 
 @jit
 def dequant_q4_0(w, r0, r1, out):
-    for r in range(r0, r1):
-        row = w[r]
-        for b in range(row.shape[0] // 18):
-            B.deq_q4_0(row, b * 18, out[r - r0], b * 32)
+    _deq_q4_0(w, r0, r1, out)
 
 
 @pjit
 def matvec_q4_1(ws, x, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 20):
-            a0, a1 = B.dot_q4_1(row, b * 20, x, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _q4_1(ws[p][r], x, xs) * scales[p]
 
 
 @jit
 def dequant_q4_1(w, r0, r1, out):
-    for r in range(r0, r1):
-        row = w[r]
-        for b in range(row.shape[0] // 20):
-            B.deq_q4_1(row, b * 20, out[r - r0], b * 32)
+    _deq_q4_1(w, r0, r1, out)
 
 
 @pjit
 def matvec_q5_0(ws, x, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 22):
-            a0, a1 = B.dot_q5_0(row, b * 22, x, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _q5_0(ws[p][r], x, xs) * scales[p]
 
 
 @jit
 def dequant_q5_0(w, r0, r1, out):
-    for r in range(r0, r1):
-        row = w[r]
-        for b in range(row.shape[0] // 22):
-            B.deq_q5_0(row, b * 22, out[r - r0], b * 32)
+    _deq_q5_0(w, r0, r1, out)
 
 
 @pjit
 def matvec_q5_1(ws, x, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 24):
-            a0, a1 = B.dot_q5_1(row, b * 24, x, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _q5_1(ws[p][r], x, xs) * scales[p]
 
 
 @jit
 def dequant_q5_1(w, r0, r1, out):
-    for r in range(r0, r1):
-        row = w[r]
-        for b in range(row.shape[0] // 24):
-            B.deq_q5_1(row, b * 24, out[r - r0], b * 32)
+    _deq_q5_1(w, r0, r1, out)
 
 
 @pjit
 def matvec_q8_0(ws, x, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 34):
-            a0, a1 = B.dot_q8_0(row, b * 34, x, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _q8_0(ws[p][r], x, xs) * scales[p]
 
 
 @jit
 def dequant_q8_0(w, r0, r1, out):
-    for r in range(r0, r1):
-        row = w[r]
-        for b in range(row.shape[0] // 34):
-            B.deq_q8_0(row, b * 34, out[r - r0], b * 32)
+    _deq_q8_0(w, r0, r1, out)
 
 
 @pjit
 def matvec_q2_k(ws, x, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 84):
-            a0, a1 = B.dot_q2_k(row, b * 84, x, xs, b * 8, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _q2_k(ws[p][r], x, xs) * scales[p]
 
 
 @jit
 def dequant_q2_k(w, r0, r1, out):
-    for r in range(r0, r1):
-        row = w[r]
-        for b in range(row.shape[0] // 84):
-            B.deq_q2_k(row, b * 84, out[r - r0], b * 256)
+    _deq_q2_k(w, r0, r1, out)
 
 
 @pjit
 def matvec_q3_k(ws, x, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 110):
-            a0, a1 = B.dot_q3_k(row, b * 110, x, xs, b * 8, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _q3_k(ws[p][r], x, xs) * scales[p]
 
 
 @jit
 def dequant_q3_k(w, r0, r1, out):
-    for r in range(r0, r1):
-        row = w[r]
-        for b in range(row.shape[0] // 110):
-            B.deq_q3_k(row, b * 110, out[r - r0], b * 256)
+    _deq_q3_k(w, r0, r1, out)
 
 
 @pjit
 def matvec_q4_k(ws, x, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 144):
-            a0, a1 = B.dot_q4_k(row, b * 144, x, xs, b * 8, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _q4_k(ws[p][r], x, xs) * scales[p]
 
 
 @jit
 def dequant_q4_k(w, r0, r1, out):
-    for r in range(r0, r1):
-        row = w[r]
-        for b in range(row.shape[0] // 144):
-            B.deq_q4_k(row, b * 144, out[r - r0], b * 256)
+    _deq_q4_k(w, r0, r1, out)
 
 
 @pjit
 def matvec_q5_k(ws, x, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 176):
-            a0, a1 = B.dot_q5_k(row, b * 176, x, xs, b * 8, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _q5_k(ws[p][r], x, xs) * scales[p]
 
 
 @jit
 def dequant_q5_k(w, r0, r1, out):
-    for r in range(r0, r1):
-        row = w[r]
-        for b in range(row.shape[0] // 176):
-            B.deq_q5_k(row, b * 176, out[r - r0], b * 256)
+    _deq_q5_k(w, r0, r1, out)
 
 
 @pjit
 def matvec_q6_k(ws, x, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 210):
-            a0, a1 = B.dot_q6_k(row, b * 210, x, xs, b * 8, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _q6_k(ws[p][r], x, xs) * scales[p]
 
 
 @jit
 def dequant_q6_k(w, r0, r1, out):
-    for r in range(r0, r1):
-        row = w[r]
-        for b in range(row.shape[0] // 210):
-            B.deq_q6_k(row, b * 210, out[r - r0], b * 256)
+    _deq_q6_k(w, r0, r1, out)
 
 
 @pjit
 def matvec_f32(ws, x, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 64):
-            a0 = fma_f32(a0, row, b * 64, x, b * 16)
-            a1 = fma_f32(a1, row, b * 64 + 32, x, b * 16 + 8)
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _f32(ws[p][r], x) * scales[p]
 
 
 @jit
 def dequant_f32(w, r0, r1, out):
-    for r in range(r0, r1):
-        for b in range(w.shape[1] // 32):
-            copy_f32(w[r], b * 32, out[r - r0], b * 8)
+    _deq_f32(w, r0, r1, out)
 
 
 @pjit
 def matvec_f16(ws, x, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 32):
-            a0 = fma_f16(a0, row, b * 32, x, b * 16)
-            a1 = fma_f16(a1, row, b * 32 + 16, x, b * 16 + 8)
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _f16(ws[p][r], x) * scales[p]
 
 
 @jit
 def dequant_f16(w, r0, r1, out):
-    for r in range(r0, r1):
-        for b in range(w.shape[1] // 16):
-            copy_f16(w[r], b * 16, out[r - r0], b * 8)
+    _deq_f16(w, r0, r1, out)
 
 
 @pjit
 def matvec_bf16(ws, x, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 32):
-            a0 = fma_bf16(a0, row, b * 32, x, b * 16)
-            a1 = fma_bf16(a1, row, b * 32 + 16, x, b * 16 + 8)
-        out[g] = (fsum(a0) + fsum(a1)) * scales[p]
+        out[g] = _bf16(ws[p][r], x) * scales[p]
 
 
 @jit
 def dequant_bf16(w, r0, r1, out):
-    for r in range(r0, r1):
-        for b in range(w.shape[1] // 16):
-            copy_bf16(w[r], b * 16, out[r - r0], b * 8)
+    _deq_bf16(w, r0, r1, out)

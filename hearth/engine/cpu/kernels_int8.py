@@ -10,7 +10,7 @@
     matvec_T(ws, xq, xd, xs, out, scales)
                                 out = the products of the stacked matrices ws (matrix p's rows
                                 times scales[p]) with the quantized x, rows over all threads
-The rounding of both quantizers is engine/quant_activations.py's (the numpy reference), bit for
+The rounding of both quantizers is engine/cpu/quant_activations.py's (the numpy reference), bit for
 bit. Every top-level function is written out (numba caches only top-level functions); each row is
 summed in one order whatever the thread count.
 """
@@ -89,111 +89,110 @@ def q8_k_rows(x):
     return q, d, bs
 
 
+# One row's product a type, from one of two generators: the blocks of most types add into two
+# vector accumulators; Q4_1 and Q5_1 carry their min terms in a scalar. Each is inlined into its
+# type's top-level function below, which numba caches by name (a closure is not cached by itself:
+# its cells, the compiled block functions, do not pickle the same in every process).
+
+def _row2(dot, size: int):
+    @njit(inline="always", nogil=True)
+    def row_product(row, xq, xd, xs):
+        a0, a1 = fzero(), fzero()
+        for b in range(row.shape[0] // size):
+            a0, a1 = dot(row, b * size, xq, xd, xs, b, a0, a1)
+            a0, a1 = a1, a0
+        return fsum(fadd(a0, a1))
+    return row_product
+
+
+def _row_min(dot, size: int):
+    @njit(inline="always", nogil=True)
+    def row_product(row, xq, xd, xs):
+        a0, a1, t = fzero(), fzero(), np.float32(0.0)
+        for b in range(row.shape[0] // size):
+            a0, t = dot(row, b * size, xq, xd, xs, b, a0, t)
+            a0, a1 = a1, a0
+        return fsum(fadd(a0, a1)) + t
+    return row_product
+
+
+_q4_0 = _row2(B.dot_q4_0, 18)
+_q4_1 = _row_min(B.dot_q4_1, 20)
+_q5_0 = _row2(B.dot_q5_0, 22)
+_q5_1 = _row_min(B.dot_q5_1, 24)
+_q8_0 = _row2(B.dot_q8_0, 34)
+_q2_k = _row2(B.dot_q2_k, 84)
+_q3_k = _row2(B.dot_q3_k, 110)
+_q4_k = _row2(B.dot_q4_k, 144)
+_q5_k = _row2(B.dot_q5_k, 176)
+_q6_k = _row2(B.dot_q6_k, 210)
+
+
 @pjit
 def matvec_q4_0(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 18):
-            a0, a1 = B.dot_q4_0(row, b * 18, xq, xd, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = fsum(fadd(a0, a1)) * scales[p]
+        out[g] = _q4_0(ws[p][r], xq, xd, xs) * scales[p]
 
 
 @pjit
 def matvec_q4_1(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1, t = ws[p][r], fzero(), fzero(), np.float32(0.0)
-        for b in range(row.shape[0] // 20):
-            a0, t = B.dot_q4_1(row, b * 20, xq, xd, xs, b, a0, t)
-            a0, a1 = a1, a0
-        out[g] = (fsum(fadd(a0, a1)) + t) * scales[p]
+        out[g] = _q4_1(ws[p][r], xq, xd, xs) * scales[p]
 
 
 @pjit
 def matvec_q5_0(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 22):
-            a0, a1 = B.dot_q5_0(row, b * 22, xq, xd, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = fsum(fadd(a0, a1)) * scales[p]
+        out[g] = _q5_0(ws[p][r], xq, xd, xs) * scales[p]
 
 
 @pjit
 def matvec_q5_1(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1, t = ws[p][r], fzero(), fzero(), np.float32(0.0)
-        for b in range(row.shape[0] // 24):
-            a0, t = B.dot_q5_1(row, b * 24, xq, xd, xs, b, a0, t)
-            a0, a1 = a1, a0
-        out[g] = (fsum(fadd(a0, a1)) + t) * scales[p]
+        out[g] = _q5_1(ws[p][r], xq, xd, xs) * scales[p]
 
 
 @pjit
 def matvec_q8_0(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 34):
-            a0, a1 = B.dot_q8_0(row, b * 34, xq, xd, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = fsum(fadd(a0, a1)) * scales[p]
+        out[g] = _q8_0(ws[p][r], xq, xd, xs) * scales[p]
 
 
 @pjit
 def matvec_q2_k(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 84):
-            a0, a1 = B.dot_q2_k(row, b * 84, xq, xd, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = fsum(fadd(a0, a1)) * scales[p]
+        out[g] = _q2_k(ws[p][r], xq, xd, xs) * scales[p]
 
 
 @pjit
 def matvec_q3_k(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 110):
-            a0, a1 = B.dot_q3_k(row, b * 110, xq, xd, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = fsum(fadd(a0, a1)) * scales[p]
+        out[g] = _q3_k(ws[p][r], xq, xd, xs) * scales[p]
 
 
 @pjit
 def matvec_q4_k(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 144):
-            a0, a1 = B.dot_q4_k(row, b * 144, xq, xd, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = fsum(fadd(a0, a1)) * scales[p]
+        out[g] = _q4_k(ws[p][r], xq, xd, xs) * scales[p]
 
 
 @pjit
 def matvec_q5_k(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 176):
-            a0, a1 = B.dot_q5_k(row, b * 176, xq, xd, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = fsum(fadd(a0, a1)) * scales[p]
+        out[g] = _q5_k(ws[p][r], xq, xd, xs) * scales[p]
 
 
 @pjit
 def matvec_q6_k(ws, xq, xd, xs, out, scales):
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        row, a0, a1 = ws[p][r], fzero(), fzero()
-        for b in range(row.shape[0] // 210):
-            a0, a1 = B.dot_q6_k(row, b * 210, xq, xd, xs, b, a0, a1)
-            a0, a1 = a1, a0
-        out[g] = fsum(fadd(a0, a1)) * scales[p]
+        out[g] = _q6_k(ws[p][r], xq, xd, xs) * scales[p]

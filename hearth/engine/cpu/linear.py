@@ -178,7 +178,7 @@ class Activations:
         return self._xs
 
     def q8(self, k_blocks: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """x in llama.cpp's 8-bit blocks (engine/quant_activations.py): Q8_K (k_blocks) ->
+        """x in llama.cpp's 8-bit blocks (engine/cpu/quant_activations.py): Q8_K (k_blocks) ->
         codes int8 [n, k], scales float32 [n, k / 256], code sums int32 [n, k / 16]; else Q8_0/Q8_1
         -> codes int8 [n, k], scales float32 [n, k / 32], block sums float32 [n, k / 32].
         One row (a decode token) is quantized into this thread's buffers for its size, reused by the

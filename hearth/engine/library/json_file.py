@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from ..atomic_file import write_text_atomic
+from ..system.atomic_file import write_text_atomic
 
 
 def write_json(file: Path, obj) -> None:

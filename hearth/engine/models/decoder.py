@@ -1,15 +1,12 @@
-"""The decoder-only transformer that llama, qwen2, qwen3 and gemma3 all are, in numpy.
+"""The shared layers of the architecture modules: a pre-norm decoder-only transformer in numpy.
 
-Why one module with flags rather than one per architecture: the four families share the whole
-pass (embed -> N x [norm, attention, norm, gated FFN] -> norm -> logits) and differ in a few
-places, each a `ModelConfig` flag:
-    llama   adjacent-pair RoPE, optional rope_freqs (Llama 3), SwiGLU
-    qwen2   + biases on q/k/v, NeoX RoPE
-    qwen3   + RMSNorm of q and k per head, NeoX RoPE
-    gemma3  + embeddings * sqrt(d), q/k norms, post-attention and post-FFN norms, GeGLU (tanh),
-            sliding-window layers with their own RoPE base, q scale 1/sqrt(key_length),
-            optional final logit soft-capping
-The per-family code would be ~90% copies; the branches below are marked with the family.
+embed -> N x [RMSNorm, attention, (post norm), residual, RMSNorm, gated FFN, (post norm),
+residual] -> RMSNorm -> logits, over a KV cache, each block in two row-parallel halves. The
+optional pieces are tensors a block may carry, read when the file has them, as llama.cpp's graph
+builders treat them: q/k/v and o biases, q/k norms per head, post norms (set by an architecture's
+`_load_block`), a `rope_freqs` tensor; sliding-window layers and final logit soft-capping follow
+the config. What differs between architectures lives in their modules (llama.py, qwen2.py,
+qwen3.py, gemma3.py), which replace `_load_block`, `_embed` or `_act`.
 
 Tensor names are GGUF's (`attn_q`, `ffn_gate`, ...). Shapes: n tokens, d = n_embd.
 """
@@ -26,7 +23,7 @@ from ..kv_cache import KVCache
 from ..cpu.linear import Activations, int8_batches_default, int8_default
 from . import compiled_layers
 from . import weights as W
-from .layers import Rope, attention, gelu_tanh_mul, rms_norm, silu_mul
+from .layers import Rope, attention, rms_norm, silu_mul
 
 
 @dataclass
@@ -38,11 +35,11 @@ class Block:
                                           # per q head, then k_norm per k head: qwen3, gemma3
     wo: W.Matrices                        # nh * hd -> d
     bo: np.ndarray | None                 # [d]
-    post_attn_norm: np.ndarray | None     # [d]                      gemma3
     ffn_norm: np.ndarray                  # [d]
     w_gate_up: W.Matrices                 # d -> 2 * n_ff  gate outputs, then up
     w_down: W.Matrices                    # n_ff -> d
-    post_ffn_norm: np.ndarray | None      # [d]                      gemma3
+    post_attn_norm: np.ndarray | None = None   # [d]                 gemma3
+    post_ffn_norm: np.ndarray | None = None    # [d]                 gemma3
 
 
 class Decoder:
@@ -140,11 +137,9 @@ class Decoder:
             qk_norm=self._qk_norm(g, p),
             wo=ld.matrix([p + "attn_output.weight"], c.n_head * hd, [d]),
             bo=W.optional(g, p + "attn_output.bias", (d,)),
-            post_attn_norm=W.tensor(g, p + "post_attention_norm.weight", (d,)) if c.post_norms else None,
             ffn_norm=W.tensor(g, p + "ffn_norm.weight", (d,)),
             w_gate_up=ld.matrix([p + "ffn_gate.weight", p + "ffn_up.weight"], d, [c.n_ff, c.n_ff]),
             w_down=ld.matrix([p + "ffn_down.weight"], c.n_ff, [d]),
-            post_ffn_norm=W.tensor(g, p + "post_ffw_norm.weight", (d,)) if c.post_norms else None,
         )
 
     # -- forward ---------------------------------------------------------------------------
@@ -226,10 +221,16 @@ class Decoder:
         return out if all_logits else out[0]
 
     def _embed(self, ids) -> np.ndarray:
-        x = self.tok_embd[ids]                                   # [n, d]
-        if self.cfg.embed_scale != 1.0:                          # gemma3
-            x *= np.float32(self.cfg.embed_scale)
-        return x
+        return self.tok_embd[ids]                                # [n, d]
+
+    def _act(self, g: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """The FFN's gate activation times up: SwiGLU here; an architecture may replace it."""
+        return silu_mul(g, u)
+
+    def make_state(self, n_ctx: int, kv_dtype: str = "f32") -> KVCache:
+        """What forward writes: a KV cache of every layer (models/__init__.py: the contract)."""
+        c = self.cfg
+        return KVCache(c.n_layer, c.n_head_kv, c.head_dim, n_ctx, kv_dtype)
 
     def _logits(self, rows, out, r0, r1, i8):
         c = self.cfg
@@ -272,7 +273,7 @@ class Decoder:
         h = rms_norm(xr, b.ffn_norm, c.rms_eps)
         gu = b.w_gate_up(Activations(h, i8), work)                 # [n, 2 n_ff]
         g, u = gu[:, :c.n_ff], gu[:, c.n_ff:]
-        act = gelu_tanh_mul(g, u) if c.activation == "gelu_tanh" else silu_mul(g, u)
+        act = self._act(g, u)
         f = b.w_down(Activations(act, i8), work)                   # [n, d]
         if b.post_ffn_norm is not None:                          # gemma3
             f = rms_norm(f, b.post_ffn_norm, c.rms_eps)

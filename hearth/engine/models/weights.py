@@ -16,7 +16,7 @@ import numpy as np
 from ..cpu.linear import KERNEL_TYPES, Activations, Linear
 from ..errors import UnsupportedModelError
 from ..quants import dequantize, dequantize_blocks, dequantize_rows
-from ..resident_pages import populate
+from ..system.resident_pages import populate
 
 
 class Dense:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic_file import write_atomic, write_text_atomic
+from ..system.atomic_file import write_atomic, write_text_atomic
 from ..errors import PrefixImageError
 from ..files import open_regular
 from ..generation import common_prefix
@@ -164,7 +164,7 @@ class ChatImages:
         them."""
         t0 = time.perf_counter()
         ids = [int(i) for i in ids]
-        with engine._lock:  # noqa: SLF001  (one caller at a time, as every Engine method)
+        with engine.locked():  # one caller at a time, as every Engine method
             resident = engine.tokens
             if not getattr(engine, "prefix_cacheable", True):   # segments hold no recurrent state
                 return Restored(common_prefix(resident, ids))
@@ -188,7 +188,7 @@ class ChatImages:
                 engine.kv.check_fits(0, parts[-1].header.start + parts[-1].use)
                 engine.truncate(start)
                 n_good, logits = read_chain(parts, ids, engine.kv)
-                engine._adopt_prefix(ids[:n_good], logits)  # noqa: SLF001
+                engine.adopt_prefix(ids[:n_good], logits)
             finally:
                 for part in parts:
                     part.f.close()
@@ -227,7 +227,7 @@ class ChatImages:
         (nothing when all of it is there). A full disk or a segment over the cap is reported in
         the result, never raised; nothing half written is left under a segment's name."""
         t0 = time.perf_counter()
-        with engine._lock:  # noqa: SLF001
+        with engine.locked():
             ids = engine.tokens
             if not getattr(engine, "prefix_cacheable", True):   # nothing saved: segments hold no recurrent state
                 return Saved(n_tokens=0)
@@ -239,7 +239,7 @@ class ChatImages:
             keys = [f.header.key.hex() for f in found]
             if start < len(ids):
                 seg_ids = ids[start:]
-                logits = engine._last_logits  # noqa: SLF001
+                logits = engine.last_logits
                 kv = engine.kv
                 h = SegmentHeader(kv.n_layers, kv.n_kv_heads, kv.head_dim, start, len(seg_ids),
                                   int(engine.config.n_vocab), self._key(engine, parent, start, seg_ids), parent,

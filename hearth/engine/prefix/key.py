@@ -38,13 +38,8 @@ def _tokenizer_fields(gguf) -> list[tuple[str, bytes | memoryview]]:
         if isinstance(v, np.ndarray):
             out.append((key, f"{v.dtype.str}{v.shape}".encode() + v.tobytes()))
         elif hasattr(v, "offsets") and hasattr(v, "lengths"):  # gguf.StringArray
-            if len(v):
-                start, end = int(v.offsets[0]), int(v.offsets[-1] + v.lengths[-1])
-                blob = v._buf[start:end]  # noqa: SLF001  (the raw span; decoding 49k strings is slow)
-            else:
-                blob = b""
             out.append((key, np.asarray(v.lengths, "<i8").tobytes()))
-            out.append((key + ".bytes", blob))
+            out.append((key + ".bytes", v.raw_span()))  # the raw span: decoding 49k strings is slow
         else:
             out.append((key, repr(v).encode()))
     return out

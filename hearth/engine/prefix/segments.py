@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import PrefixImageError
-from ..shared_work import share
+from ..system.shared_work import share
 from .checksum import crc32
 from .format import CHECKSUM_SIZE, DTYPE_F32, DTYPE_NAMES, F32, FLAG_LOGITS, HEADER_SIZE, I32, KVFileSizes
 from .io import RunningCrc, _read_into, _read_upto, worker, write_all, write_tail

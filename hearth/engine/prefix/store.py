@@ -6,12 +6,12 @@
 
 Layout of the folder: `<key>.hpx` (the image, see format.py) and `<key>.json` (what it is for:
 model path and name, token count, backend, the caller's label). Nothing else is shared state:
-- writes are atomic (engine/atomic_file.py): a temporary file in the same folder, fsync, rename over
+- writes are atomic (engine/system/atomic_file.py): a temporary file in the same folder, fsync, rename over
   the real name, fsync of the folder. A crash or a full disk mid-write leaves at most a `.tmp` file,
   never a half image under a real name, and never touches the previous image of that key. A `.tmp`
   file no live writer holds is removed when a store opens the folder and at each eviction; those
   being written count against the cap;
-- only regular files are read (engine/files.py: a FIFO never blocks the engine); anything else in
+- only regular files are read (engine/system/files.py: a FIFO never blocks the engine); anything else in
   an image's place is cleared out of the way (a directory renamed to a hidden name, never deleted)
   so that the image can be written;
 - the last use of an image is its file's mtime (set when written, bumped on each restore): no index
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..atomic_file import write_atomic
+from ..system.atomic_file import write_atomic
 from ..errors import PrefixImageError
-from ..files import NotRegularFile, open_regular, orphaned
+from ..system.files import NotRegularFile, open_regular, orphaned
 from ..paths import cache_dir
 from .format import FORMAT_VERSION
 from .io import read_header, write_all
@@ -103,7 +103,7 @@ class PrefixStore:
         else (no image, or one refused for any reason) prefill it and write a fresh image over the
         refused one. Failures to write (a full disk) are reported in the result, not raised: the
         engine holds the prefix either way. Restoring replaces whatever was resident."""
-        with engine._lock:  # noqa: SLF001  (one caller at a time, as every Engine method)
+        with engine.locked():  # one caller at a time, as every Engine method
             return self._ensure(engine, text, label)
 
     def _ensure(self, engine, text, label: str | None) -> EnsureResult:

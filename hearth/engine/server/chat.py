@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..chat_turn import prefill_in_chunks, prompt_ids, tool_format_of, with_prefill
+from ..chat.chat_turn import prefill_in_chunks, prompt_ids, tool_format_of, with_prefill
 from ..errors import ContextFullError, TemplateError
 from ..generation import GenerationStats
 from ..tools import MalformedToolCall, TextDelta, ToolCall, ToolCallParser

@@ -25,7 +25,7 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ..net import is_loopback_host
+from ..system.net import is_loopback_host
 from .chat import ChatOutcome, ChatService
 from .limits import RETRY_AFTER_S, DeadlineReader, PerAddress, refuse_busy
 from .protocol import (RequestError, chunk_body, completion_body, error_body, models_body, new_completion_id,

@@ -5,8 +5,8 @@ template rendered up to the first user message) is made resident through the Pre
 generating: restored from its image if there is one, else computed and saved. Requests that match no
 preset still reuse whatever prefix the engine holds (the Engine's common-prefix reuse).
 
-The presets file is the app's (`data_dir()/presets.json`, written by app/preset_store.py), in the
-format engine/preset_format.py parses. It is re-read when it changes, and a file that cannot be read
+The presets file is the app's (`data_dir()/presets.json`, written by app/store/preset_store.py), in the
+format engine/chat/preset_format.py parses. It is re-read when it changes, and a file that cannot be read
 only turns the matching off (with a log line), never fails a request.
 """
 
@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..chat_turn import prefix_ids
-from ..preset_format import PresetError, parse
+from ..chat.chat_turn import prefix_ids
+from ..chat.preset_format import PresetError, parse
 from ..tools import ToolSchemaError, validate_tool_set
 
 log = logging.getLogger("hearth.engine.server")

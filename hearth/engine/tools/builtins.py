@@ -12,7 +12,7 @@ import os
 import zoneinfo
 from pathlib import Path
 
-from ..files import NotRegularFile, open_regular
+from ..system.files import NotRegularFile, open_regular
 from .calculator import CalculatorError, calculate
 from .context import ToolContext, ToolError
 from .fetch import FETCH_URL, run_fetch_url

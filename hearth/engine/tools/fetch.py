@@ -19,7 +19,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ..net import forbidden_reason, resolve
+from ..system.net import forbidden_reason, resolve
 from .context import ToolContext, ToolError
 from .html_text import html_to_text
 

@@ -1,0 +1,1 @@
+"""Operating-system helpers: atomic files, regular files, hosts, resident pages, threads, deadlines."""
