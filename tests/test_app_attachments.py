@@ -1,4 +1,4 @@
-"""app/attachments.py against files that are not files: devices that never end (/dev/zero,
+"""app/chat/attachments.py against files that are not files: devices that never end (/dev/zero,
 /dev/urandom), links to them, FIFOs with no writer, and files that grow past the cap. Each read
 runs in a child process held to 1 GiB of memory and 60 s, so a read that does not stop fails the
 test instead of taking the machine down."""
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from hearth.app.attachments import AttachmentError, read_attachment
+from hearth.app.chat.attachments import AttachmentError, read_attachment
 try:
     a = read_attachment(sys.argv[1])
     print("ATTACHED", a.size, len(a.text))
@@ -63,7 +63,7 @@ def test_a_directory_is_refused(tmp_path):
 
 
 def test_a_file_past_the_cap_is_refused_with_its_size(tmp_path, monkeypatch):
-    from hearth.app import attachments
+    from hearth.app.chat import attachments
     monkeypatch.setattr(attachments, "MAX_BYTES", 1000)
     big = tmp_path / "big.log"
     big.write_text("y" * 5000)
@@ -75,7 +75,7 @@ def test_a_proc_file_reporting_size_0_is_read_whole(tmp_path):
     """/proc files say 0 bytes and hold text: the read goes by what comes, up to the cap."""
     if not os.path.exists("/proc/self/status"):
         pytest.skip("no /proc here")
-    from hearth.app.attachments import read_attachment
+    from hearth.app.chat.attachments import read_attachment
     a = read_attachment("/proc/self/status")
     assert "Pid:" in a.text and a.size == len(a.text.encode())
 
@@ -83,6 +83,6 @@ def test_a_proc_file_reporting_size_0_is_read_whole(tmp_path):
 def test_a_text_file_is_attached_as_before(tmp_path):
     p = tmp_path / "hello.py"
     p.write_text("print('hi')\n", encoding="utf-8")
-    from hearth.app.attachments import read_attachment
+    from hearth.app.chat.attachments import read_attachment
     a = read_attachment(p)
     assert (a.name, a.size, a.text) == ("hello.py", 12, "print('hi')\n")

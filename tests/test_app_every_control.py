@@ -17,8 +17,8 @@ from app_fixtures import open_window, wait_until
 from PySide6.QtCore import QCoreApplication, QEventLoop, QTimer
 from PySide6.QtWidgets import (QAbstractButton, QApplication, QFileDialog, QMenu, QMessageBox, QTabWidget, QWidget)
 
-from hearth.app.model_picker import OPEN_GGUF
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.app.library.model_picker import OPEN_GGUF
+from hearth.engine.chat.preset_format import Preset, check_sampling
 
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.1,
                          "max_tokens": 4})

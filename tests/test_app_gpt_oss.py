@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.library.split_gguf import _raw_kvs, _string, _write_gguf
-from hearth.engine.preset_format import check_sampling
+from hearth.engine.chat.preset_format import check_sampling
 
 pytestmark = pytest.mark.slow
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from app_fixtures import open_window, wait_until
 
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.engine.chat.preset_format import Preset, check_sampling
 
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
                          "max_tokens": 5})

@@ -146,7 +146,7 @@ def test_theme_follows_the_system_unless_forced(qapp):
 def test_single_line_breaks_in_a_reply_show_as_line_breaks_and_copy_keeps_the_text(qtbot):
     from PySide6.QtGui import QGuiApplication, QTextDocument
 
-    from hearth.app.bubbles import CodeBlock, MarkdownLabel
+    from hearth.app.chat.bubbles import CodeBlock, MarkdownLabel
     poem = ("Roses are red,\nviolets are blue,\nthis is a poem.\n\n"
             "| a | b |\n|---|---|\n| 1 | 2 |\n\n```\nx = 1\ny = 2\n```\nA heading\n---\nlast line")
     m = MessageModel()

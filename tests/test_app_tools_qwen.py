@@ -17,7 +17,7 @@ from model_paths import QWEN_MISSING, qwen_coder_model_path
 from PySide6.QtCore import Qt
 from tool_round_fixtures import SYSTEM, prompt_text, wait_confirm, wait_done, wait_until
 
-from hearth.engine.preset_format import Preset, check_sampling
+from hearth.engine.chat.preset_format import Preset, check_sampling
 from hearth.engine.tools import ToolRegistry
 
 GREEDY = check_sampling({"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,

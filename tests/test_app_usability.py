@@ -286,7 +286,7 @@ def test_at_the_minimum_size_in_the_dark_theme_the_top_bar_boxes_stay_apart_and_
 
 
 def test_at_1920_px_the_conversation_keeps_a_reading_width(qtbot, window):
-    from hearth.app.message_view import READING_WIDTH
+    from hearth.app.chat.message_view import READING_WIDTH
     w = window
     w.resize(1920, 1080)
     w.new_chat()

@@ -459,7 +459,7 @@ def test_the_window_speaks_its_own_words_model_name_durations_and_counts(qtbot, 
     assert "SmolLM2-135M on CPU" in line or "SmolLM2-135M on GPU" in line, line
     first = next(part for part in line.split("\n") if part.startswith("first token"))
     assert first.endswith(" ms") or first.endswith(" s"), first
-    from hearth.app.markdown_text import format_stats
+    from hearth.app.chat.markdown_text import format_stats
     slow = format_stats({"generated_tokens": 2683, "ttft_s": 65.436})
     assert "2,683 tokens" in slow and "first token 65.4 s" in slow, slow
 

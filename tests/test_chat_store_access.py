@@ -1,4 +1,4 @@
-"""app/chat_store.py on a data folder or database it may not write or read: a read-only folder, a
+"""app/store/chat_store.py on a data folder or database it may not write or read: a read-only folder, a
 database whose permissions were lost (mode 000), a read-only bind mount. None of these is damage:
 the file keeps its name, the app gets a store and a notice that says chats cannot be saved.
 
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from hearth.app.chat_store import ChatStore, Message
+from hearth.app.store.chat_store import ChatStore, Message
 
 ROOT = Path(__file__).resolve().parent.parent
 NOBODY = 65534
 CHILD = """
 import json, sys
-from hearth.app.chat_store import ChatStore
+from hearth.app.store.chat_store import ChatStore
 store, notice = ChatStore.open_or_move_aside(sys.argv[1])
 chats = [(c.title, [m.content for m in store.messages(c.id)]) for c in store.chats()]
 c = store.create_chat("meanwhile")           # the app goes on: writing must not raise
@@ -58,7 +58,7 @@ def as_ordinary_user(cmd: list[str]) -> list[str]:
     if setpriv is None:
         pytest.skip("the tests run as root and setpriv is missing: permissions cannot be tested")
     prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    probe = subprocess.run([*prefix, sys.executable, "-c", "import hearth.app.chat_store"], capture_output=True,
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import hearth.app.store.chat_store"], capture_output=True,
                            text=True, timeout=120, cwd="/", env=dict(os.environ, PYTHONPATH=str(ROOT)))
     if probe.returncode:
         pytest.skip(f"the user nobody cannot run Hearth from {ROOT} (its folders are root's own): "

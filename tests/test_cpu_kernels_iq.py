@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hearth.engine import quant_activations as QA
+from hearth.engine.cpu import quant_activations as QA
 from hearth.engine.cpu import kernels_iq as KQ
 from hearth.engine.cpu.linear import Activations, Linear
 from hearth.engine.quants import TYPE_BY_NAME, dequantize_blocks

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hearth.engine.chat_template import ChatTemplate
+from hearth.engine.chat.chat_template import ChatTemplate
 from hearth.engine.harmony import HarmonyStream
-from hearth.engine.preset_format import Preset, PresetError, dumps, parse
-from hearth.engine.reasoning import HARMONY_ANALYSIS, ThinkingSplitter, open_tag_at_end
+from hearth.engine.chat.preset_format import Preset, PresetError, dumps, parse
+from hearth.engine.chat.reasoning import HARMONY_ANALYSIS, ThinkingSplitter, open_tag_at_end
 from hearth.engine.tools.parser import ToolCall, ToolCallParser, detect_format
 
 HARMONY = (Path(__file__).parent / "data" / "templates" / "gpt-oss-harmony.jinja").read_text(encoding="utf-8")

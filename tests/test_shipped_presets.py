@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from hearth.app.preset_store import RESOURCES
+from hearth.app.store.preset_store import RESOURCES
 from hearth.engine import Engine, Sampling
-from hearth.engine.preset_format import parse
+from hearth.engine.chat.preset_format import parse
 
 # A prompt on which the default model, greedy and without a repetition penalty, tells the same
 # sentence again and again until max tokens.

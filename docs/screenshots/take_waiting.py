@@ -20,7 +20,7 @@ def main() -> int:
     w, ready = open_window()
     from server_fixtures import Reply, ScriptedServer, chunk, sse
 
-    from hearth.app.remote_ui import REMOTE_DIALOG
+    from hearth.app.servers.remote_ui import REMOTE_DIALOG
     from hearth.app.window import MIN_SIZE
 
     def ask(text):

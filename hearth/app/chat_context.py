@@ -17,7 +17,7 @@ from hearth.engine.chat.chat_turn import ChatTurn, prefill_in_chunks, render_pro
 from hearth.engine.generation import common_prefix
 from hearth.engine.prefix.chat_images import ChatImages, Root
 
-from .markdown_text import duration, tokens
+from .chat.markdown_text import duration, tokens
 
 
 class ChatContexts:

@@ -20,7 +20,7 @@ from hearth.engine.library.packaged import CATALOGUE, PackagedModel, install, in
 from hearth.engine.library.registry import ModelRegistry
 
 from .chat_source import human_bytes
-from .hub_search_tab import _item, _table
+from .library.hub_search_tab import _item, _table
 
 COLUMNS = ("Name", "Download", "Status", "About")
 

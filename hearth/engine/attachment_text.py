@@ -8,7 +8,7 @@ in a message: one rule for the app that writes them and the prompt that tokenize
 
 The fence is longer than any run of backticks in the file, so the block ends at the first line
 that is the fence alone. A block is text from outside the user's typing: control-token strings in
-it (or in the file's name) never become control tokens (engine/literal_text.py).
+it (or in the file's name) never become control tokens (engine/chat/literal_text.py).
 """
 
 from __future__ import annotations

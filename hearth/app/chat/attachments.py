@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hearth.engine import attachment_text
-from hearth.engine.files import NotRegularFile, open_regular
+from hearth.engine.system.files import NotRegularFile, open_regular
 
 MAX_BYTES = 20 * 1024 * 1024   # read no further: no context holds more text than this
 

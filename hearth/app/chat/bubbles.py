@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSiz
 
 from ..elided_label import ElidedLabel
 from .markdown_text import format_stats, split_markdown
-from .waiting_label import WaitingLabel
+from ..waiting_label import WaitingLabel
 from .reply_versions import count as version_count
 from .code_highlight import CodeHighlighter
 from .thinking_block import ThinkingBlock

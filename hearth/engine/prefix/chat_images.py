@@ -29,7 +29,7 @@ import numpy as np
 
 from ..system.atomic_file import write_atomic, write_text_atomic
 from ..errors import PrefixImageError
-from ..files import open_regular
+from ..system.files import open_regular
 from ..generation import common_prefix
 from .format import FLAG_LOGITS, I32, dtype_code
 from .io import _read_into, write_all
