@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from hearth.app.library.models_window import ModelsWindow
-from hearth.app.packaged_models_tab import PackagedModelsTab
+from hearth.app.library.packaged_models_tab import PackagedModelsTab
 from hearth.engine.library.packaged import QWEN25_CODER_05B, SMOLLM2
 from hearth.engine.library.registry import ModelRegistry
 from test_library_packaged import make_packages

@@ -1,5 +1,5 @@
 """IQ4_NL, IQ4_XS and MXFP4 on the GPU (engine/wgsl/quant.wgsl `_deq8`, `_dq8`): their codebook
-constants equal engine/quant_tables.py's; the prefill matmul, the embedding, and decode matvecs with
+constants equal engine/quants/tables.py's; the prefill matmul, the embedding, and decode matvecs with
 f32 and int8 x (mixed with K-quants in one kernel, the 64-weight-chunk fallback included) against
 float64 references on gguf-py's dequantization; weights uploaded in their blocks, the other i-quants
 as F16. The per-type matvec and int8 checks of every GPU type (test_gpu_kernels.py, test_gpu_int8.py,
@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from hearth.engine import quant_tables as QT
+from hearth.engine.quants import tables as QT
 from hearth.engine.gpu import probe
 from hearth.engine.gpu.shaders import source
 

@@ -1,4 +1,4 @@
-"""gpt-oss's harmony channels (engine/harmony.py) as the reply streams: analysis is the thinking,
+"""gpt-oss's harmony channels (engine/chat/harmony.py) as the reply streams: analysis is the thinking,
 final the answer, a commentary message to a function a tool call the tool parser reads; through
 ThinkingSplitter as the app uses it."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hearth.engine.chat.chat_template import ChatTemplate
-from hearth.engine.harmony import HarmonyStream
+from hearth.engine.chat.harmony import HarmonyStream
 from hearth.engine.chat.preset_format import Preset, PresetError, dumps, parse
 from hearth.engine.chat.reasoning import HARMONY_ANALYSIS, ThinkingSplitter, open_tag_at_end
 from hearth.engine.tools.parser import ToolCall, ToolCallParser, detect_format

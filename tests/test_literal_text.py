@@ -135,7 +135,7 @@ def test_an_attached_files_text_stays_text_and_the_users_own_words_do_not(eng):
 
 
 def test_attachment_blocks_are_found_as_the_app_writes_them():
-    from hearth.engine.attachment_text import block, spans
+    from hearth.engine.chat.attachment_text import block, spans
     a, b = block("a.py", "x = '```'\n"), block("b.txt", "")
     content = f"{a}\n\n{b}\n\nmy question ```"
     assert [content[s:e] for s, e in spans(content)] == [a, b]

@@ -1,4 +1,4 @@
-"""MoE metadata read and checked by ModelConfig (engine/moe_config.py): a file whose expert count,
+"""MoE metadata read and checked by ModelConfig (engine/models/moe_config.py): a file whose expert count,
 top-k or expert tensor shapes disagree is refused naming the file, the key and the tensor; the model
 library says the MoE models run."""
 

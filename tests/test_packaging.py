@@ -228,7 +228,7 @@ def test_bundle_holds_the_model_and_native_libraries(bundle):
     for pattern in ("wgpu/resources/libwgpu_native*.so", "tokenizers/tokenizers*.so",
                     "PySide6/Qt/plugins/platforms/libqoffscreen.so", "PySide6/Qt/plugins/platforms/libqxcb.so",
                     "PySide6/Qt/plugins/platforms/libqwayland*.so", "PySide6/Qt/plugins/imageformats/libqsvg.so",
-                    "hearth/engine/wgsl/*.wgsl", "hearth/engine/quant_tables.npz", "hearth/resources/presets.json",
+                    "hearth/engine/wgsl/*.wgsl", "hearth/engine/quants/tables.npz", "hearth/resources/presets.json",
                     "hearth/resources/toolsets/*.json",
                     "hearth/resources/hearth.svg"):
         assert list(internal.glob(pattern)), pattern

@@ -1,4 +1,4 @@
-"""engine/quant_tables.py: the i-quant grids, sign table and codebooks equal gguf-py's copies (and
+"""engine/quants/tables.py: the i-quant grids, sign table and codebooks equal gguf-py's copies (and
 llama.cpp's ggml-common.h, their source, where a llama.cpp source tree is at hand)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gguf import quants as gq
 
-from hearth.engine import quant_tables as T
+from hearth.engine.quants import tables as T
 
 _HEADER = Path(os.environ.get("HEARTH_GGML_COMMON_H", "/work/cache/llama-cpp/llama_cpp_python-0.3.36/vendor/"
                                                        "llama.cpp/ggml/src/ggml-common.h"))

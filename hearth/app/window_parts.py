@@ -21,8 +21,8 @@ from .chat.message_view import MessageView
 from .chat_context import chat_context_line
 from .chat.markdown_text import duration, tokens
 from .chat_source import human_bytes
-from .elided_combo import ElidedComboBox
-from .elided_label import ElidedLabel
+from .widgets.elided_combo import ElidedComboBox
+from .widgets.elided_label import ElidedLabel
 from .library.context_length import n_ctx_for
 from .library.model_picker import ModelPicker
 from .servers.server_toggle import ServeToggle

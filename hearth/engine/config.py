@@ -15,7 +15,7 @@ import numpy as np
 
 from . import models
 from .errors import UnsupportedModelError
-from .moe_config import MOE_ARCHS
+from .models.moe_config import MOE_ARCHS
 
 # Architectures and the llama.cpp rotation style they use, from the registry (engine/models/).
 SUPPORTED_ARCHS = {name: a.rope for name, a in models.ARCHITECTURES.items()}

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hearth.engine import attachment_text
+from hearth.engine.chat import attachment_text
 from hearth.engine.system.files import NotRegularFile, open_regular
 
 MAX_BYTES = 20 * 1024 * 1024   # read no further: no context holds more text than this
@@ -82,7 +82,7 @@ def _pdf_text(p: Path, raw: bytes) -> str:
 
 
 def block(a: Attachment) -> str:
-    """The attachment as it goes into the message (engine/attachment_text.py owns the format)."""
+    """The attachment as it goes into the message (engine/chat/attachment_text.py owns the format)."""
     return attachment_text.block(a.name, a.text)
 
 

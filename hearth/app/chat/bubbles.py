@@ -11,9 +11,9 @@ from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextOption
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolButton,
                                QVBoxLayout, QWidget)
 
-from ..elided_label import ElidedLabel
+from ..widgets.elided_label import ElidedLabel
 from .markdown_text import format_stats, split_markdown
-from ..waiting_label import WaitingLabel
+from ..widgets.waiting_label import WaitingLabel
 from .reply_versions import count as version_count
 from .code_highlight import CodeHighlighter
 from .thinking_block import ThinkingBlock

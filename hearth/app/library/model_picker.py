@@ -47,8 +47,8 @@ from PySide6.QtWidgets import QComboBox, QFileDialog, QLabel, QSizePolicy, QStyl
 from hearth.engine.library.file_names import display_name
 
 from ..chat_source import human_bytes, human_params
-from ..elided_combo import ElidedComboBox
-from ..elided_label import ElidedLabel
+from ..widgets.elided_combo import ElidedComboBox
+from ..widgets.elided_label import ElidedLabel
 from .model_fit import fit_line
 
 OPEN_GGUF = "__open__"

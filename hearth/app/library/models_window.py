@@ -24,7 +24,7 @@ from .download_panel import DownloadPanel
 from .hub_search_tab import HubSearchTab
 from .hub_tasks import HubTasks
 from .local_models_tab import LocalModelsTab
-from ..packaged_models_tab import PackagedModelsTab
+from .packaged_models_tab import PackagedModelsTab
 
 TOKEN_KEY = "huggingface-hub"  # the KeyStore entry holding the Hugging Face token
 

@@ -23,7 +23,7 @@ import secrets
 import weakref
 from typing import Any, Callable, Sequence
 
-from ..attachment_text import spans as attachment_spans
+from .attachment_text import spans as attachment_spans
 
 LITERAL_ROLES = ("tool",)           # whose whole content comes from outside: tool results, pages
 ZERO_WIDTH_SPACE = "\u200b"

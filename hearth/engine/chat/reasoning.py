@@ -21,7 +21,7 @@ leaves it out.
 
 from __future__ import annotations
 
-from ..harmony import CHANNEL, MESSAGE, HarmonyStream
+from .harmony import CHANNEL, MESSAGE, HarmonyStream
 
 THINK_TAGS = (("<think>", "</think>"), ("[THINK]", "[/THINK]"),
               ("<|START_THINKING|>", "<|END_THINKING|>"), ("<seed:think>", "</seed:think>"),

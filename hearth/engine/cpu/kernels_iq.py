@@ -9,13 +9,13 @@ integer scale per chunk of `CHUNK` weights and a float scale d' such that
     IQ2_XXS / IQ2_XS / IQ2_S: d' = d / 8, ls = 2 s + 1  (llama.cpp: d * (0.5 + s) * 0.25)
     IQ3_XXS: d' = d / 4, ls = 2 s + 1;  IQ3_S: d' = d, ls = 2 s + 1;  IQ4_XS: d' = d, ls = s - 32
     IQ4_NL: d' = d, ls = 1;  MXFP4: d' = 2^(e - 128), ls = 1
-Every such product is exact in float32 (engine/quants_iq.py says why), so dequant_T gives the
+Every such product is exact in float32 (engine/quants/iq.py says why), so dequant_T gives the
 reference's bits. With 8-bit x the sums are llama.cpp's (ggml_vec_dot_iq*_q8_K, *_q8_0): per chunk
 the integer sum of code * x code, times ls, summed in int32 over the block, times d' * x's scale.
 Codes: |code| <= 62 (IQ2/IQ3), 127 (IQ4), 12 (MXFP4): the int32 sums stay far below 2^31.
 x's 8-bit blocks: Q8_0 for IQ4_NL and MXFP4, Q8_K for the rest (as llama.cpp's vec_dot_type).
 The code decoding is scalar (table lookups); the products are plain loops LLVM vectorizes.
-Tables: engine/quant_tables.py (numba freezes the global arrays into the compiled code).
+Tables: engine/quants/tables.py (numba freezes the global arrays into the compiled code).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .. import quant_tables as QT
-from ..quants_iq import e8m0_half
+from ..quants import tables as QT
+from ..quants.iq import e8m0_half
 from .kernels import _part, _total
 from .simd import bytes32, f16_at, fadd, fma_i, fsum, fzero, izero, mul_ss, nibbles32, scale_sum, scale_sum2_i8
 from .simd_iq import lut16

@@ -10,7 +10,7 @@ clamped SwiGLU (moe.swiglu_oai), experts stored in MXFP4. The output matrix is s
 
 from __future__ import annotations
 
-from ..moe_config import config_fields  # noqa: F401  (the ModelConfig fields of this architecture)
+from .moe_config import config_fields  # noqa: F401  (the ModelConfig fields of this architecture)
 from .moe_decoder import MoeDecoder
 
 

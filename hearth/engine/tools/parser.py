@@ -72,7 +72,7 @@ Event = Union[TextDelta, ToolCall, MalformedToolCall]
 def detect_format(chat_template_source: str | None) -> str:
     """The tool-call format a chat template teaches: 'hermes', 'llama3' or 'generic'."""
     src = chat_template_source or ""
-    # gpt-oss's harmony template renders tools itself; engine/harmony.py passes its calls on as
+    # gpt-oss's harmony template renders tools itself; engine/chat/harmony.py passes its calls on as
     # hermes tags.
     if TAG_OPEN in src or "<|channel|>" in src:
         return "hermes"

@@ -57,7 +57,7 @@ fn bits4(qh: u32, b: u32) -> vec4<f32> {
                      f32((qh >> (b + 2u)) & 1u), f32((qh >> (b + 3u)) & 1u)) * 16.0;
 }
 // IQ4_NL / IQ4_XS's codebook (kvalues_iq4nl) and MXFP4's doubled e2m1 values (kvalues_mxfp4): 16 int8
-// each as 4 little-endian words (engine/quant_tables.py; tests/test_gpu_iquants.py checks them)
+// each as 4 little-endian words (engine/quants/tables.py; tests/test_gpu_iquants.py checks them)
 const KV_IQ4 = vec4<u32>(0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u);
 const KV_FP4 = vec4<u32>(0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
 // byte n (0..15) of the table t, chosen without a dynamic index

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import UnsupportedModelError
+from ..errors import UnsupportedModelError
 
 
 @dataclass(frozen=True)
@@ -351,4 +351,4 @@ def dequantize_rows(info) -> np.ndarray:
 
 
 # The i-quants and MXFP4 register themselves (a module of their own: tables and layouts).
-from . import quants_iq  # noqa: E402,F401
+from . import iq  # noqa: E402,F401

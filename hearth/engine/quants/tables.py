@@ -2,8 +2,8 @@
 
 Source: llama.cpp's `ggml/src/ggml-common.h` (the `GGML_TABLE_BEGIN` tables `ksigns_iq2xs`,
 `iq2xxs_grid`, `iq2xs_grid`, `iq2s_grid`, `iq3xxs_grid`, `iq3s_grid`, `kvalues_iq4nl`, `kvalues_fp4`).
-They are stored in `quant_tables.npz` beside this module, generated from that header by
-    python -m hearth.engine.quant_tables path/to/ggml-common.h
+They are stored in `tables.npz` beside this module, generated from that header by
+    python -m hearth.engine.quants.tables path/to/ggml-common.h
 (tests/test_quants_iq.py checks them against gguf-py's copies). Each grid entry's bytes are stored
 as llama.cpp's little-endian uint64/uint32 lays them out, so entry i's byte j is weight j:
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-_FILE = Path(__file__).with_name("quant_tables.npz")
+_FILE = Path(__file__).with_name("tables.npz")
 # header table name -> (our name, bytes per entry)
 _HEADER = {
     "ksigns_iq2xs": ("ksigns", 1), "iq2xxs_grid": ("iq2xxs", 8), "iq2xs_grid": ("iq2xs", 8),

@@ -15,7 +15,7 @@ top-k or expert width disagrees with its tensors fails at load with the file, ke
 
 from __future__ import annotations
 
-from .errors import UnsupportedModelError
+from ..errors import UnsupportedModelError
 
 MOE_ARCHS = ("qwen3moe", "gpt-oss")
 MAX_EXPERTS = 1 << 12

@@ -4,15 +4,15 @@ MXFP4, registered into engine.quants' table (imported by it).
 As llama.cpp's `dequantize_row_*` (ggml-quants.c). Every product below is exact in float32 in any
 grouping (an f16 scale's 11-bit mantissa times a sub-block scale of at most 6 bits times a grid or
 codebook value of at most 7 bits: <= 24 bits; MXFP4's scale is a power of two), so the order of the
-multiplications does not change a bit. Tables: engine/quant_tables.py.
+multiplications does not change a bit. Tables: engine/quants/tables.py.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import quant_tables as T
-from .quants import QK_K, _f16, _register
+from . import tables as T
+from . import QK_K, _f16, _register
 
 _SIGNS = T.sign_table()                                            # float32 [128, 8] of +-1
 _SIGN_BITS = np.where((np.arange(256)[:, None] >> np.arange(8)) & 1, np.float32(-1), np.float32(1))  # [256, 8]

@@ -19,8 +19,8 @@ from hearth.engine.errors import EngineError
 from hearth.engine.library.packaged import CATALOGUE, PackagedModel, install, installed, model_path
 from hearth.engine.library.registry import ModelRegistry
 
-from .chat_source import human_bytes
-from .library.hub_search_tab import _item, _table
+from ..chat_source import human_bytes
+from .hub_search_tab import _item, _table
 
 COLUMNS = ("Name", "Download", "Status", "About")
 
