@@ -29,6 +29,21 @@ from mcp.server.mcpserver import Image, MCPServer
 TOKEN = os.environ.get("MCP_TEST_TOKEN", "")
 
 
+class _HostileListing(MCPServer):
+    """The SDK's server, whose tool listing a hostile variant rewrites as it goes out: a 'deep' tool's
+    input schema nested MCP_TEST_DEEP levels, the 'add' tool's description MCP_TEST_DESCRIPTION."""
+
+    async def list_tools(self):
+        tools = await super().list_tools()
+        depth, description = int(os.environ.get("MCP_TEST_DEEP", "0")), os.environ.get("MCP_TEST_DESCRIPTION")
+        for t in tools:
+            if t.name == "deep" and depth:
+                t.input_schema = deep_schema(depth)
+            if t.name == "add" and description:
+                t.description = description
+        return tools
+
+
 class _Verifier:
     """Over HTTP with MCP_TEST_TOKEN set, a request needs that bearer token."""
 
@@ -36,7 +51,7 @@ class _Verifier:
         return AccessToken(token=token, client_id="hearth-test", scopes=[]) if token == TOKEN else None
 
 
-server = MCPServer("hearth-test", token_verifier=_Verifier() if TOKEN else None,
+server = _HostileListing("hearth-test", token_verifier=_Verifier() if TOKEN else None,
                    auth=AuthSettings(issuer_url="http://127.0.0.1:9", resource_server_url=None) if TOKEN else None)
 
 
@@ -94,9 +109,6 @@ def hostile_variants() -> None:
     depth = int(os.environ.get("MCP_TEST_DEEP", "0"))
     if depth:
         server.add_tool(lambda x=None: "deep", name="deep", description="A tool with a deep input schema.")
-        server._tool_manager._tools["deep"].parameters = deep_schema(depth)  # noqa: SLF001
-    if os.environ.get("MCP_TEST_DESCRIPTION"):
-        server._tool_manager._tools["add"].description = os.environ["MCP_TEST_DESCRIPTION"]  # noqa: SLF001
     n = int(os.environ.get("MCP_TEST_STDERR_BYTES", "0"))
     line = b"log line from the test server, over and over\n"
     while n > 0:

@@ -323,7 +323,7 @@ class Engine:
 
     # --- prefix images (the format, key and I/O are in engine/prefix/) ----------------------
 
-    def _check_cacheable(self) -> None:
+    def check_cacheable(self) -> None:
         if not self.prefix_cacheable:
             raise PrefixImageError("not_cacheable", f"{self.gguf.path.name}: prefix images of hybrid and "
                                                     "per-layer-shaped models are not supported yet")
@@ -353,7 +353,7 @@ class Engine:
         binary `fileobj`, one tensor per write. Returns the image's size in bytes. The engine is
         unchanged by a failing `fileobj` (a full disk): writing only reads the cache."""
         ids = self.prefix_ids(text)
-        self._check_cacheable()
+        self.check_cacheable()
         with self._lock:  # no generate may move the cache while it is written
             self.prefill(ids)
             if self._last_logits is None:  # prefill always leaves them; keep the image whole if that changes
@@ -366,7 +366,7 @@ class Engine:
         Any mismatch or damage raises PrefixImageError and leaves the resident tokens and their K/V
         as they were."""
         ids = self.prefix_ids(text)
-        self._check_cacheable()
+        self.check_cacheable()
         with self._lock:
             self.kv.check_fits(0, len(ids))
             try:

@@ -190,7 +190,7 @@ class PrefixStore:
         metadata, then evict to the cap. Raises OSError (nothing left behind) if the disk is full,
         PrefixImageError("not_cacheable") for a model whose state an image cannot hold."""
         if not getattr(engine, "prefix_cacheable", True):
-            engine._check_cacheable()  # noqa: SLF001  (raises, naming the file)
+            engine.check_cacheable()   # raises, naming the file
         ids = engine.prefix_ids(text)
         key = key or engine.prefix_key(ids)
         size = engine.prefix_header(ids).image_size

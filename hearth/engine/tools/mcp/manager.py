@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Callable
@@ -171,9 +172,12 @@ class McpManager:
         params = StdioServerParameters(command=config.command, args=list(config.args), env=dict(config.env))
         if not self.log_dir:
             return stdio_client(params)
-        errlog = StderrLog(self.log_dir / f"mcp-{config.name}.log")
+        errlog = StderrLog(self._log_path(config.name))
         stack.callback(errlog.close_ours)
         return _closing_after_spawn(stdio_client(params, errlog=errlog.child_end), errlog)
+
+    def _log_path(self, name: str) -> Path:
+        return self.log_dir / f"mcp-{name}.log"
 
     def left_out(self, server: str) -> list[str]:
         """The tools of a running server left out of its list, each with its name and why."""
@@ -227,7 +231,13 @@ class McpManager:
             return ToolResult(f"Error: the MCP server {server} failed during the call ({_short(e)})", True)
         out = tool_result(result, max_chars)
         if out.is_error and log_start is not None:
-            out = with_crash_text(out, self._log_tail(s.config, log_start))
+            tail = self._log_tail(s.config, log_start)
+            for _ in range(10):     # a thread copies the log from a pipe (stderr_log.py): let it catch up
+                if tail:
+                    break
+                await anyio.sleep(0.02)
+                tail = self._log_tail(s.config, log_start)
+            out = with_crash_text(out, tail)
         return out
 
     def _log_size(self, config: McpServerConfig) -> int | None:
@@ -243,6 +253,8 @@ class McpManager:
         """What the server wrote to stderr since `start` (at most 64 KiB), written before it answered."""
         try:
             with open(self._log_path(config.name), "rb") as f:
+                if os.fstat(f.fileno()).st_size < start:     # rotated since: the new file holds it
+                    start = 0
                 f.seek(start)
                 return f.read(65536).decode("utf-8", "replace")
         except OSError:
