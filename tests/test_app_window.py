@@ -520,7 +520,7 @@ def test_no_line_is_clipped_after_stop_regenerate_and_an_edit_further_down(qtbot
         qtbot.keyClick(w.messageInput, Qt.Key.Key_Escape)                   # stop
     set_max_tokens(w, 24)
     with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
-        qtbot.keyClick(w, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)   # regenerate
+        qtbot.mouseClick(w.messageView.bubbles()[-1].regenerateButton, Qt.MouseButton.LeftButton)
     qtbot.wait(50)
     assert_every_line_fits(w.messageView)
     send(qtbot, w, "Say goodbye.")
