@@ -447,6 +447,10 @@ def test_the_window_speaks_its_own_words_model_name_durations_and_counts(qtbot, 
     w = window
     qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
     assert "SmolLM2-135M" in w.messageView.empty.text(), w.messageView.empty.text()
+    qtbot.keyClicks(w.messageInput, "Hi")
+    wait_until(lambda: w.draftTokens.counted_text == "Hi", 30)
+    assert w.tokenCount.text().startswith("1 token · "), w.tokenCount.text()
+    w.messageInput.clear()
     set_max_tokens(w, 1)
     try:
         send(qtbot, w, "Hi")
