@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 from app_fixtures import open_window, wait_until
@@ -228,6 +229,9 @@ def test_every_menu_action_and_every_button_runs_without_an_error(qtbot, window,
                                                                 monkeypatch, request):
     w = window
     assert not request.config.getini("qt_no_exception_capture"), "pytest-qt must capture slot exceptions"
+    hook = sys.excepthook                 # the app must not install its own hook, which would swallow them
+    owner = getattr(getattr(hook, "func", hook), "__module__", "")
+    assert hook is sys.__excepthook__ or owner.startswith("pytestqt"), hook
     # The harness sees an exception raised in a slot (a self-check: without it the test proves nothing).
     with qtbot.captureExceptions() as raised:
         QTimer.singleShot(0, lambda: 1 / 0)

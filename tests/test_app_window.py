@@ -447,6 +447,10 @@ def test_the_window_speaks_its_own_words_model_name_durations_and_counts(qtbot, 
     w = window
     qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
     assert "SmolLM2-135M" in w.messageView.empty.text(), w.messageView.empty.text()
+    qtbot.keyClicks(w.messageInput, "Hi")
+    wait_until(lambda: w.draftTokens.counted_text == "Hi", 30)
+    assert w.tokenCount.text().startswith("1 token · "), w.tokenCount.text()
+    w.messageInput.clear()
     set_max_tokens(w, 1)
     try:
         send(qtbot, w, "Hi")
@@ -520,7 +524,7 @@ def test_no_line_is_clipped_after_stop_regenerate_and_an_edit_further_down(qtbot
         qtbot.keyClick(w.messageInput, Qt.Key.Key_Escape)                   # stop
     set_max_tokens(w, 24)
     with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
-        qtbot.keyClick(w, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)   # regenerate
+        qtbot.mouseClick(w.messageView.bubbles()[-1].regenerateButton, Qt.MouseButton.LeftButton)
     qtbot.wait(50)
     assert_every_line_fits(w.messageView)
     send(qtbot, w, "Say goodbye.")

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QHBoxLayout, QToolButton, QWidget
 from hearth.engine.chat.context_policy import room_for_reply
 
 from .attachments import Attachment, AttachmentError, human_size, read_attachment
+from .markdown_text import tokens as count_tokens
 
 
 class AttachmentBar(QWidget):
@@ -78,7 +79,7 @@ class AttachmentBar(QWidget):
             return
         self.attachments.append(a)
         chip = QToolButton(objectName="attachmentChip", autoRaise=False)
-        tokens = f"{a.tokens:,} tokens" if a.tokens is not None else human_size(a.size)
+        tokens = count_tokens(a.tokens) if a.tokens is not None else human_size(a.size)
         chip.setText(f"{a.name} · {tokens}  ✕")
         chip.setToolTip(f"{a.path} ({human_size(a.size)}): click to remove")
         chip.clicked.connect(lambda _=False, c=chip: self._remove(c))

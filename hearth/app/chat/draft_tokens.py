@@ -15,6 +15,8 @@ from PySide6.QtWidgets import QLabel
 
 from hearth.engine.chat.context_policy import draft_verdict
 
+from .markdown_text import tokens
+
 DEBOUNCE_MS = 250
 
 
@@ -73,7 +75,7 @@ class DraftTokens(QObject):
         p = self.conversation.preset()
         kind, warning = draft_verdict(res["prompt"], res["alone"], res["n_ctx"],
                                       int(p.sampling.get("max_tokens", 512)), p.context_policy)
-        text = f"{res['message']:,} tokens · prompt {res['prompt']:,} / {res['n_ctx']:,}"
+        text = f"{tokens(res['message'])} · prompt {res['prompt']:,} / {res['n_ctx']:,}"
         self._show(kind, warning, text, self._asked_text)
 
     def _show(self, kind: str, warning: str, text: str, counted: str | None) -> None:
