@@ -6,12 +6,13 @@ vendored gguf-py, from the project root:
     <venv>/bin/python tests/data/tiny-next/make_tiny.py ../shared/reference/vocab/ggml-vocab-phi-3.gguf
 
 The vocabulary is llama.cpp's phi-3 test vocabulary (SentencePiece, BOS added) cut to its first
-4,096 tokens: the byte tokens and the highest-scored pieces, which is still a consistent SPM
-vocabulary, so each model stays under 2 MB. Weights: seeded normal values; matrices F16 or Q8_0,
+4,000 tokens (the byte tokens and the highest-scored pieces) plus every character they use as a
+piece of its own (~90), which is still a consistent SPM vocabulary, so each model stays under 2 MB. Weights: seeded normal values; matrices F16 or Q8_0,
 norms and rope factors F32. Per arch folder: tiny-<arch>.gguf, manifest.json (hparams, prompts,
 ids, 16 greedy steps with their top-1/top-2 gaps), top64_<prompt>.npz (llama.cpp's 64 largest
 logits at every position: ids int32 [n, 64], logits float32), last_logits_<prompt>.npy, and
-logits_f32path_last_<prompt>.npy (llama.cpp on an all-F32 copy with F32 K/V: no 8-bit activations).
+logits_f32path_last_<prompt>.npy (llama.cpp on an all-F32 copy of the same values, F32 K/V: no 8-bit
+activations).
 phi3 also gets top64_english_long.npz: llama.cpp at n_ctx 512 (over the original context of 256),
 where it takes rope_factors_long instead of rope_factors_short.
 """
@@ -28,7 +29,7 @@ import gguf
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-N_VOCAB = 4096
+N_HEAD_TOKENS = 4000   # then the characters they use (vocab() says why)
 PROMPTS = {"chat": "Hi there! How are you doing today?",
            "english": ("The old lighthouse keeper climbed the spiral stairs every evening, counting each step "
                        "as the waves crashed against the rocks below.")}
@@ -38,10 +39,16 @@ D, N_HEAD, N_KV, HD, N_FF = 64, 4, 2, 16, 128
 def vocab(path: str):
     r = gguf.GGUFReader(path)
     f = r.fields
-    toks = [bytes(f["tokenizer.ggml.tokens"].parts[i]).decode("utf-8") for i in f["tokenizer.ggml.tokens"].data[:N_VOCAB]]
-    scores = [float(f["tokenizer.ggml.scores"].parts[i][0]) for i in f["tokenizer.ggml.scores"].data[:N_VOCAB]]
-    types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data[:N_VOCAB]]
-    return toks, scores, types
+    toks = [bytes(f["tokenizer.ggml.tokens"].parts[i]).decode("utf-8") for i in f["tokenizer.ggml.tokens"].data]
+    scores = [float(f["tokenizer.ggml.scores"].parts[i][0]) for i in f["tokenizer.ggml.scores"].data]
+    types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data]
+    # Every character of a kept piece as a piece of its own (as in any real SPM vocabulary; the
+    # lone word-start piece, for one, is far down the list), so the cut vocabulary stays consistent.
+    index = {t: i for i, t in enumerate(toks)}
+    head = list(range(N_HEAD_TOKENS))
+    chars = sorted({ch for i in head if types[i] == 1 for ch in toks[i]} - {toks[i] for i in head})
+    keep = head + [index[ch] for ch in chars if ch in index]
+    return [toks[i] for i in keep], [scores[i] for i in keep], [types[i] for i in keep]
 
 
 def write_vocab(w, v):
@@ -79,7 +86,7 @@ def layer_tensors(arch: str, rng, il: int) -> dict[str, np.ndarray]:
     # Attention logits big enough that position mistakes show (random q.k are otherwise ~0).
     for k in ("attn_q.weight", "attn_k.weight", "attn_qkv.weight"):
         if p + k in t:
-            t[p + k] *= 3.0
+            t[p + k] *= 2.0
     return t
 
 
@@ -126,7 +133,7 @@ def write_model(arch: str, v, path: Path, all_f32: bool) -> dict:
             w.add_float32(key, val)
     write_vocab(w, v)
     # 0.3: top logits ~9, top-1/top-2 gaps over 0.5 at most positions (1.0 gives ~30, 0.1 near ties)
-    tensors = {"token_embd.weight": (0.3 * rng.standard_normal((N_VOCAB, D))).astype(np.float32),
+    tensors = {"token_embd.weight": (0.3 * rng.standard_normal((len(v[0]), D))).astype(np.float32),
                "output_norm.weight": (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)}
     if arch == "phi3":
         half = spec["kv"]["rope.dimension_count"] // 2
@@ -136,14 +143,20 @@ def write_model(arch: str, v, path: Path, all_f32: bool) -> dict:
         tensors.update(layer_tensors(arch, rng, il))
     types = {}
     for i, (name, a) in enumerate(tensors.items()):
-        if a.ndim == 1 or all_f32:
+        # all_f32: the same values as the stored types hold (their dequantized copies)
+        if a.ndim == 1:
             w.add_tensor(name, a)
             types[name] = "F32"
         elif i % 2 and name != "token_embd.weight":
-            w.add_tensor(name, gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
+            if all_f32:
+                w.add_tensor(name, gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0).astype(np.float32))
+            else:
+                w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
             types[name] = "Q8_0"
         else:
-            w.add_tensor(name, a.astype(np.float16))
+            h = a.astype(np.float16)
+            w.add_tensor(name, h.astype(np.float32) if all_f32 else h)
             types[name] = "F16"
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -208,11 +221,11 @@ def main(vocab_path: str) -> None:
                 mf.reset()
                 mf.eval(p["ids"])
                 np.save(d / f"logits_f32path_last_{p['name']}.npy", np.array(mf.scores[len(p["ids"]) - 1], np.float32))
-        manifest = {"arch": arch, "file": path.name, "n_ctx": 128, "n_vocab": N_VOCAB,
+        manifest = {"arch": arch, "file": path.name, "n_ctx": 128, "n_vocab": len(v[0]),
                     "hparams": {"n_embd": D, "n_layer": ARCHS[arch]["n_layer"], "n_head": N_HEAD, "n_head_kv": N_KV,
                                 "head_dim": HD, "n_ff": N_FF, **ARCHS[arch]["kv"]},
                     "tensor_types": types, "prompts": prompts,
-                    "vocab": f"{Path(vocab_path).name}, first {N_VOCAB} tokens"}
+                    "vocab": f"{Path(vocab_path).name}: its first {N_HEAD_TOKENS} tokens and the characters they use"}
         (d / "manifest.json").write_text(json.dumps(manifest, indent=1))
         print(arch, path.stat().st_size, "bytes", [len(p["ids"]) for p in prompts])
 
