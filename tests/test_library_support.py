@@ -18,7 +18,7 @@ gguf = pytest.importorskip("gguf")
     ("m-Q4_K_M.gguf", "llama", True, ""),
     ("m-Q8_0.gguf", "mistral", True, ""),         # an alias the engine maps to llama
     ("m-IQ2_XS.gguf", "llama", False, "IQ2_XS, which Hearth cannot read yet"),
-    ("m-Q4_0.gguf", "phi3", False, "architecture 'phi3' is not supported"),
+    ("m-Q4_0.gguf", "falcon", False, "architecture 'falcon' is not supported"),
     ("m.gguf", "llama", None, "no quantization in the file name"),
     ("m-Q9_Z.gguf", "qwen3", None, "no quantization in the file name"),
     ("mmproj-m-f16.gguf", "llama", False, "multimodal projector"),
@@ -43,8 +43,8 @@ def test_tiny_llama_facts(tiny_models):
 
 
 def test_unsupported_architecture_after_download(tmp_path):
-    f = read_facts(write_gguf(tmp_path / "m-Q4_0.gguf", arch="phi3"))
-    assert f.runs is False and "architecture 'phi3' is not supported" in f.reason
+    f = read_facts(write_gguf(tmp_path / "m-Q4_0.gguf", arch="falcon"))
+    assert f.runs is False and "architecture 'falcon' is not supported" in f.reason
 
 
 def test_unsupported_tensor_type_after_download(tmp_path):
