@@ -192,3 +192,52 @@ def test_the_gpu_backend_refuses_them_by_name(tiny):
     from hearth.engine.gpu.backend import GpuBackend
     with pytest.raises(UnsupportedModelError, match=f"{be.cfg.arch} models .* run on the CPU backend only"):
         GpuBackend(be.cfg, g, n_ctx=128)
+
+
+def test_phi3_with_experts_is_refused_by_name():
+    md = {"phi3.expert_count": 16}
+    with pytest.raises(UnsupportedModelError, match=r"x-phi3.gguf: phi3 with experts \(phi3.expert_count\)"):
+        config_fields(_fake("phi3", md), "phi3", _opt(md, "phi3"),
+                      {"arch": "phi3", "n_layer": 2, "context_length": 128, "n_rot": 12})
+
+
+def test_phi3_with_separate_qkv_agrees_with_the_fused_file(tmp_path):
+    """Older phi3 files store q, k and v apart; llama.cpp takes either, and so the same weights
+    written apart give the same logits."""
+    d = DATA / "phi3"
+    m = json.loads((d / "manifest.json").read_text())
+    g = GGUFFile.open(d / m["file"])
+    apart = _with_qkv_apart(d / m["file"], tmp_path / "apart.gguf")
+    ids = prompt_of(m, "english")["ids"]
+    outs = []
+    for gg in (g, GGUFFile.open(apart)):
+        be = CpuBackend(ModelConfig.from_gguf(gg), gg, n_ctx=128, int8=False)
+        outs.append(be.forward(ids, 0))
+    np.testing.assert_allclose(outs[0], outs[1], atol=1e-4)
+
+
+def _with_qkv_apart(src: Path, dst: Path) -> Path:
+    """A copy of a phi3 file with each attn_qkv written as attn_q, attn_k, attn_v (row blocks)."""
+    import gguf
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(str(dst), "phi3")
+    for key, f in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(key, f.contents(), f.types[0], sub)
+    md = {k: f.contents() for k, f in r.fields.items()}
+    q = md["phi3.attention.head_count"] * md["phi3.attention.key_length"]
+    kv = md["phi3.attention.head_count_kv"] * md["phi3.attention.key_length"]
+    for t in r.tensors:
+        data = np.asarray(t.data)
+        if t.name.endswith("attn_qkv.weight"):
+            for part, (a, b) in zip("qkv", [(0, q), (q, q + kv), (q + kv, q + 2 * kv)]):
+                w.add_tensor(t.name.replace("attn_qkv", f"attn_{part}"), data[a:b], raw_dtype=t.tensor_type)
+        else:
+            w.add_tensor(t.name, data, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst

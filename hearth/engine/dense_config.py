@@ -32,6 +32,9 @@ def config_fields(g, raw_arch: str, opt, base: dict) -> dict:
         return {"nope_layers": tuple((il + 1) % SMOLLM3_NOPE_STEP == 0 for il in range(n_layer)),
                 "cpu_only": "layers without RoPE (smollm3)"}
     if arch == "phi3":
+        if opt("expert_count", 0, 0, 1 << 12):
+            raise UnsupportedModelError(f"{name}: phi3 with experts ({raw_arch}.expert_count) is not "
+                                        f"supported by Hearth; its dense models are")
         orig = opt("rope.scaling.original_context_length", base["context_length"], 1, 1 << 24)
         for t in ("rope_factors_long.weight", "rope_factors_short.weight"):
             if t in g.tensors and tuple(g.tensors[t].shape) != (base["n_rot"] // 2,):

@@ -1,7 +1,7 @@
 """phi3 (Phi-4-mini, Phi-3.x): llama's layer order with three differences (llama.cpp's
 LLM_ARCH_PHI3; the flags are read in engine/dense_config.py):
-- q, k and v come from one matrix `attn_qkv` (rows: q of every head, then k, then v), and the FFN's
-  gate and up from one matrix `ffn_up` (rows: gate, then up);
+- q, k and v come from one matrix `attn_qkv` (rows: q of every head, then k, then v; older files
+  have them apart), and the FFN's gate and up from one matrix `ffn_up` (rows: gate, then up);
 - NeoX RoPE on the first `rope.dimension_count` dims of each head only (partial rotary);
 - each frequency's angle is divided by `rope_factors_long` when the context is longer than
   `rope.scaling.original_context_length`, else by `rope_factors_short` (llama.cpp decides by its
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..cpu.linear import Linear
 from ..dense_config import config_fields  # noqa: F401  (the ModelConfig fields of this architecture)
+from ..errors import UnsupportedModelError
 from . import weights as W
 from .decoder import Block, Decoder
 from .layers import Rope
@@ -44,7 +45,7 @@ class Phi3(Decoder):
         rows = [c.n_head * hd, c.n_head_kv * hd, c.n_head_kv * hd]
         return Block(
             attn_norm=W.tensor(g, p + "attn_norm.weight", (d,)),
-            wqkv=_split(ld.matrix([p + "attn_qkv.weight"], d, [sum(rows)]), rows),
+            wqkv=self._qkv(g, ld, p, rows),
             bqkv=None,
             qk_norm=None,
             wo=ld.matrix([p + "attn_output.weight"], c.n_head * hd, [d]),
@@ -55,6 +56,17 @@ class Phi3(Decoder):
             w_down=ld.matrix([p + "ffn_down.weight"], c.n_ff, [d]),
             post_ffn_norm=None,
         )
+
+
+    def _qkv(self, g, ld, p: str, rows: list[int]) -> W.Matrices:
+        """`attn_qkv` (Phi-4-mini, Phi-3.5) or separate `attn_q`/`attn_k`/`attn_v`, as llama.cpp
+        takes either; biases, which no published phi3 file has, are refused rather than ignored."""
+        for t in ("attn_qkv.bias", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "ffn_up.bias"):
+            if p + t in g.tensors:
+                raise UnsupportedModelError(f"{g.path.name}: tensor {p + t}: phi3 with biases is not supported by Hearth")
+        if p + "attn_qkv.weight" in g.tensors:
+            return _split(ld.matrix([p + "attn_qkv.weight"], self.cfg.n_embd, [sum(rows)]), rows)
+        return ld.matrix([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], self.cfg.n_embd, rows)
 
 
 def _split(m: W.Matrices, rows: list[int]) -> W.Matrices:
