@@ -5,8 +5,9 @@ tuning: after RoPE, q at position p is multiplied by 1 + s * ln(floor(p / n) + 1
 `attention.temperature_scale`, n = the original context (llama.cpp's LLM_ARCH_MISTRAL3; flags in
 engine/dense_config.py). Below n positions the factor is 1.
 
-With temperature tuning on, one-token passes stay on the per-operation path: the compiled layers
-have no per-position q factor.
+One-token passes run through the compiled layers while every position of the pass is below n
+(the factor is exactly 1 there: the published files have n = 16,384), on the per-operation path
+from there on: the compiled layers have no per-position q factor.
 """
 
 from __future__ import annotations
@@ -21,8 +22,16 @@ class Mistral3(Decoder):
 
     def __init__(self, cfg, g):
         super().__init__(cfg, g)
-        if cfg.attn_temp_scale:
-            self.compiled_reason = "attention temperature scaling (mistral3)"
+        self._tuned = False          # whether the current pass has positions >= attn_temp_floor
+
+    def forward(self, ids, pos, kv, *args, **kwargs):
+        c = self.cfg
+        self._tuned = bool(c.attn_temp_scale) and pos + len(ids) >= c.attn_temp_floor   # pos + len(ids): a tail token
+        return super().forward(ids, pos, kv, *args, **kwargs)
+
+    @property
+    def compiled(self):
+        return None if self._tuned else Decoder.compiled.fget(self)
 
     def _before_attention(self, i, b, x, q, r0, r1, pos, kv, cs, window, i8, work=None):
         super()._before_attention(i, b, x, q, r0, r1, pos, kv, cs, window, i8, work)
