@@ -30,6 +30,7 @@ SUPPORTED_ARCHS = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3"
 ARCH_ALIASES = {"mistral": "llama"}
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
+YARN_LOG_MUL_ARCHS = ("mistral3",)
 
 
 @dataclass
@@ -223,13 +224,17 @@ def _rope_scaling(g, raw_arch: str, name: str) -> RopeScaling:
     orig = int(md.get(f"{raw_arch}.rope.scaling.original_context_length", md.get(f"{raw_arch}.context_length", 0)))
     if kind == "linear":
         return RopeScaling("linear", factor, orig, attn_factor=attn)
-    # YaRN's log multiplier m (mscale_all_dim): llama.cpp's attention factor becomes
-    # (1 + 0.1 ln f) / (1 + 0.1 m ln f) in all; Rope multiplies by the numerator itself.
-    log_mul = float(_scalar(md.get(f"{raw_arch}.rope.scaling.yarn_log_multiplier", 0.0), f"{name}: yarn_log_multiplier"))
-    if not 0 <= log_mul < 1e3:
-        raise UnsupportedModelError(f"{name}: metadata {raw_arch}.rope.scaling.yarn_log_multiplier is {log_mul}")
-    attn /= 1.0 + 0.1 * log_mul * math.log(factor)
-    for unsupported in ("rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"):
+    # YaRN's log multiplier m (mscale_all_dim), which llama.cpp reads for mistral3 only: its attention
+    # factor becomes (1 + 0.1 ln f) / (1 + 0.1 m ln f) in all; Rope multiplies by the numerator itself.
+    unsupported_keys = ["rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"]
+    if raw_arch in YARN_LOG_MUL_ARCHS:
+        log_mul = float(_scalar(md.get(f"{raw_arch}.rope.scaling.yarn_log_multiplier", 0.0), f"{name}: yarn_log_multiplier"))
+        if not 0 <= log_mul < 1e3:
+            raise UnsupportedModelError(f"{name}: metadata {raw_arch}.rope.scaling.yarn_log_multiplier is {log_mul}")
+        attn /= 1.0 + 0.1 * log_mul * math.log(factor)
+    else:
+        unsupported_keys.append("rope.scaling.yarn_log_multiplier")
+    for unsupported in unsupported_keys:
         if md.get(f"{raw_arch}.{unsupported}") not in (None, 0, 0.0, 1.0):
             raise UnsupportedModelError(f"{name}: YaRN variant with {raw_arch}.{unsupported} is not supported")
     return RopeScaling("yarn", factor, orig,
