@@ -73,7 +73,7 @@ def tiny_repos(tiny_models, split_parts: list[Path] | None = None) -> list[RepoS
         RepoSpec("bob/Tiny-Gated-GGUF", [file_spec("tiny-gemma3-Q4_0.gguf", tiny_models["gemma3"])],
                  gated="manual", allowed_tokens={"hf_good"}, downloads=200),
         RepoSpec("bob/Phi-Tiny-GGUF", [file_spec("phi-tiny-Q4_0.gguf", llama)], downloads=100,
-                 gguf={"architecture": "phi3"}),
+                 gguf={"architecture": "falcon"}),
         RepoSpec("carol/safetensors-only", [file_spec("model.safetensors", llama)], tags=["safetensors"]),
     ]
     if split_parts:

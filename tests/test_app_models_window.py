@@ -219,9 +219,9 @@ def test_remove_delete_and_reveal(qtbot, make_window, registry, tiny_models, mon
 
 def test_a_model_hearth_cannot_run_is_marked_and_not_offered(qtbot, make_window, registry, tmp_path):
     from hub_fixtures import write_gguf
-    write_gguf(registry.models_dir / "phi-Q4_0.gguf", arch="phi3")
+    write_gguf(registry.models_dir / "phi-Q4_0.gguf", arch="falcon")
     w = make_window()
     w.local.table.selectRow(0)
     assert "⚠" in _cell(w.local.table, 0, 0)
     assert not w.local.use_button.isEnabled()
-    assert "architecture 'phi3' is not supported" in w.local.reason.text()
+    assert "architecture 'falcon' is not supported" in w.local.reason.text()

@@ -53,7 +53,7 @@ def test_repo_lists_models_with_size_sha_and_verdict(local_hub, tiny_models, spl
     assert sm.size == sum(p.stat().st_size for p in split_llama)
 
     phi = HubClient(local_hub.endpoint, token="").repo("bob/Phi-Tiny-GGUF")
-    assert "architecture 'phi3' is not supported" in phi.models[0].verdict.reason
+    assert "architecture 'falcon' is not supported" in phi.models[0].verdict.reason
 
 
 def test_readme_is_not_a_model(local_hub):

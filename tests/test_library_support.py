@@ -23,7 +23,7 @@ gguf = pytest.importorskip("gguf")
     ("m-IQ4_XS.gguf", "llama", True, ""),
     ("m-IQ4_NL.gguf", "llama", True, ""),
     ("m-MXFP4.gguf", "qwen3", True, ""),
-    ("m-Q4_0.gguf", "phi3", False, "architecture 'phi3' is not supported"),
+    ("m-Q4_0.gguf", "falcon", False, "architecture 'falcon' is not supported"),
     ("m.gguf", "llama", None, "no quantization in the file name"),
     ("m-Q9_Z.gguf", "qwen3", None, "no quantization in the file name"),
     ("mmproj-m-f16.gguf", "llama", False, "multimodal projector"),
@@ -48,8 +48,8 @@ def test_tiny_llama_facts(tiny_models):
 
 
 def test_unsupported_architecture_after_download(tmp_path):
-    f = read_facts(write_gguf(tmp_path / "m-Q4_0.gguf", arch="phi3"))
-    assert f.runs is False and "architecture 'phi3' is not supported" in f.reason
+    f = read_facts(write_gguf(tmp_path / "m-Q4_0.gguf", arch="falcon"))
+    assert f.runs is False and "architecture 'falcon' is not supported" in f.reason
 
 
 def test_unsupported_tensor_type_after_download(tmp_path):

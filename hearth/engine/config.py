@@ -23,9 +23,10 @@ ARCH_ALIASES = models.ALIASES
 # Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
 # module in engine/models/; they run on the CPU backend only for now.
 OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
-CPU_ONLY_ARCHS = OWN_METADATA_ARCHS
+CPU_ONLY_ARCHS = OWN_METADATA_ARCHS + ("smollm3", "phi3", "mistral3")
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
+YARN_LOG_MUL_ARCHS = ("mistral3",)
 
 
 @dataclass
@@ -83,6 +84,12 @@ class ModelConfig:
     expert_gating: str = ""      # "softmax" (over all experts) or "softmax_weight" (over the top k)
     expert_weights_norm: bool = False   # the top k's weights renormalised to sum 1
     attn_sinks: bool = False     # one learned logit per head joins each softmax (gpt-oss)
+    # Newer dense families (models/dense_config.py reads them)
+    nope_layers: tuple[bool, ...] = ()   # layers that rotate nothing (smollm3)
+    rope_orig_ctx: int = 0       # a context above this takes rope_factors_long, else _short (phi3)
+    attn_temp_scale: float = 0.0  # q times 1 + s ln(floor(pos / attn_temp_floor) + 1) (mistral3)
+    attn_temp_floor: int = 0
+    cpu_only: str = ""           # why the GPU backend cannot run this model ("" : it can)
     # An architecture's own hyper-parameters beyond these (qwen35: its recurrent layers), read by
     # its module in engine/models/; None for the plain decoders.
     hybrid: object | None = None
@@ -91,6 +98,7 @@ class ModelConfig:
     def recurrent(self) -> bool:
         """Whether the model keeps a recurrent state (truncation then costs a recompute)."""
         return bool(getattr(self.hybrid, "recurrent", False))
+
 
     def __post_init__(self):
         if not self.attn_scale:
@@ -211,12 +219,16 @@ def _gemma4(cls, g, raw_arch, n_embd, n_layer, n_head, need, opt) -> "ModelConfi
 
 def _rope_scaling(g, raw_arch: str, name: str) -> RopeScaling:
     md = g.metadata
+    # llama.cpp multiplies cos and sin by rope.scaling.attn_factor whatever the scaling (phi3 sets it).
+    attn = float(_scalar(md.get(f"{raw_arch}.rope.scaling.attn_factor", 1.0), f"{name}: rope.scaling.attn_factor"))
+    if not 0 < attn < 1e3:
+        raise UnsupportedModelError(f"{name}: metadata {raw_arch}.rope.scaling.attn_factor is {attn}; it must be positive")
     kind = md.get(f"{raw_arch}.rope.scaling.type")
     factor = md.get(f"{raw_arch}.rope.scaling.factor")
     if kind is None and md.get(f"{raw_arch}.rope.scale_linear") is not None:
         kind, factor = "linear", md[f"{raw_arch}.rope.scale_linear"]
     if kind is None or kind == "none":
-        return RopeScaling()
+        return RopeScaling(attn_factor=attn)
     if kind not in ROPE_SCALINGS:
         raise UnsupportedModelError(
             f"{name}: RoPE scaling '{kind}' ({raw_arch}.rope.scaling.type) is not supported "
@@ -225,18 +237,27 @@ def _rope_scaling(g, raw_arch: str, name: str) -> RopeScaling:
     if factor <= 0:
         raise UnsupportedModelError(f"{name}: rope.scaling.factor {factor} is not positive")
     if factor == 1.0:
-        return RopeScaling()
+        return RopeScaling(attn_factor=attn)
     orig = int(md.get(f"{raw_arch}.rope.scaling.original_context_length", md.get(f"{raw_arch}.context_length", 0)))
     if kind == "linear":
-        return RopeScaling("linear", factor, orig)
-    for unsupported in ("rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_ext_factor",
-                        "rope.scaling.yarn_attn_factor"):
+        return RopeScaling("linear", factor, orig, attn_factor=attn)
+    # YaRN's log multiplier m (mscale_all_dim), which llama.cpp reads for mistral3 only: its attention
+    # factor becomes (1 + 0.1 ln f) / (1 + 0.1 m ln f) in all; Rope multiplies by the numerator itself.
+    unsupported_keys = ["rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"]
+    if raw_arch in YARN_LOG_MUL_ARCHS:
+        log_mul = float(_scalar(md.get(f"{raw_arch}.rope.scaling.yarn_log_multiplier", 0.0), f"{name}: yarn_log_multiplier"))
+        if not 0 <= log_mul < 1e3:
+            raise UnsupportedModelError(f"{name}: metadata {raw_arch}.rope.scaling.yarn_log_multiplier is {log_mul}")
+        attn /= 1.0 + 0.1 * log_mul * math.log(factor)
+    else:
+        unsupported_keys.append("rope.scaling.yarn_log_multiplier")
+    for unsupported in unsupported_keys:
         if md.get(f"{raw_arch}.{unsupported}") not in (None, 0, 0.0, 1.0):
             raise UnsupportedModelError(f"{name}: YaRN variant with {raw_arch}.{unsupported} is not supported")
     return RopeScaling("yarn", factor, orig,
                        beta_fast=float(md.get(f"{raw_arch}.rope.scaling.yarn_beta_fast", 32.0)),
                        beta_slow=float(md.get(f"{raw_arch}.rope.scaling.yarn_beta_slow", 1.0)),
-                       ext_factor=1.0, attn_factor=1.0)
+                       ext_factor=1.0, attn_factor=attn)
 
 
 # Bounds on hyper-parameters: far beyond any released model, tight enough that a damaged or hostile

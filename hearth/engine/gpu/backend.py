@@ -73,6 +73,9 @@ class GpuBackend(Backend):
         if cfg.n_expert:
             raise UnsupportedModelError(f"{gguf.path.name}: mixture-of-experts models ({cfg.arch}) run on the CPU "
                                         f"backend only; choose CPU")
+        if cfg.cpu_only:
+            raise UnsupportedModelError(f"{gguf.path.name}: {cfg.arch} models ({cfg.cpu_only}) run on the CPU "
+                                        f"backend only; choose CPU")
         if cfg.head_dim > 256 or cfg.head_dim % 4 or cfg.n_embd % 32:
             raise UnsupportedModelError(f"{gguf.path.name}: head dim {cfg.head_dim} / width {cfg.n_embd} "
                                         f"are outside what the GPU kernels handle (head dim <= 256, multiple of 4)")

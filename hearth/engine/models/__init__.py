@@ -66,6 +66,9 @@ ARCHITECTURES: dict[str, Arch] = {
     "qwen35": Arch("qwen35", "neox", model="Qwen35"),
     "qwen35moe": Arch("qwen35moe", "neox", model="Qwen35Moe"),
     "gemma4": Arch("gemma4", "neox", model="Gemma4"),
+    "smollm3": Arch("smollm3", "normal", model="SmolLM3"),
+    "phi3": Arch("phi3", "neox", model="Phi3"),
+    "mistral3": Arch("mistral3", "normal", model="Mistral3"),
 }
 # Other names for the same computation (mlx-lm keeps a table like this).
 ALIASES: dict[str, str] = {"mistral": "llama"}

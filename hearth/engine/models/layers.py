@@ -76,8 +76,8 @@ class Rope:
         inv = base ** (-2.0 * i / n_rot)
         if freq_factors is not None:
             inv = inv / np.asarray(freq_factors, np.float64)[:half]
-        self.mscale = 1.0
         scaling = scaling or RopeScaling()
+        self.mscale = scaling.attn_factor   # llama.cpp's rope.scaling.attn_factor (phi3); 1 for most
         if scaling.kind == "linear":
             inv = inv * scaling.freq_scale
         elif scaling.kind == "yarn":
