@@ -27,7 +27,7 @@ import pytest
 
 from hearth.engine.config import ModelConfig
 from hearth.engine.cpu_backend import CpuBackend
-from hearth.engine.dense_config import config_fields
+from hearth.engine.models.dense_config import config_fields
 from hearth.engine.errors import UnsupportedModelError
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.library.support import architecture_verdict

@@ -3,7 +3,7 @@
 whose log multiplier sets the attention factor (config._rope_scaling), and Llama 4's temperature
 tuning: after RoPE, q at position p is multiplied by 1 + s * ln(floor(p / n) + 1), s =
 `attention.temperature_scale`, n = the original context (llama.cpp's LLM_ARCH_MISTRAL3; flags in
-engine/dense_config.py). Below n positions the factor is 1.
+engine/models/dense_config.py). Below n positions the factor is 1.
 
 One-token passes run through the compiled layers while every position of the pass is below n
 (the factor is exactly 1 there: the published files have n = 16,384), on the per-operation path
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dense_config import config_fields  # noqa: F401  (the ModelConfig fields of this architecture)
+from .dense_config import config_fields  # noqa: F401  (the ModelConfig fields of this architecture)
 from .decoder import Decoder
 
 

@@ -1,5 +1,5 @@
 """phi3 (Phi-4-mini, Phi-3.x): llama's layer order with three differences (llama.cpp's
-LLM_ARCH_PHI3; the flags are read in engine/dense_config.py):
+LLM_ARCH_PHI3; the flags are read in engine/models/dense_config.py):
 - q, k and v come from one matrix `attn_qkv` (rows: q of every head, then k, then v; older files
   have them apart), and the FFN's gate and up from one matrix `ffn_up` (rows: gate, then up);
 - NeoX RoPE on the first `rope.dimension_count` dims of each head only (partial rotary);
@@ -14,7 +14,7 @@ decoder's passes and the compiled layers see the three and two matrices they exp
 from __future__ import annotations
 
 from ..cpu.linear import Linear
-from ..dense_config import config_fields  # noqa: F401  (the ModelConfig fields of this architecture)
+from .dense_config import config_fields  # noqa: F401  (the ModelConfig fields of this architecture)
 from ..errors import UnsupportedModelError
 from . import weights as W
 from .decoder import Block, Decoder

@@ -1,7 +1,7 @@
 """smollm3 (SmolLM3): llama's layers (RMSNorm, q/k/v, adjacent-pair RoPE, SiLU-gated FFN), except
 that every 4th layer (il + 1 divisible by 4) rotates nothing: its q and k enter attention as they
 come out of their matrices (llama.cpp's LLM_ARCH_SMOLLM3, n_no_rope_layer_step = 4; the flags are
-read in engine/dense_config.py).
+read in engine/models/dense_config.py).
 
 Both paths give those layers the identity rotation (cos 1, sin 0), which is exact in float32
 (x * 1 - y * 0 == x): the per-operation path through `_before_attention`, the compiled one-token
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dense_config import config_fields  # noqa: F401  (the ModelConfig fields of this architecture)
+from .dense_config import config_fields  # noqa: F401  (the ModelConfig fields of this architecture)
 from .decoder import Decoder
 
 

@@ -17,7 +17,7 @@ What llama.cpp hard-codes per architecture is hard-coded here too (src/models/<a
 
 from __future__ import annotations
 
-from .errors import UnsupportedModelError
+from ..errors import UnsupportedModelError
 
 # Architecture -> llama.cpp's rotation style for it (llama-model.cpp, llama_model_rope_type).
 DENSE_ARCHS = {"smollm3": "normal", "phi3": "neox", "mistral3": "normal"}
