@@ -74,6 +74,22 @@ def test_cpu_every_position_batch_and_one_token_at_a_time(model, prompt):
     check_against_llama_cpp(steps, name, prompt)
 
 
+def test_cpu_compiled_layers_give_the_per_operation_bits(model):
+    """One-token passes of these models run as compiled layers (engine/cpu/decode_layer.py), with the
+    same bits as the per-operation path (the same block code)."""
+    _, path, manifest = model
+    ids = prompt_ids(manifest, "english")[:8]
+    g = GGUFFile.open(path)
+    be = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, int8=True)
+    assert be.model.compiled_reason is None
+    outs = []
+    for on in (True, False):
+        be.model.compiled_on = on
+        be.kv.clear()
+        outs.append(np.stack([np.asarray(be.forward([t], i)).reshape(-1) for i, t in enumerate(ids)]))
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
 @pytest.mark.gpu
 def test_gpu_every_position(model):
     from hearth.engine.gpu import GpuBackend, probe

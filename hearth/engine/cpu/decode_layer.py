@@ -41,10 +41,11 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from . import blocks_int8 as B8
+from . import kernels_iq as KQ
 from .attention import PARALLEL_ATTENTION_FROM, attend_heads, attend_serial
 from .kernels_int8 import quantize_q8_0, quantize_q8_k
 from .rows import rms_row, rope_head, silu_mul_row
-from .simd import F32, _ptr, fadd, fma_bf16, fma_f16, fma_f32, fsum, fzero
+from .simd import F32, _ptr, fadd, fma_bf16, fma_f16, fma_f32, fma_i, fsum, fzero
 
 jit = njit(nogil=True, cache=True)
 pjit = njit(nogil=True, cache=True, parallel=True)
@@ -54,6 +55,12 @@ inline = njit(inline="always", nogil=True, cache=True)
 TYPE_CODES = {"Q4_0": 0, "Q4_1": 1, "Q5_0": 2, "Q5_1": 3, "Q8_0": 4, "Q2_K": 5, "Q3_K": 6, "Q4_K": 7,
               "Q5_K": 8, "Q6_K": 9, "F32": 10, "F16": 11, "BF16": 12}
 _FIRST_K, _LAST_K, _FIRST_FLOAT = 5, 9, 10
+# The i-quants and MXFP4 (engine/cpu/kernels_iq.py): code 13 + their kind there; kinds 6 and 7
+# (IQ4_NL, MXFP4) read x as Q8_0, the rest as Q8_K.
+TYPE_CODES.update({name: 13 + v[0] for name, v in KQ.LAYOUT.items()})
+_FIRST_IQ = 13
+_IQ_BW = np.array([KQ.LAYOUT[n][1] for n in sorted(KQ.LAYOUT, key=lambda n: KQ.LAYOUT[n][0])], np.int64)
+_IQ_BB = np.array([KQ.LAYOUT[n][2] for n in sorted(KQ.LAYOUT, key=lambda n: KQ.LAYOUT[n][0])], np.int64)
 # The matrices of a layer, in `meta` order, and the products they form: [first, end) of each.
 QKV, O, GATE_UP, DOWN = (0, 3), (3, 4), (4, 6), (6, 7)
 
@@ -84,6 +91,22 @@ def _dot_row(t, row, x, q0, d0, s0, qk, dk, sk):
     """Row `row` (uint8 bytes of type code t) times the input: 8-bit codes q0/d0/s0 (Q8_0/Q8_1) or
     qk/dk/sk (Q8_K) for quantized types, float32 x for the float ones. Not yet scaled."""
     a0, a1, tt = fzero(), fzero(), np.float32(0.0)
+    if t >= _FIRST_IQ:   # the loop of kernels_iq.matvec8_T, so the same bits
+        kind = t - _FIRST_IQ
+        bw, bb = _IQ_BW[kind], _IQ_BB[kind]
+        c64 = np.empty(32, np.uint64)
+        codes = c64.view(np.uint8)
+        ls, ls8 = np.empty(8, np.int32), np.empty(16, np.int8)
+        q8k = kind < 6
+        for b in range(row.shape[0] // bb):
+            if q8k:
+                acc, d = KQ._block8(kind, row, b * bb, qk, b * bw, c64, codes, ls, ls8)
+                a0 = fma_i(a0, acc, d * dk[b])
+            else:
+                acc, d = KQ._block8(kind, row, b * bb, q0, b * bw, c64, codes, ls, ls8)
+                a0 = fma_i(a0, acc, d * d0[b])
+            a0, a1 = a1, a0
+        return fsum(fadd(a0, a1))
     if t == 1:
         for b in range(row.shape[0] // 20):
             a0, tt = B8.dot_q4_1(row, b * 20, q0, d0, s0, b, a0, tt)
@@ -166,9 +189,10 @@ def _quantize(tl, m0, m1, x, q0, d0, s0, qk, dk, sk):
     k = x.shape[0]
     want0 = wantk = False
     for m in range(m0, m1):
-        if tl[m] < _FIRST_K:
+        t = tl[m]
+        if t < _FIRST_K or t == _FIRST_IQ + 6 or t == _FIRST_IQ + 7:
             want0 = True
-        elif tl[m] <= _LAST_K:
+        elif t <= _LAST_K or t >= _FIRST_IQ:
             wantk = True
     if want0:
         quantize_q8_0(x, q0[:k], d0[:k // 32], s0[:k // 32])

@@ -14,7 +14,11 @@ reference's bits. With 8-bit x the sums are llama.cpp's (ggml_vec_dot_iq*_q8_K, 
 the integer sum of code * x code, times ls, summed in int32 over the block, times d' * x's scale.
 Codes: |code| <= 62 (IQ2/IQ3), 127 (IQ4), 12 (MXFP4): the int32 sums stay far below 2^31.
 x's 8-bit blocks: Q8_0 for IQ4_NL and MXFP4, Q8_K for the rest (as llama.cpp's vec_dot_type).
-The code decoding is scalar (table lookups); the products are plain loops LLVM vectorizes.
+With 8-bit x (the decode path) the codes are made in vectors where they can be: IQ4_NL / IQ4_XS /
+MXFP4 by one 16-byte lookup for 32 weights (simd_iq.lut16: pshufb), the IQ2 / IQ3 grid entries and
+sign masks as 64-bit words (8 weights a load), then multiplied as blocks_int8 multiplies (mul_ss:
+pmaddubsw with the sign trick, pmaddwd with the chunk scales). Dequantization and float32 x (the
+reference paths) decode block by block in scalar code (decode_block).
 Tables: engine/quants/tables.py (numba freezes the global arrays into the compiled code).
 """
 

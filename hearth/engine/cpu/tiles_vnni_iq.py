@@ -3,7 +3,9 @@ decode_block: grid values times signs, or codebook values, as signed codes) into
 engine/cpu/tiles_vnni.py, and multiplied by many rows of 8-bit x with engine/cpu/gemm_vnni.py's
 products (prefill and short inputs on CPUs with VNNI).
 
-Codes are stored as code + 128 (unsigned, as Q8_0's), so every family here has OFFSET 128:
+Codes are stored as code + 128 (unsigned, as Q8_0's), decoded as the one-row kernels decode them
+(kernels_iq: a 16-byte lookup for IQ4_NL / IQ4_XS / MXFP4, 64-bit grid words and sign masks for the
+IQ2 / IQ3 types), so every family here has OFFSET 128:
     IQ2_XXS, IQ3_XXS, IQ3_S, IQ4_XS  chunks of 32 with integer scales ls (family k32o128)
     IQ2_XS, IQ2_S                    chunks of 16 (family k16o128)
     IQ4_NL, MXFP4                    32-weight blocks, one float scale (Q8_0's family o128)
@@ -19,12 +21,44 @@ import numpy as np
 from numba import njit
 
 from . import gemm_vnni as GV
-from .kernels_iq import decode_block
+from .kernels_iq import _E8M0, _KV4U, _KVFP4U, _codes8
+from .simd import add8, f16_at, nibbles32, store32
+from .simd_iq import lut16
 from .simd_vnni import make_block_k
 from .tiles_vnni import _interleave
 
 jit = njit(nogil=True, cache=True)
 inline = njit(inline="always", nogil=True, cache=True)
+
+
+_FLIP = np.uint64(0x8080808080808080)   # + 128 on every byte of a word of int8 codes
+
+
+@inline
+def _block_codes(kind, row, o, scratch, s64, t, c64, ls, ls8, t32, sci, lr):
+    """A block's codes + 128 into scratch[t:] (s64: its uint64 view; t a multiple of 8) and its
+    integer chunk scales into t32 at sci + 16 c + lr -> d'."""
+    if kind == 6 or kind == 7:   # IQ4_NL, MXFP4: one chunk, no integer scale
+        tab = _KV4U if kind == 6 else _KVFP4U
+        store32(scratch, t, add8(lut16(tab, nibbles32(row, o + (2 if kind == 6 else 1))), 128))
+        return f16_at(row, o) if kind == 6 else _E8M0[row[o]]
+    if kind == 5:                # IQ4_XS
+        sh = np.int32(row[o + 2]) | (np.int32(row[o + 3]) << 8)
+        for c in range(8):
+            store32(scratch, t + 32 * c, add8(lut16(_KV4U, nibbles32(row, o + 8 + 16 * c)), 128))
+            t32[sci + 16 * c + lr] = (np.int32((row[o + 4 + c // 2] >> (4 * (c % 2))) & 15)
+                                      | (((sh >> (2 * c)) & 3) << 4)) - 32
+        return f16_at(row, o)
+    d = _codes8(kind, row, o, c64, ls, ls8)
+    for i in range(32):
+        s64[t // 8 + i] = c64[i] ^ _FLIP
+    if kind == 1 or kind == 2:
+        for c in range(16):
+            t32[sci + 16 * c + lr] = ls8[c]
+    else:
+        for c in range(8):
+            t32[sci + 16 * c + lr] = ls[c]
+    return d
 
 
 @inline
@@ -34,7 +68,9 @@ def _iq_tile(kind, bw, bb, cs, w, r0, r1, tile, scratch, n_in, sc0, d0, gbytes):
     nb, nch = n_in // bw, bw // cs
     t32 = tile.view(np.int32)
     tf = tile.view(np.float32)
-    codes, ls = np.empty(bw, np.int8), np.empty(nch, np.int32)
+    s64 = scratch.view(np.uint64)
+    c64 = np.empty(32, np.uint64)
+    ls, ls8 = np.empty(8, np.int32), np.empty(16, np.int8)
     for g in range((r1 - r0 + 15) // 16):
         gb = g * gbytes
         for lr in range(16):
@@ -49,13 +85,8 @@ def _iq_tile(kind, bw, bb, cs, w, r0, r1, tile, scratch, n_in, sc0, d0, gbytes):
                 continue
             row = w[r]
             for b in range(nb):
-                d = decode_block(kind, row, b * bb, codes, ls)
-                t = lr * n_in + b * bw
-                for j in range(bw):
-                    scratch[t + j] = np.uint8(np.int32(codes[j]) + 128)
-                if bw == 256:
-                    for c in range(nch):
-                        t32[(gb + sc0) // 4 + 16 * (nch * b + c) + lr] = ls[c]
+                sci = (gb + sc0) // 4 + 16 * nch * b
+                d = _block_codes(kind, row, b * bb, scratch, s64, lr * n_in + b * bw, c64, ls, ls8, t32, sci, lr)
                 tf[(gb + d0) // 4 + 16 * b + lr] = d
         _interleave(scratch, n_in, tile, gb)
 

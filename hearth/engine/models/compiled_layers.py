@@ -4,7 +4,7 @@ their weights as that function's tables.
 The compiled layer does what llama, qwen2 (q/k/v biases) and qwen3 (q/k norms) layers do: RMSNorm,
 q/k/v, RoPE (normal or NeoX pairs), the K/V store, grouped-query attention over every cached
 position, the output projection, SiLU-gated FFN, residuals. A model gets it when every layer is
-that and every matrix has a kernel (the ten quantized types and F32/F16/BF16), with 8-bit x on
+that and every matrix has a kernel (the ten quantized types, the i-quants and MXFP4, and F32/F16/BF16), with 8-bit x on
 (the default); otherwise (gemma3: post norms, GELU, sliding windows; an output bias; a matrix
 dequantized to float32 for want of a kernel; HEARTH_CPU_INT8=0 or float_activations()) its
 one-token passes stay on decoder.py's per-operation path. `reason` says why not.
