@@ -33,7 +33,7 @@ def _cache_key() -> str:
     for p in sorted(_HERE.glob("*.py")):
         h.update(p.name.encode() + p.read_bytes())
     h.update(os.environ.get("HEARTH_CPU_SIMD", "").encode())   # the instruction choice of simd.py
-    tables = _HERE.parent / "quant_tables.npz"   # the i-quant tables kernels_iq compiles in as constants
+    tables = _HERE.parent / "quants" / "tables.npz"   # the i-quant tables kernels_iq compiles in as constants
     if tables.is_file():
         h.update(tables.read_bytes())
     try:
