@@ -83,6 +83,24 @@ def test_a_local_server_asks_first_showing_the_command_and_deny_keeps_the_preset
     assert '"name": "calculator"' in text and '"name": "add"' not in text
 
 
+def test_the_notice_of_a_denied_server_goes_with_a_preset_that_does_not_use_it(qtbot, window):
+    w = window
+    assert "calc was not started" in w.bannerLabel.text() and w.banner.isVisible()
+    w.select_preset("plain")
+    settle(w)
+    assert not w.banner.isVisible()
+    w.select_preset("test-mcp")
+    wait_until(lambda: w.mcpApproval is not None)
+    qtbot.mouseClick(w.mcpApproval.denyButton, Qt.MouseButton.LeftButton)
+    settle(w)
+    assert w.banner.isVisible()
+    w.show_banner("Something else to know.", "notice")   # a later, unrelated banner stays up
+    w.select_preset("plain")
+    settle(w)
+    assert w.banner.isVisible() and w.bannerLabel.text() == "Something else to know."
+    w.banner.hide()
+
+
 def test_approve_starts_it_and_its_tools_join_the_prefix(qtbot, window, tmp):
     w = window
     w.select_preset("plain")

@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         self.remote.notice.connect(lambda text: self.show_banner(text, "notice"))
         self.mcp.toolsChanged.connect(self.warm_preset)
         self.mcp.notice.connect(lambda text: self.show_banner(text, "notice"))
+        self.mcp.noticeGone.connect(self.hide_banner_if)
         self.mcp.approvalNeeded.connect(self._ask_mcp_approval)
         self.library = ModelsUI(self)
         self.library.loadRequested.connect(self.load_model)
@@ -416,6 +417,11 @@ class MainWindow(QMainWindow):
         self.banner.show()
         if kind == "error":
             self.last_error = text
+
+    def hide_banner_if(self, text: str) -> None:
+        """The banner goes if it still shows `text`, a sentence that no longer holds."""
+        if self.bannerLabel.text() == text:
+            self.banner.hide()
 
     def _on_progress(self, what: str, done: int, total: int) -> None:
         self.workLabel.setText(what + (f"  {done} / {total}" if total and done else ""))
