@@ -9,6 +9,7 @@ import pytest
 from app_fixtures import open_window
 from mcp_fixtures import alive, pid_of, stdio_config, wait_gone
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
 from tool_round_fixtures import GREEDY, SYSTEM, ask, prompt_text, wait_confirm, wait_done, wait_until
 
 from hearth.engine.preset_format import Preset
@@ -118,6 +119,26 @@ def test_approve_starts_it_and_its_tools_join_the_prefix(qtbot, window, tmp):
     assert w.mcp.servers.get("calc").command_line() in w.settings.get("mcp/approved")
     choose(w)                                             # approved: it starts without asking again
     assert w.mcpApproval is None and "calc" in w.mcp.running()
+
+
+def test_the_preset_editor_lists_each_servers_tools_with_descriptions_and_state(qtbot, window):
+    w = window
+    action = next(a for a in w.findChildren(QAction) if a.text() == "Manage presets…")
+    action.trigger()
+    dlg = w.presetManager
+    qtbot.waitExposed(dlg)
+    rows = {name: (state, text) for name, state, text in dlg.mcpServers.tool_rows("calc")}
+    assert rows["add"] == ("on", "Add two numbers and return the sum.")
+    assert rows["fail"] == ("on", "Always fails.") and len(rows) >= 7
+    tree = dlg.mcpServers.list
+    tree.setFocus()
+    tree.setCurrentItem(tree.topLevelItem(0))
+    qtbot.keyClick(tree, Qt.Key.Key_Space)                   # the server's box: off for this preset
+    assert dlg.mcpServers.checked() == []
+    assert {state for _, state, _ in dlg.mcpServers.tool_rows("calc")} == {"off"}
+    qtbot.keyClick(tree, Qt.Key.Key_Space)
+    assert dlg.mcpServers.checked() == ["calc"] and dict((n, s) for n, s, _ in dlg.mcpServers.tool_rows("calc"))["add"] == "on"
+    dlg.done(0)
 
 
 def test_a_full_round_runs_the_mcp_tool_after_allow(qtbot, window):

@@ -158,6 +158,7 @@ class McpTools(QObject):
             return
         self._listed[name] = list(tools)
         self._serial_of[name] = serial
+        self.servers.remember_tools(name, tools)
         if name in self._notices:
             self.noticeGone.emit(self._notices.pop(name))
         self.toolsChanged.emit()
@@ -199,6 +200,7 @@ class McpTools(QObject):
         before = [t.model_dump() for t in self._listed[name]]
         if [t.model_dump() for t in tools] != before:
             self._listed[name] = list(tools)
+            self.servers.remember_tools(name, tools)
             self.toolsChanged.emit()
 
     def close(self) -> None:
