@@ -23,6 +23,7 @@ from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from hearth.engine.errors import EngineError
 from hearth.engine.hub import DownloadCallbacks, DownloadManager, HubClient, remote_facts
+from hearth.engine.hub.reach import hub_unreachable
 from hearth.engine.library.registry import ModelRegistry
 
 from . import gui_gc
@@ -36,6 +37,7 @@ class HubTasks(QObject):
     downloadProgress = Signal(tuple, object)
     downloadFinished = Signal(tuple, object, str)
     _ids = itertools.count(1)
+    reach_timeout_s = 5.0     # how long the Hub may take to answer at all before "cannot reach"
 
     def __init__(self, registry: ModelRegistry, endpoint: str | None = None, token: str | None = None,
                  parent=None):
@@ -65,21 +67,34 @@ class HubTasks(QObject):
                            lambda c: (file.path, remote_facts(c, repo_id, commit, file)))
 
     def _spawn(self, name, signal, work) -> int:
+        """Run `work` on a thread, and beside it a probe of the endpoint: when the Hub cannot be
+        reached, `failed` says so within seconds and the work's late answer is dropped."""
         rid = next(self._ids)
         client = self.client
+        answered = threading.Lock()      # taken by whichever answer comes first
+
+        def answer(sig, *args) -> None:
+            if answered.acquire(blocking=False):
+                self._emit(sig, rid, *args)
 
         def run():
             try:
                 out = work(client)
             except EngineError as e:
-                self._emit(self.failed, rid, str(e))
+                answer(self.failed, str(e))
                 return
             except Exception as e:  # noqa: BLE001  anything else is still a message, not a crash
-                self._emit(self.failed, rid, f"{type(e).__name__}: {e}")
+                answer(self.failed, f"{type(e).__name__}: {e}")
                 return
-            self._emit(signal(), rid, *(out if isinstance(out, tuple) else (out,)))
+            answer(signal(), *(out if isinstance(out, tuple) else (out,)))
+
+        def probe():
+            why = hub_unreachable(client.endpoint, self.reach_timeout_s)
+            if why is not None:
+                answer(self.failed, why[0].upper() + why[1:])
 
         threading.Thread(target=run, name=name, daemon=True).start()
+        threading.Thread(target=probe, name=name + "-probe", daemon=True).start()
         return rid
 
     @staticmethod
