@@ -134,6 +134,9 @@ def test_pause_and_resume_in_a_new_window(qtbot, make_window, local_hub, tiny_mo
     w2 = make_window()  # as after a restart: the paused download is found on disk
     row2 = _row(w2)
     assert row2.state == "paused"
+    # what is on disk shows: the bar where it stopped, and the bytes
+    assert row2.bar.value() > 50 and row2.bar.isVisible()
+    assert row2.info.text().startswith("paused at ") and " of " in row2.info.text()
     row2.pause.click()
     qtbot.waitUntil(lambda: row2.state == "done", timeout=60_000)
     ranges = [r["range"] for r in local_hub.requests if r["server"] == "storage"]

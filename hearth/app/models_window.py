@@ -71,7 +71,12 @@ class ModelsWindow(QDialog):
     def show_pending(self) -> None:
         """Downloads left paused or cut off, by this run or an earlier one."""
         for job in self.tasks.downloads.pending():
-            self.downloads.row(job).set_state("paused", "paused: Resume continues where it stopped")
+            self._paused(self.downloads.row(job))
+
+    def _paused(self, row) -> None:
+        done = self.tasks.downloads.on_disk(row.job)
+        row.set_state("paused", f"paused at {human_bytes(done)} of {human_bytes(row.job.size)}: "
+                                "Resume continues where it stopped", done_bytes=done)
 
     def start_download(self, job) -> None:
         row = self.downloads.row(job)
@@ -102,7 +107,7 @@ class ModelsWindow(QDialog):
         elif result.outcome is Outcome.CANCELLED:
             self.downloads.remove(key)
         elif result.outcome is Outcome.PAUSED:
-            row.set_state("paused", "paused: Resume continues where it stopped")
+            self._paused(row)
         else:
             row.set_state("done", f"downloaded: {result.path.name} ({human_bytes(result.path.stat().st_size)})")
             self.local.refresh()
