@@ -87,6 +87,14 @@ def test_search_open_and_files(qtbot, make_window):
     assert [_cell(w.hub.files, i, 0) for i in range(2)] == ["tiny-qwen3-Q4_K_M.gguf", "tiny-qwen3-IQ2_XS.gguf"]
     assert [_cell(w.hub.files, 0, c) for c in (1, 2, 3, 4)] == ["12.4 MB", "Q4_K_M", "fits", "yes"]
     assert _cell(w.hub.files, 1, 4).startswith("no: its weights are IQ2_XS")
+    # at 760 px the long reason is cut (whole in the tooltip); the file names keep their room
+    w.resize(760, 520)
+    qtbot.wait(50)
+    reason = w.hub.files.item(1, 4)
+    assert reason.toolTip() and reason.toolTip() in reason.text()
+    metrics = w.hub.files.fontMetrics()
+    assert w.hub.files.columnWidth(4) < metrics.horizontalAdvance(reason.text())
+    assert w.hub.files.columnWidth(0) > metrics.horizontalAdvance("tiny-qwen3-Q4_K_M.gguf")
     assert _cell(w.hub.files, 1, 3) == "—"
     row = _select_file(w, "tiny-qwen3-Q4_K_M.gguf")
     # The header is read from the Hub: the fit now counts the KV cache at the context length.

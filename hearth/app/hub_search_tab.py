@@ -35,6 +35,7 @@ from .hub_tasks import HubTasks
 
 REPO_COLUMNS = ("Model", "Author", "Downloads", "Likes", "Updated")
 FILE_COLUMNS = ("File", "Size", "Quant", "Fits", "Can run")
+CAN_RUN_WIDTH = 170   # px: "yes", "no: …" and the start of a reason
 FIT_WORDS = {Fit.FITS: "fits", Fit.TIGHT: "tight", Fit.WONT_FIT: "won't fit", Fit.UNKNOWN: "?"}
 
 
@@ -94,6 +95,11 @@ class HubSearchTab(QWidget):
         self.repos.itemSelectionChanged.connect(self._repo_selected)
         self.files = _table(FILE_COLUMNS, stretch=0)
         self.files.setObjectName("hubFiles")
+        # a long "Can run" reason is cut with "…" (whole in its tooltip), never the file's name
+        self.files.horizontalHeader().setSectionResizeMode(4, QHeaderView.ResizeMode.Interactive)
+        self.files.setColumnWidth(4, CAN_RUN_WIDTH)
+        self.files.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.files.setWordWrap(False)
         self.files.itemSelectionChanged.connect(self._file_selected)
         self.files.itemDoubleClicked.connect(lambda *_: self.download())
         self.download_button = QPushButton("Download", objectName="hubDownload", enabled=False)

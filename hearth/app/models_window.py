@@ -33,8 +33,9 @@ class ModelsWindow(QDialog):
     modelsChanged = Signal()
 
     def __init__(self, registry: ModelRegistry, keys=None, endpoint: str | None = None, n_ctx: int = 4096,
-                 available: int | None = None, parent=None, kv_dtype: str = "f32"):
-        """`keys`: a KeyStore (app.remote_servers) for the token, or None to keep it for this run only."""
+                 available: int | None = None, parent=None, kv_dtype: str = "f32", built_in=None):
+        """`keys`: a KeyStore (app.remote_servers) for the token, or None to keep it for this run only.
+        `built_in`: the path of the default model that comes with Hearth (listed, never deleted)."""
         super().__init__(parent, objectName="modelsWindow")
         self.setWindowTitle("Models")
         self.registry, self.keys = registry, keys
@@ -43,7 +44,7 @@ class ModelsWindow(QDialog):
         note = ("Without a token, the login of huggingface_hub (hf auth login) is used. "
                 + (f"A saved token is kept in {keys.where()}." if keys is not None else ""))
         self.hub = HubSearchTab(self.tasks, n_ctx=n_ctx, available=available, token_note=note, kv_dtype=kv_dtype)
-        self.local = LocalModelsTab(registry)
+        self.local = LocalModelsTab(registry, built_in=built_in)
         self.downloads = DownloadPanel()
         self.tabs = QTabWidget(objectName="modelsTabs")
         self.tabs.addTab(self.hub, "Find on the Hub")
