@@ -59,10 +59,19 @@ def prepare(model: str | None = None, say=print) -> float:
             pass
     finally:
         eng.close()
-    m_file = marker()
-    if m_file is not None:
-        m_file.write_text("the kernels of a first start are compiled in this folder\n", encoding="utf-8")
+    mark_prepared()
     return time.perf_counter() - t0
+
+
+def mark_prepared() -> None:
+    """Say in the compile cache that a first start's kernels are compiled there (the app does too,
+    once it has compiled them itself)."""
+    m = marker()
+    if m is not None:
+        try:
+            m.write_text("the kernels of a first start are compiled in this folder\n", encoding="utf-8")
+        except OSError:
+            pass
 
 
 def main(argv=None) -> int:
