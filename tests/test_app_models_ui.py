@@ -41,7 +41,7 @@ def test_the_default_model_is_listed_on_this_computer_and_cannot_be_deleted(qtbo
     mw = w.library.window
     mw.tabs.setCurrentWidget(mw.local)
     names = [_cell(mw.local.table, i, 0) for i in range(mw.local.table.rowCount())]
-    [row] = [i for i, n in enumerate(names) if n.endswith("(comes with Hearth)")]
+    [row] = [i for i, n in enumerate(names) if n.endswith("(built in)")]
     assert mw.local.table.item(row, 0).toolTip().startswith(str(default_model_path.resolve()))
     mw.local.table.selectRow(row)
     assert mw.local.use_button.isEnabled() and mw.local.reveal_button.isEnabled()

@@ -86,7 +86,7 @@ class LocalModelsTab(QWidget):
             f = m.facts
             i = self.table.rowCount()
             self.table.insertRow(i)
-            mark = ("" if f.runs is not False else "  ⚠") + ("  (comes with Hearth)" if m.source == "built-in" else "")
+            mark = ("" if f.runs is not False else "  ⚠") + ("  (built in)" if m.source == "built-in" else "")
             self.table.setItem(i, 0, _item(f.name + mark, f"{m.path}\n{f.reason}".strip()))
             self.table.setItem(i, 1, _item(human_bytes(f.size), align_right=True))
             self.table.setItem(i, 2, _item(f.architecture or "?"))

@@ -32,7 +32,7 @@ class McpServerList(QWidget):
         self.list.setHeaderLabels(["Server / tool", "In this preset", "Description"])
         self.list.setColumnWidth(NAME, 220)
         self.list.setColumnWidth(STATE, 110)
-        self.list.setMaximumHeight(180)
+        self.list.setMinimumHeight(110)
         self.list.setUniformRowHeights(True)
         lay.addWidget(self.list)
         self.addButton.clicked.connect(self.open_add)
@@ -62,7 +62,9 @@ class McpServerList(QWidget):
         self.list.addTopLevelItem(it)
         tools = self.servers.tools_of(name)
         if tools is None:
-            it.addChild(QTreeWidgetItem(["(tools not known yet: listed when the server first starts)", "", ""]))
+            note = QTreeWidgetItem(["(its tools are listed once the server has started)", "", ""])
+            it.addChild(note)
+            note.setFirstColumnSpanned(True)
         for t in tools or []:
             child = QTreeWidgetItem([t["name"], "", t["description"] or "(no description)"])
             child.setData(NAME, Qt.ItemDataRole.UserRole, t.get("left_out", ""))
