@@ -67,34 +67,29 @@ class HubTasks(QObject):
                            lambda c: (file.path, remote_facts(c, repo_id, commit, file)))
 
     def _spawn(self, name, signal, work) -> int:
-        """Run `work` on a thread, and beside it a probe of the endpoint: when the Hub cannot be
-        reached, `failed` says so within seconds and the work's late answer is dropped."""
+        """Run `work` on a thread, after a probe of the endpoint: when the Hub cannot be reached,
+        `failed` says so within seconds and the work never starts (huggingface_hub would retry for
+        half a minute, and each refused connection closes its shared HTTP client under every other
+        request in flight)."""
         rid = next(self._ids)
         client = self.client
-        answered = threading.Lock()      # taken by whichever answer comes first
-
-        def answer(sig, *args) -> None:
-            if answered.acquire(blocking=False):
-                self._emit(sig, rid, *args)
 
         def run():
+            why = hub_unreachable(client.endpoint, self.reach_timeout_s)
+            if why is not None:
+                self._emit(self.failed, rid, why[0].upper() + why[1:])
+                return
             try:
                 out = work(client)
             except EngineError as e:
-                answer(self.failed, str(e))
+                self._emit(self.failed, rid, str(e))
                 return
             except Exception as e:  # noqa: BLE001  anything else is still a message, not a crash
-                answer(self.failed, f"{type(e).__name__}: {e}")
+                self._emit(self.failed, rid, f"{type(e).__name__}: {e}")
                 return
-            answer(signal(), *(out if isinstance(out, tuple) else (out,)))
-
-        def probe():
-            why = hub_unreachable(client.endpoint, self.reach_timeout_s)
-            if why is not None:
-                answer(self.failed, why[0].upper() + why[1:])
+            self._emit(signal(), rid, *(out if isinstance(out, tuple) else (out,)))
 
         threading.Thread(target=run, name=name, daemon=True).start()
-        threading.Thread(target=probe, name=name + "-probe", daemon=True).start()
         return rid
 
     @staticmethod

@@ -1,9 +1,9 @@
 """Whether the Hub answers at all, found out within seconds.
 
-huggingface_hub's own requests have no time limit, and a name lookup without a network can take
-tens of seconds, so a Hub operation runs beside this probe: any HTTP answer from the endpoint
-(whatever its status) within `timeout_s` means the Hub is reachable; an error or silence means it
-is not, and the operation's caller can say so at once instead of waiting.
+huggingface_hub retries a refused connection for about half a minute, and a name lookup without
+a network can take tens of seconds, so a Hub operation starts after this probe: any HTTP answer
+from the endpoint (whatever its status) within `timeout_s` means the Hub is reachable; an error or
+silence means it is not, and the caller says so at once instead of waiting.
 
     why = hub_unreachable(endpoint, 5.0)    # None, or a sentence for the user
 """
