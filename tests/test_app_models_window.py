@@ -97,6 +97,8 @@ def test_search_open_and_files(qtbot, make_window):
     assert w.hub.files.columnWidth(0) > metrics.horizontalAdvance("tiny-qwen3-Q4_K_M.gguf")
     assert _cell(w.hub.files, 1, 3) == "—"
     row = _select_file(w, "tiny-qwen3-Q4_K_M.gguf")
+    assert "reading its header…" in w.hub.files.item(row, 3).toolTip()     # its answer is on its way
+    assert "reading its header…" in w.hub.need.text() and w.hub.cancel_button.isVisible()
     # The header is read from the Hub: the fit now counts the KV cache at the context length.
     qtbot.waitUntil(lambda: "tokens" in w.hub.files.item(row, 3).toolTip(), timeout=20_000)
     assert w.hub.download_button.isEnabled()
