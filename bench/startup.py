@@ -18,6 +18,12 @@ Two starts per repeat and app: *first* with empty data and cache folders (a new 
 prompt prefix is computed and written to the prefix store), *next* with those folders again (the
 prefix image is restored). Apps and starts are interleaved; medians with min-max. The page cache is
 warm after the first run, as on a machine where Hearth was started before.
+
+`--first-ever` (venv only): a fresh clone's first start, the compile cache empty too (numba's cache
+lives in the cache folder; NUMBA_CACHE_DIR is taken out of the environment). Side by side per
+repeat: *unprepared* (the kernels compile while the window waits) and *prepared* (the set-up ran
+`python -m hearth.engine.prepare` first, as `./dev run` does; its seconds are reported apart),
+then *next* on the prepared folders.
 """
 
 from __future__ import annotations
@@ -91,11 +97,47 @@ def _fmt(vals: list[float]) -> str:
     return f"{m:.2f}" if len(vals) == 1 else f"{m:.2f} ({min(vals):.2f}-{max(vals):.2f})"
 
 
+def first_ever(repeat: int) -> int:
+    cmd, env = targets()["venv"]
+    env = {k: v for k, v in env.items() if k != "NUMBA_CACHE_DIR"}
+    rows: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="hearth-first-") as tmp:
+        for i in range(repeat):
+            for kind in ("unprepared", "prepared"):
+                dirs = Path(tmp) / f"{kind}-{i}"
+                dirs.mkdir()
+                prep = float("nan")
+                if kind == "prepared":
+                    t = time.time()
+                    subprocess.run([sys.executable, "-m", "hearth.engine.prepare"], check=True, stdout=subprocess.DEVNULL,
+                                   env={**env, "HEARTH_CACHE_DIR": str(dirs / "cache")})
+                    prep = time.time() - t
+                for start in ("first", "next") if kind == "prepared" else ("first",):
+                    r = run_once(cmd, env, dirs)
+                    r["prepare"] = prep if start == "first" else float("nan")
+                    rows.setdefault(f"{kind} {start}", []).append(r)
+                    print(f"  {kind} {start}: prepare {r['prepare']:.1f} s, window {r['window']:.2f} s, "
+                          f"model {r.get('model_ready', float('nan')):.2f} s, first token {r['first_token']:.2f} s",
+                          file=sys.stderr, flush=True)
+    print(f"\nFirst-ever start (fresh compile cache), {repeat} runs; median (min-max); "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
+    cols = [("prepare", "set-up prepare (s)"), ("window", "to window (s)"), ("model_ready", "model loaded (s)"),
+            ("first_token", "to first token (s)")]
+    print("| start | " + " | ".join(c[1] for c in cols) + " |")
+    print("|---|" + "---|" * len(cols))
+    for name, rs in rows.items():
+        print(f"| {name} | " + " | ".join(_fmt([r.get(k, float('nan')) for r in rs]) for k, _ in cols) + " |")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", choices=["bundle", "venv"])
+    ap.add_argument("--first-ever", action="store_true", help="fresh compile cache: unprepared vs prepared")
     a = ap.parse_args(argv)
+    if a.first_ever:
+        return first_ever(a.repeat)
     tg = targets()
     if "bundle" not in tg:
         print(f"(no bundle at {BUNDLE.relative_to(ROOT)}: run packaging/build to include it)")

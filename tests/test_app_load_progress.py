@@ -26,3 +26,22 @@ def test_a_model_that_does_not_fit_is_refused_and_the_old_one_kept(tmp_path, mon
     with pytest.raises(memory.NotEnoughMemoryError, match=r"GB available: pick a smaller"):
         src.load(None, "cpu", 256, lambda *a: None)
     assert src.engine is old
+
+
+def test_a_first_start_without_prepared_kernels_says_so_once(tmp_path, monkeypatch):
+    """No set-up compiled the kernels (a fresh compile cache): computing the first prefix says it
+    is preparing the CPU engine, then marks the cache, and the next start says the usual words."""
+    from hearth.engine import prepare
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "compiled"))   # only where the marker is looked for
+    (tmp_path / "compiled").mkdir()
+    assert not prepare.prepared()
+    words = []
+    for run in range(2):
+        src = LocalBackend(tmp_path / f"cache{run}", 1 << 30)
+        src.load(None, "cpu", 256, lambda *a: None)
+        src.prepare_prefix("You are terse.", [], lambda what, done, total: words.append((run, what)))
+        src.engine.close()
+    first = {w for r, w in words if r == 0}
+    assert first == {"Preparing the CPU engine (first start only)… computing the preset prefix"}
+    assert prepare.prepared()
+    assert {w for r, w in words if r == 1} == {"Computing the preset prefix"}

@@ -9,6 +9,7 @@ import pytest
 from app_fixtures import open_window
 from mcp_fixtures import alive, pid_of, stdio_config, wait_gone
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
 from tool_round_fixtures import GREEDY, SYSTEM, ask, prompt_text, wait_confirm, wait_done, wait_until
 
 from hearth.engine.chat.preset_format import Preset
@@ -83,6 +84,24 @@ def test_a_local_server_asks_first_showing_the_command_and_deny_keeps_the_preset
     assert '"name": "calculator"' in text and '"name": "add"' not in text
 
 
+def test_the_notice_of_a_denied_server_goes_with_a_preset_that_does_not_use_it(qtbot, window):
+    w = window
+    assert "calc was not started" in w.bannerLabel.text() and w.banner.isVisible()
+    w.select_preset("plain")
+    settle(w)
+    assert not w.banner.isVisible()
+    w.select_preset("test-mcp")
+    wait_until(lambda: w.mcpApproval is not None)
+    qtbot.mouseClick(w.mcpApproval.denyButton, Qt.MouseButton.LeftButton)
+    settle(w)
+    assert w.banner.isVisible()
+    w.show_banner("Something else to know.", "notice")   # a later, unrelated banner stays up
+    w.select_preset("plain")
+    settle(w)
+    assert w.banner.isVisible() and w.bannerLabel.text() == "Something else to know."
+    w.banner.hide()
+
+
 def test_approve_starts_it_and_its_tools_join_the_prefix(qtbot, window, tmp):
     w = window
     w.select_preset("plain")
@@ -100,6 +119,26 @@ def test_approve_starts_it_and_its_tools_join_the_prefix(qtbot, window, tmp):
     assert w.mcp.servers.get("calc").command_line() in w.settings.get("mcp/approved")
     choose(w)                                             # approved: it starts without asking again
     assert w.mcpApproval is None and "calc" in w.mcp.running()
+
+
+def test_the_preset_editor_lists_each_servers_tools_with_descriptions_and_state(qtbot, window):
+    w = window
+    action = next(a for a in w.findChildren(QAction) if a.text() == "Manage presets…")
+    action.trigger()
+    dlg = w.presetManager
+    qtbot.waitExposed(dlg)
+    rows = {name: (state, text) for name, state, text in dlg.mcpServers.tool_rows("calc")}
+    assert rows["add"] == ("on", "Add two numbers and return the sum.")
+    assert rows["fail"] == ("on", "Always fails.") and len(rows) >= 7
+    tree = dlg.mcpServers.list
+    tree.setFocus()
+    tree.setCurrentItem(tree.topLevelItem(0))
+    qtbot.keyClick(tree, Qt.Key.Key_Space)                   # the server's box: off for this preset
+    assert dlg.mcpServers.checked() == []
+    assert {state for _, state, _ in dlg.mcpServers.tool_rows("calc")} == {"off"}
+    qtbot.keyClick(tree, Qt.Key.Key_Space)
+    assert dlg.mcpServers.checked() == ["calc"] and dict((n, s) for n, s, _ in dlg.mcpServers.tool_rows("calc"))["add"] == "on"
+    dlg.done(0)
 
 
 def test_a_full_round_runs_the_mcp_tool_after_allow(qtbot, window):

@@ -35,6 +35,20 @@ def test_menu_and_top_bar_open_the_models_window(qtbot, window):
     assert w.library.window is mw and mw.isVisible()
 
 
+def test_the_default_model_is_listed_on_this_computer_and_cannot_be_deleted(qtbot, window, default_model_path):
+    w = window
+    w.modelsButton.click()
+    mw = w.library.window
+    mw.tabs.setCurrentWidget(mw.local)
+    names = [_cell(mw.local.table, i, 0) for i in range(mw.local.table.rowCount())]
+    [row] = [i for i, n in enumerate(names) if n.endswith("(built in)")]
+    assert mw.local.table.item(row, 0).toolTip().startswith(str(default_model_path.resolve()))
+    mw.local.table.selectRow(row)
+    assert mw.local.use_button.isEnabled() and mw.local.reveal_button.isEnabled()
+    assert not mw.local.delete_button.isEnabled() and not mw.local.remove_button.isEnabled()
+    mw.close()
+
+
 def test_download_then_use_and_reply(qtbot, window, local_hub):
     w = window
     w.modelsButton.click()

@@ -87,8 +87,18 @@ def test_search_open_and_files(qtbot, make_window):
     assert [_cell(w.hub.files, i, 0) for i in range(2)] == ["tiny-qwen3-Q4_K_M.gguf", "tiny-qwen3-IQ1_S.gguf"]
     assert [_cell(w.hub.files, 0, c) for c in (1, 2, 3, 4)] == ["12.4 MB", "Q4_K_M", "fits", "yes"]
     assert _cell(w.hub.files, 1, 4).startswith("no: its weights are IQ1_S")
+    # at 760 px the long reason is cut (whole in the tooltip); the file names keep their room
+    w.resize(760, 520)
+    qtbot.wait(50)
+    reason = w.hub.files.item(1, 4)
+    assert reason.toolTip() and reason.toolTip() in reason.text()
+    metrics = w.hub.files.fontMetrics()
+    assert w.hub.files.columnWidth(4) < metrics.horizontalAdvance(reason.text())
+    assert w.hub.files.columnWidth(0) > metrics.horizontalAdvance("tiny-qwen3-Q4_K_M.gguf")
     assert _cell(w.hub.files, 1, 3) == "—"
     row = _select_file(w, "tiny-qwen3-Q4_K_M.gguf")
+    assert "reading its header…" in w.hub.files.item(row, 3).toolTip()     # its answer is on its way
+    assert "reading its header…" in w.hub.need.text() and w.hub.cancel_button.isVisible()
     # The header is read from the Hub: the fit now counts the KV cache at the context length.
     qtbot.waitUntil(lambda: "tokens" in w.hub.files.item(row, 3).toolTip(), timeout=20_000)
     assert w.hub.download_button.isEnabled()
@@ -134,6 +144,9 @@ def test_pause_and_resume_in_a_new_window(qtbot, make_window, local_hub, tiny_mo
     w2 = make_window()  # as after a restart: the paused download is found on disk
     row2 = _row(w2)
     assert row2.state == "paused"
+    # what is on disk shows: the bar where it stopped, and the bytes
+    assert row2.bar.value() > 50 and row2.bar.isVisible()
+    assert row2.info.text().startswith("paused at ") and " of " in row2.info.text()
     row2.pause.click()
     qtbot.waitUntil(lambda: row2.state == "done", timeout=60_000)
     ranges = [r["range"] for r in local_hub.requests if r["server"] == "storage"]

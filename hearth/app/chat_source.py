@@ -282,12 +282,16 @@ class LocalBackend(ChatBackend):
             if common < len(ids) // 2:
                 eng.reset()
                 common = 0
+            what = _computing_words(eng)
             done = prefill_in_chunks(eng, ids, cancel or (lambda: False),
-                                     lambda n, _todo: progress("Computing the preset prefix", common + n, len(ids)))
+                                     lambda n, _todo: progress(what, common + n, len(ids)))
             if done is None:
                 return None   # quitting: the next use starts again
-            progress("Computing the preset prefix", len(ids), len(ids))
+            progress(what, len(ids), len(ids))
             eng.prefill(ids)
+            if what != PREFIX_WORDS:
+                from hearth.engine.prepare import mark_prepared  # noqa: PLC0415
+                mark_prepared()     # the kernels this took are compiled now: later starts say so no more
         else:
             progress("Restoring the preset prefix", 0, 0)
         res = store.ensure(eng, ids, label=label)
@@ -396,6 +400,18 @@ def _token_pieces(eng, text: str) -> Iterator[str]:
     rest = dec.flush()
     if rest:
         yield rest
+
+
+PREFIX_WORDS = "Computing the preset prefix"
+
+
+def _computing_words(eng) -> str:
+    """On the CPU with kernels not compiled yet (no set-up ran `hearth.engine.prepare`), the wait
+    is mostly compiling, once: say so."""
+    if _describe(eng).get("backend") != "cpu":
+        return PREFIX_WORDS
+    from hearth.engine.prepare import SAY, prepared  # noqa: PLC0415
+    return PREFIX_WORDS if prepared() else f"{SAY} computing the preset prefix"
 
 
 def _describe(eng) -> dict:

@@ -84,6 +84,7 @@ class MainWindow(QMainWindow):
         self.remote.loadRequested.connect(self.load_model)
         self.remote.notice.connect(lambda text: self.show_banner(text, "notice"))
         self.mcp.notice.connect(lambda text: self.show_banner(text, "notice"))
+        self.mcp.noticeGone.connect(self.hide_banner_if)
         self.library = ModelsUI(self)
         self.library.loadRequested.connect(self.load_model)
         self.library.modelsChanged.connect(lambda: self.picker.set_entries("library", self.library.picker_entries()))
@@ -208,6 +209,11 @@ class MainWindow(QMainWindow):
         self.banner.show()
         if kind == "error":
             self.last_error = text
+
+    def hide_banner_if(self, text: str) -> None:
+        """The banner goes if it still shows `text`, a sentence that no longer holds."""
+        if self.bannerLabel.text() == text:
+            self.banner.hide()
 
     # -- models ---------------------------------------------------------------------------------------
     @property

@@ -124,6 +124,10 @@ class Engine:
         self._prefault = threading.Thread(target=warm, name="hearth-prefault", daemon=True)
         self._prefault.start()
 
+    def wait_warm(self, timeout_s: float | None = None) -> None:
+        """Wait for the warm-up that a load starts in the background (engine.prepare times it)."""
+        self._prefault.join(timeout_s)
+
     def close(self) -> None:
         self._closed = True
         self.backend.close()

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QProgressBar,
     QPushButton,
     QSplitter,
     QTableWidget,
@@ -34,6 +35,7 @@ from .hub_tasks import HubTasks
 
 REPO_COLUMNS = ("Model", "Author", "Downloads", "Likes", "Updated")
 FILE_COLUMNS = ("File", "Size", "Quant", "Fits", "Can run")
+CAN_RUN_WIDTH = 170   # px: "yes", "no: …" and the start of a reason
 FIT_WORDS = {Fit.FITS: "fits", Fit.TIGHT: "tight", Fit.WONT_FIT: "won't fit", Fit.UNKNOWN: "?"}
 
 
@@ -82,11 +84,22 @@ class HubSearchTab(QWidget):
         self.query.returnPressed.connect(self.search)
         self.search_button = QPushButton("Search")
         self.search_button.clicked.connect(self.search)
+        self.busy = QProgressBar(objectName="hubBusy", textVisible=False, maximumWidth=90)
+        self.busy.setRange(0, 0)            # an indeterminate bar: the Hub is being asked
+        self.busy.hide()
+        self.cancel_button = QPushButton("Cancel", objectName="hubCancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.cancel_button.hide()
         self.repos = _table(REPO_COLUMNS)
         self.repos.setObjectName("hubRepos")
         self.repos.itemSelectionChanged.connect(self._repo_selected)
         self.files = _table(FILE_COLUMNS, stretch=0)
         self.files.setObjectName("hubFiles")
+        # a long "Can run" reason is cut with "…" (whole in its tooltip), never the file's name
+        self.files.horizontalHeader().setSectionResizeMode(4, QHeaderView.ResizeMode.Interactive)
+        self.files.setColumnWidth(4, CAN_RUN_WIDTH)
+        self.files.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.files.setWordWrap(False)
         self.files.itemSelectionChanged.connect(self._file_selected)
         self.files.itemDoubleClicked.connect(lambda *_: self.download())
         self.download_button = QPushButton("Download", objectName="hubDownload", enabled=False)
@@ -103,6 +116,8 @@ class HubSearchTab(QWidget):
         top = QHBoxLayout()
         top.addWidget(self.query, 1)
         top.addWidget(self.search_button)
+        top.addWidget(self.busy)
+        top.addWidget(self.cancel_button)
         files_box = QWidget()
         fl = QVBoxLayout(files_box)
         fl.setContentsMargins(0, 0, 0, 0)
@@ -136,10 +151,34 @@ class HubSearchTab(QWidget):
         q = self.query.text().strip()
         self._search_rid = self.tasks.search(q)
         self.status.setText(f"Searching for “{q}”…" if q else "Listing GGUF models…")
+        self._show_busy()
+
+    def waiting(self) -> bool:
+        """A search, a repository or a header is being read from the Hub."""
+        return bool(self._search_rid or self._repo_rid or self._facts_rids)
+
+    def _show_busy(self) -> None:
+        on = self.waiting()
+        self.busy.setVisible(on)
+        self.cancel_button.setVisible(on)
+
+    def cancel(self) -> None:
+        """Stop waiting for the Hub: the answers still on their way are dropped."""
+        if self._search_rid:
+            self.status.setText("Search cancelled.")
+        if self._repo_rid or self._facts_rids:
+            self.detail.setText("Cancelled.")
+        self._search_rid = self._repo_rid = 0
+        for path in self._facts_rids.values():
+            self._reading_done(path)
+        self._facts_rids.clear()
+        self._show_busy()
 
     def _on_searched(self, rid: int, repos: list) -> None:
         if rid != self._search_rid:
             return
+        self._search_rid = 0
+        self._show_busy()
         self._repos = repos
         self.repos.setRowCount(0)
         for r in repos:
@@ -165,10 +204,13 @@ class HubSearchTab(QWidget):
         self.need.setText("")
         self.download_button.setEnabled(False)
         self.detail.setText(f"Opening {r.repo_id}…")
+        self._show_busy()
 
     def _on_repo(self, rid: int, details) -> None:
         if rid != self._repo_rid:
             return
+        self._repo_rid = 0
+        self._show_busy()
         self._details = details
         self.files.setRowCount(0)
         for m in details.models:
@@ -201,7 +243,9 @@ class HubSearchTab(QWidget):
         else:
             fit, need = fit_before_download(model.size, self.available)
             verdict = model.verdict
-            how = f"needs about {human_bytes(need)} (from the file size; select it to read its header)"
+            reading = model.files[0].path in self._facts_rids.values()
+            how = f"needs about {human_bytes(need)} (from the file size; " + \
+                  ("reading its header…)" if reading else "select it to read its header)")
         cell = _item("—" if verdict.runs is False else FIT_WORDS[fit], how)
         cell.setData(Qt.ItemDataRole.UserRole, need)   # the bytes the figure says
         self.files.setItem(row, 3, cell)
@@ -228,10 +272,21 @@ class HubSearchTab(QWidget):
         if m is not None and m.files[0].path not in self._facts and m.verdict.runs is not False:
             rid = self.tasks.read_facts(self._details.summary.repo_id, self._details.commit, m.files[0])
             self._facts_rids[rid] = m.files[0].path
+            self._show_busy()
+            self._set_fit(row, m, None)      # says "reading its header…"
+
+    def _reading_done(self, path: str) -> None:
+        """A header read ended without facts: its row's words no longer say "reading"."""
+        if self._details is None:
+            return
+        for i, m in enumerate(self._details.models):
+            if m.files[0].path == path and path not in self._facts:
+                self._set_fit(i, m, None)
 
     def _on_facts(self, rid: int, path: str, facts) -> None:
         if self._facts_rids.pop(rid, None) is None or self._details is None:
             return
+        self._show_busy()
         self._facts[path] = facts
         for i, m in enumerate(self._details.models):
             if m.files[0].path == path:
@@ -241,11 +296,15 @@ class HubSearchTab(QWidget):
 
     def _on_failed(self, rid: int, message: str) -> None:
         if rid == self._search_rid:
+            self._search_rid = 0
             self.status.setText(message)
         elif rid == self._repo_rid:
+            self._repo_rid = 0
             self.detail.setText(message)
-        elif self._facts_rids.pop(rid, None) is not None:
+        elif (path := self._facts_rids.pop(rid, None)) is not None:
             self.detail.setText(message)
+            self._reading_done(path)
+        self._show_busy()
 
     def download(self) -> None:
         m, _ = self._selected_model()

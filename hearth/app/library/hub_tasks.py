@@ -23,6 +23,7 @@ from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from hearth.engine.errors import EngineError
 from hearth.engine.hub import DownloadCallbacks, DownloadManager, HubClient, remote_facts
+from hearth.engine.hub.reach import hub_unreachable
 from hearth.engine.library.registry import ModelRegistry
 
 from .. import gui_gc
@@ -36,6 +37,7 @@ class HubTasks(QObject):
     downloadProgress = Signal(tuple, object)
     downloadFinished = Signal(tuple, object, str)
     _ids = itertools.count(1)
+    reach_timeout_s = 5.0     # how long the Hub may take to answer at all before "cannot reach"
 
     def __init__(self, registry: ModelRegistry, endpoint: str | None = None, token: str | None = None,
                  parent=None):
@@ -65,10 +67,18 @@ class HubTasks(QObject):
                            lambda c: (file.path, remote_facts(c, repo_id, commit, file)))
 
     def _spawn(self, name, signal, work) -> int:
+        """Run `work` on a thread, after a probe of the endpoint: when the Hub cannot be reached,
+        `failed` says so within seconds and the work never starts (huggingface_hub would retry for
+        half a minute, and each refused connection closes its shared HTTP client under every other
+        request in flight)."""
         rid = next(self._ids)
         client = self.client
 
         def run():
+            why = hub_unreachable(client.endpoint, self.reach_timeout_s)
+            if why is not None:
+                self._emit(self.failed, rid, why[0].upper() + why[1:])
+                return
             try:
                 out = work(client)
             except EngineError as e:

@@ -1,7 +1,8 @@
 """The Models window's "On this computer" tab: every model in the models folder and every file
 opened from disk, with size, architecture, quantization, context length and last use; use one,
 remove it from the list, delete it from disk (after a confirmation), reveal it in the file manager,
-pick the models folder.
+pick the models folder. The default model that comes with Hearth is listed too, marked so; it
+can be used and revealed, not removed or deleted (it belongs to the installed package).
 
 Signals:
     modelChosen(str path): "Use" on a model Hearth can run
@@ -43,9 +44,10 @@ class LocalModelsTab(QWidget):
     modelChosen = Signal(str)
     modelsChanged = Signal()
 
-    def __init__(self, registry: ModelRegistry, parent=None):
+    def __init__(self, registry: ModelRegistry, parent=None, built_in: Path | None = None):
         super().__init__(parent)
         self.registry = registry
+        self.built_in = Path(built_in).resolve() if built_in else None
         self._models: list[LocalModel] = []
         self.table = _table(COLUMNS)
         self.table.setObjectName("localModels")
@@ -78,13 +80,13 @@ class LocalModelsTab(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        self._models = self.registry.models()
+        self._models = self._with_built_in(self.registry.models())
         self.table.setRowCount(0)
         for m in self._models:
             f = m.facts
             i = self.table.rowCount()
             self.table.insertRow(i)
-            mark = "" if f.runs is not False else "  ⚠"
+            mark = ("" if f.runs is not False else "  ⚠") + ("  (built in)" if m.source == "built-in" else "")
             self.table.setItem(i, 0, _item(f.name + mark, f"{m.path}\n{f.reason}".strip()))
             self.table.setItem(i, 1, _item(human_bytes(f.size), align_right=True))
             self.table.setItem(i, 2, _item(f.architecture or "?"))
@@ -93,6 +95,15 @@ class LocalModelsTab(QWidget):
             self.table.setItem(i, 5, _item(human_when(m.last_used)))
         self.folder.setText(f"Models folder: {self.registry.models_dir}")
         self._selection_changed()
+
+    def _with_built_in(self, models: list[LocalModel]) -> list[LocalModel]:
+        if self.built_in is None:
+            return models
+        mine = [m for m in models if m.path.resolve() == self.built_in]
+        rest = [m for m in models if m not in mine]
+        last = mine[0].last_used if mine else None
+        m = LocalModel(self.built_in, self.registry.facts(self.built_in), "built-in", None, last)
+        return sorted(rest + [m], key=lambda m: (-(m.last_used or 0), m.path.name.lower()))
 
     def selected(self) -> LocalModel | None:
         rows = self.table.selectionModel().selectedRows()
@@ -105,8 +116,9 @@ class LocalModelsTab(QWidget):
 
     def _selection_changed(self) -> None:
         m = self.selected()
-        for b in (self.remove_button, self.delete_button, self.reveal_button):
-            b.setEnabled(m is not None)
+        for b in (self.remove_button, self.delete_button):
+            b.setEnabled(m is not None and m.source != "built-in")
+        self.reveal_button.setEnabled(m is not None)
         self.use_button.setEnabled(m is not None and m.facts.runs is not False)
         self.reason.setText(f"Hearth cannot run this model: {m.facts.reason}"
                             if m is not None and m.facts.runs is False else "")

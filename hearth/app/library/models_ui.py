@@ -38,7 +38,7 @@ class ModelsUI(QObject):
             from .models_window import ModelsWindow  # noqa: PLC0415  (huggingface_hub only when asked)
             self.window = ModelsWindow(self.registry, keys=self.w.remote.servers.keys, endpoint=self.endpoint,
                                        n_ctx=self.w.settings.get("model/n_ctx"), parent=self.w,
-                                       kv_dtype=self.w.settings.get("model/kv_dtype"))
+                                       kv_dtype=self.w.settings.get("model/kv_dtype"), built_in=_built_in())
             self.window.modelChosen.connect(self._use)
             self.window.modelsChanged.connect(self.modelsChanged)
         self.window.show()
@@ -79,3 +79,14 @@ class ModelsUI(QObject):
     def shutdown(self) -> None:
         if self.window is not None:
             self.window.shutdown()
+
+
+def _built_in():
+    """The default model that comes with Hearth, or None when it is not installed."""
+    from hearth.engine.errors import EngineError  # noqa: PLC0415
+    from hearth.engine.paths import default_model_path  # noqa: PLC0415
+    try:
+        p = default_model_path()
+    except EngineError:
+        return None
+    return p if p.is_file() else None

@@ -34,8 +34,9 @@ class ModelsWindow(QDialog):
     modelsChanged = Signal()
 
     def __init__(self, registry: ModelRegistry, keys=None, endpoint: str | None = None, n_ctx: int = 4096,
-                 available: int | None = None, parent=None, kv_dtype: str = "f32"):
-        """`keys`: a KeyStore (app.remote_servers) for the token, or None to keep it for this run only."""
+                 available: int | None = None, parent=None, kv_dtype: str = "f32", built_in=None):
+        """`keys`: a KeyStore (app.remote_servers) for the token, or None to keep it for this run only.
+        `built_in`: the path of the default model that comes with Hearth (listed, never deleted)."""
         super().__init__(parent, objectName="modelsWindow")
         self.setWindowTitle("Models")
         self.registry, self.keys = registry, keys
@@ -44,7 +45,7 @@ class ModelsWindow(QDialog):
         note = ("Without a token, the login of huggingface_hub (hf auth login) is used. "
                 + (f"A saved token is kept in {keys.where()}." if keys is not None else ""))
         self.hub = HubSearchTab(self.tasks, n_ctx=n_ctx, available=available, token_note=note, kv_dtype=kv_dtype)
-        self.local = LocalModelsTab(registry)
+        self.local = LocalModelsTab(registry, built_in=built_in)
         self.packaged = PackagedModelsTab(registry)
         self.downloads = DownloadPanel()
         self.tabs = QTabWidget(objectName="modelsTabs")
@@ -77,7 +78,12 @@ class ModelsWindow(QDialog):
     def show_pending(self) -> None:
         """Downloads left paused or cut off, by this run or an earlier one."""
         for job in self.tasks.downloads.pending():
-            self.downloads.row(job).set_state("paused", "paused: Resume continues where it stopped")
+            self._paused(self.downloads.row(job))
+
+    def _paused(self, row) -> None:
+        done = self.tasks.downloads.on_disk(row.job)
+        row.set_state("paused", f"paused at {human_bytes(done)} of {human_bytes(row.job.size)}: "
+                                "Resume continues where it stopped", done_bytes=done)
 
     def start_download(self, job) -> None:
         row = self.downloads.row(job)
@@ -108,7 +114,7 @@ class ModelsWindow(QDialog):
         elif result.outcome is Outcome.CANCELLED:
             self.downloads.remove(key)
         elif result.outcome is Outcome.PAUSED:
-            row.set_state("paused", "paused: Resume continues where it stopped")
+            self._paused(row)
         else:
             row.set_state("done", f"downloaded: {result.path.name} ({human_bytes(result.path.stat().st_size)})")
             self.local.refresh()

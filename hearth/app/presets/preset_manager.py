@@ -140,7 +140,7 @@ class PresetManager(QDialog):
         self.toolsEdit.textChanged.connect(self._check_timer.start)
         self.mcpServers = McpServerList(mcp) if mcp is not None else None
         if self.mcpServers is not None:
-            rl.addWidget(self.mcpServers)
+            rl.addWidget(self.mcpServers, 3)
         self.errorLabel = QLabel("", objectName="presetError", wordWrap=True)
         rl.addWidget(self.errorLabel)
         self.sampling = SamplingPanel()
@@ -283,7 +283,8 @@ class PresetManager(QDialog):
         try:
             tools = self.parsed_tools()
             names = ", ".join(t["function"]["name"] for t in tools)
-            text, ok = (f"✓ {len(tools)} valid tool(s): {names}" if tools else "No tools."), True
+            none = "No tools of its own; its MCP servers' tools are listed below." if getattr(self, "mcpServers", None) else "No tools."
+            text, ok = (f"✓ {len(tools)} valid tool(s): {names}" if tools else none), True
         except PresetError as e:
             text, ok = f"✗ {e}", False
         self._set_tools_status(text, ok)

@@ -40,6 +40,7 @@ DECLARED: dict[str, tuple[type, object, str]] = {
     "mcp/servers": (list, [], "MCP tool servers: {name, command, args, env | url, token: keyring|settings|''}"),
     "mcp/keys": (list, [], "MCP servers' tokens kept here when no system keyring is usable: {url: name, key}"),
     "mcp/approved": (list, [], "stdio MCP server command lines the user approved to run"),
+    "mcp/tools": (list, [], "each MCP server's tools as last listed: {server, name, description, left_out}"),
     "server/port": (int, 8080, "port of the app's own OpenAI-compatible server (127.0.0.1 only)"),
 }
 

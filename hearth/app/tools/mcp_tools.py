@@ -12,6 +12,8 @@ a server is up (or when it failed, crashed or hung) the preset works without its
 Signals:
     toolsChanged()               a server's tool list joined or left: the preset's prefix changes
     notice(str)                  a readable sentence for the chat (a start failure, a crash)
+    noticeGone(str)              that sentence no longer holds: the chosen preset does not use the
+                                 server, or the server started; the banner showing it can go
     approvalNeeded(str, str)     (server name, full command line): ask the user, then approve()/deny()
 """
 
@@ -28,6 +30,7 @@ from .mcp_servers import McpServers
 class McpTools(QObject):
     toolsChanged = Signal()
     notice = Signal(str)
+    noticeGone = Signal(str)
     approvalNeeded = Signal(str, str)
     _started = Signal(str, int, object, str)    # (name, serial, tool list or None, error) from the loop
     _exited = Signal(str, int, str)
@@ -49,6 +52,7 @@ class McpTools(QObject):
         self._serial = 0
         self._serial_of: dict[str, int] = {}   # running server -> the start it came from
         self._closed = False
+        self._notices: dict[str, str] = {}     # server -> the notice about it still standing
         self._started.connect(self._on_started)
         self._exited.connect(self._on_exited)
         self._relisted.connect(self._on_relisted)
@@ -67,6 +71,8 @@ class McpTools(QObject):
         known = set(self.servers.names())
         self._preset = preset
         self._wanted = [n for n in preset.mcp_servers if n in known]
+        for n in [n for n in self._notices if n not in self._wanted]:
+            self.noticeGone.emit(self._notices.pop(n))
         gone = [n for n in list(self._listed) + list(self._starting) if n not in self._wanted]
         for n in gone:
             self._stop(n)
@@ -94,7 +100,7 @@ class McpTools(QObject):
     def deny(self, name: str) -> None:
         self._asked.discard(name)
         self._denied.add(name)
-        self.notice.emit(f"The MCP server {name} was not started; the preset works without its tools.")
+        self._notify(name, f"The MCP server {name} was not started; the preset works without its tools.")
 
     def tools_for(self, preset) -> list[dict]:
         return list(preset.tools) + [t.definition for t in self._mcp_tools(preset)]
@@ -147,11 +153,14 @@ class McpTools(QObject):
             return          # stopped (or restarted) meanwhile
         del self._starting[name]
         if tools is None:
-            self.notice.emit(f"{error[0].upper()}{error[1:]}. The preset works without its tools.")
+            self._notify(name, f"{error[0].upper()}{error[1:]}. The preset works without its tools.")
             self._denied.add(name)      # not retried until the preset is chosen again
             return
         self._listed[name] = list(tools)
         self._serial_of[name] = serial
+        self.servers.remember_tools(name, tools)
+        if name in self._notices:
+            self.noticeGone.emit(self._notices.pop(name))
         self.toolsChanged.emit()
 
     def _on_exited(self, name: str, serial: int, message: str) -> None:
@@ -159,9 +168,13 @@ class McpTools(QObject):
             return
         del self._listed[name]
         self._denied.add(name)
-        self.notice.emit(f"{message[0].upper()}{message[1:]}. Its tools are gone from this chat until the "
-                         "preset is chosen again.")
+        self._notify(name, f"{message[0].upper()}{message[1:]}. Its tools are gone from this chat until the "
+                           "preset is chosen again.")
         self.toolsChanged.emit()
+
+    def _notify(self, name: str, text: str) -> None:
+        self._notices[name] = text
+        self.notice.emit(text)
 
     def _stop(self, name: str) -> None:
         self._starting.pop(name, None)
@@ -187,6 +200,7 @@ class McpTools(QObject):
         before = [t.model_dump() for t in self._listed[name]]
         if [t.model_dump() for t in tools] != before:
             self._listed[name] = list(tools)
+            self.servers.remember_tools(name, tools)
             self.toolsChanged.emit()
 
     def close(self) -> None:

@@ -14,11 +14,27 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlparse
 
+import httpx2
 import huggingface_hub
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
 from huggingface_hub import errors as hf_errors
+from huggingface_hub.utils._http import default_client_factory
+
+# huggingface_hub's requests wait forever by default: a Hub that stops answering would hold a
+# search's thread for good. Downloads pass their own timeouts.
+REQUEST_TIMEOUT = httpx2.Timeout(30.0, connect=10.0)
+
+
+def _client_with_timeouts():
+    c = default_client_factory()
+    c.timeout = REQUEST_TIMEOUT
+    return c
+
+
+huggingface_hub.set_client_factory(_client_with_timeouts)
 
 from ..errors import HubError
+from .reach import NO_HUB
 from ..library.file_names import ModelFileGroup, group_model_files
 from ..library.support import Verdict, verdict_before_download
 from .names import path_problem
@@ -190,7 +206,7 @@ def hub_error(exc: BaseException, what: str, repo_id: str | None, token: str | N
     if isinstance(exc, hf_errors.OfflineModeIsEnabled):
         return HubError("network", f"{what}: huggingface_hub is in offline mode (HF_HUB_OFFLINE)")
     if isinstance(exc, OSError) or type(exc).__module__.startswith(("httpx", "httpcore")):
-        return HubError("network", f"{what}: cannot reach the Hub ({type(exc).__name__}: {exc})")
+        return HubError("network", f"{what}: {NO_HUB} ({type(exc).__name__}: {exc})")
     if isinstance(exc, (KeyError, ValueError, TypeError)):
         return HubError("bad_response", f"{what}: the Hub's answer could not be read ({type(exc).__name__}: {exc})")
     return HubError("network", f"{what}: {type(exc).__name__}: {exc}")

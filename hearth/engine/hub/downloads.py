@@ -18,7 +18,7 @@ from ..errors import EngineError, HubError
 from ..library.registry import ModelRegistry
 from .client import HubClient
 from .download import Download, DownloadResult, Outcome, Progress
-from .partial import DownloadJob, model_folder, pending_downloads, remove_partial
+from .partial import DownloadJob, bytes_on_disk, model_folder, pending_downloads, remove_partial
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (repo id, model file name)
@@ -50,6 +50,10 @@ class DownloadManager:
         """Downloads with bytes on disk and not running: paused, cut off, or left by a closed app."""
         running = set(self.running())
         return [job for _, job in pending_downloads(self.registry.models_dir) if self.key(job) not in running]
+
+    def on_disk(self, job: DownloadJob) -> int:
+        """Bytes of `job` already downloaded (a paused or cut-off download resumes from there)."""
+        return bytes_on_disk(model_folder(self.registry.models_dir, job.repo_id), job)
 
     def start(self, job: DownloadJob) -> Key:
         """Start (or resume: the same call) downloading `job` into the models folder."""

@@ -93,6 +93,18 @@ def remove_partial(final: Path) -> None:
     sidecar_path(final).unlink(missing_ok=True)
 
 
+def bytes_on_disk(folder: Path, job: DownloadJob) -> int:
+    """How much of `job` is on disk under `folder`: whole files done plus the `.part`s so far."""
+    done = 0
+    for f in job.files:
+        final = folder / f.path
+        try:
+            done += f.size if final.is_file() else min(part_path(final).stat().st_size, f.size)
+        except OSError:
+            pass
+    return done
+
+
 def pending_downloads(models_dir: Path, max_files: int = 10_000) -> list[tuple[Path, DownloadJob]]:
     """Unfinished downloads under `models_dir`: (the folder the model downloads into, its job),
     one per model."""
