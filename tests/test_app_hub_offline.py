@@ -11,7 +11,7 @@ import sys
 import pytest
 from PySide6.QtCore import Qt
 
-from hearth.app.models_window import ModelsWindow
+from hearth.app.library.models_window import ModelsWindow
 from hearth.engine.library.registry import ModelRegistry
 from hub_fixtures import _no_hf_login  # noqa: F401
 from mcp_fixtures import free_port

@@ -30,8 +30,8 @@ def mcp_servers(tmp: Path):
     """The user's MCP servers with the test server's tools as it listed them."""
     from mcp_fixtures import stdio_config
 
-    from hearth.app.mcp_servers import McpServers
-    from hearth.app.settings import Settings
+    from hearth.app.tools.mcp_servers import McpServers
+    from hearth.app.store.settings import Settings
     from hearth.engine.tools.mcp import McpManager
     servers = McpServers(Settings())
     cfg = stdio_config("calc", tmp)
@@ -52,10 +52,10 @@ def main() -> int:
     from take_models import repos
 
     from hearth.app import theme
-    from hearth.app.models_ui import _built_in
-    from hearth.app.models_window import ModelsWindow
-    from hearth.app.preset_manager import PresetManager
-    from hearth.app.preset_store import PresetStore
+    from hearth.app.library.models_ui import _built_in
+    from hearth.app.library.models_window import ModelsWindow
+    from hearth.app.presets.preset_manager import PresetManager
+    from hearth.app.store.preset_store import PresetStore
     from hearth.engine.library.registry import ModelRegistry
 
     app = QApplication(sys.argv[:1])
