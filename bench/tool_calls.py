@@ -3,7 +3,8 @@
 Ten simple questions, each answerable with one of the built-in tools (calculator, convert_units,
 current_datetime), asked greedily (temperature 0) with the tools in the prompt: through the
 template's own tool support when it has one, else through `fallback_system_prompt` (SmolLM2's
-template has none, so the generic format is used). The reply is parsed with the streaming parser
+template has none, so the generic format is used); the prompt is built as the app builds it
+(engine/chat/chat_turn.render_prompt). The reply is parsed with the streaming parser
 as it arrives, and counted as
 
 - parseable: it holds at least one ToolCall (valid JSON, a known tool, arguments passing the schema);
@@ -26,11 +27,18 @@ import time
 from pathlib import Path
 
 from hearth.engine import Engine, Sampling
+from hearth.engine.chat.chat_turn import ChatTurn, render_prompt
 from hearth.engine.tools import (MalformedToolCall, ToolCall, ToolCallParser, ToolRegistry, UnitError,
-                          detect_format, evaluate, fallback_system_prompt)
+                          detect_format, evaluate)
 from hearth.engine.tools.units import find_unit
 
 SYSTEM = "You are a helpful assistant."
+
+
+def prompt_text(eng: Engine, messages: list[dict], registry: ToolRegistry, fmt: str) -> str:
+    """The prompt the app and the server build for these messages and tools (chat_turn's rule: a
+    generic template gets the tools described in the system prompt and earlier calls as text)."""
+    return render_prompt(eng, ChatTurn(messages, registry.definitions()), fmt)[0]
 
 
 def _calc(expected):
@@ -74,11 +82,10 @@ def run(eng: Engine, max_tokens: int, force_prefix: str = "", system: str = SYST
     registry = ToolRegistry.builtin()
     source = eng.gguf.metadata.get("tokenizer.chat_template")
     fmt = detect_format(source if isinstance(source, str) else None)
-    system = system if fmt != "generic" else system + "\n\n" + fallback_system_prompt(registry)
     rows = []
     for question, (tool, check) in PROMPTS:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
-        prompt = eng.render_chat(messages, tools=registry.definitions()) + force_prefix
+        prompt = prompt_text(eng, messages, registry, fmt) + force_prefix
         parser = ToolCallParser(fmt, registry)
         events, reply = parser.feed(force_prefix), ""
         t0 = time.perf_counter()

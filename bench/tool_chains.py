@@ -2,7 +2,8 @@
 (`python -m bench.tool_calls --set chain`).
 
 Each question is asked greedily with the built-in tools. The first reply's calls are run and their
-results fed back (`messages_with_tool_round`, as the app does), then the model replies again. The
+results fed back (`messages_with_tool_round`, rendered by chat_turn.render_prompt, as the app does),
+then the model replies again. The
 second call is the first call of that second reply, or the second call of the first reply when
 the model wrote both at once. Counted as right when the first call has the right tool and
 arguments and the second call has the right tool and arguments computed from the first result
@@ -17,6 +18,8 @@ from hearth.engine import Sampling
 from hearth.engine.tools import (MalformedToolCall, ToolCall, ToolCallParser, ToolContext, ToolRegistry,
                                  UnitError, evaluate, messages_with_tool_round)
 from hearth.engine.tools.units import find_unit
+
+from .tool_calls import prompt_text
 
 SYSTEM = "You are a helpful assistant."
 
@@ -90,14 +93,12 @@ def run_chains(eng, fmt: str, max_tokens: int, system: str = SYSTEM) -> list[dic
     for question, first_want, second_want in CHAINS:
         t0 = time.perf_counter()
         messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
-        reply1, calls1 = _reply(eng, eng.render_chat(messages, tools=registry.definitions()), fmt,
-                                registry, max_tokens)
+        reply1, calls1 = _reply(eng, prompt_text(eng, messages, registry, fmt), fmt, registry, max_tokens)
         reply2, calls2, results = "", [], []
         if calls1:
             results = [registry.execute(c, ToolContext()) for c in calls1]
             messages = messages_with_tool_round(messages, "", calls1, results, format=fmt)
-            reply2, calls2 = _reply(eng, eng.render_chat(messages, tools=registry.definitions()), fmt,
-                                    registry, max_tokens)
+            reply2, calls2 = _reply(eng, prompt_text(eng, messages, registry, fmt), fmt, registry, max_tokens)
         first = calls1[0] if calls1 else None
         second = calls1[1] if len(calls1) > 1 else (calls2[0] if calls2 else None)
         rows.append({

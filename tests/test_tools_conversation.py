@@ -10,6 +10,7 @@ must parse again, with the same parser, into the same call.
 import pytest
 
 from hearth.engine.chat.chat_template import ChatTemplate
+from hearth.engine.chat.chat_turn import ChatTurn, template_messages
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.tools import (MalformedToolCall, ToolCall, ToolCallParser, ToolContext, ToolRegistry,
                           ToolResult, detect_format, fallback_system_prompt, messages_with_tool_round)
@@ -88,11 +89,13 @@ def test_shapes_for_a_template_with_tool_support():
     assert len(msgs) == 5
 
 
-def test_generic_format_keeps_the_calls_raw_text_in_the_content():
-    msgs = messages_with_tool_round(QUESTION, "", [CALC], [ToolResult("1081")], format="generic")
-    assert msgs[2]["content"] == CALC.raw and msgs[2]["tool_calls"][0]["function"]["name"] == "calculator"
-    msgs = messages_with_tool_round(QUESTION, "Sure.", [CALC], [ToolResult("1081")], format="generic")
-    assert msgs[2]["content"] == "Sure.\n" + CALC.raw
+def test_the_messages_are_the_same_for_every_format():
+    # writing calls into the text for a generic template is chat_turn.template_messages' job alone:
+    # a copy here as well showed the model each call twice
+    for text in ("", "Sure."):
+        msgs = messages_with_tool_round(QUESTION, text, [CALC], [ToolResult("1081")], format="generic")
+        assert msgs == messages_with_tool_round(QUESTION, text, [CALC], [ToolResult("1081")], format="hermes")
+        assert msgs[2]["content"] == text and msgs[2]["tool_calls"][0]["function"]["name"] == "calculator"
 
 
 def test_a_malformed_call_goes_back_as_an_error_with_its_raw_text_kept():
@@ -126,12 +129,13 @@ def test_real_templates_without_tool_support_render_a_full_round(real_templates,
     template = real_templates[name]
     fmt = detect_format(template.source)
     assert fmt == "generic"
-    system = {"role": "system", "content": "You are helpful.\n\n" + fallback_system_prompt(REGISTRY)}
-    msgs = messages_with_tool_round([system, QUESTION[1]], "", [CALC, BROKEN],
-                                    [REGISTRY.execute(CALC), None], format=fmt)
-    prompt = template.render(msgs, tools=REGISTRY.definitions())
-    assert "<tools>" in prompt and '"name": "calculator"' in prompt
-    assert "<|im_start|>assistant\n" + CALC.raw + "\n" + BROKEN.raw + "<|im_end|>" in prompt
+    msgs = messages_with_tool_round(QUESTION, "", [CALC, BROKEN], [REGISTRY.execute(CALC), None], format=fmt)
+    shown = template_messages(ChatTurn(msgs, REGISTRY.definitions()), fmt)   # as every prompt is built
+    prompt = template.render(shown, tools=REGISTRY.definitions())
+    assert shown[0]["content"] == "You are helpful.\n\n" + fallback_system_prompt(REGISTRY)
+    assert prompt.count("<tools>") == 1 and '"name": "calculator"' in prompt
+    assert "<|im_start|>assistant\n" + BROKEN.raw + "\n" + CALC.raw + "<|im_end|>" in prompt
+    assert prompt.count('"expression": "23*47"') == 1          # the call shown once
     assert "<|im_start|>tool\n1081<|im_end|>" in prompt
     assert "<|im_start|>tool\nError: your tool call could not be used" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")

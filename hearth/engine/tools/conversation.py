@@ -8,10 +8,12 @@
 `arguments` is a dict, not a JSON string: templates apply `tojson` to it themselves. `content` is
 always a string (never None), because simple templates concatenate it.
 
-A template with no tool support (format "generic") renders only `content` and drops `tool_calls`,
-so the model would never see what it called; for that format the calls' raw text is kept in the
-assistant's content too. A malformed call has no valid name and arguments to put in `tool_calls`;
-its raw text stays in the content and its error goes back as a `tool` message with its id.
+The messages are the same for every tool format. A template with no tool support ("generic")
+renders only `content` and would drop `tool_calls`; writing the calls into the text for it is the
+one job of engine/chat/chat_turn.template_messages, which every prompt goes through. Copying the
+raw text here as well showed such a model each call twice. A malformed call has no valid name and
+arguments to put in `tool_calls`; its raw text stays in the content and its error goes back as a
+`tool` message with its id.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ def messages_with_tool_round(messages: Sequence[dict], assistant_text: str,
     """`messages` plus the assistant's turn with its calls and one `tool` message per call.
 
     `assistant_text` is the visible text of the reply (outside the calls); `results[i]` answers
-    `calls[i]` (None for a malformed call: its error result is used).
+    `calls[i]` (None for a malformed call: its error result is used). `format` does not change
+    the messages (see the module's note); callers name the format they parsed with.
     """
     if len(calls) != len(results):
         raise ValueError(f"{len(calls)} calls but {len(results)} results: give one result per call")
     content = assistant_text or ""
-    raw_in_content = [c for c in calls if format == "generic" or isinstance(c, MalformedToolCall)]
+    raw_in_content = [c for c in calls if isinstance(c, MalformedToolCall)]
     if raw_in_content:
         raws = "\n".join(c.raw for c in raw_in_content)
         content = f"{content.rstrip()}\n{raws}" if content.strip() else raws
