@@ -3,7 +3,7 @@
 The experts of a layer are three 3-D GGUF tensors, numpy [n_expert, out, in] (GGUF ne
 [in, out, n_expert]): `ffn_gate_exps`, `ffn_up_exps` (d -> n_ff_exp) and `ffn_down_exps`
 (n_ff_exp -> d). Each expert's matrix is a view of its rows in the mapped file: a `Linear` where
-the type has a CPU kernel, an `OnTheFly` matrix otherwise (MXFP4), so nothing is copied to float
+the type has a CPU kernel, an `OnTheFly` matrix otherwise (dequantized per product), so nothing is copied to float
 at load and a token reads only the rows of the experts it chose.
 
 A pass over n rows groups them by expert: every chosen expert multiplies all of its rows at once
@@ -35,7 +35,7 @@ MIN_WEIGHT_SUM = np.float32(6.103515625e-5)
 
 
 class OnTheFly:
-    """One expert's matrix of a type without a CPU kernel (MXFP4): raw rows uint8 [n_out, bytes per
+    """One expert's matrix of a type or width without a CPU kernel: raw rows uint8 [n_out, bytes per
     row] in the mapped file, dequantized at each product into a float32 temporary and multiplied
     there. With 8-bit x (`int8` and the input's), x is first rounded to llama.cpp's Q8_0 values, the
     input llama.cpp's MXFP4 dot product reads."""
