@@ -523,11 +523,14 @@ def test_no_line_is_clipped_after_stop_regenerate_and_an_edit_further_down(qtbot
     with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
         qtbot.keyClick(w.messageInput, Qt.Key.Key_Escape)                   # stop
     set_max_tokens(w, 24)
+    regenerate = w.messageView.bubbles()[-1].regenerateButton
+    qtbot.waitUntil(regenerate.isVisible, timeout=TIMEOUT)     # shown once the stopped reply has ended
     with qtbot.waitSignal(w.conversation.replyFinished, timeout=TIMEOUT):
-        qtbot.mouseClick(w.messageView.bubbles()[-1].regenerateButton, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(regenerate, Qt.MouseButton.LeftButton)
     qtbot.wait(50)
     assert_every_line_fits(w.messageView)
     send(qtbot, w, "Say goodbye.")
+    qtbot.waitUntil(w.messageView.bubbles()[-2].editButton.isVisible, timeout=TIMEOUT)
     qtbot.mouseClick(w.messageView.bubbles()[-2].editButton, Qt.MouseButton.LeftButton)   # an edit further down
     w.messageInput.selectAll()
     qtbot.keyClicks(w.messageInput, "Say thanks.")
