@@ -131,12 +131,42 @@ class HybridState:
         self._delta[:] = snap.delta
         self.kv.n_tokens = snap.n_tokens
 
-    # -- prefix images are not written for these models yet ----------------------------------
+    # -- prefix images: the attention layers' K/V (by slot) plus the recurrent state ------------
 
-    def read_prefix(self, layer: int, n: int):
-        raise EngineError("prefix images of hybrid (recurrent) models are not supported yet")
+    @property
+    def image_layers(self) -> int:
+        """The K/V tensors pairs an image holds: one per attention layer (slot order)."""
+        return self.kv.n_layers
 
-    write_prefix = write_at = read_prefix
+    def read_prefix(self, slot: int, n: int):
+        return self.kv.read_prefix(slot, n)
+
+    def write_prefix(self, slot: int, n: int, k, v) -> None:
+        self.kv.write_prefix(slot, n, k, v)
+
+    def write_at(self, slot: int, start: int, k, v) -> None:
+        self.kv.write_at(slot, start, k, v)
+
+    def state_layout(self) -> str:
+        """What an image's snapshot is, for its key: layer pattern and the state's shapes/dtype."""
+        pattern = "".join("a" if i in self.attn_slot else "r" for i in range(self.n_layers))
+        return f"{pattern};conv{self._conv.shape};delta{self._delta.shape};float32"
+
+    @property
+    def state_size(self) -> int:
+        """float32 values of read_state()."""
+        return self._conv.size + self._delta.size
+
+    def read_state(self) -> np.ndarray:
+        """float32 [state_size]: every conv window, then every delta-rule state (a copy)."""
+        return np.concatenate([self._conv.ravel(), self._delta.ravel()])
+
+    def write_state(self, flat: np.ndarray) -> None:
+        if flat.shape != (self.state_size,):
+            raise EngineError(f"write_state: {flat.shape} values for a state of {self.state_size}")
+        c = self._conv.size
+        self._conv.ravel()[:] = flat[:c]   # contiguous arrays: ravel() is a view
+        self._delta.ravel()[:] = flat[c:]
 
 
 class Snapshots:
