@@ -54,7 +54,7 @@ def test_hybrid_image_holds_the_state_and_restores_it_bit_identically(hybrid):
     want_prefix, want_next = fresh(hybrid, N, IDS[N:N + 3])
     raw = image_of(hybrid)
     h = ImageHeader.unpack(raw[:HEADER_SIZE])
-    assert h.has_state and h.n_state == hybrid.kv.state_size > 0
+    assert h.has_state and h.n_state == hybrid.kv.state_size(N) > 0
     assert h.n_layers == hybrid.kv.image_layers < hybrid.kv.n_layers   # K/V of the attention layers only
     hybrid.feed(IDS[5:9])                          # something else resident, then the image
     hybrid.restore_prefix(IDS[:N], io.BytesIO(raw))
@@ -141,6 +141,29 @@ def test_moe_images_hold_only_kv_and_restore_bit_identically(reference_dir, name
         kv = e.backend.kv
         assert len(raw) == (HEADER_SIZE + 4 * N + 2 * kv.n_layers * kv.n_kv_heads * N * kv.head_dim
                             * np.dtype(kv.dtype).itemsize + 4 * e.config.n_vocab + 4)
+        e.restore_prefix(IDS[:N], io.BytesIO(raw))
+        np.testing.assert_array_equal(e.last_logits, want_prefix)
+        np.testing.assert_array_equal(e.feed(IDS[N:N + 2]), want_next)
+    finally:
+        e.close()
+
+
+def test_gemma4_split_kv_round_trips_past_the_window(reference_dir):
+    """Gemma 4's K/V has one cache per head size: the first cache's layers are the image's K/V
+    tensors, the others its state section. 24 positions, window 8; a damaged other-cache section
+    is refused and leaves the resident K/V."""
+    e = _load(reference_dir, "gemma4")
+    try:
+        assert len(e.kv.caches) > 1 and e.segments_cacheable is False
+        want_prefix, want_next = fresh(e, N, IDS[N:N + 2])
+        raw = image_of(e)
+        h = ImageHeader.unpack(raw[:HEADER_SIZE])
+        assert h.has_state and h.n_state == e.kv.state_size(N) > 0
+        e.feed(IDS[:8])
+        bad = _flip(raw, len(raw) - 4 - 4 * h.n_vocab - 4 * h.n_state + 4)
+        with pytest.raises(PrefixImageError, match="checksum"):
+            e.restore_prefix(IDS[:N], io.BytesIO(bad))
+        assert e.tokens == IDS[:8]
         e.restore_prefix(IDS[:N], io.BytesIO(raw))
         np.testing.assert_array_equal(e.last_logits, want_prefix)
         np.testing.assert_array_equal(e.feed(IDS[N:N + 2]), want_next)

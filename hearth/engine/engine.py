@@ -189,16 +189,16 @@ class Engine:
     @property
     def prefix_cacheable(self) -> bool:
         """Whether prefix images can hold this model's state: a hybrid (recurrent) model's image
-        holds its attention layers' K/V and the recurrent state after its last token. Not for
-        per-layer-shaped K/V (SplitKV) yet: the prefix store computes those prefixes instead."""
+        holds its attention layers' K/V and the recurrent state after its last token; per-layer-
+        shaped K/V (SplitKV) keeps its other caches in the image's state section."""
         return getattr(self.backend.kv, "image_compatible", True)
 
     @property
     def segments_cacheable(self) -> bool:
         """Whether chat segments can hold this model's state. Not for hybrid models yet: a segment
-        holds K/V only (no snapshot at its end), so restoring one would leave the recurrent state
-        wrong; their chats are recomputed instead."""
-        return self.prefix_cacheable and not self._recurrent
+        holds one K/V shape and no snapshot at its end, so restoring one would leave the recurrent
+        state (or a SplitKV's other caches) wrong; their chats are recomputed instead."""
+        return self.prefix_cacheable and not hasattr(self.backend.kv, "state_layout")
 
     def _snapshot(self) -> None:
         """Keep the recurrent state after the resident tokens (no-op for plain models)."""
@@ -350,13 +350,14 @@ class Engine:
         dtype = dtype_code(kv.dtype)
         key = key_digest(backend=self.backend.describe(), model=model_digest(self.gguf), ids=ids, dtype=dtype,
                          state=self._state_layout())
-        n_state = int(kv.state_size) if self._recurrent else 0
+        n_state = int(kv.state_size(len(ids))) if hasattr(kv, "state_layout") else 0
         return ImageHeader(getattr(kv, "image_layers", kv.n_layers), kv.n_kv_heads, kv.head_dim, len(ids),
                            int(self.config.n_vocab), key, dtype=dtype, n_state=n_state,
                            flags=FLAG_LOGITS | (FLAG_STATE if n_state else 0))
 
     def _state_layout(self) -> str:
-        return self.backend.kv.state_layout() if self._recurrent else ""
+        kv = self.backend.kv   # a recurrent state or SplitKV's other caches: in the image's state section
+        return kv.state_layout() if hasattr(kv, "state_layout") else ""
 
     def prefix_key(self, text: str | Sequence[int]) -> str:
         """The key (64 hex digits) of the image this engine would write for the prefix `text`."""

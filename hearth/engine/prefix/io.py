@@ -204,8 +204,8 @@ def write_image(f, header: ImageHeader, ids, kv, logits: np.ndarray | None) -> i
         for fut in pending:
             if fut is not None:
                 fut.result()
-    if header.has_state:   # a hybrid model's recurrent state after the last token
-        state = np.ascontiguousarray(kv.read_state(), F32)
+    if header.has_state:   # a hybrid model's recurrent state after the last token (or SplitKV's other caches)
+        state = np.ascontiguousarray(kv.read_state(n), F32)
         if state.shape != (header.n_state,):
             raise ValueError(f"write_image: a state of {state.shape} values, expected ({header.n_state},)")
         crc.update(state)
@@ -294,7 +294,7 @@ def _commit_tensors(f, header: ImageHeader, kv, resident: int, crc: RunningCrc) 
         if _read_upto(f, 1):
             raise PrefixImageError("trailing", "the prefix image has bytes after its checksum")
         if state is not None:
-            kv.write_state(state)
+            kv.write_state(n, state)
         return logits
     except BaseException as e:
         for fut in pending:
