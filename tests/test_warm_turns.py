@@ -59,3 +59,23 @@ def test_truncate_past_the_window_is_a_fresh_computation(reference_dir, name):
         np.testing.assert_array_equal(e.feed([7]), want)
     finally:
         e.close()
+
+
+def test_a_template_that_drops_earlier_thinking_recomputes_only_the_rerendered_reply(engine):
+    """A reasoning template renders the previous reply without its thinking: the resident tokens
+    and the prompt part at the reply's start. The engine goes back there (a slice, or on a hybrid
+    model the snapshot taken at the end of the previous prompt) and computes only the reply as
+    re-rendered plus the new message: never the chat before it."""
+    engine.reset()
+    prompt = IDS[:12]
+    assert computed(engine, prompt) == 12
+    for turn in range(3):
+        reply = [e.token_id for e in engine.generate(prompt, max_tokens=6, sampling=Sampling(temperature=0.0))
+                 if not e.final]
+        # the reply re-rendered without its thinking: other tokens from its first on (random
+        # weights repeat one token, so the generated ones could not show the difference)
+        answer = [3000 + turn, 3100 + turn]
+        assert reply[0] not in answer
+        new = [2000 + 7 * turn + j for j in range(5)]
+        prompt = prompt + answer + new
+        assert computed(engine, prompt) == len(answer) + len(new), f"turn {turn + 1}"
