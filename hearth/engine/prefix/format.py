@@ -11,10 +11,10 @@ Image layout (little-endian throughout; `n` = token count, `L`/`H`/`D` = layers,
     128     4 n                 token ids, int32 [n]
     ...     2 L x e H n D       for each layer: K then V, the cache's dtype [H, n, D] (head-major, as
                                 the cache; e = 4 bytes for float32, 2 for float16)
-    ...     4 S                 a hybrid model's recurrent state after the last token, float32 [S]:
-                                every recurrent layer's conv window, then every one's delta-rule state
-                                (layer_state.HybridState.read_state; if FLAG_STATE; L counts only the
-                                attention layers then)
+    ...     4 S                 the state K/V tensors do not hold, float32 [S] (if FLAG_STATE): a hybrid
+                                model's recurrent state after the last token (every conv window, then
+                                every delta-rule state; L counts only the attention layers), or the K/V
+                                of a SplitKV's caches after the first (layer_state: read_state)
     ...     4 n_vocab           logits after the last token, float32 [n_vocab]  (if FLAG_LOGITS)
     end-4   4                   CRC-32 of every byte before it (header included)
 
