@@ -1,6 +1,6 @@
 """A hybrid (recurrent) model in the Engine: truncate gives the state after n tokens (a snapshot
-restored and the rest recomputed), a failed pass leaves the resident tokens' state, prefix images
-and chat segments are skipped (never restored into a recurrent model), metadata errors name the key."""
+restored and the rest recomputed), a failed pass leaves the resident tokens' state, chat
+segments are skipped (never restored into a recurrent model), metadata errors name the key."""
 
 from __future__ import annotations
 
@@ -94,23 +94,17 @@ def test_state_cannot_be_sliced_back(engine):
         engine.kv.truncate(5)
 
 
-def test_prefix_images_are_skipped(engine, tmp_path):
+def test_chat_segments_are_skipped(engine, tmp_path):
+    """A segment holds K/V only (no snapshot at its end yet): never saved or restored for a
+    recurrent model. Prefix images hold the state: tests/test_warm_images.py."""
     engine.reset()
     store = PrefixStore(tmp_path / "prefixes")
-    r = store.ensure(engine, IDS[:12])
-    assert (r.action, r.reason, engine.tokens) == ("computed", "not_cacheable", IDS[:12])
-    assert not any(store.root.iterdir())
-    with pytest.raises(PrefixImageError) as e:
-        engine.save_prefix(IDS[:12], io.BytesIO())
-    assert e.value.reason == "not_cacheable"
-    with pytest.raises(PrefixImageError):
-        engine.restore_prefix(IDS[:12], io.BytesIO(b"\0" * 64))
-    assert engine.tokens == IDS[:12]
+    store.ensure(engine, IDS[:12])
     chats = ChatImages(store)
     engine.feed(IDS[12:20])
-    assert chats.save(engine, Root(b"\0" * 32, 12)).bytes_written == 0
-    assert not any(p.is_file() for p in store.root.iterdir())
-    assert chats.restore(engine, IDS[:25], Root(b"\0" * 32, 12)).n_tokens == 20
+    root = Root(bytes.fromhex(engine.prefix_key(IDS[:12])), 12)
+    assert chats.save(engine, root).bytes_written == 0
+    assert chats.restore(engine, IDS[:25], root).n_tokens == 20
 
 
 def test_gpu_is_refused_with_the_reason(path):

@@ -24,7 +24,7 @@ from .gguf import GGUFFile
 from .kv_cache import kv_dtype as parse_kv_dtype
 from .kv_cache import kv_dtype_name
 from .models.layer_state import Snapshots
-from .prefix.format import ImageHeader, dtype_code
+from .prefix.format import FLAG_LOGITS, FLAG_STATE, ImageHeader, dtype_code
 from .prefix.io import read_image, write_image
 from .prefix.key import key_digest, model_digest
 from .sampling import Sampler, Sampling, is_plain_greedy
@@ -192,10 +192,17 @@ class Engine:
 
     @property
     def prefix_cacheable(self) -> bool:
-        """Whether prefix images and chat segments can hold this model's state. Not for hybrid
-        (recurrent) models yet: an image holds K/V only, and restoring it would leave the recurrent
-        layers' state wrong, so the prefix store computes their prefixes instead."""
-        return not self._recurrent and getattr(self.backend.kv, "image_compatible", True)
+        """Whether prefix images can hold this model's state: a hybrid (recurrent) model's image
+        holds its attention layers' K/V and the recurrent state after its last token; per-layer-
+        shaped K/V (SplitKV) keeps its other caches in the image's state section."""
+        return getattr(self.backend.kv, "image_compatible", True)
+
+    @property
+    def segments_cacheable(self) -> bool:
+        """Whether chat segments can hold this model's state. Not for hybrid models yet: a segment
+        holds one K/V shape and no snapshot at its end, so restoring one would leave the recurrent
+        state (or a SplitKV's other caches) wrong; their chats are recomputed instead."""
+        return self.prefix_cacheable and not hasattr(self.backend.kv, "state_layout")
 
     def _snapshot(self) -> None:
         """Keep the recurrent state after the resident tokens (no-op for plain models)."""
@@ -299,6 +306,8 @@ class Engine:
             self._tokens = [int(i) for i in ids]
             self.kv.n_tokens = len(self._tokens)
             self._last_logits = None if last_logits is None else np.asarray(last_logits, np.float32)
+            self._snapshots.clear()   # snapshots of the tokens that were resident before
+            self._snapshot()
 
     def _sync(self, ids: list[int]) -> tuple[int, int, np.ndarray]:
         """Make exactly `ids` resident, reusing the longest common prefix already there.
@@ -343,14 +352,22 @@ class Engine:
         """The header this engine writes for the prefix `ids` (and accepts on restore)."""
         kv = self.backend.kv
         dtype = dtype_code(kv.dtype)
-        key = key_digest(backend=self.backend.describe(), model=model_digest(self.gguf), ids=ids, dtype=dtype)
-        return ImageHeader(kv.n_layers, kv.n_kv_heads, kv.head_dim, len(ids), int(self.config.n_vocab), key,
-                           dtype=dtype)
+        key = key_digest(backend=self.backend.describe(), model=model_digest(self.gguf), ids=ids, dtype=dtype,
+                         state=self._state_layout())
+        n_state = int(kv.state_size(len(ids))) if hasattr(kv, "state_layout") else 0
+        return ImageHeader(getattr(kv, "image_layers", kv.n_layers), kv.n_kv_heads, kv.head_dim, len(ids),
+                           int(self.config.n_vocab), key, dtype=dtype, n_state=n_state,
+                           flags=FLAG_LOGITS | (FLAG_STATE if n_state else 0))
+
+    def _state_layout(self) -> str:
+        kv = self.backend.kv   # a recurrent state or SplitKV's other caches: in the image's state section
+        return kv.state_layout() if hasattr(kv, "state_layout") else ""
 
     def prefix_key(self, text: str | Sequence[int]) -> str:
         """The key (64 hex digits) of the image this engine would write for the prefix `text`."""
         return key_digest(backend=self.backend.describe(), model=model_digest(self.gguf),
-                          ids=self.prefix_ids(text), dtype=dtype_code(self.backend.kv.dtype)).hex()
+                          ids=self.prefix_ids(text), dtype=dtype_code(self.backend.kv.dtype),
+                          state=self._state_layout()).hex()
 
     def save_prefix(self, text: str | Sequence[int], fileobj) -> int:
         """Make `text` resident (computing only what is not) and stream its prefix image to the

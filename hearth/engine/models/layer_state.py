@@ -131,12 +131,41 @@ class HybridState:
         self._delta[:] = snap.delta
         self.kv.n_tokens = snap.n_tokens
 
-    # -- prefix images are not written for these models yet ----------------------------------
+    # -- prefix images: the attention layers' K/V (by slot) plus the recurrent state ------------
 
-    def read_prefix(self, layer: int, n: int):
-        raise EngineError("prefix images of hybrid (recurrent) models are not supported yet")
+    @property
+    def image_layers(self) -> int:
+        """The K/V tensors pairs an image holds: one per attention layer (slot order)."""
+        return self.kv.n_layers
 
-    write_prefix = write_at = read_prefix
+    def read_prefix(self, slot: int, n: int):
+        return self.kv.read_prefix(slot, n)
+
+    def write_prefix(self, slot: int, n: int, k, v) -> None:
+        self.kv.write_prefix(slot, n, k, v)
+
+    def write_at(self, slot: int, start: int, k, v) -> None:
+        self.kv.write_at(slot, start, k, v)
+
+    def state_layout(self) -> str:
+        """What an image's snapshot is, for its key: layer pattern and the state's shapes/dtype."""
+        pattern = "".join("a" if i in self.attn_slot else "r" for i in range(self.n_layers))
+        return f"{pattern};conv{self._conv.shape};delta{self._delta.shape};float32"
+
+    def state_size(self, n: int) -> int:
+        """float32 values of read_state(n) (the same after any number of tokens)."""
+        return self._conv.size + self._delta.size
+
+    def read_state(self, n: int) -> np.ndarray:
+        """float32 [state_size]: every conv window, then every delta-rule state (a copy)."""
+        return np.concatenate([self._conv.ravel(), self._delta.ravel()])
+
+    def write_state(self, n: int, flat: np.ndarray) -> None:
+        if flat.shape != (self.state_size(n),):
+            raise EngineError(f"write_state: {flat.shape} values for a state of {self.state_size(n)}")
+        c = self._conv.size
+        self._conv.ravel()[:] = flat[:c]   # contiguous arrays: ravel() is a view
+        self._delta.ravel()[:] = flat[c:]
 
 
 class Snapshots:
@@ -199,11 +228,12 @@ class Snapshots:
 class SplitKV:
     """K/V of a model whose layers differ in head size (Gemma 4: sliding layers of one head dim, full
     layers of another): one KVCache per kind, `slot[layer] = (cache, index)`; KV-sharing layers map
-    to the layer whose K/V they read. Truncation is a slice, as for a KVCache. Prefix images hold
-    one shape for every layer, so `image_compatible` is False: the prefix store computes instead."""
+    to the layer whose K/V they read. Truncation is a slice, as for a KVCache. A prefix image holds
+    the first cache's layers as its K/V tensors (one shape) and every other cache's K/V as its
+    extra state section (float32, exact for float16 caches too), written only once its checksum
+    holds."""
 
     recurrent = False
-    image_compatible = False
 
     def __init__(self, caches: list[KVCache], slot: dict[int, tuple[int, int]]):
         self.caches = caches
@@ -256,7 +286,41 @@ class SplitKV:
         for c in self.caches:
             c.truncate(n)
 
-    def read_prefix(self, layer: int, n: int):
-        raise EngineError("prefix images of models with per-layer head sizes are not supported yet")
+    # -- prefix images: caches[0]'s layers as the image's K/V, the other caches as its state ---------
 
-    write_prefix = write_at = read_prefix
+    @property
+    def image_layers(self) -> int:
+        return self.caches[0].n_layers
+
+    def read_prefix(self, layer: int, n: int):
+        return self.caches[0].read_prefix(layer, n)
+
+    def write_prefix(self, layer: int, n: int, k, v) -> None:
+        self.caches[0].write_prefix(layer, n, k, v)
+
+    def write_at(self, layer: int, start: int, k, v) -> None:
+        self.caches[0].write_at(layer, start, k, v)
+
+    def state_layout(self) -> str:
+        return "splitkv;" + ";".join(f"{c.n_layers}x{c.n_kv_heads}x{c.head_dim}" for c in self.caches)
+
+    def state_size(self, n: int) -> int:
+        """float32 values of read_state(n): K and V [H, n, D] of every layer of caches[1:]."""
+        return sum(2 * c.n_layers * c.n_kv_heads * n * c.head_dim for c in self.caches[1:])
+
+    def read_state(self, n: int) -> np.ndarray:
+        parts = [np.asarray(t, np.float32).ravel() for c in self.caches[1:] for layer in range(c.n_layers)
+                 for t in c.read_prefix(layer, n)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def write_state(self, n: int, flat: np.ndarray) -> None:
+        if flat.shape != (self.state_size(n),):
+            raise EngineError(f"write_state: {flat.shape} values for {self.state_size(n)}")
+        at = 0
+        for c in self.caches[1:]:
+            size = c.n_kv_heads * n * c.head_dim
+            for layer in range(c.n_layers):
+                k, v = (flat[at + j * size: at + (j + 1) * size].reshape(c.n_kv_heads, n, c.head_dim)
+                        .astype(c.dtype) for j in range(2))
+                c.write_prefix(layer, n, k, v)
+                at += 2 * size

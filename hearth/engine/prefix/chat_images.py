@@ -166,7 +166,7 @@ class ChatImages:
         ids = [int(i) for i in ids]
         with engine.locked():  # one caller at a time, as every Engine method
             resident = engine.tokens
-            if not getattr(engine, "prefix_cacheable", True):   # segments hold no recurrent state
+            if not getattr(engine, "segments_cacheable", True):   # segments hold no recurrent state
                 return Restored(common_prefix(resident, ids))
             if resident[:root.n] != ids[:root.n]:
                 return Restored(common_prefix(resident, ids))
@@ -229,7 +229,7 @@ class ChatImages:
         t0 = time.perf_counter()
         with engine.locked():
             ids = engine.tokens
-            if not getattr(engine, "prefix_cacheable", True):   # nothing saved: segments hold no recurrent state
+            if not getattr(engine, "segments_cacheable", True):   # nothing saved: segments hold no recurrent state
                 return Saved(n_tokens=0)
             out = Saved(n_tokens=len(ids))
             if len(ids) <= root.n:

@@ -11,6 +11,10 @@ Image layout (little-endian throughout; `n` = token count, `L`/`H`/`D` = layers,
     128     4 n                 token ids, int32 [n]
     ...     2 L x e H n D       for each layer: K then V, the cache's dtype [H, n, D] (head-major, as
                                 the cache; e = 4 bytes for float32, 2 for float16)
+    ...     4 S                 the state K/V tensors do not hold, float32 [S] (if FLAG_STATE): a hybrid
+                                model's recurrent state after the last token (every conv window, then
+                                every delta-rule state; L counts only the attention layers), or the K/V
+                                of a SplitKV's caches after the first (layer_state: read_state)
     ...     4 n_vocab           logits after the last token, float32 [n_vocab]  (if FLAG_LOGITS)
     end-4   4                   CRC-32 of every byte before it (header included)
 
@@ -18,10 +22,10 @@ Header (128 bytes):
     0   8   magic b"\\x89HPX\\r\\n\\x1a\\n"  (a high byte, CR LF, ^Z, LF: like PNG's, so a text-mode
             transfer or a truncation to 7 bits is caught as 'magic', not as a wrong checksum)
     8   4   u32 format version          12  4  u32 header size (128)
-    16  4   u32 dtype (1 = float32, 16 = float16)   20  4  u32 flags (bit 0: logits present)
+    16  4   u32 dtype (1 = float32, 16 = float16)   20  4  u32 flags (bit 0: logits, bit 1: state)
     24  4   u32 n_layers                28  4  u32 n_kv_heads
     32  4   u32 head_dim                36  4  u32 n_tokens
-    40  4   u32 n_vocab                 44  4  u32 reserved, 0
+    40  4   u32 n_vocab                 44  4  u32 S: recurrent state floats (0 without FLAG_STATE)
     48  8   u64 image size in bytes, header to checksum included
     56  32  key: blake2b-256 of everything the K/V values depend on (`key_digest`)
     88  36  reserved, 0
@@ -57,10 +61,11 @@ DTYPE_F16 = 16
 DTYPE_NAMES = {DTYPE_F32: "float32", DTYPE_F16: "float16"}
 DTYPE_NUMPY = {DTYPE_F32: np.dtype("<f4"), DTYPE_F16: np.dtype("<f2")}
 FLAG_LOGITS = 1
+FLAG_STATE = 2     # a recurrent state snapshot follows the K/V
 CHECKSUM_SIZE = 4
 
 # magic, version, header size, dtype, flags, n_layers, n_kv_heads, head_dim, n_tokens, n_vocab,
-# reserved u32, image size u64, key, 36 reserved bytes  -> 124 bytes; then the header CRC.
+# state floats u32, image size u64, key, 36 reserved bytes  -> 124 bytes; then the header CRC.
 _HEADER = struct.Struct("<8s10IQ32s36x")
 assert _HEADER.size == HEADER_SIZE - 4
 
@@ -96,10 +101,14 @@ class KVFileSizes:
         return self.kv_dtype.itemsize * self.n_kv_heads * self.n_tokens * self.head_dim
 
     @property
+    def has_state(self) -> bool:
+        return bool(self.flags & FLAG_STATE)
+
+    @property
     def image_size(self) -> int:
         logits = 4 * self.n_vocab if self.has_logits else 0
-        return (HEADER_SIZE + 4 * self.n_tokens + 2 * self.n_layers * self.tensor_bytes + logits
-                + CHECKSUM_SIZE)
+        return (HEADER_SIZE + 4 * self.n_tokens + 2 * self.n_layers * self.tensor_bytes
+                + 4 * getattr(self, "n_state", 0) + logits + CHECKSUM_SIZE)
 
 
 @dataclass(frozen=True)
@@ -113,10 +122,11 @@ class ImageHeader(KVFileSizes):
     flags: int = FLAG_LOGITS
     dtype: int = DTYPE_F32
     version: int = FORMAT_VERSION
+    n_state: int = 0      # float32 values of the recurrent state snapshot (FLAG_STATE)
 
     def pack(self) -> bytes:
         body = _HEADER.pack(MAGIC, self.version, HEADER_SIZE, self.dtype, self.flags, self.n_layers,
-                            self.n_kv_heads, self.head_dim, self.n_tokens, self.n_vocab, 0,
+                            self.n_kv_heads, self.head_dim, self.n_tokens, self.n_vocab, self.n_state,
                             self.image_size, self.key)
         return body + struct.pack("<I", zlib.crc32(body))
 
@@ -132,20 +142,21 @@ class ImageHeader(KVFileSizes):
             raise PrefixImageError("truncated", f"the prefix image ends inside its header ({len(raw)} of "
                                                 f"{HEADER_SIZE} bytes)")
         (magic, version, header_size, dtype, flags, n_layers, n_kv_heads, head_dim, n_tokens, n_vocab,
-         reserved, image_size, key) = _HEADER.unpack_from(raw)
+         n_state, image_size, key) = _HEADER.unpack_from(raw)
         if version != FORMAT_VERSION:
             raise PrefixImageError("version", f"the prefix image has format version {version}; this engine "
                                               f"reads version {FORMAT_VERSION}")
         (crc,) = struct.unpack_from("<I", raw, HEADER_SIZE - 4)
         if crc != zlib.crc32(raw[:HEADER_SIZE - 4]):
             raise PrefixImageError("header", "the prefix image's header is damaged (header CRC mismatch)")
-        if header_size != HEADER_SIZE or reserved or any(raw[88:124]) or flags & ~FLAG_LOGITS:
+        if (header_size != HEADER_SIZE or any(raw[88:124]) or flags & ~(FLAG_LOGITS | FLAG_STATE)
+                or bool(n_state) != bool(flags & FLAG_STATE)):
             raise PrefixImageError("header", "the prefix image's header has fields this version does not "
                                              "define (header size, flags or reserved bytes)")
         if dtype not in DTYPE_NAMES:
             raise PrefixImageError("dtype", f"the prefix image holds dtype code {dtype}; float32 (1) and "
                                             f"float16 (16) are read")
-        h = cls(n_layers, n_kv_heads, head_dim, n_tokens, n_vocab, key, flags, dtype, version)
+        h = cls(n_layers, n_kv_heads, head_dim, n_tokens, n_vocab, key, flags, dtype, version, n_state)
         if image_size != h.image_size:
             raise PrefixImageError("header", f"the prefix image's header declares {image_size} bytes but "
                                              f"its sizes add up to {h.image_size}")
@@ -154,7 +165,8 @@ class ImageHeader(KVFileSizes):
     def check_against(self, want: "ImageHeader") -> None:
         """Refuse an image whose sizes or key differ from what this engine would write (`want`)."""
         for field, label in (("n_layers", "layers"), ("n_kv_heads", "KV heads"), ("head_dim", "head dim"),
-                             ("n_vocab", "vocabulary size"), ("dtype", "dtype")):
+                             ("n_vocab", "vocabulary size"), ("dtype", "dtype"),
+                             ("n_state", "recurrent state values")):
             got, exp = getattr(self, field), getattr(want, field)
             if got != exp:
                 raise PrefixImageError("shape", f"the prefix image has {got} {label}, this model {exp}")

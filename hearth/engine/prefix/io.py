@@ -200,6 +200,16 @@ def write_image(f, header: ImageHeader, ids, kv, logits: np.ndarray | None) -> i
             pending[slot] = crc.update(buf)
             write_all(f, buf)
             slot ^= 1
+    if pending[0] is not None or pending[1] is not None:
+        for fut in pending:
+            if fut is not None:
+                fut.result()
+    if header.has_state:   # a hybrid model's recurrent state after the last token (or SplitKV's other caches)
+        state = np.ascontiguousarray(kv.read_state(n), F32)
+        if state.shape != (header.n_state,):
+            raise ValueError(f"write_image: a state of {state.shape} values, expected ({header.n_state},)")
+        crc.update(state)
+        write_all(f, state)
     write_tail(f, header, logits, crc, "write_image")
     return header.image_size
 
@@ -266,6 +276,12 @@ def _commit_tensors(f, header: ImageHeader, kv, resident: int, crc: RunningCrc) 
                 pending[2 * slot + j] = crc.update(pairs[slot][j])
             written = layer + 1  # counted first: a write that fails half-way is put back too
             kv.write_prefix(layer, n, pairs[slot][0], pairs[slot][1])
+        state = None
+        if header.has_state:   # read here, written into the model only once the checksum holds
+            state = np.empty(header.n_state, F32)
+            _read_into(f, state, "the recurrent state", offset)
+            offset += state.nbytes
+            crc.update(state)
         logits = None
         if header.has_logits:
             logits = np.empty(header.n_vocab, F32)
@@ -277,6 +293,8 @@ def _commit_tensors(f, header: ImageHeader, kv, resident: int, crc: RunningCrc) 
             raise PrefixImageError("checksum", "the prefix image is damaged (checksum mismatch)")
         if _read_upto(f, 1):
             raise PrefixImageError("trailing", "the prefix image has bytes after its checksum")
+        if state is not None:
+            kv.write_state(n, state)
         return logits
     except BaseException as e:
         for fut in pending:

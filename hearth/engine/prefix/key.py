@@ -88,12 +88,16 @@ def _identity(h, backend: dict, model: bytes, dtype: int) -> None:
     _field(h, "model", model)
 
 
-def key_digest(*, backend: dict, model: bytes, ids, dtype: int = DTYPE_F32) -> bytes:
+def key_digest(*, backend: dict, model: bytes, ids, dtype: int = DTYPE_F32, state: str = "") -> bytes:
     """The 32-byte key of an image: the format version, dtype, engine build, machine, backend (and GPU
     adapter: vendor, device, driver, and any weight fallbacks it reports), model digest and the
-    prefix's token ids."""
+    prefix's token ids; for a hybrid model also `state`, its snapshot's layout (layer pattern, shapes,
+    dtype: HybridState.state_layout), so an image without a snapshot or with another one never
+    shares a key with one that has it."""
     h = blake2b(digest_size=32, person=b"hearth-prefix")
     _identity(h, backend, model, dtype)
+    if state:
+        _field(h, "state", state.encode())
     _field(h, "ids", np.asarray(ids, I32).tobytes())
     return h.digest()
 
