@@ -14,7 +14,41 @@ from . import weights as W
 from .layers import rms_norm
 
 
-class ModelBase:
+class MatrixSettings:
+    """The 8-bit-x setting and page reading of a model's matrices, shared by Decoder and ModelBase:
+    a subclass sets `_int8` and `int8_batches_on` and implements `_matrices()`."""
+
+    @property
+    def int8_batches(self) -> bool:
+        return self._int8 and self.int8_batches_on
+
+    def _matrices(self) -> list[W.Matrices]:
+        """Every matrix, in file order."""
+        raise NotImplementedError
+
+    def set_int8(self, on: bool) -> None:
+        """Whether one-row products of quantized matrices quantize x to 8 bits (engine/cpu/linear.py)."""
+        self._int8 = bool(on)
+        for m in self._matrices():
+            for p in m.parts:
+                if hasattr(p, "int8"):
+                    p.int8 = on
+
+    def make_resident(self, progress=None) -> None:
+        """Read one byte of every page of every matrix, in file order: the first token then does
+        not wait for the disk, and loading a large file can report a percentage
+        (`progress(fraction, what)`)."""
+        mats = self._matrices()
+        total = sum(m.nbytes for m in mats) or 1
+        done = 0
+        for m in mats:
+            m.touch()
+            done += m.nbytes
+            if progress is not None:
+                progress(0.05 + 0.9 * done / total, "reading weights")
+
+
+class ModelBase(MatrixSettings):
     cfg: object
     output: W.Matrices
     output_norm: np.ndarray
@@ -25,30 +59,6 @@ class ModelBase:
     def _init_int8(self) -> None:
         self._int8 = int8_default()
         self.int8_batches_on = int8_batches_default()
-
-    @property
-    def int8_batches(self) -> bool:
-        return self._int8 and self.int8_batches_on
-
-    def _matrices(self) -> list[W.Matrices]:
-        raise NotImplementedError
-
-    def set_int8(self, on: bool) -> None:
-        self._int8 = bool(on)
-        for m in self._matrices():
-            for p in m.parts:
-                if hasattr(p, "int8"):
-                    p.int8 = on
-
-    def make_resident(self, progress=None) -> None:
-        mats = self._matrices()
-        total = sum(m.nbytes for m in mats) or 1
-        done = 0
-        for m in mats:
-            m.touch()
-            done += m.nbytes
-            if progress is not None:
-                progress(0.05 + 0.9 * done / total, "reading weights")
 
     def forward(self, ids: np.ndarray, pos: int, state, all_logits: bool = False, par=None,
                 logits: bool = True, tail: int | None = None) -> np.ndarray | None:
