@@ -56,6 +56,14 @@ class ModelBase(MatrixSettings):
     compiled = None
     compiled_reason = "an architecture module of its own"
 
+    def _load_ends(self, g, ld: W.Loader) -> None:
+        """The token embedding, the output matrix (the embedding's where tied) and the final norm."""
+        c = self.cfg
+        d = c.n_embd
+        self.tok_embd = W.RowLookup(g, "token_embd.weight", c.n_vocab, d)
+        self.output = ld.matrix(["token_embd.weight" if c.tied_output else "output.weight"], d, [c.n_vocab])
+        self.output_norm = W.tensor(g, "output_norm.weight", (d,))
+
     def _init_int8(self) -> None:
         self._int8 = int8_default()
         self.int8_batches_on = int8_batches_default()
