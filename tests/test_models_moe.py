@@ -21,7 +21,10 @@ import pytest
 from hearth.engine.config import ModelConfig
 from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
-from hearth.engine.tokenizer import Tokenizer
+from tests.tiny_next import (
+    check_batch_and_one_token_agree_on_the_float_path, check_every_position_as_one_batch,
+    check_every_position_one_token_at_a_time, check_last_position_matches_float_path, check_token_ids, prompt_of,
+)
 
 ARCHS = ["qwen3moe", "gpt-oss"]
 PROMPTS = ["chat", "english"]
@@ -33,21 +36,6 @@ def tiny(request, reference_dir):
     manifest = json.loads((d / "manifest.json").read_text())
     g = GGUFFile.open(d / manifest["file"])
     return d, manifest, g, CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, int8=True)
-
-
-def prompt_of(manifest, name):
-    return next(p for p in manifest["prompts"] if p["name"] == name)
-
-
-def assert_agrees(got, ref):
-    """got float32 [n_pos, n_vocab] against llama.cpp's top64 npz, at every position."""
-    at = np.take_along_axis(got, ref["ids"].astype(np.int64), axis=1)
-    diff = np.abs(at - ref["logits"])
-    assert diff.mean(axis=1).max() <= 0.15
-    assert diff.max() <= 1.5
-    sure = ref["logits"][:, 0] - ref["logits"][:, 1] >= 0.5
-    assert sure.sum() >= 2
-    assert (got.argmax(-1) == ref["ids"][:, 0])[sure].all()
 
 
 def test_hyperparameters_from_metadata(tiny):
@@ -68,53 +56,28 @@ def test_hyperparameters_from_metadata(tiny):
 
 @pytest.mark.parametrize("name", PROMPTS)
 def test_token_ids(tiny, name):
-    _, m, g, _ = tiny
-    p = prompt_of(m, name)
-    assert Tokenizer.from_gguf(g).encode(p["text"]) == p["ids"]
+    check_token_ids(tiny, name)
 
 
 @pytest.mark.parametrize("name", PROMPTS)
 def test_every_position_as_one_batch(tiny, name):
-    d, m, _, be = tiny
-    p = prompt_of(m, name)
-    be.kv.clear()
-    got = be.forward(p["ids"], 0, all_logits=True)
-    assert got.shape == (len(p["ids"]), be.cfg.n_vocab)
-    assert_agrees(got, np.load(d / f"top64_{name}.npz"))
+    check_every_position_as_one_batch(tiny, name)
 
 
 @pytest.mark.parametrize("name", PROMPTS)
 def test_every_position_one_token_at_a_time(tiny, name):
-    d, m, _, be = tiny
-    p = prompt_of(m, name)
-    be.kv.clear()
-    steps = np.stack([be.forward([t], j).copy() for j, t in enumerate(p["ids"])])
-    assert_agrees(steps, np.load(d / f"top64_{name}.npz"))
+    check_every_position_one_token_at_a_time(tiny, name)
 
 
 @pytest.mark.parametrize("name", PROMPTS)
 def test_last_position_matches_float_path(tiny, name):
-    d, m, _, be = tiny
-    p = prompt_of(m, name)
-    f32 = np.load(d / f"logits_f32path_last_{name}.npy")
-    be.kv.clear()
-    with be.float_activations():
-        got = be.forward(p["ids"], 0)
-    assert np.abs(got - f32).mean() <= 0.01
-    assert np.abs(got - f32).max() <= 0.05
+    check_last_position_matches_float_path(tiny, name)
 
 
 def test_batch_and_one_token_passes_agree_on_the_float_path(tiny):
     """Windows, sinks, RoPE offsets and expert grouping give the same logits whether the prompt
     comes as one batch or one token at a time (float rounding apart)."""
-    _, m, _, be = tiny
-    ids = prompt_of(m, "english")["ids"]
-    with be.float_activations():
-        be.kv.clear()
-        whole = be.forward(ids, 0, all_logits=True)
-        be.kv.clear()
-        for j, t in enumerate(ids):
-            np.testing.assert_allclose(be.forward([t], j), whole[j], atol=1e-3)
+    check_batch_and_one_token_agree_on_the_float_path(tiny)
 
 
 @pytest.mark.parametrize("name", PROMPTS)

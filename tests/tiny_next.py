@@ -11,6 +11,7 @@ import numpy as np
 from hearth.engine.config import ModelConfig
 from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
+from hearth.engine.tokenizer import Tokenizer
 
 PROMPTS = ["chat", "english"]
 
@@ -50,3 +51,63 @@ def check_greedy(be, p):
         assert tok == step["top1"]
         logits = be.forward([tok], len(ids))
         ids.append(tok)
+
+
+# The per-position checks the tiny-next test files share; each takes the file's `tiny` fixture
+# (dir, manifest, GGUFFile, backend) and a prompt name, so every file keeps its own test names.
+
+def assert_agrees(got, ref):
+    """got float32 [n_pos, n_vocab] against llama.cpp's top64 npz, at every position."""
+    at = np.take_along_axis(got, ref["ids"].astype(np.int64), axis=1)
+    diff = np.abs(at - ref["logits"])
+    assert diff.mean(axis=1).max() <= 0.15
+    assert diff.max() <= 1.5
+    sure = ref["logits"][:, 0] - ref["logits"][:, 1] >= 0.5
+    assert sure.sum() >= 2
+    assert (got.argmax(-1) == ref["ids"][:, 0])[sure].all()
+
+
+def check_token_ids(tiny, name):
+    _, m, g, _ = tiny
+    p = prompt_of(m, name)
+    assert Tokenizer.from_gguf(g).encode(p["text"]) == p["ids"]
+
+
+def check_every_position_as_one_batch(tiny, name):
+    d, m, _, be = tiny
+    p = prompt_of(m, name)
+    be.kv.clear()
+    got = be.forward(p["ids"], 0, all_logits=True)
+    assert got.shape == (len(p["ids"]), be.cfg.n_vocab)
+    assert_agrees(got, np.load(d / f"top64_{name}.npz"))
+
+
+def check_every_position_one_token_at_a_time(tiny, name):
+    d, m, _, be = tiny
+    p = prompt_of(m, name)
+    be.kv.clear()
+    steps = np.stack([be.forward([t], j).copy() for j, t in enumerate(p["ids"])])
+    assert_agrees(steps, np.load(d / f"top64_{name}.npz"))
+
+
+def check_last_position_matches_float_path(tiny, name):
+    """Within 0.01 mean / 0.05 max of llama.cpp's all-F32 path."""
+    d, m, _, be = tiny
+    p = prompt_of(m, name)
+    f32 = np.load(d / f"logits_f32path_last_{name}.npy")
+    be.kv.clear()
+    with be.float_activations():
+        got = be.forward(p["ids"], 0)
+    assert np.abs(got - f32).mean() <= 0.01
+    assert np.abs(got - f32).max() <= 0.05
+
+
+def check_batch_and_one_token_agree_on_the_float_path(tiny):
+    _, m, _, be = tiny
+    ids = prompt_of(m, "english")["ids"]
+    with be.float_activations():
+        be.kv.clear()
+        whole = be.forward(ids, 0, all_logits=True)
+        be.kv.clear()
+        for j, t in enumerate(ids):
+            np.testing.assert_allclose(be.forward([t], j), whole[j], atol=1e-3)

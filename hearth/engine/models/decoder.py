@@ -24,6 +24,7 @@ from ..cpu.linear import Activations, int8_batches_default, int8_default
 from . import compiled_layers
 from . import weights as W
 from .layers import Rope, attention, rms_norm, silu_mul
+from .model_base import MatrixSettings
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Block:
     post_ffn_norm: np.ndarray | None = None    # [d]                 gemma3
 
 
-class Decoder:
+class Decoder(MatrixSettings):
     """Weights of one model and its forward pass over a KVCache."""
 
     def __init__(self, cfg: ModelConfig, g):
@@ -76,21 +77,8 @@ class Decoder:
         # Whether passes of several rows quantize x to 8 bits too (int8 tiles): with 8-bit x on.
         self.int8_batches_on = int8_batches_default()
 
-    @property
-    def int8_batches(self) -> bool:
-        return self._int8 and self.int8_batches_on
-
     def _matrices(self) -> list[W.Matrices]:
-        """Every matrix, in file order."""
         return [m for b in self.blocks for m in (b.wqkv, b.wo, b.w_gate_up, b.w_down)] + [self.output]
-
-    def set_int8(self, on: bool) -> None:
-        """Whether one-row products of quantized matrices quantize x to 8 bits (engine/cpu/linear.py)."""
-        self._int8 = bool(on)
-        for m in self._matrices():
-            for p in m.parts:
-                if hasattr(p, "int8"):
-                    p.int8 = on
 
     @property
     def compiled(self) -> "compiled_layers.CompiledLayers | None":
@@ -102,19 +90,6 @@ class Decoder:
             self._compiled = compiled_layers.CompiledLayers(self, self._file)
         return self._compiled
 
-    def make_resident(self, progress=None) -> None:
-        """Read one byte of every page of every matrix, in file order: the first token then does
-        not wait for the disk, and loading a large file can report a percentage
-        (`progress(fraction, what)`)."""
-        mats = self._matrices()
-        total = sum(m.nbytes for m in mats) or 1
-        done = 0
-        for m in mats:
-            m.touch()
-            done += m.nbytes
-            if progress is not None:
-                progress(0.05 + 0.9 * done / total, "reading weights")
-
     def _qk_norm(self, g, p: str) -> np.ndarray | None:
         c = self.cfg
         qn = W.optional(g, p + "attn_q_norm.weight", (c.head_dim,))
@@ -125,18 +100,26 @@ class Decoder:
             raise UnsupportedModelError(f"{g.path.name}: {p}attn_q_norm and {p}attn_k_norm must come together")
         return np.concatenate([np.tile(qn * np.float32(c.attn_scale), (c.n_head, 1)), np.tile(kn, (c.n_head_kv, 1))])
 
-    def _load_block(self, g, ld, i: int) -> Block:
+    def _attention_weights(self, g, ld, p: str) -> dict:
+        """Block p's attention weights (the fields every block kind shares), in file order."""
         c = self.cfg
-        d, hd, p = c.n_embd, c.head_dim, f"blk.{i}."
+        d, hd = c.n_embd, c.head_dim
         rows = [c.n_head * hd, c.n_head_kv * hd, c.n_head_kv * hd]
         qkv = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
-        return Block(
+        return dict(
             attn_norm=W.tensor(g, p + "attn_norm.weight", (d,)),
             wqkv=ld.matrix(qkv, d, rows),
             bqkv=W.fused_bias(g, [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"], rows),
             qk_norm=self._qk_norm(g, p),
             wo=ld.matrix([p + "attn_output.weight"], c.n_head * hd, [d]),
             bo=W.optional(g, p + "attn_output.bias", (d,)),
+        )
+
+    def _load_block(self, g, ld, i: int) -> Block:
+        c = self.cfg
+        d, p = c.n_embd, f"blk.{i}."
+        return Block(
+            **self._attention_weights(g, ld, p),
             ffn_norm=W.tensor(g, p + "ffn_norm.weight", (d,)),
             w_gate_up=ld.matrix([p + "ffn_gate.weight", p + "ffn_up.weight"], d, [c.n_ff, c.n_ff]),
             w_down=ld.matrix([p + "ffn_down.weight"], c.n_ff, [d]),

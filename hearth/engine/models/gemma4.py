@@ -67,9 +67,7 @@ class Gemma4(ModelBase):
         self.hc = hc = cfg.hybrid
         d = c.n_embd
         ld = W.Loader(g)
-        self.tok_embd = W.RowLookup(g, "token_embd.weight", c.n_vocab, d)
-        self.output = ld.matrix(["token_embd.weight" if c.tied_output else "output.weight"], d, [c.n_vocab])
-        self.output_norm = W.tensor(g, "output_norm.weight", (d,))
+        self._load_ends(g, ld)
         npl, L = hc.n_embd_per_layer, c.n_layer
         if npl:
             self.ple_embd = W.RowLookup(g, "per_layer_token_embd.weight", c.n_vocab, npl * L)

@@ -18,6 +18,7 @@ import numpy as np
 from ..cpu.linear import Activations
 from . import weights as W
 from .layers import gelu_tanh_mul, rms_norm
+from .moe import softmax_top_k_normed
 from .qwen35moe import expert_parts
 
 
@@ -52,12 +53,7 @@ class Gemma4Moe:
     def route(self, a, i8, work) -> tuple[np.ndarray, np.ndarray]:
         ones = np.ones(self.d, np.float32)
         logits = self.router(Activations(rms_norm(a, ones, self.eps) * self.router_scale, i8), work)   # [n, E]
-        p = np.exp(logits - logits.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        chosen = np.argsort(-p, axis=1, kind="stable")[:, :self.moe.n_used]
-        w = np.take_along_axis(p, chosen, axis=1)
-        w /= np.maximum(w.sum(axis=1, keepdims=True), np.float32(6.103515625e-5))
-        return chosen, w.astype(np.float32)
+        return softmax_top_k_normed(logits, self.moe.n_used)
 
     def __call__(self, a, i8, work) -> np.ndarray:
         """a [n, d] (attention output + residual) -> the FFN's output before post_ffw_norm."""

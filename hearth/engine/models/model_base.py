@@ -14,26 +14,20 @@ from . import weights as W
 from .layers import rms_norm
 
 
-class ModelBase:
-    cfg: object
-    output: W.Matrices
-    output_norm: np.ndarray
-    # The compiled one-token layers are the plain decoder's; these models run per operation.
-    compiled = None
-    compiled_reason = "an architecture module of its own"
-
-    def _init_int8(self) -> None:
-        self._int8 = int8_default()
-        self.int8_batches_on = int8_batches_default()
+class MatrixSettings:
+    """The 8-bit-x setting and page reading of a model's matrices, shared by Decoder and ModelBase:
+    a subclass sets `_int8` and `int8_batches_on` and implements `_matrices()`."""
 
     @property
     def int8_batches(self) -> bool:
         return self._int8 and self.int8_batches_on
 
     def _matrices(self) -> list[W.Matrices]:
+        """Every matrix, in file order."""
         raise NotImplementedError
 
     def set_int8(self, on: bool) -> None:
+        """Whether one-row products of quantized matrices quantize x to 8 bits (engine/cpu/linear.py)."""
         self._int8 = bool(on)
         for m in self._matrices():
             for p in m.parts:
@@ -41,6 +35,9 @@ class ModelBase:
                     p.int8 = on
 
     def make_resident(self, progress=None) -> None:
+        """Read one byte of every page of every matrix, in file order: the first token then does
+        not wait for the disk, and loading a large file can report a percentage
+        (`progress(fraction, what)`)."""
         mats = self._matrices()
         total = sum(m.nbytes for m in mats) or 1
         done = 0
@@ -49,6 +46,27 @@ class ModelBase:
             done += m.nbytes
             if progress is not None:
                 progress(0.05 + 0.9 * done / total, "reading weights")
+
+
+class ModelBase(MatrixSettings):
+    cfg: object
+    output: W.Matrices
+    output_norm: np.ndarray
+    # The compiled one-token layers are the plain decoder's; these models run per operation.
+    compiled = None
+    compiled_reason = "an architecture module of its own"
+
+    def _load_ends(self, g, ld: W.Loader) -> None:
+        """The token embedding, the output matrix (the embedding's where tied) and the final norm."""
+        c = self.cfg
+        d = c.n_embd
+        self.tok_embd = W.RowLookup(g, "token_embd.weight", c.n_vocab, d)
+        self.output = ld.matrix(["token_embd.weight" if c.tied_output else "output.weight"], d, [c.n_vocab])
+        self.output_norm = W.tensor(g, "output_norm.weight", (d,))
+
+    def _init_int8(self) -> None:
+        self._int8 = int8_default()
+        self.int8_batches_on = int8_batches_default()
 
     def forward(self, ids: np.ndarray, pos: int, state, all_logits: bool = False, par=None,
                 logits: bool = True, tail: int | None = None) -> np.ndarray | None:

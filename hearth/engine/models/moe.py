@@ -206,6 +206,17 @@ def swiglu_oai(g: np.ndarray, u: np.ndarray) -> np.ndarray:
     return out
 
 
+def softmax_top_k_normed(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The "softmax" gating with its weights renormalised (qwen3.5-moe, gemma 4): logits [n, E] ->
+    (chosen experts int64 [n, k] best first, their weights float32 [n, k] summing to 1)."""
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    chosen = np.argsort(-p, axis=1, kind="stable")[:, :k]
+    w = np.take_along_axis(p, chosen, axis=1)
+    w /= np.maximum(w.sum(axis=1, keepdims=True), MIN_WEIGHT_SUM)
+    return chosen, w.astype(np.float32)
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=1, keepdims=True))
     e /= e.sum(axis=1, keepdims=True)

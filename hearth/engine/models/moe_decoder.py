@@ -46,16 +46,9 @@ class MoeDecoder(Decoder):
 
     def _load_block(self, g, ld, i: int) -> MoeBlock:
         c = self.cfg
-        d, hd, p = c.n_embd, c.head_dim, f"blk.{i}."
-        rows = [c.n_head * hd, c.n_head_kv * hd, c.n_head_kv * hd]
-        qkv = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+        d, p = c.n_embd, f"blk.{i}."
         return MoeBlock(
-            attn_norm=W.tensor(g, p + "attn_norm.weight", (d,)),
-            wqkv=ld.matrix(qkv, d, rows),
-            bqkv=W.fused_bias(g, [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"], rows),
-            qk_norm=self._qk_norm(g, p),
-            wo=ld.matrix([p + "attn_output.weight"], c.n_head * hd, [d]),
-            bo=W.optional(g, p + "attn_output.bias", (d,)),
+            **self._attention_weights(g, ld, p),
             sinks=W.tensor(g, p + "attn_sinks.weight", (c.n_head,)) if c.attn_sinks else None,
             ffn_norm=W.tensor(g, p + self.FFN_NORM, (d,)),
             moe=MoeFfn(g, c, p),

@@ -78,11 +78,8 @@ class Qwen35(ModelBase):
     def __init__(self, cfg: ModelConfig, g):
         self.cfg = c = cfg
         self.hc = hc = cfg.hybrid
-        d = c.n_embd
         ld = W.Loader(g)
-        self.tok_embd = W.RowLookup(g, "token_embd.weight", c.n_vocab, d)
-        self.output = ld.matrix(["token_embd.weight" if c.tied_output else "output.weight"], d, [c.n_vocab])
-        self.output_norm = W.tensor(g, "output_norm.weight", (d,))
+        self._load_ends(g, ld)
         self.rope = Rope(c.n_rot, c.rope_base, True)
         self.blocks = [self._linear_block(g, ld, i) if hc.recurrent_layers[i] else self._attn_block(g, ld, i)
                        for i in range(c.n_layer)]

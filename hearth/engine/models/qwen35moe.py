@@ -18,6 +18,7 @@ from ..errors import UnsupportedModelError
 from ..quants import dequantize
 from . import weights as W
 from .layers import silu_mul
+from .moe import softmax_top_k_normed
 from .qwen35 import DenseFFN, Qwen35
 
 
@@ -54,12 +55,7 @@ class MoeFFN:
     def route(self, h, i8, work) -> tuple[np.ndarray, np.ndarray]:
         """(chosen experts int [n, k], their weights float32 [n, k])."""
         logits = self.router(Activations(h, i8), work)                      # [n, E]
-        p = np.exp(logits - logits.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        chosen = np.argsort(-p, axis=1, kind="stable")[:, :self.moe.n_used]
-        w = np.take_along_axis(p, chosen, axis=1)
-        w /= np.maximum(w.sum(axis=1, keepdims=True), np.float32(6.103515625e-5))
-        return chosen, w.astype(np.float32)
+        return softmax_top_k_normed(logits, self.moe.n_used)
 
     def __call__(self, h, i8, work) -> np.ndarray:
         f = self.moe.n_ff_exp
