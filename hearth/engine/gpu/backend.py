@@ -44,6 +44,7 @@ from ..config import ModelConfig
 from ..errors import EngineError, UnsupportedModelError
 from ..models.layers import Rope
 from . import ops
+from .dense_next import DenseHooks, tensor_view
 from .device import Device, select_adapter
 from .kernels import Kernels
 from .kv import GpuKVCache
@@ -125,7 +126,7 @@ class GpuBackend(Backend):
     def _build(self, g, n_ctx: int, chunk: int, kv_dtype: str) -> None:
         c, dev = self.cfg, self.dev
         ks = self.ks = Kernels(dev)
-        W = self.weights = GpuWeights(dev, g)
+        W = self.weights = GpuWeights(dev, tensor_view(g, c, n_ctx))   # phi3's fused tensors in llama's names
         d, hd, nh, nkv, nff, nv = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff, c.n_vocab
         # every per-token activation buffer must fit one storage binding: shrink the chunk if not
         widest = max(nff, (nh + 2 * nkv) * hd, nh * ops.ATTN_MAX_SPLITS * (hd + 2)) * 4
@@ -159,6 +160,7 @@ class GpuBackend(Backend):
         cs = W.floats(rope_table(Rope(c.n_rot, c.rope_base, c.rope_neox, c.rope_scaling, ff_), n_ctx), "rope")
         cs_swa = (W.floats(rope_table(Rope(c.n_rot, c.rope_base_swa, c.rope_neox), n_ctx), "rope-swa")
                   if c.sliding_window else None)
+        self.dense = DenseHooks(W, c, n_ctx, ks)     # smollm3's layers without RoPE, mistral3's q temperature
 
         self.emb = W.matrix("token_embd.weight", nv, d, split=True)
         self.out = self.emb if c.tied_output else W.matrix("output.weight", nv, d, split=True)
@@ -175,8 +177,9 @@ class GpuBackend(Backend):
         pre.add(emb_k, emb_b, lambda n, kv: ops.rows_groups(n), "embed", **emb_p)
         for i, L in enumerate(self.layers):
             swa = c.is_swa(i)
-            self._decode_layer(dec, i, L, cs_swa if swa else cs, c.sliding_window if swa else 0)
-            self._prefill_layer(pre, i, L, cs_swa if swa else cs, c.sliding_window if swa else 0)
+            table = self.dense.rope(i, cs_swa if swa else cs)
+            self._decode_layer(dec, i, L, table, c.sliding_window if swa else 0)
+            self._prefill_layer(pre, i, L, table, c.sliding_window if swa else 0)
         head_t = [self.out.qtype]
         self.decode_body = len(dec.ops)
         self.prefill_body = len(pre.ops)
@@ -269,6 +272,7 @@ class GpuBackend(Backend):
                   ops.matvec_groups(sum(rows), lay), f"{i}.qkv", **prm)
             k, bufs, rp = self._rope_args(i, L, cs)
             P.add(k, bufs, ops.rope_groups(1, nh, nkv), f"{i}.rope", **rp)
+        self.dense.after_rope(P, i, self.q, self.step)
         ap = dict(self._attn_params(window), max_splits=self.max_splits)
         # A context of one split (at most ops.ATTN_CHUNK keys): the attention pass writes its merged
         # output itself; longer: split partials, then the merge. The plan holds every variant and the
@@ -394,6 +398,7 @@ class GpuBackend(Backend):
             y_off += w.rows
         k, bufs, rp = self._rope_args(i, L, cs)
         P.add(k, bufs, lambda n, kv: ops.rope_groups(n, nh, nkv), f"{i}.rope", **rp)
+        self.dense.after_rope(P, i, self.q, self.step)
         ap = dict(self._attn_params(window), n_splits=lambda n, kv: ops.attn_prefill_splits(kv))
         P.add(ops.attn_prefill(ks, hd, self.kv_f16), [self.q, self.kv.k[i], self.kv.v[i], self.ppart, self.step],
               lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv)), f"{i}.attn", **ap)
