@@ -21,9 +21,11 @@ from .models.moe_config import MOE_ARCHS
 SUPPORTED_ARCHS = {name: a.rope for name, a in models.ARCHITECTURES.items()}
 ARCH_ALIASES = models.ALIASES
 # Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
-# module in engine/models/; they run on the CPU backend only for now.
+# module in engine/models/.
 OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
-CPU_ONLY_ARCHS = OWN_METADATA_ARCHS + ("smollm3", "phi3", "mistral3")
+# Those the GPU backend's plan has no layers for (recurrent state; per-layer head sizes, embeddings
+# and shared KV): Engine refuses backend="gpu" for them and "auto" picks the CPU (engine._make_backend).
+CPU_ONLY_ARCHS = OWN_METADATA_ARCHS
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
 YARN_LOG_MUL_ARCHS = ("mistral3",)

@@ -29,8 +29,7 @@ def config_fields(g, raw_arch: str, opt, base: dict) -> dict:
     `{raw_arch}.<suffix>` checked against bounds; `base` holds the common fields already read."""
     name, arch, n_layer = g.path.name, base["arch"], base["n_layer"]
     if arch == "smollm3":
-        return {"nope_layers": tuple((il + 1) % SMOLLM3_NOPE_STEP == 0 for il in range(n_layer)),
-                "cpu_only": "layers without RoPE (smollm3)"}
+        return {"nope_layers": tuple((il + 1) % SMOLLM3_NOPE_STEP == 0 for il in range(n_layer))}
     if arch == "phi3":
         if opt("expert_count", 0, 0, 1 << 12):
             raise UnsupportedModelError(f"{name}: phi3 with experts ({raw_arch}.expert_count) is not "
@@ -41,7 +40,7 @@ def config_fields(g, raw_arch: str, opt, base: dict) -> dict:
                 raise UnsupportedModelError(
                     f"{name}: tensor {t} has shape {list(g.tensors[t].shape)}; expected "
                     f"[{base['n_rot'] // 2}] (half of {raw_arch}.rope.dimension_count)")
-        return {"rope_orig_ctx": orig, "cpu_only": "fused q/k/v and RoPE factors chosen by context (phi3)"}
+        return {"rope_orig_ctx": orig}
     if arch == "mistral3":
         if opt("expert_count", 0, 0, 1 << 12):
             raise UnsupportedModelError(f"{name}: mistral3 with experts ({raw_arch}.expert_count) is not "
@@ -51,6 +50,5 @@ def config_fields(g, raw_arch: str, opt, base: dict) -> dict:
         if scale and floor <= 0:
             raise UnsupportedModelError(f"{name}: {raw_arch}.attention.temperature_scale needs "
                                         f"{raw_arch}.rope.scaling.original_context_length")
-        why = "attention temperature scaling" if scale else "not yet checked on the GPU"
-        return {"attn_temp_scale": scale, "attn_temp_floor": floor, "cpu_only": f"{why} (mistral3)"}
+        return {"attn_temp_scale": scale, "attn_temp_floor": floor}
     raise AssertionError(arch)
