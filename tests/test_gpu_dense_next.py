@@ -29,6 +29,7 @@ models do not have, so one-token steps stay on the f32 matvec here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -41,8 +42,10 @@ if probe() is None:
     pytest.skip("wgpu finds no adapter", allow_module_level=True)
 
 from hearth.engine.config import CPU_ONLY_ARCHS, ModelConfig  # noqa: E402
+from hearth.engine.errors import UnsupportedModelError  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import GpuBackend  # noqa: E402
+from hearth.engine.gpu.dense_next import TensorView, tensor_view  # noqa: E402
 from test_gpu_backend import adapter  # noqa: E402
 from tiny_next import assert_agrees, prompt_of  # noqa: E402
 
@@ -157,3 +160,53 @@ def test_the_real_gpu_paths_forced(arch):
         assert_agrees(_one_at_a_time(be, ids), ref)
     finally:
         be.close()
+
+
+def test_phi3_with_separate_qkv_gives_the_fused_files_logits(tmp_path):
+    """Older phi3 files store q, k and v apart: read as they are, the same logits as the fused
+    file's row views (bit for bit: the same bytes in the same kernels)."""
+    from test_models_dense_next import _with_qkv_apart
+    d, m, g, cfg = _open("phi3")
+    apart = GGUFFile.open(_with_qkv_apart(d / m["file"], tmp_path / "apart.gguf"))
+    assert "blk.0.attn_q.weight" in apart.tensors and "blk.0.attn_qkv.weight" not in apart.tensors
+    ids = np.asarray(prompt_of(m, "english")["ids"], np.int32)
+    outs = []
+    for gg in (g, apart):
+        be = GpuBackend(ModelConfig.from_gguf(gg), gg, 128, adapter=adapter())
+        try:
+            outs.append(be.forward(ids, 0, all_logits=True))
+        finally:
+            be.close()
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_a_fused_tensor_of_the_wrong_shape_is_named():
+    d, m, g, cfg = _open("phi3")
+    t = g.tensors["blk.1.attn_qkv.weight"]
+    bad = dict(g.tensors)
+    bad[t.name] = dataclasses.replace(t, shape=(t.shape[0], t.shape[1] - 16))
+    with pytest.raises(UnsupportedModelError, match=r"tiny-phi3.gguf: tensor blk.1.attn_qkv.weight has shape "
+                                                    r"\[64, 112\], expected \[64, 128\]"):
+        tensor_view(TensorView(g, bad), cfg, 128)
+
+
+def test_q_temperature_kernel_against_numpy():
+    """q_temperature.wgsl: rows [n, width] of the tokens at pos, pos + 1, ... times tq[pos + r],
+    as mistral3.py multiplies them (float32 products: exact); rows past n untouched."""
+    from gpu_fixtures import make_test_device, read_f32
+    from hearth.engine.gpu.dense_next import q_temperature
+    from hearth.engine.gpu.kernels import Kernels, dispatch_once
+    dev = make_test_device()
+    try:
+        rng = np.random.default_rng(7)
+        n, width, pos, max_ctx = 5, 3 * 64 + 16, 37, 48
+        q = rng.standard_normal((n + 1, width)).astype(np.float32)          # [n + 1, width]: one row spare
+        tq = (1 + 0.1 * np.log(np.floor(np.arange(max_ctx) / 16) + 1)).astype(np.float32)   # [max_ctx]
+        qb, tb = dev.upload(q, "q"), dev.upload(tq, "tq")
+        step = dev.upload(np.array([pos, n, 0, 0], np.uint32), "step")
+        dispatch_once(dev, q_temperature(Kernels(dev)), [qb, tb, step], (n, 1, 1), width=width)
+        want = q.copy()
+        want[:n] *= tq[pos:pos + n, None]
+        np.testing.assert_array_equal(read_f32(dev, qb, q.size).reshape(q.shape), want)
+    finally:
+        dev.destroy()

@@ -72,6 +72,7 @@ def test_sources_come_from_the_package():
     ("argmax.wgsl", dict(WG=1024)),
     ("matmul8.wgsl", dict(QTYPE="Q6_K", ACT="silu", BIAS=True, RESIDUAL=True, EPI_GLU=False, RM=4, RN=8, Q8X=1, C64=True)),
     ("quantize_rows.wgsl", dict()),
+    ("q_temperature.wgsl", dict()),
 ])
 def test_every_kernel_renders(name, tpl):
     code = render(name, SUBGROUPS=True, **tpl)
