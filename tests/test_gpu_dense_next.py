@@ -210,3 +210,20 @@ def test_q_temperature_kernel_against_numpy():
         np.testing.assert_array_equal(read_f32(dev, qb, q.size).reshape(q.shape), want)
     finally:
         dev.destroy()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_engine_loads_them_on_the_gpu_with_a_float16_cache(arch):
+    """Engine.load(backend="gpu") takes them (the refusal by architecture is gone); with a float16
+    KV cache the decode RoPE runs in its own pass (rope_store.wgsl), not fused into the Q|K|V
+    product: every position against llama.cpp's top 64, one token at a time."""
+    from hearth.engine import Engine
+    d, m, _, _ = _open(arch)
+    eng = Engine.load(d / m["file"], backend="gpu", n_ctx=64, kv_dtype="f16")
+    try:
+        assert eng.backend_info["backend"] == "gpu"
+        ids = prompt_of(m, "english")["ids"]
+        steps = np.stack([eng.feed([t]).copy() for t in ids])
+        assert_agrees(steps, np.load(d / "top64_english.npz"))
+    finally:
+        eng.close()
