@@ -231,3 +231,15 @@ def test_the_engine_loads_them_on_the_gpu_with_a_float16_cache(arch):
         assert_agrees(steps, np.load(d / "top64_english.npz"))
     finally:
         eng.close()
+
+
+def test_auto_takes_the_gpu_for_them_where_a_real_gpu_is_found(monkeypatch):
+    """backend="auto" with a real GPU found (the probe's answer faked; lavapipe then runs it)."""
+    from hearth.engine import Engine, gpu
+    monkeypatch.setattr(gpu, "probe", lambda: {"vendor": "v", "device": "a real GPU", "real_gpu": True, "is_cpu": False})
+    d, m, _, _ = _open("smollm3")
+    eng = Engine.load(d / m["file"], backend="auto", n_ctx=32)
+    try:
+        assert eng.backend_info["backend"] == "gpu", eng.backend_info
+    finally:
+        eng.close()
