@@ -243,3 +243,25 @@ def test_auto_takes_the_gpu_for_them_where_a_real_gpu_is_found(monkeypatch):
         assert eng.backend_info["backend"] == "gpu", eng.backend_info
     finally:
         eng.close()
+
+
+def test_mistral3_greedy_steps_across_the_temperature_floor():
+    """greedy_steps (the next step submitted before this one's id is read, as Engine.generate runs
+    greedy decode) from position 12 to 22, across the floor of 16 where q's factor starts: the same
+    ids as forward_argmax one step at a time."""
+    _, m, g, cfg = _open("mistral3")
+    ids = np.asarray(prompt_of(m, "chat")["ids"], np.int32)
+    assert len(ids) < cfg.attn_temp_floor < len(ids) + 10
+    be = GpuBackend(cfg, g, 64, adapter=adapter())
+    try:
+        tok = be.forward_argmax(ids, 0)
+        chained = list(be.greedy_steps(tok, len(ids), 10))
+        be.kv.clear()
+        be.forward_argmax(ids, 0)
+        stepped, t = [], tok
+        for j in range(10):
+            t = be.forward_argmax(np.array([t], np.int32), len(ids) + j)
+            stepped.append(t)
+        assert chained == stepped
+    finally:
+        be.close()
