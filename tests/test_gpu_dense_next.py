@@ -47,7 +47,7 @@ from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import GpuBackend, ops  # noqa: E402
 from hearth.engine.gpu.dense_next import TensorView, tensor_view  # noqa: E402
 from test_gpu_backend import adapter  # noqa: E402
-from tiny_next import assert_agrees, prompt_of  # noqa: E402
+from tests.tiny_next import assert_agrees, prompt_of  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 DATA = Path(__file__).parent / "data" / "tiny-next"
