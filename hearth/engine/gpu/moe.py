@@ -1,0 +1,201 @@
+"""Mixture-of-experts FFN and attention sinks on the GPU (qwen3moe, gpt-oss; see engine/DESIGN.md).
+
+`MoeFfn(backend, i)` is one layer's MoE FFN: its weights uploaded once (every expert resident, the
+3-D `ffn_{gate,up,down}_exps` tensors byte for byte in their GGUF types: nothing is staged as
+float), and `add_decode(plan)` / `add_prefill(plan)` append its four dispatches to a Plan:
+
+    rmsnorm   x -> xn                                  (ffn_norm; gpt-oss: post_attention_norm)
+    route     router logits (+ bias), top k, weights -> route [n, 2k]       (moe_route.wgsl)
+    glu       per (token, slot): act(gate_e xn (+b)) * (up_e xn (+b)) -> ffe [n, k, n_ff_exp]
+    down      per token: x += sum_s w_s (down_{e_s} ffe[t, s] (+b))        (moe_matvec.wgsl)
+
+The expert ids never leave the GPU: the products read them from the route buffer, so one dispatch
+covers every expert a token batch needs (decode and prefill alike; prefill reads an expert's rows
+once per (token, slot) that chose it). Routing follows llama.cpp's build_moe_ffn as the CPU's
+engine/models/moe.py does (its docstring has the two gatings).
+
+Other MoE architectures can reuse it: `MoeFfn(backend, i, norm="...", prefix="blk.{i}.")` needs
+from the backend only `dev`, `ks`, `weights` (GpuWeights), `cfg` (n_embd, n_expert,
+n_expert_used, n_ff_exp, expert_gating, expert_weights_norm, activation, rms_eps), `chunk`, and
+the activation buffers `x` [chunk, d] (the residual, added to) and `xn` [chunk, d] (scratch).
+
+Attention sinks (gpt-oss): `sink_combine(ks, hd, "decode" | "prefill")` merges attention's split
+partials with one sink logit per head in the denominator (attn_sinks.wgsl); the backend runs the
+split passes then this merge instead of its own (one more dispatch a layer in decode).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..errors import EngineError, UnsupportedModelError
+from ..quants import dequantize
+from . import ops
+
+log = logging.getLogger(__name__)
+
+# Architectures whose MoE layers the GPU backend builds with MoeFfn.
+GPU_MOE_ARCHS = ("qwen3moe", "gpt-oss")
+# The FFN's pre-norm tensor (gpt-oss names it post_attention_norm).
+FFN_NORM = {"gpt-oss": "post_attention_norm.weight"}
+MOE_ROWS = 8                     # rows a workgroup of the expert products (32 lanes a row)
+ROUTE_FIELDS = (("d", "u"), ("n", "u"))
+MOE_FIELDS = (("K", "u"), ("M", "u"), ("rb0", "u"), ("rb1", "u"), ("eb0", "u"), ("eb1", "u"), ("n", "u"))
+SINK_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("a", "u"), ("scale", "f"), ("b", "u"),
+               ("c", "u"))
+
+
+def swa_uses_main_rope(cfg) -> bool:
+    """gpt-oss rotates its windowed layers as its full ones (one base, the same YaRN scaling)."""
+    return cfg.arch == "gpt-oss"
+
+
+class Experts:
+    """One 3-D expert tensor on the GPU: `buffer` (GGUF bytes, numpy [n_expert, rows, k]), `qtype`,
+    `rows` (of one expert), `k`, `eb` (bytes of one expert's matrix)."""
+
+    def __init__(self, W, name: str, n_expert: int, rows: int, k: int):
+        g = W.g
+        t = g.tensors.get(name)
+        if t is None:
+            raise UnsupportedModelError(f"{g.path.name}: tensor {name} is missing")
+        if tuple(int(s) for s in t.shape) != (k, rows, n_expert):
+            raise UnsupportedModelError(f"{g.path.name}: tensor {name} has shape {list(t.shape)} (GGUF order), "
+                                        f"expected {[k, rows, n_expert]}")
+        if k % 32:
+            raise UnsupportedModelError(f"{g.path.name}: tensor {name} rows of {k} weights are not a multiple "
+                                        f"of 32, which the GPU kernels need")
+        if t.type.name in ops.GPU_TYPES:
+            data, self.qtype = t.data, t.type.name
+        else:
+            log.info("%s: tensor %s has type %s with no GPU kernel: uploading a dequantized F16 copy",
+                     g.path.name, name, t.type.name)
+            W.fallbacks.append(f"{name} ({t.type.name} -> F16)")
+            data, self.qtype = dequantize(t.data, t.type, t.shape, name).astype(np.float16), "F16"
+        raw = np.asarray(data).view(np.uint8).reshape(-1)
+        if raw.nbytes + 4 > W.max_binding:
+            raise EngineError(f"{g.path.name}: tensor {name} ({raw.nbytes >> 20} MiB) is larger than the GPU "
+                              f"{W.dev.info['device']} can bind in one buffer ({W.max_binding >> 20} MiB)")
+        if raw.nbytes >= 1 << 32:
+            raise EngineError(f"{g.path.name}: tensor {name} is 4 GiB or more, past the kernels' byte offsets")
+        self.buffer = W._upload(raw, name)
+        self.rows, self.k = rows, k
+        self.rb = ops.row_bytes(self.qtype, k)
+        self.eb = self.rb * rows
+
+
+def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: bool):
+    """Bindings: xn [n, d], router [E, d], [bias [E],] route (u32 [n, 2k]). Params d, n."""
+    access = ["r", "r"] + (["r"] if bias else []) + ["rw"]
+    return ks.get("moe_route.wgsl", access, ROUTE_FIELDS, E=int(n_expert), K=int(k), GATING=gating,
+                  NORM_W=bool(norm_w), BIAS=bool(bias))
+
+
+def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS):
+    """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up]; "down": x, route, y (+=), w[, b].
+    Params K, M, rb0, rb1, eb0, eb1, n (see moe_matvec.wgsl)."""
+    nw = 2 if mode == "glu" else 1
+    access = ["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else [])
+    return ks.get("moe_matvec.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots),
+                  ACT=act, BIAS=bool(bias), ROWS=int(rows))
+
+
+def expert_groups(m: int, pairs: int, rows: int = MOE_ROWS):
+    """Workgroups for M rows over `pairs` (token, slot) pairs (glu) or tokens (down)."""
+    if pairs > 65535:
+        raise EngineError(f"{pairs} expert products in one dispatch (at most 65,535)")
+    return -(-m // rows), pairs, 1
+
+
+def sink_combine(ks, head_dim: int, pas: str):
+    """Bindings: partials, out, sinks [n_head][, step (decode)]."""
+    access = ["r", "rw", "r"] + (["r"] if pas == "decode" else [])
+    return ks.get("attn_sinks.wgsl", access, SINK_FIELDS, HD=int(head_dim), PASS=pas, CHUNK=ops.ATTN_CHUNK)
+
+
+def sink_params(cfg, max_ctx: int, max_splits: int = 0) -> dict:
+    return dict(n_head=cfg.n_head, n_kv=cfg.n_head_kv, max_ctx=max_ctx, a=max_splits, scale=cfg.attn_scale)
+
+
+def moe_buffers(be) -> dict:
+    """The MoE activations every layer shares, made once a backend: route (u32 [chunk, 2k]) and
+    ffe (f32 [chunk, k, n_ff_exp])."""
+    bufs = getattr(be, "_moe_buffers", None)
+    if bufs is None:
+        c, n = be.cfg, be.chunk
+        bufs = dict(route=be.dev.buffer(n * 2 * c.n_expert_used * 4, "moe-route"),
+                    ffe=be.dev.buffer(n * c.n_expert_used * c.n_ff_exp * 4, "moe-ffe"))
+        be._moe_buffers = bufs
+        be.weights.buffers.extend(bufs.values())       # freed with the weights
+    return bufs
+
+
+class MoeFfn:
+    """One layer's MoE FFN on the GPU (see the module docstring): `add_decode(plan)` and
+    `add_prefill(plan)` append norm, route, gate/up and down (+ residual) to a Plan whose calls
+    carry n tokens in be.x; the result is added to be.x in place."""
+
+    def __init__(self, be, i: int, norm: str | None = None, prefix: str | None = None):
+        c, W = be.cfg, be.weights
+        self.be, self.i = be, i
+        d, E, ff = c.n_embd, c.n_expert, c.n_ff_exp
+        p = prefix if prefix is not None else f"blk.{i}."
+        self.norm = W.vector(p + (norm or FFN_NORM.get(c.arch, "ffn_norm.weight")), d)          # [d]
+        rt = W.g.tensors.get(p + "ffn_gate_inp.weight")
+        if rt is None:
+            raise UnsupportedModelError(f"{W.g.path.name}: tensor {p}ffn_gate_inp.weight is missing")
+        if tuple(int(s) for s in rt.shape) != (d, E):
+            raise UnsupportedModelError(f"{W.g.path.name}: tensor {p}ffn_gate_inp.weight has shape "
+                                        f"{list(rt.shape)} (GGUF order), expected {[d, E]}")
+        self.router = W.vector(p + "ffn_gate_inp.weight")                                    # [E, d] f32
+        self.router_b = W.vector(p + "ffn_gate_inp.bias", E, optional=True)                  # [E]
+        self.gate = Experts(W, p + "ffn_gate_exps.weight", E, ff, d)                         # [E, ff, d]
+        self.up = Experts(W, p + "ffn_up_exps.weight", E, ff, d)
+        self.down = Experts(W, p + "ffn_down_exps.weight", E, d, ff)                         # [E, d, ff]
+        bg = W.vector(p + "ffn_gate_exps.bias", E * ff, optional=True)                       # [E, ff]
+        bu = W.vector(p + "ffn_up_exps.bias", E * ff, optional=True)
+        if (bg is None) != (bu is None):
+            zeros = W.floats(np.zeros(E * ff, np.float32), p + "ffn_exps.zero-bias")
+            bg, bu = (zeros if bg is None else bg), (zeros if bu is None else bu)
+        self.b_gate_up = None if bg is None else (bg, bu)
+        self.b_down = W.vector(p + "ffn_down_exps.bias", E * d, optional=True)               # [E, d]
+        self.bufs = moe_buffers(be)
+
+    def add_decode(self, P) -> None:
+        self._add(P, lambda n, kv: 1, (1, 1, 1))
+
+    def add_prefill(self, P) -> None:
+        self._add(P, lambda n, kv: n, lambda n, kv: ops.rows_groups(n))
+
+    def _add(self, P, n_of, rows_g) -> None:
+        be, c, ks = self.be, self.be.cfg, self.be.ks
+        d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, self.i
+        route, ffe = self.bufs["route"], self.bufs["ffe"]
+        P.add(ops.rmsnorm(ks), [be.x, be.xn, self.norm], rows_g, f"{i}.ffn_norm", d=d, n=be.chunk, eps=c.rms_eps)
+        rb = [self.router_b] if self.router_b is not None else []
+        P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, bool(rb)),
+              [be.xn, self.router] + rb + [route], _groups(rows_g), f"{i}.route", d=d, n=n_of)
+        act = "swiglu_oai" if c.activation == "swiglu_oai" else "silu"
+        gb = list(self.b_gate_up) if self.b_gate_up is not None else []
+        P.add(expert_kernel(ks, "glu", [self.gate.qtype, self.up.qtype], k, act=act, bias=bool(gb)),
+              [be.xn, route, ffe, self.gate.buffer, self.up.buffer] + gb,
+              lambda n, kv: expert_groups(ff, n_of(n, kv) * k), f"{i}.experts.gate_up",
+              K=d, M=ff, rb0=self.gate.rb, rb1=self.up.rb, eb0=self.gate.eb, eb1=self.up.eb, n=n_of)
+        db = [self.b_down] if self.b_down is not None else []
+        P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db)),
+              [ffe, route, be.x, self.down.buffer] + db,
+              lambda n, kv: expert_groups(d, n_of(n, kv)), f"{i}.experts.down",
+              K=ff, M=d, rb0=self.down.rb, eb0=self.down.eb, n=n_of)
+
+
+def _groups(g):
+    return g if callable(g) else (lambda n, kv: g)
+
+
+def check_supported(cfg, path_name: str) -> None:
+    """A MoE architecture the GPU backend does not build, refused by name."""
+    if cfg.n_expert and cfg.arch not in GPU_MOE_ARCHS:
+        raise UnsupportedModelError(f"{path_name}: mixture-of-experts models ({cfg.arch}) run on the CPU "
+                                    f"backend only; choose CPU")

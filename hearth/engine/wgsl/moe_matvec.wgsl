@@ -1,0 +1,127 @@
+// The chosen experts' products for n tokens, every expert resident in one 3-D tensor per matrix
+// (GGUF bytes, expert e's rows at byte e * EB: numpy [n_expert, M, K]); the expert ids and weights
+// come from moe_route.wgsl's route buffer [n, 2 SLOTS] on the GPU, so one dispatch covers all the
+// experts a batch needs. MODE:
+//   "glu":  workgroup (row group, pair j = t SLOTS + s) computes, for token t's slot s (expert e),
+//           y[j, r] = act(Wg_e[r] . x[t] + bg[e, r]) * (Wu_e[r] . x[t] + bu[e, r])  (M = n_ff_exp)
+//           ACT "silu": silu(g) u; "swiglu_oai" (gpt-oss): g = min(g, 7), u = clamp(u, -7, 7),
+//           g sigmoid(1.702 g) (u + 1)
+//   "down": workgroup (row group, token t) adds the weighted sum over t's slots to the residual:
+//           y[t, r] += sum_s w_s (Wd_{e_s}[r] . x[t SLOTS + s] + bd[e_s, r])             (M = d)
+// BIAS: the per-expert biases [n_expert, M] (gpt-oss). Layout: ROWS rows a workgroup of 256
+// threads, 256 / ROWS lanes a row taking its 8-weight chunks in turn (quant.wgsl `_deq8`), x in f32.
+{% from "quant.wgsl" import quant_fns with context %}
+{% include "quant.wgsl" %}
+{% set GLU = MODE == "glu" %}
+{% if MODE not in ("glu", "down") %}{{ raise("moe_matvec mode " ~ MODE) }}{% endif %}
+const ROWS: u32 = {{ROWS}}u;
+const LANES: u32 = {{256 // ROWS}}u;
+const SLOTS: u32 = {{SLOTS}}u;
+struct Params {
+    K: u32,          // row length (weights)
+    M: u32,          // rows of one expert's matrix
+    rb0: u32, rb1: u32,   // bytes per row of w0 (w1)
+    eb0: u32, eb1: u32,   // bytes per expert of w0 (w1)
+    n: u32,          // tokens
+    _a: u32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;       // glu [n, K]; down [n SLOTS, K]
+@group(0) @binding(2) var<storage, read> route: array<u32>;         // [n, 2 SLOTS]
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;       // glu [n SLOTS, M]; down [n, M] (+=)
+@group(0) @binding(4) var<storage, read> w0: array<u32>;
+{% if GLU %}
+@group(0) @binding(5) var<storage, read> w1: array<u32>;
+{% if BIAS %}
+@group(0) @binding(6) var<storage, read> b0: array<f32>;            // [n_expert, M]
+@group(0) @binding(7) var<storage, read> b1: array<f32>;
+{% endif %}
+{% elif BIAS %}
+@group(0) @binding(5) var<storage, read> b0: array<f32>;            // [n_expert, M]
+{% endif %}
+
+{{ quant_fns("w0", QTYPES[0]) }}
+{% if GLU %}
+{{ quant_fns("w1", QTYPES[1]) }}
+{% endif %}
+
+var<workgroup> red: array<f32, {{512 if GLU else 256}}>;
+
+fn dot8(a: Deq8, xb: u32, c: u32) -> f32 {
+    return dot(a.lo, x[xb + 2u * c]) + dot(a.hi, x[xb + 2u * c + 1u]);
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let grp = tid / LANES;
+    let lane = tid % LANES;
+    let row = wid.x * ROWS + grp;
+    let r = min(row, P.M - 1u);
+    let nc = P.K / 8u;
+{% if GLU %}
+    let j = wid.y;                               // token t's slot s
+    let t = j / SLOTS;
+    let e = route[t * 2u * SLOTS + j % SLOTS];
+    let ra = e * P.eb0 + r * P.rb0;
+    let rb = e * P.eb1 + r * P.rb1;
+    let xb = t * (P.K / 4u);
+    var acc = 0.0;
+    var acu = 0.0;
+    for (var c = lane; c < nc; c += LANES) {
+        acc += dot8(w0_deq8(ra, c), xb, c);
+        acu += dot8(w1_deq8(rb, c), xb, c);
+    }
+    red[tid] = acc;
+    red[256u + tid] = acu;
+{% else %}
+    let t = wid.y;
+    var acc = 0.0;
+    for (var s = 0u; s < SLOTS; s++) {
+        let e = route[t * 2u * SLOTS + s];
+        let ws = bitcast<f32>(route[t * 2u * SLOTS + SLOTS + s]);
+        let ro = e * P.eb0 + r * P.rb0;
+        let xb = (t * SLOTS + s) * (P.K / 4u);
+        var part = 0.0;
+        for (var c = lane; c < nc; c += LANES) { part += dot8(w0_deq8(ro, c), xb, c); }
+        acc += ws * part;
+    }
+    red[tid] = acc;
+{% endif %}
+    workgroupBarrier();
+    for (var s = LANES / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            red[tid] += red[tid + s];
+{% if GLU %}
+            red[256u + tid] += red[256u + tid + s];
+{% endif %}
+        }
+        workgroupBarrier();
+    }
+    if (lane != 0u || row >= P.M) { return; }
+{% if GLU %}
+    var g = red[tid];
+    var u = red[256u + tid];
+{% if BIAS %}
+    g += b0[e * P.M + r];
+    u += b1[e * P.M + r];
+{% endif %}
+{% if ACT == "silu" %}
+    y[j * P.M + r] = g / (1.0 + exp(-g)) * u;
+{% elif ACT == "swiglu_oai" %}
+    let gc = min(g, 7.0);
+    let uc = clamp(u, -7.0, 7.0);
+    y[j * P.M + r] = gc / (1.0 + exp(-1.702 * gc)) * (uc + 1.0);
+{% else %}
+    {{ raise("moe_matvec activation " ~ ACT) }}
+{% endif %}
+{% else %}
+    var v = red[tid];
+{% if BIAS %}
+    for (var s = 0u; s < SLOTS; s++) {
+        let e = route[t * 2u * SLOTS + s];
+        v += bitcast<f32>(route[t * 2u * SLOTS + SLOTS + s]) * b0[e * P.M + r];
+    }
+{% endif %}
+    y[t * P.M + r] += v;
+{% endif %}
+}
