@@ -27,6 +27,7 @@ split passes then this merge instead of its own (one more dispatch a layer in de
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 
@@ -41,8 +42,15 @@ GPU_MOE_ARCHS = ("qwen3moe", "gpt-oss")
 # The FFN's pre-norm tensor (gpt-oss names it post_attention_norm).
 FFN_NORM = {"gpt-oss": "post_attention_norm.weight"}
 MOE_ROWS = 8                     # rows a workgroup of the expert products (32 lanes a row)
+# The experts' products take x as int8 blocks of 32 (quantize_rows.wgsl, then integer dot products)
+# wherever the device has the 4-way int8 dot products and the weights are quantized, CPU rasterizers
+# included: llama.cpp's experts read x rounded to Q8_0 for those types, and with f32 x the tiny
+# gpt-oss (MXFP4 experts) lands 0.24 mean from its logits on the english prompt, past the 0.15 its
+# README allows (0.08 with int8 x, as the CPU backend's). HEARTH_GPU_MOE_INT8=0 keeps f32 x.
+MOE_INT8 = os.environ.get("HEARTH_GPU_MOE_INT8", "") != "0"
 ROUTE_FIELDS = (("d", "u"), ("n", "u"))
-MOE_FIELDS = (("K", "u"), ("M", "u"), ("rb0", "u"), ("rb1", "u"), ("eb0", "u"), ("eb1", "u"), ("n", "u"))
+MOE_FIELDS = (("K", "u"), ("M", "u"), ("rb0", "u"), ("rb1", "u"), ("eb0", "u"), ("eb1", "u"), ("n", "u"),
+              ("s_off", "u"))
 SINK_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("a", "u"), ("scale", "f"), ("b", "u"),
                ("c", "u"))
 
@@ -93,13 +101,17 @@ def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: boo
                   NORM_W=bool(norm_w), BIAS=bool(bias))
 
 
-def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS):
+def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
+                  q8: bool = False):
     """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up]; "down": x, route, y (+=), w[, b].
-    Params K, M, rb0, rb1, eb0, eb1, n (see moe_matvec.wgsl)."""
+    Params K, M, rb0, rb1, eb0, eb1, n, s_off (see moe_matvec.wgsl). q8: x is quantize_rows' int8
+    blocks (every weight type in ops.INT8_TYPES; s_off = ops.q8_rows_scales of that buffer's rows)."""
+    if q8 and not all(t in ops.INT8_TYPES for t in qtypes):
+        raise ValueError(f"no int8-x expert product for weight types {qtypes}")
     nw = 2 if mode == "glu" else 1
     access = ["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else [])
     return ks.get("moe_matvec.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots),
-                  ACT=act, BIAS=bool(bias), ROWS=int(rows))
+                  ACT=act, BIAS=bool(bias), ROWS=int(rows), Q8X=int(bool(q8)))
 
 
 def expert_groups(m: int, pairs: int, rows: int = MOE_ROWS):
@@ -125,8 +137,12 @@ def moe_buffers(be) -> dict:
     bufs = getattr(be, "_moe_buffers", None)
     if bufs is None:
         c, n = be.cfg, be.chunk
-        bufs = dict(route=be.dev.buffer(n * 2 * c.n_expert_used * 4, "moe-route"),
-                    ffe=be.dev.buffer(n * c.n_expert_used * c.n_ff_exp * 4, "moe-ffe"))
+        k, ff = c.n_expert_used, c.n_ff_exp
+        bufs = dict(route=be.dev.buffer(n * 2 * k * 4, "moe-route"),          # [chunk, 2k] u32
+                    ffe=be.dev.buffer(n * k * ff * 4, "moe-ffe"))             # [chunk, k, n_ff_exp]
+        if moe_int8(be.dev):   # [q8_rows_words] u32: xn's rows, then ffe's, as int8 blocks
+            bufs["xq"] = be.dev.buffer(max(ops.q8_rows_words(n, c.n_embd), ops.q8_rows_words(n * k, ff)) * 4,
+                                       "moe-x-q8")
         be._moe_buffers = bufs
         be.weights.buffers.extend(bufs.values())       # freed with the weights
     return bufs
@@ -162,6 +178,9 @@ class MoeFfn:
         self.b_gate_up = None if bg is None else (bg, bu)
         self.b_down = W.vector(p + "ffn_down_exps.bias", E * d, optional=True)               # [E, d]
         self.bufs = moe_buffers(be)
+        q8 = moe_int8(be.dev)
+        self.q8_gate_up = q8 and all(t in ops.INT8_TYPES for t in (self.gate.qtype, self.up.qtype))
+        self.q8_down = q8 and self.down.qtype in ops.INT8_TYPES
 
     def add_decode(self, P) -> None:
         self._add(P, lambda n, kv: 1, (1, 1, 1))
@@ -179,15 +198,33 @@ class MoeFfn:
               [be.xn, self.router] + rb + [route], _groups(rows_g), f"{i}.route", d=d, n=n_of)
         act = "swiglu_oai" if c.activation == "swiglu_oai" else "silu"
         gb = list(self.b_gate_up) if self.b_gate_up is not None else []
-        P.add(expert_kernel(ks, "glu", [self.gate.qtype, self.up.qtype], k, act=act, bias=bool(gb)),
-              [be.xn, route, ffe, self.gate.buffer, self.up.buffer] + gb,
+        src = self._quantize(P, be.xn, d, n_of, f"{i}.experts.gate_up") if self.q8_gate_up else be.xn
+        P.add(expert_kernel(ks, "glu", [self.gate.qtype, self.up.qtype], k, act=act, bias=bool(gb), q8=self.q8_gate_up),
+              [src, route, ffe, self.gate.buffer, self.up.buffer] + gb,
               lambda n, kv: expert_groups(ff, n_of(n, kv) * k), f"{i}.experts.gate_up",
-              K=d, M=ff, rb0=self.gate.rb, rb1=self.up.rb, eb0=self.gate.eb, eb1=self.up.eb, n=n_of)
+              K=d, M=ff, rb0=self.gate.rb, rb1=self.up.rb, eb0=self.gate.eb, eb1=self.up.eb, n=n_of,
+              s_off=ops.q8_rows_scales(be.chunk, d))
         db = [self.b_down] if self.b_down is not None else []
-        P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db)),
-              [ffe, route, be.x, self.down.buffer] + db,
+        nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
+        src = self._quantize(P, ffe, ff, nk, f"{i}.experts.down") if self.q8_down else ffe
+        P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db), q8=self.q8_down),
+              [src, route, be.x, self.down.buffer] + db,
               lambda n, kv: expert_groups(d, n_of(n, kv)), f"{i}.experts.down",
-              K=ff, M=d, rb0=self.down.rb, eb0=self.down.eb, n=n_of)
+              K=ff, M=d, rb0=self.down.rb, eb0=self.down.eb, n=n_of, s_off=ops.q8_rows_scales(be.chunk * k, ff))
+
+    def _quantize(self, P, src, kk: int, rows_of, label: str):
+        """The pass writing src's rows [rows, kk] as int8 blocks into the MoE's xq buffer; returns it.
+        Scales sit after the codes of the buffer's full row capacity (chunk, or chunk x k for ffe)."""
+        xq = self.bufs["xq"]
+        cap = self.be.chunk * (self.be.cfg.n_expert_used if src is self.bufs["ffe"] else 1)
+        P.add(ops.quantize_rows(self.be.ks), [src, xq], lambda n, kv: ops.quantize_rows_groups(rows_of(n, kv), kk),
+              label + ".q8", K=kk, n=rows_of, ldx=kk, s_off=ops.q8_rows_scales(cap, kk))
+        return xq
+
+
+def moe_int8(dev) -> bool:
+    """Whether the experts' products take x as int8 blocks on this device (see MOE_INT8)."""
+    return MOE_INT8 and bool(getattr(dev, "int8", False))
 
 
 def _groups(g):

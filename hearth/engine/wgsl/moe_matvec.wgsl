@@ -10,9 +10,13 @@
 //           y[t, r] += sum_s w_s (Wd_{e_s}[r] . x[t SLOTS + s] + bd[e_s, r])             (M = d)
 // BIAS: the per-expert biases [n_expert, M] (gpt-oss). Layout: ROWS rows a workgroup of 256
 // threads, 256 / ROWS lanes a row taking its 8-weight chunks in turn (quant.wgsl `_deq8`), x in f32.
+// Q8 (quantized weight types): x arrives as quantize_rows.wgsl's int8 blocks of 32 (binding 1 is
+// that buffer, its scales from word s_off) and the products are 4-way integer dot products on the
+// weights' codes (quant.wgsl `_dq8`), as llama.cpp's experts read x rounded to Q8_0.
 {% from "quant.wgsl" import quant_fns with context %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
+{% set Q8 = Q8X | default(0) %}
 {% if MODE not in ("glu", "down") %}{{ raise("moe_matvec mode " ~ MODE) }}{% endif %}
 const ROWS: u32 = {{ROWS}}u;
 const LANES: u32 = {{256 // ROWS}}u;
@@ -23,10 +27,14 @@ struct Params {
     rb0: u32, rb1: u32,   // bytes per row of w0 (w1)
     eb0: u32, eb1: u32,   // bytes per expert of w0 (w1)
     n: u32,          // tokens
-    _a: u32,
+    s_off: u32,      // Q8: the first word of x's block scales
 }
 @group(0) @binding(0) var<uniform> P: Params;
+{% if Q8 %}
+@group(0) @binding(1) var<storage, read> x: array<u32>;             // rows as int8 blocks (ops.q8_rows_words)
+{% else %}
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;       // glu [n, K]; down [n SLOTS, K]
+{% endif %}
 @group(0) @binding(2) var<storage, read> route: array<u32>;         // [n, 2 SLOTS]
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;       // glu [n SLOTS, M]; down [n, M] (+=)
 @group(0) @binding(4) var<storage, read> w0: array<u32>;
@@ -47,9 +55,18 @@ struct Params {
 
 var<workgroup> red: array<f32, {{512 if GLU else 256}}>;
 
-fn dot8(a: Deq8, xb: u32, c: u32) -> f32 {
+{% if Q8 %}
+// weights [8c, 8c + 8) of the row at byte rowbase (buffer wi) times row xr of x (xb = xr K / 4)
+{% macro dot8(wi, rowbase, xb, c) %}{{wi}}_dq8({{rowbase}}, {{c}}, vec2<u32>(x[{{xb}} + 2u * {{c}}], x[{{xb}} + 2u * {{c}} + 1u]), qsum(vec2<u32>(x[{{xb}} + 2u * {{c}}], x[{{xb}} + 2u * {{c}} + 1u]))) * bitcast<f32>(x[P.s_off + ({{xb}} >> 2u) + 2u * ({{c}} >> 2u)]){% endmacro %}
+fn qsum(q: vec2<u32>) -> i32 {
+    return dot4I8Packed(q.x, 0x01010101u) + dot4I8Packed(q.y, 0x01010101u);
+}
+{% else %}
+{% macro dot8(wi, rowbase, xb, c) %}fdot8({{wi}}_deq8({{rowbase}}, {{c}}), {{xb}}, {{c}}){% endmacro %}
+fn fdot8(a: Deq8, xb: u32, c: u32) -> f32 {
     return dot(a.lo, x[xb + 2u * c]) + dot(a.hi, x[xb + 2u * c + 1u]);
 }
+{% endif %}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -68,8 +85,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var acc = 0.0;
     var acu = 0.0;
     for (var c = lane; c < nc; c += LANES) {
-        acc += dot8(w0_deq8(ra, c), xb, c);
-        acu += dot8(w1_deq8(rb, c), xb, c);
+        acc += {{ dot8("w0", "ra", "xb", "c") }};
+        acu += {{ dot8("w1", "rb", "xb", "c") }};
     }
     red[tid] = acc;
     red[256u + tid] = acu;
@@ -82,7 +99,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let ro = e * P.eb0 + r * P.rb0;
         let xb = (t * SLOTS + s) * (P.K / 4u);
         var part = 0.0;
-        for (var c = lane; c < nc; c += LANES) { part += dot8(w0_deq8(ro, c), xb, c); }
+        for (var c = lane; c < nc; c += LANES) { part += {{ dot8("w0", "ro", "xb", "c") }}; }
         acc += ws * part;
     }
     red[tid] = acc;

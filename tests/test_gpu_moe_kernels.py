@@ -1,0 +1,213 @@
+"""The GPU mixture-of-experts kernels (engine/gpu/moe.py: moe_route.wgsl, moe_matvec.wgsl, attn_sinks.wgsl)
+against numpy: the router's top k for both gatings (ties to the lower expert id), the experts' gate/up
+and down products reading expert ids from the route buffer, for the weight types of the tiny MoE
+models and the full-size files (F32, F16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4), with f32 x and with x as
+int8 blocks, and the attention merge with sinks. Weights are dequantized by gguf-py (llama.cpp's
+reference), not by engine code."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hearth.engine.gpu import moe as gmoe
+from hearth.engine.gpu import ops
+from hearth.engine.gpu.kernels import Kernels, dispatch_once
+from hearth.engine.models.moe import MIN_WEIGHT_SUM, swiglu_oai
+from tests.gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err, rng  # noqa: F401
+from tests.test_gpu_matmul8 import q8_rows_ref, quantize
+
+
+@pytest.fixture(scope="module")
+def ks():
+    dev = make_test_device()
+    yield Kernels(dev)
+    dev.destroy()
+
+
+def route_ref(xn, wr, br, k, gating, norm_w):
+    lg = xn.astype(np.float64) @ wr.T.astype(np.float64) + (0 if br is None else br)
+    if gating == "softmax":
+        p = np.exp(lg - lg.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        top = np.argsort(-p, axis=1, kind="stable")[:, :k]
+        w = np.take_along_axis(p, top, 1)
+        if norm_w:
+            w /= np.maximum(w.sum(1, keepdims=True), MIN_WEIGHT_SUM)
+    else:
+        top = np.argsort(-lg, axis=1, kind="stable")[:, :k]
+        v = np.take_along_axis(lg, top, 1)
+        w = np.exp(v - v[:, :1])
+        w /= w.sum(1, keepdims=True)
+    return top, w
+
+
+def run_route(ks, xn, wr, br, k, gating, norm_w):
+    dev = ks.dev
+    n, d = xn.shape
+    route = dev.upload(np.full(n * 2 * k, 0xFFFFFFFF, np.uint32))
+    bufs = [dev.upload(xn), dev.upload(wr)] + ([dev.upload(br)] if br is not None else []) + [route]
+    dispatch_once(dev, gmoe.route_kernel(ks, wr.shape[0], k, gating, norm_w, br is not None), bufs, (n, 1, 1), d=d, n=n)
+    r = dev.read([(route, 0, n * 2 * k * 4)]).view(np.uint32).reshape(n, 2, k)
+    return r[:, 0].astype(np.int64), r[:, 1].view(np.float32)
+
+
+@pytest.mark.parametrize("gating, norm_w, bias, E, k", [("softmax", True, False, 8, 2), ("softmax", True, False, 128, 8),
+                                                        ("softmax", False, False, 16, 4),
+                                                        ("softmax_weight", False, True, 8, 2),
+                                                        ("softmax_weight", False, True, 32, 4)])
+def test_router_top_k(ks, rng, gating, norm_w, bias, E, k):
+    n, d = 5, 96
+    xn = rng.standard_normal((n, d)).astype(np.float32)
+    wr = (rng.standard_normal((E, d)) / np.sqrt(d)).astype(np.float32)
+    br = rng.standard_normal(E).astype(np.float32) * 0.1 if bias else None
+    ids, w = run_route(ks, xn, wr, br, k, gating, norm_w)
+    top, wref = route_ref(xn, wr, br, k, gating, norm_w)
+    assert np.array_equal(ids, top)
+    np.testing.assert_allclose(w, wref, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("gating", ["softmax", "softmax_weight"])
+def test_router_ties_go_to_the_lower_expert(ks, rng, gating):
+    """Experts with identical router rows (and biases) tie exactly; the lower id comes first, as
+    the CPU's stable argsort and llama.cpp's top-k keep them."""
+    n, d, E, k = 4, 64, 8, 3
+    xn = rng.standard_normal((n, d)).astype(np.float32)
+    wr = np.zeros((E, d), np.float32)
+    best = rng.standard_normal(d).astype(np.float32)
+    wr[5] = wr[2] = wr[6] = best                     # three equal logits, the largest for most rows
+    wr[[0, 1, 3, 4, 7]] = rng.standard_normal((5, d)).astype(np.float32) * 0.01
+    xn[:, :] = np.abs(xn) * np.sign(best)            # their logit is the largest (positive, big)
+    br = np.zeros(E, np.float32) if gating == "softmax_weight" else None
+    ids, w = run_route(ks, xn, wr, br, k, gating, gating == "softmax")
+    assert (ids == [2, 5, 6]).all()
+    np.testing.assert_allclose(w, 1 / 3, rtol=1e-5)
+
+
+def experts(rng, qtype, E, m, k):
+    """uint8 [E, m, row bytes] and float64 [E, m, k] from gguf-py."""
+    raw = np.stack([random_rows(rng, qtype, m, k) for _ in range(E)])
+    return raw, dequant_reference(raw.reshape(E * m, -1), qtype, k).reshape(E, m, k)
+
+
+def routes(rng, n, E, k):
+    ids = np.stack([rng.permutation(E)[:k] for _ in range(n)]).astype(np.uint32)
+    w = rng.random((n, k)).astype(np.float32)
+    w /= w.sum(1, keepdims=True)
+    return ids, w, np.concatenate([ids, w.view(np.uint32)], axis=1)        # u32 [n, 2k]
+
+
+TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "MXFP4"]
+# (type, int8 x): float weights keep f32 x (moe.MoeFfn), quantized ones take both paths
+CASES = [(t, q8) for t in TYPES for q8 in (False, True) if not (q8 and t in ("F32", "F16"))]
+
+
+def need_int8(ks, q8):
+    if q8 and not ks.dev.int8:
+        pytest.skip("the adapter has no int8 dot products")
+
+
+@pytest.mark.parametrize("qtype, q8", CASES)
+@pytest.mark.parametrize("act, bias", [("silu", False), ("swiglu_oai", True)])
+def test_expert_gate_up(ks, rng, qtype, q8, act, bias):
+    need_int8(ks, q8)
+    dev = ks.dev
+    n, E, k, d, ff = 3, 4, 2, 256, 64
+    rg, wg = experts(rng, qtype, E, ff, d)
+    ru, wu = experts(rng, qtype, E, ff, d)
+    x = (rng.standard_normal((n, d)) * 0.2).astype(np.float32)
+    ids, _, route = routes(rng, n, E, k)
+    bg = rng.standard_normal((E, ff)).astype(np.float32) if bias else None
+    bu = rng.standard_normal((E, ff)).astype(np.float32) if bias else None
+    if q8:
+        src, s_off = quantize(ks, x)
+        xr = q8_rows_ref(x)
+    else:
+        src, s_off, xr = dev.upload(x), 0, x.astype(np.float64)
+    y = poisoned(dev, n * k * ff)
+    bufs = [src, dev.upload(route), y, dev.upload(rg), dev.upload(ru)] + ([dev.upload(bg), dev.upload(bu)] if bias else [])
+    rb = ops.row_bytes(qtype, d)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "glu", [qtype, qtype], k, act=act, bias=bias, q8=q8), bufs,
+                  gmoe.expert_groups(ff, n * k), K=d, M=ff, rb0=rb, rb1=rb, eb0=rb * ff, eb1=rb * ff, n=n, s_off=s_off)
+    got = read_f32(dev, y, n * k * ff).reshape(n, k, ff)
+    ref = np.zeros((n, k, ff))
+    for t in range(n):
+        for s in range(k):
+            e = ids[t, s]
+            g = wg[e] @ xr[t] + (bg[e] if bias else 0)
+            u = wu[e] @ xr[t] + (bu[e] if bias else 0)
+            with np.errstate(over="ignore"):        # exp(-g) of a large negative g: silu(g) = 0
+                ref[t, s] = (swiglu_oai(g.astype(np.float32), u.astype(np.float32)) if act == "swiglu_oai"
+                             else g / (1 + np.exp(-g)) * u)
+    assert rel_err(got, ref) < RTOL * 5      # the activation's exp of f32 products on top of RTOL
+
+
+@pytest.mark.parametrize("qtype, q8", CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_expert_down_weighted_sum_into_the_residual(ks, rng, qtype, q8, bias):
+    need_int8(ks, q8)
+    dev = ks.dev
+    n, E, k, d, ff = 3, 4, 3, 64, 256
+    rd, wd = experts(rng, qtype, E, d, ff)
+    h = rng.standard_normal((n * k, ff)).astype(np.float32)
+    x0 = rng.standard_normal((n, d)).astype(np.float32)
+    ids, w, route = routes(rng, n, E, k)
+    bd = rng.standard_normal((E, d)).astype(np.float32) if bias else None
+    if q8:
+        src, s_off = quantize(ks, h)
+        hr = q8_rows_ref(h)
+    else:
+        src, s_off, hr = dev.upload(h), 0, h.astype(np.float64)
+    y = dev.upload(x0)
+    rb = ops.row_bytes(qtype, ff)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype], k, bias=bias, q8=q8),
+                  [src, dev.upload(route), y, dev.upload(rd)] + ([dev.upload(bd)] if bias else []),
+                  gmoe.expert_groups(d, n), K=ff, M=d, rb0=rb, eb0=rb * d, n=n, s_off=s_off)
+    got = read_f32(dev, y, n * d).reshape(n, d)
+    ref = x0.astype(np.float64).copy()
+    for t in range(n):
+        for s in range(k):
+            e = ids[t, s]
+            ref[t] += w[t, s] * (wd[e] @ hr[t * k + s] + (bd[e] if bias else 0))
+    assert rel_err(got - x0, ref - x0) < RTOL
+
+
+def test_int8_x_is_refused_for_float_weights(ks):
+    with pytest.raises(ValueError, match="int8-x expert product"):
+        gmoe.expert_kernel(ks, "down", ["F16"], 2, q8=True)
+
+
+def sink_merge_ref(part, sinks, hd):
+    """part [rows, splits, hd + 2] (o, m, l), sinks per row -> [rows, hd]."""
+    m, l = part[:, :, hd], part[:, :, hd + 1]
+    M = np.maximum(m.max(1), sinks)
+    e = np.exp(m - M[:, None])
+    return (e[:, :, None] * part[:, :, :hd]).sum(1) / ((e * l).sum(1) + np.exp(sinks - M))[:, None]
+
+
+@pytest.mark.parametrize("pas", ["decode", "prefill"])
+def test_attention_merge_with_sinks(ks, rng, pas):
+    dev = ks.dev
+    nh, hd, max_splits = 4, 32, 5
+    n = 1 if pas == "decode" else 3
+    ns = 3 if pas == "decode" else 2
+    kv_len = ops.ATTN_CHUNK * (ns - 1) + 7             # decode: ns splits from the step buffer
+    rows = n * nh
+    splits = max_splits if pas == "decode" else ns
+    part = rng.standard_normal((rows, splits, hd + 2)).astype(np.float32)
+    part[:, :, hd] *= 3                                 # m: per-split maxima
+    part[:, :, hd + 1] = rng.random((rows, splits)) * 5 + 1   # l > 0
+    sinks = rng.standard_normal(nh).astype(np.float32) * 3
+    out = poisoned(dev, rows * hd)
+    bufs = [dev.upload(part), out, dev.upload(sinks)]
+    if pas == "decode":
+        bufs.append(dev.upload(np.array([kv_len - 1, 1, 0, 0], np.uint32)))
+        prm = gmoe.sink_params(type("C", (), dict(n_head=nh, n_head_kv=2, attn_scale=0.1))(), 64, max_splits)
+        groups = (nh, 1, 1)
+    else:
+        prm = dict(gmoe.sink_params(type("C", (), dict(n_head=nh, n_head_kv=2, attn_scale=0.1))(), 64), c=ns)
+        groups = ops.rows_groups(rows)
+    dispatch_once(dev, gmoe.sink_combine(ks, hd, pas), bufs, groups, **prm)
+    got = read_f32(dev, out, rows * hd).reshape(rows, hd)
+    ref = sink_merge_ref(part[:, :ns].astype(np.float64), np.tile(sinks, n).astype(np.float64), hd)
+    assert rel_err(got, ref) < RTOL
