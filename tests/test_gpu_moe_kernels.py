@@ -107,9 +107,27 @@ def need_int8(ks, q8):
         pytest.skip("the adapter has no int8 dot products")
 
 
+def sorted_pairs(ks, route, n, E, k):
+    """moe_sort.wgsl's order buffer for route [n, 2k]: checked to group the pairs by expert."""
+    dev = ks.dev
+    order = dev.upload(np.full(n * k, 0xFFFFFFFF, np.uint32))
+    dispatch_once(dev, gmoe.sort_kernel(ks, E, k), [dev.upload(route), order], (1, 1, 1), n=n)
+    o = dev.read([(order, 0, n * k * 4)]).view(np.uint32).astype(np.int64)
+    assert sorted(o.tolist()) == list(range(n * k))
+    experts_in_order = route[:, :k].reshape(-1)[o]
+    assert (np.diff(experts_in_order.astype(np.int64)) >= 0).all()
+    return order
+
+
+@pytest.mark.parametrize("n, E, k", [(3, 4, 2), (300, 128, 8), (1, 8, 2)])
+def test_sort_groups_pairs_by_expert(ks, rng, n, E, k):
+    sorted_pairs(ks, routes(rng, n, E, k)[2], n, E, k)
+
+
+@pytest.mark.parametrize("order", [False, True], ids=["pairs", "by-expert"])
 @pytest.mark.parametrize("qtype, q8", CASES)
 @pytest.mark.parametrize("act, bias", [("silu", False), ("swiglu_oai", True)])
-def test_expert_gate_up(ks, rng, qtype, q8, act, bias):
+def test_expert_gate_up(ks, rng, qtype, q8, act, bias, order):
     need_int8(ks, q8)
     dev = ks.dev
     n, E, k, d, ff = 3, 4, 2, 256, 64
@@ -126,9 +144,11 @@ def test_expert_gate_up(ks, rng, qtype, q8, act, bias):
         src, s_off, xr = dev.upload(x), 0, x.astype(np.float64)
     y = poisoned(dev, n * k * ff)
     bufs = [src, dev.upload(route), y, dev.upload(rg), dev.upload(ru)] + ([dev.upload(bg), dev.upload(bu)] if bias else [])
+    bufs += [sorted_pairs(ks, route, n, E, k)] if order else []
     rb = ops.row_bytes(qtype, d)
-    dispatch_once(dev, gmoe.expert_kernel(ks, "glu", [qtype, qtype], k, act=act, bias=bias, q8=q8), bufs,
-                  gmoe.expert_groups(ff, n * k), K=d, M=ff, rb0=rb, rb1=rb, eb0=rb * ff, eb1=rb * ff, n=n, s_off=s_off)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "glu", [qtype, qtype], k, act=act, bias=bias, q8=q8, order=order), bufs,
+                  gmoe.expert_groups(ff, n * k, order=order), K=d, M=ff, rb0=rb, rb1=rb, eb0=rb * ff, eb1=rb * ff, n=n,
+                  s_off=s_off)
     got = read_f32(dev, y, n * k * ff).reshape(n, k, ff)
     ref = np.zeros((n, k, ff))
     for t in range(n):
@@ -142,9 +162,10 @@ def test_expert_gate_up(ks, rng, qtype, q8, act, bias):
     assert rel_err(got, ref) < RTOL * 5      # the activation's exp of f32 products on top of RTOL
 
 
+@pytest.mark.parametrize("order", [False, True], ids=["per-token", "by-expert+sum"])
 @pytest.mark.parametrize("qtype, q8", CASES)
 @pytest.mark.parametrize("bias", [False, True])
-def test_expert_down_weighted_sum_into_the_residual(ks, rng, qtype, q8, bias):
+def test_expert_down_weighted_sum_into_the_residual(ks, rng, qtype, q8, bias, order):
     need_int8(ks, q8)
     dev = ks.dev
     n, E, k, d, ff = 3, 4, 3, 64, 256
@@ -160,9 +181,18 @@ def test_expert_down_weighted_sum_into_the_residual(ks, rng, qtype, q8, bias):
         src, s_off, hr = dev.upload(h), 0, h.astype(np.float64)
     y = dev.upload(x0)
     rb = ops.row_bytes(qtype, ff)
-    dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype], k, bias=bias, q8=q8),
-                  [src, dev.upload(route), y, dev.upload(rd)] + ([dev.upload(bd)] if bias else []),
-                  gmoe.expert_groups(d, n), K=ff, M=d, rb0=rb, eb0=rb * d, n=n, s_off=s_off)
+    prm = dict(K=ff, M=d, rb0=rb, eb0=rb * d, n=n, s_off=s_off)
+    bufs = [src, dev.upload(route)]
+    wb = [dev.upload(rd)] + ([dev.upload(bd)] if bias else [])
+    if order:      # each pair's weighted output, then the slots' sum into the residual
+        yd = poisoned(dev, n * k * d)
+        dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype], k, bias=bias, q8=q8, order=True),
+                      bufs + [yd] + wb + [sorted_pairs(ks, route, n, E, k)], gmoe.expert_groups(d, n * k, order=True),
+                      **prm)
+        dispatch_once(dev, gmoe.sum_kernel(ks, k), [yd, y], gmoe.sum_groups(n, d), d=d, n=n)
+    else:
+        dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype], k, bias=bias, q8=q8), bufs + [y] + wb,
+                      gmoe.expert_groups(d, n), **prm)
     got = read_f32(dev, y, n * d).reshape(n, d)
     ref = x0.astype(np.float64).copy()
     for t in range(n):

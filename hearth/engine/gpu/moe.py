@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import EngineError, UnsupportedModelError
 from ..quants import dequantize
 from . import ops
+from .kernels import grid
 
 log = logging.getLogger(__name__)
 
@@ -102,23 +103,41 @@ def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: boo
 
 
 def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
-                  q8: bool = False):
-    """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up]; "down": x, route, y (+=), w[, b].
-    Params K, M, rb0, rb1, eb0, eb1, n, s_off (see moe_matvec.wgsl). q8: x is quantize_rows' int8
-    blocks (every weight type in ops.INT8_TYPES; s_off = ops.q8_rows_scales of that buffer's rows)."""
+                  q8: bool = False, order: bool = False):
+    """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up][, order]; "down": x, route, y (+=),
+    w[, b][, order]. Params K, M, rb0, rb1, eb0, eb1, n, s_off (see moe_matvec.wgsl). q8: x is
+    quantize_rows' int8 blocks (every weight type in ops.INT8_TYPES; s_off = ops.q8_rows_scales of
+    that buffer's rows). order: pairs in sort_kernel's order (workgroups: expert_groups(..., order=True));
+    "down" then writes each pair's weighted output y [n k, M] (sum_kernel adds them up)."""
     if q8 and not all(t in ops.INT8_TYPES for t in qtypes):
         raise ValueError(f"no int8-x expert product for weight types {qtypes}")
     nw = 2 if mode == "glu" else 1
-    access = ["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else [])
+    access = ["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else []) + (["r"] if order else [])
     return ks.get("moe_matvec.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots),
-                  ACT=act, BIAS=bool(bias), ROWS=int(rows), Q8X=int(bool(q8)))
+                  ACT=act, BIAS=bool(bias), ROWS=int(rows), Q8X=int(bool(q8)),
+                  ORDER=bool(order))
 
 
-def expert_groups(m: int, pairs: int, rows: int = MOE_ROWS):
-    """Workgroups for M rows over `pairs` (token, slot) pairs (glu) or tokens (down)."""
+def expert_groups(m: int, pairs: int, rows: int = MOE_ROWS, order: bool = False):
+    """Workgroups for M rows over `pairs` (token, slot) pairs (glu, or down with order) or tokens (down)."""
     if pairs > 65535:
         raise EngineError(f"{pairs} expert products in one dispatch (at most 65,535)")
-    return -(-m // rows), pairs, 1
+    return (pairs, -(-m // rows), 1) if order else (-(-m // rows), pairs, 1)
+
+
+def sort_kernel(ks, n_expert: int, slots: int):
+    """Bindings: route, order (u32 [n slots]). Params n. One workgroup."""
+    return ks.get("moe_sort.wgsl", ["r", "rw"], (("n", "u"),), E=int(n_expert), SLOTS=int(slots))
+
+
+def sum_kernel(ks, slots: int):
+    """Bindings: yd [n slots, d], y [n, d] (+=). Params d, n. Workgroups: sum_groups."""
+    return ks.get("moe_sum.wgsl", ["r", "rw"], (("d", "u"), ("n", "u")), SLOTS=int(slots))
+
+
+def sum_groups(n: int, d: int):
+    gx, gy = grid(-(-(n * d) // 256))
+    return gx, gy, 1
 
 
 def sink_combine(ks, head_dim: int, pas: str):
@@ -140,6 +159,9 @@ def moe_buffers(be) -> dict:
         k, ff = c.n_expert_used, c.n_ff_exp
         bufs = dict(route=be.dev.buffer(n * 2 * k * 4, "moe-route"),          # [chunk, 2k] u32
                     ffe=be.dev.buffer(n * k * ff * 4, "moe-ffe"))             # [chunk, k, n_ff_exp]
+        bufs["order"] = be.dev.buffer(n * k * 4, "moe-order")                # [chunk k] u32
+        if n * k * c.n_embd * 4 <= int(be.dev.limits["max-storage-buffer-binding-size"]):
+            bufs["yd"] = be.dev.buffer(n * k * c.n_embd * 4, "moe-down-pairs")  # [chunk k, d]
         if moe_int8(be.dev):   # [q8_rows_words] u32: xn's rows, then ffe's, as int8 blocks
             bufs["xq"] = be.dev.buffer(max(ops.q8_rows_words(n, c.n_embd), ops.q8_rows_words(n * k, ff)) * 4,
                                        "moe-x-q8")
@@ -183,12 +205,15 @@ class MoeFfn:
         self.q8_down = q8 and self.down.qtype in ops.INT8_TYPES
 
     def add_decode(self, P) -> None:
-        self._add(P, lambda n, kv: 1, (1, 1, 1))
+        self._add(P, lambda n, kv: 1, (1, 1, 1), False)
 
     def add_prefill(self, P) -> None:
-        self._add(P, lambda n, kv: n, lambda n, kv: ops.rows_groups(n))
+        self._add(P, lambda n, kv: n, lambda n, kv: ops.rows_groups(n), True)
 
-    def _add(self, P, n_of, rows_g) -> None:
+    def _add(self, P, n_of, rows_g, grouped: bool) -> None:
+        """grouped (prefill): the (token, slot) pairs sorted by expert first (moe_sort.wgsl), the
+        products dispatched in that order, the down products' weighted outputs summed by moe_sum.wgsl
+        (where their buffer fits one binding; else the down product sums a token's slots itself)."""
         be, c, ks = self.be, self.be.cfg, self.be.ks
         d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, self.i
         route, ffe = self.bufs["route"], self.bufs["ffe"]
@@ -198,19 +223,32 @@ class MoeFfn:
               [be.xn, self.router] + rb + [route], _groups(rows_g), f"{i}.route", d=d, n=n_of)
         act = "swiglu_oai" if c.activation == "swiglu_oai" else "silu"
         gb = list(self.b_gate_up) if self.b_gate_up is not None else []
+        order = self.bufs["order"]
+        if grouped:
+            P.add(sort_kernel(ks, c.n_expert, k), [route, order], (1, 1, 1), f"{i}.experts.sort", n=n_of)
+        ob = [order] if grouped else []
         src = self._quantize(P, be.xn, d, n_of, f"{i}.experts.gate_up") if self.q8_gate_up else be.xn
-        P.add(expert_kernel(ks, "glu", [self.gate.qtype, self.up.qtype], k, act=act, bias=bool(gb), q8=self.q8_gate_up),
-              [src, route, ffe, self.gate.buffer, self.up.buffer] + gb,
-              lambda n, kv: expert_groups(ff, n_of(n, kv) * k), f"{i}.experts.gate_up",
+        P.add(expert_kernel(ks, "glu", [self.gate.qtype, self.up.qtype], k, act=act, bias=bool(gb), q8=self.q8_gate_up,
+                            order=grouped),
+              [src, route, ffe, self.gate.buffer, self.up.buffer] + gb + ob,
+              lambda n, kv: expert_groups(ff, n_of(n, kv) * k, order=grouped), f"{i}.experts.gate_up",
               K=d, M=ff, rb0=self.gate.rb, rb1=self.up.rb, eb0=self.gate.eb, eb1=self.up.eb, n=n_of,
               s_off=ops.q8_rows_scales(be.chunk, d))
         db = [self.b_down] if self.b_down is not None else []
         nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
         src = self._quantize(P, ffe, ff, nk, f"{i}.experts.down") if self.q8_down else ffe
+        prm = dict(K=ff, M=d, rb0=self.down.rb, eb0=self.down.eb, n=n_of, s_off=ops.q8_rows_scales(be.chunk * k, ff))
+        yd = self.bufs.get("yd")
+        if grouped and yd is not None:
+            P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db), q8=self.q8_down, order=True),
+                  [src, route, yd, self.down.buffer] + db + [order],
+                  lambda n, kv: expert_groups(d, n_of(n, kv) * k, order=True), f"{i}.experts.down", **prm)
+            P.add(sum_kernel(ks, k), [yd, be.x], lambda n, kv: sum_groups(n_of(n, kv), d), f"{i}.experts.sum",
+                  d=d, n=n_of)
+            return
         P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db), q8=self.q8_down),
               [src, route, be.x, self.down.buffer] + db,
-              lambda n, kv: expert_groups(d, n_of(n, kv)), f"{i}.experts.down",
-              K=ff, M=d, rb0=self.down.rb, eb0=self.down.eb, n=n_of, s_off=ops.q8_rows_scales(be.chunk * k, ff))
+              lambda n, kv: expert_groups(d, n_of(n, kv)), f"{i}.experts.down", **prm)
 
     def _quantize(self, P, src, kk: int, rows_of, label: str):
         """The pass writing src's rows [rows, kk] as int8 blocks into the MoE's xq buffer; returns it.

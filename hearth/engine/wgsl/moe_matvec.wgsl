@@ -8,6 +8,10 @@
 //           g sigmoid(1.702 g) (u + 1)
 //   "down": workgroup (row group, token t) adds the weighted sum over t's slots to the residual:
 //           y[t, r] += sum_s w_s (Wd_{e_s}[r] . x[t SLOTS + s] + bd[e_s, r])             (M = d)
+// ORDER (prefill): the pairs come in moe_sort.wgsl's order, grouped by expert, workgroup (pair k,
+// row group): pair j = order[k], so the workgroups in flight read few experts' rows (from cache);
+// "down" then writes each pair's weighted output yd[j, r] = w_s (Wd_e[r] . x[j] + bd[e, r]) and
+// moe_sum.wgsl adds a token's slots to the residual.
 // BIAS: the per-expert biases [n_expert, M] (gpt-oss). Layout: ROWS rows a workgroup of 256
 // threads, 256 / ROWS lanes a row taking its 8-weight chunks in turn (quant.wgsl `_deq8`), x in f32.
 // Q8 (quantized weight types): x arrives as quantize_rows.wgsl's int8 blocks of 32 (binding 1 is
@@ -44,8 +48,15 @@ struct Params {
 @group(0) @binding(6) var<storage, read> b0: array<f32>;            // [n_expert, M]
 @group(0) @binding(7) var<storage, read> b1: array<f32>;
 {% endif %}
+{% set nb = 8 if BIAS else 6 %}
 {% elif BIAS %}
 @group(0) @binding(5) var<storage, read> b0: array<f32>;            // [n_expert, M]
+{% set nb = 6 %}
+{% else %}
+{% set nb = 5 %}
+{% endif %}
+{% if ORDER %}
+@group(0) @binding({{nb}}) var<storage, read> order: array<u32>;    // [n SLOTS] pairs grouped by expert
 {% endif %}
 
 {{ quant_fns("w0", QTYPES[0]) }}
@@ -72,11 +83,19 @@ fn fdot8(a: Deq8, xb: u32, c: u32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let grp = tid / LANES;
     let lane = tid % LANES;
+{% if ORDER %}
+    let row = wid.y * ROWS + grp;
+{% else %}
     let row = wid.x * ROWS + grp;
+{% endif %}
     let r = min(row, P.M - 1u);
     let nc = P.K / 8u;
 {% if GLU %}
+{% if ORDER %}
+    let j = order[wid.x];                        // token t's slot s
+{% else %}
     let j = wid.y;                               // token t's slot s
+{% endif %}
     let t = j / SLOTS;
     let e = route[t * 2u * SLOTS + j % SLOTS];
     let ra = e * P.eb0 + r * P.rb0;
@@ -90,6 +109,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     red[tid] = acc;
     red[256u + tid] = acu;
+{% elif ORDER %}
+    let j = order[wid.x];                        // token t's slot s
+    let t = j / SLOTS;
+    let e = route[t * 2u * SLOTS + j % SLOTS];
+    let ws = bitcast<f32>(route[t * 2u * SLOTS + SLOTS + j % SLOTS]);
+    let ro = e * P.eb0 + r * P.rb0;
+    let xb = j * (P.K / 4u);
+    var acc = 0.0;
+    for (var c = lane; c < nc; c += LANES) { acc += {{ dot8("w0", "ro", "xb", "c") }}; }
+    red[tid] = acc;
 {% else %}
     let t = wid.y;
     var acc = 0.0;
@@ -130,6 +159,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     y[j * P.M + r] = gc / (1.0 + exp(-1.702 * gc)) * (uc + 1.0);
 {% else %}
     {{ raise("moe_matvec activation " ~ ACT) }}
+{% endif %}
+{% elif ORDER %}
+{% if BIAS %}
+    y[j * P.M + r] = ws * (red[tid] + b0[e * P.M + r]);
+{% else %}
+    y[j * P.M + r] = ws * red[tid];
 {% endif %}
 {% else %}
     var v = red[tid];
