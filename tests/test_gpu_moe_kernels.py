@@ -241,3 +241,38 @@ def test_attention_merge_with_sinks(ks, rng, pas):
     got = read_f32(dev, out, rows * hd).reshape(rows, hd)
     ref = sink_merge_ref(part[:, :ns].astype(np.float64), np.tile(sinks, n).astype(np.float64), hd)
     assert rel_err(got, ref) < RTOL
+
+
+@pytest.mark.parametrize("q8", [False, True], ids=["f32", "int8-blocks"])
+def test_route_with_the_norm_fused(ks, rng, q8):
+    """The route kernel as MoeFfn runs it: RMSNorm of the residual (xn written out as rmsnorm.wgsl
+    computes it), the top k of the normed row, and (q8) xn's int8 blocks with quantize_rows' bits."""
+    need_int8(ks, q8)
+    dev = ks.dev
+    n, d, E, k, eps, cap = 3, 128, 16, 4, 1e-6, 5
+    x = (rng.standard_normal((n, d)) * 3).astype(np.float32)
+    g = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    wr = (rng.standard_normal((E, d)) / np.sqrt(d)).astype(np.float32)
+    route = dev.upload(np.full(n * 2 * k, 0xFFFFFFFF, np.uint32))
+    xo = poisoned(dev, cap * d)
+    s_off = ops.q8_rows_scales(cap, d)
+    xq = dev.upload(np.full(ops.q8_rows_words(cap, d), 0xFFFFFFFF, np.uint32))
+    bufs = [dev.upload(x), dev.upload(wr), route, dev.upload(g), xo] + ([xq] if q8 else [])
+    dispatch_once(dev, gmoe.route_kernel(ks, E, k, "softmax", True, False, norm=True, q8=q8), bufs, (n, 1, 1),
+                  d=d, n=n, eps=eps, s_off=s_off)
+    xn = read_f32(dev, xo, n * d).reshape(n, d)
+    want = x / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + eps) * g
+    assert rel_err(xn, want) < RTOL
+    r = dev.read([(route, 0, n * 2 * k * 4)]).view(np.uint32).reshape(n, 2, k)
+    top, w = route_ref(want, wr, None, k, "softmax", True)
+    assert np.array_equal(r[:, 0], top)
+    np.testing.assert_allclose(r[:, 1].view(np.float32), w, rtol=1e-5)
+    if q8:     # the same bits as quantize_rows.wgsl writes for the xn rows (its own test checks those)
+        ref, ref_off = quantize(ks, xn, cap)
+        assert ref_off == s_off
+        words = ops.q8_rows_words(cap, d)
+        a = dev.read([(xq, 0, words * 4)]).view(np.uint32)
+        b = dev.read([(ref, 0, words * 4)]).view(np.uint32)
+        codes, scales = slice(0, n * d // 4), slice(s_off, s_off + n * d // 16)
+        assert np.array_equal(a[codes], b[codes])
+        np.testing.assert_allclose(a[scales].view(np.float32), b[scales].view(np.float32), rtol=1e-6)

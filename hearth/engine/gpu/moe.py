@@ -2,17 +2,21 @@
 
 `MoeFfn(backend, i)` is one layer's MoE FFN: its weights uploaded once (every expert resident, the
 3-D `ffn_{gate,up,down}_exps` tensors byte for byte in their GGUF types: nothing is staged as
-float), and `add_decode(plan)` / `add_prefill(plan)` append its four dispatches to a Plan:
+float), and `add_decode(plan)` / `add_prefill(plan)` append its dispatches to a Plan:
 
-    rmsnorm   x -> xn                                  (ffn_norm; gpt-oss: post_attention_norm)
-    route     router logits (+ bias), top k, weights -> route [n, 2k]       (moe_route.wgsl)
+    route     RMSNorm x -> xn (ffn_norm; gpt-oss: post_attention_norm), xn's int8 blocks, router
+              logits (+ bias), top k, weights -> route [n, 2k]                    (moe_route.wgsl)
+    [sort]    prefill: the (token, slot) pairs grouped by expert -> order       (moe_sort.wgsl)
     glu       per (token, slot): act(gate_e xn (+b)) * (up_e xn (+b)) -> ffe [n, k, n_ff_exp]
-    down      per token: x += sum_s w_s (down_{e_s} ffe[t, s] (+b))        (moe_matvec.wgsl)
+    [q8]      ffe's rows as int8 blocks                                      (quantize_rows.wgsl)
+    down      decode: x += sum_s w_s (down_{e_s} ffe[t, s] (+b))             (moe_matvec.wgsl)
+              prefill: per pair (by expert) yd = w_s (down_e ffe (+b)), then x += sum_s yd (moe_sum.wgsl)
 
-The expert ids never leave the GPU: the products read them from the route buffer, so one dispatch
-covers every expert a token batch needs (decode and prefill alike; prefill reads an expert's rows
-once per (token, slot) that chose it). Routing follows llama.cpp's build_moe_ffn as the CPU's
-engine/models/moe.py does (its docstring has the two gatings).
+Decode is 3-4 dispatches a layer (the dense FFN's 2). The expert ids never leave the GPU: the
+products read them from the route buffer, so one dispatch covers every expert a token batch needs;
+in prefill the pairs run grouped by expert, so the workgroups in flight share few experts' rows
+(cache) instead of streaming an expert's matrix once per pair. Routing follows llama.cpp's
+build_moe_ffn as the CPU's engine/models/moe.py does (its docstring has the two gatings).
 
 Other MoE architectures can reuse it: `MoeFfn(backend, i, norm="...", prefix="blk.{i}.")` needs
 from the backend only `dev`, `ks`, `weights` (GpuWeights), `cfg` (n_embd, n_expert,
@@ -49,7 +53,7 @@ MOE_ROWS = 8                     # rows a workgroup of the expert products (32 l
 # gpt-oss (MXFP4 experts) lands 0.24 mean from its logits on the english prompt, past the 0.15 its
 # README allows (0.08 with int8 x, as the CPU backend's). HEARTH_GPU_MOE_INT8=0 keeps f32 x.
 MOE_INT8 = os.environ.get("HEARTH_GPU_MOE_INT8", "") != "0"
-ROUTE_FIELDS = (("d", "u"), ("n", "u"))
+ROUTE_FIELDS = (("d", "u"), ("n", "u"), ("eps", "f"), ("s_off", "u"))
 MOE_FIELDS = (("K", "u"), ("M", "u"), ("rb0", "u"), ("rb1", "u"), ("eb0", "u"), ("eb1", "u"), ("n", "u"),
               ("s_off", "u"))
 SINK_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("a", "u"), ("scale", "f"), ("b", "u"),
@@ -95,11 +99,13 @@ class Experts:
         self.eb = self.rb * rows
 
 
-def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: bool):
-    """Bindings: xn [n, d], router [E, d], [bias [E],] route (u32 [n, 2k]). Params d, n."""
-    access = ["r", "r"] + (["r"] if bias else []) + ["rw"]
+def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: bool, norm: bool = False,
+                 q8: bool = False):
+    """Bindings: xn [n, d] (norm: the residual x), router [E, d], [bias [E],] route (u32 [n, 2k])
+    [, g [d], xn out [n, d] (norm)][, xq (q8: xn as quantize_rows' blocks)]. Params d, n, eps, s_off."""
+    access = ["r", "r"] + (["r"] if bias else []) + ["rw"] + (["r", "rw"] if norm else []) + (["rw"] if q8 else [])
     return ks.get("moe_route.wgsl", access, ROUTE_FIELDS, E=int(n_expert), K=int(k), GATING=gating,
-                  NORM_W=bool(norm_w), BIAS=bool(bias))
+                  NORM_W=bool(norm_w), BIAS=bool(bias), NORM=bool(norm), Q8=bool(q8))
 
 
 def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
@@ -217,17 +223,18 @@ class MoeFfn:
         be, c, ks = self.be, self.be.cfg, self.be.ks
         d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, self.i
         route, ffe = self.bufs["route"], self.bufs["ffe"]
-        P.add(ops.rmsnorm(ks), [be.x, be.xn, self.norm], rows_g, f"{i}.ffn_norm", d=d, n=be.chunk, eps=c.rms_eps)
         rb = [self.router_b] if self.router_b is not None else []
-        P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, bool(rb)),
-              [be.xn, self.router] + rb + [route], _groups(rows_g), f"{i}.route", d=d, n=n_of)
+        q8 = self.q8_gate_up
+        P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, bool(rb), norm=True, q8=q8),
+              [be.x, self.router] + rb + [route, self.norm, be.xn] + ([self.bufs["xq"]] if q8 else []),
+              _groups(rows_g), f"{i}.ffn_norm+route", d=d, n=n_of, eps=c.rms_eps, s_off=ops.q8_rows_scales(be.chunk, d))
         act = "swiglu_oai" if c.activation == "swiglu_oai" else "silu"
         gb = list(self.b_gate_up) if self.b_gate_up is not None else []
         order = self.bufs["order"]
         if grouped:
             P.add(sort_kernel(ks, c.n_expert, k), [route, order], (1, 1, 1), f"{i}.experts.sort", n=n_of)
         ob = [order] if grouped else []
-        src = self._quantize(P, be.xn, d, n_of, f"{i}.experts.gate_up") if self.q8_gate_up else be.xn
+        src = self.bufs["xq"] if q8 else be.xn           # the route kernel wrote xn (and its int8 blocks)
         P.add(expert_kernel(ks, "glu", [self.gate.qtype, self.up.qtype], k, act=act, bias=bool(gb), q8=self.q8_gate_up,
                             order=grouped),
               [src, route, ffe, self.gate.buffer, self.up.buffer] + gb + ob,
