@@ -276,3 +276,87 @@ def test_route_with_the_norm_fused(ks, rng, q8):
         codes, scales = slice(0, n * d // 4), slice(s_off, s_off + n * d // 16)
         assert np.array_equal(a[codes], b[codes])
         np.testing.assert_allclose(a[scales].view(np.float32), b[scales].view(np.float32), rtol=1e-6)
+
+
+def tiles_of(ks, route, n, E, k):
+    """moe_sort.wgsl's order and tiles buffers for route [n, 2k], the tiles checked: each covers up to
+    MOE_TILE consecutive pairs of one expert, together every pair once, the rest count 0."""
+    dev = ks.dev
+    mt = gmoe.max_tiles(n, k, E)
+    order = dev.upload(np.full(n * k, 0xFFFFFFFF, np.uint32))
+    tiles = dev.upload(np.full(mt * 2, 0xFFFFFFFF, np.uint32))
+    dispatch_once(dev, gmoe.sort_kernel(ks, E, k, gmoe.MOE_TILE), [dev.upload(route), order, tiles], (1, 1, 1),
+                  n=n, max_tiles=mt)
+    o = dev.read([(order, 0, n * k * 4)]).view(np.uint32).astype(np.int64)
+    t = dev.read([(tiles, 0, mt * 8)]).view(np.uint32).reshape(mt, 2).astype(np.int64)
+    experts_of = route[:, :k].reshape(-1).astype(np.int64)
+    covered = []
+    for e, info in t:
+        start, cnt = info & 0xFFFFFF, info >> 24
+        assert cnt <= gmoe.MOE_TILE
+        covered += o[start:start + cnt].tolist()
+        assert (experts_of[o[start:start + cnt]] == e).all()
+    assert sorted(covered) == list(range(n * k))
+    return order, tiles
+
+
+@pytest.mark.parametrize("qtype, q8", [("F16", False), ("Q4_K", True), ("MXFP4", True), ("Q8_0", False)])
+@pytest.mark.parametrize("act, bias", [("silu", False), ("swiglu_oai", True)])
+def test_tiled_gate_up(ks, rng, qtype, q8, act, bias):
+    need_int8(ks, q8)
+    dev = ks.dev
+    n, E, k, d, ff = 9, 3, 2, 256, 64              # 6 pairs an expert on average: full and partial tiles
+    rg, wg = experts(rng, qtype, E, ff, d)
+    ru, wu = experts(rng, qtype, E, ff, d)
+    x = (rng.standard_normal((n, d)) * 0.2).astype(np.float32)
+    ids, _, route = routes(rng, n, E, k)
+    bg, bu = (rng.standard_normal((E, ff)).astype(np.float32) for _ in range(2))
+    src, s_off = quantize(ks, x) if q8 else (dev.upload(x), 0)
+    xr = q8_rows_ref(x) if q8 else x.astype(np.float64)
+    y = poisoned(dev, n * k * ff)
+    order, tiles = tiles_of(ks, route, n, E, k)
+    rb = ops.row_bytes(qtype, d)
+    dispatch_once(dev, gmoe.tile_kernel(ks, "glu", [qtype, qtype], k, act=act, bias=bias, q8=q8),
+                  [src, dev.upload(route), y, dev.upload(rg), dev.upload(ru)]
+                  + ([dev.upload(bg), dev.upload(bu)] if bias else []) + [tiles, order],
+                  gmoe.tile_groups(n, k, E, ff), K=d, M=ff, rb0=rb, rb1=rb, eb0=rb * ff, eb1=rb * ff, n=n, s_off=s_off)
+    got = read_f32(dev, y, n * k * ff).reshape(n, k, ff)
+    ref = np.zeros((n, k, ff))
+    for t in range(n):
+        for s in range(k):
+            e = ids[t, s]
+            g = wg[e] @ xr[t] + (bg[e] if bias else 0)
+            u = wu[e] @ xr[t] + (bu[e] if bias else 0)
+            with np.errstate(over="ignore"):
+                ref[t, s] = (swiglu_oai(g.astype(np.float32), u.astype(np.float32)) if act == "swiglu_oai"
+                             else g / (1 + np.exp(-g)) * u)
+    assert rel_err(got, ref) < RTOL * 5
+
+
+@pytest.mark.parametrize("qtype, q8", [("F32", False), ("Q6_K", True), ("MXFP4", True), ("Q4_0", False)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_tiled_down_and_the_slot_sum(ks, rng, qtype, q8, bias):
+    need_int8(ks, q8)
+    dev = ks.dev
+    n, E, k, d, ff = 9, 3, 2, 64, 256
+    rd, wd = experts(rng, qtype, E, d, ff)
+    h = rng.standard_normal((n * k, ff)).astype(np.float32)
+    x0 = rng.standard_normal((n, d)).astype(np.float32)
+    ids, w, route = routes(rng, n, E, k)
+    bd = rng.standard_normal((E, d)).astype(np.float32)
+    src, s_off = quantize(ks, h) if q8 else (dev.upload(h), 0)
+    hr = q8_rows_ref(h) if q8 else h.astype(np.float64)
+    order, tiles = tiles_of(ks, route, n, E, k)
+    yd, y = poisoned(dev, n * k * d), dev.upload(x0)
+    rb = ops.row_bytes(qtype, ff)
+    dispatch_once(dev, gmoe.tile_kernel(ks, "down", [qtype], k, bias=bias, q8=q8),
+                  [src, dev.upload(route), yd, dev.upload(rd)] + ([dev.upload(bd)] if bias else []) + [tiles, order],
+                  gmoe.tile_groups(n, k, E, d), K=ff, M=d, rb0=rb, eb0=rb * d, n=n, s_off=s_off)
+    dispatch_once(dev, gmoe.sum_kernel(ks, k), [yd, y], gmoe.sum_groups(n, d), d=d, n=n)
+    got = read_f32(dev, y, n * d).reshape(n, d)
+    ref = x0.astype(np.float64).copy()
+    for t in range(n):
+        for s in range(k):
+            e = ids[t, s]
+            ref[t] += w[t, s] * (wd[e] @ hr[t * k + s] + (bd[e] if bias else 0))
+    assert rel_err(got - x0, ref - x0) < RTOL

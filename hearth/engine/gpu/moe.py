@@ -131,9 +131,38 @@ def expert_groups(m: int, pairs: int, rows: int = MOE_ROWS, order: bool = False)
     return (pairs, -(-m // rows), 1) if order else (-(-m // rows), pairs, 1)
 
 
-def sort_kernel(ks, n_expert: int, slots: int):
-    """Bindings: route, order (u32 [n slots]). Params n. One workgroup."""
-    return ks.get("moe_sort.wgsl", ["r", "rw"], (("n", "u"),), E=int(n_expert), SLOTS=int(slots))
+def sort_kernel(ks, n_expert: int, slots: int, tile: int = 0):
+    """Bindings: route, order (u32 [n slots])[, tiles (u32 [max_tiles, 2]) with tile]. Params n,
+    max_tiles. One workgroup."""
+    return ks.get("moe_sort.wgsl", ["r", "rw"] + (["rw"] if tile else []), (("n", "u"), ("max_tiles", "u")),
+                  E=int(n_expert), SLOTS=int(slots), TILE=int(tile))
+
+
+# Pairs a workgroup of the tiled prefill products (moe_tile.wgsl): each weight chunk decoded once for
+# up to this many pairs of its expert.
+MOE_TILE = 4
+
+
+def tile_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, q8: bool = False,
+                tile: int = MOE_TILE, rows: int = MOE_ROWS):
+    """The prefill products by tiles of one expert's pairs. Bindings: x, route, y [n k, M], w0[, w1]
+    [, b0[, b1]], tiles, order. Params as expert_kernel. Workgroups: tile_groups."""
+    nw = 2 if mode == "glu" else 1
+    access = ["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else []) + ["r", "r"]
+    return ks.get("moe_tile.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots), ACT=act,
+                  BIAS=bool(bias), Q8X=int(bool(q8)), T=int(tile), ROWS=int(rows))
+
+
+def max_tiles(n: int, k: int, n_expert: int, tile: int = MOE_TILE) -> int:
+    """The most tiles n tokens' n k pairs make: a partial tile at most per expert used."""
+    return -(-(n * k) // tile) + min(n_expert, n * k)
+
+
+def tile_groups(n: int, k: int, n_expert: int, m: int, tile: int = MOE_TILE, rows: int = MOE_ROWS):
+    t = max_tiles(n, k, n_expert, tile)
+    if t > 65535:
+        raise EngineError(f"{t} expert tiles in one dispatch (at most 65,535)")
+    return t, -(-m // rows), 1
 
 
 def sum_kernel(ks, slots: int):
@@ -166,6 +195,7 @@ def moe_buffers(be) -> dict:
         bufs = dict(route=be.dev.buffer(n * 2 * k * 4, "moe-route"),          # [chunk, 2k] u32
                     ffe=be.dev.buffer(n * k * ff * 4, "moe-ffe"))             # [chunk, k, n_ff_exp]
         bufs["order"] = be.dev.buffer(n * k * 4, "moe-order")                # [chunk k] u32
+        bufs["tiles"] = be.dev.buffer(max_tiles(n, k, c.n_expert) * 8, "moe-tiles")   # [max_tiles, 2] u32
         if n * k * c.n_embd * 4 <= int(be.dev.limits["max-storage-buffer-binding-size"]):
             bufs["yd"] = be.dev.buffer(n * k * c.n_embd * 4, "moe-down-pairs")  # [chunk k, d]
         if moe_int8(be.dev):   # [q8_rows_words] u32: xn's rows, then ffe's, as int8 blocks
@@ -231,6 +261,9 @@ class MoeFfn:
         act = "swiglu_oai" if c.activation == "swiglu_oai" else "silu"
         gb = list(self.b_gate_up) if self.b_gate_up is not None else []
         order = self.bufs["order"]
+        if grouped and self.bufs.get("yd") is not None:
+            self._add_tiled(P, n_of, act, gb)
+            return
         if grouped:
             P.add(sort_kernel(ks, c.n_expert, k), [route, order], (1, 1, 1), f"{i}.experts.sort", n=n_of)
         ob = [order] if grouped else []
@@ -256,6 +289,28 @@ class MoeFfn:
         P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db), q8=self.q8_down),
               [src, route, be.x, self.down.buffer] + db,
               lambda n, kv: expert_groups(d, n_of(n, kv)), f"{i}.experts.down", **prm)
+
+    def _add_tiled(self, P, n_of, act, gb) -> None:
+        """Prefill after the route: sort into tiles, gate/up by tiles, down by tiles, the slots' sum."""
+        be, c, ks = self.be, self.be.cfg, self.be.ks
+        d, k, ff, i, E = c.n_embd, c.n_expert_used, c.n_ff_exp, self.i, c.n_expert
+        route, ffe, order, tiles, yd = (self.bufs[b] for b in ("route", "ffe", "order", "tiles", "yd"))
+        P.add(sort_kernel(ks, E, k, MOE_TILE), [route, order, tiles], (1, 1, 1), f"{i}.experts.sort", n=n_of,
+              max_tiles=lambda n, kv: max_tiles(n_of(n, kv), k, E))
+        src = self.bufs["xq"] if self.q8_gate_up else be.xn
+        P.add(tile_kernel(ks, "glu", [self.gate.qtype, self.up.qtype], k, act=act, bias=bool(gb), q8=self.q8_gate_up),
+              [src, route, ffe, self.gate.buffer, self.up.buffer] + gb + [tiles, order],
+              lambda n, kv: tile_groups(n_of(n, kv), k, E, ff), f"{i}.experts.gate_up",
+              K=d, M=ff, rb0=self.gate.rb, rb1=self.up.rb, eb0=self.gate.eb, eb1=self.up.eb, n=n_of,
+              s_off=ops.q8_rows_scales(be.chunk, d))
+        db = [self.b_down] if self.b_down is not None else []
+        nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
+        src = self._quantize(P, ffe, ff, nk, f"{i}.experts.down") if self.q8_down else ffe
+        P.add(tile_kernel(ks, "down", [self.down.qtype], k, bias=bool(db), q8=self.q8_down),
+              [src, route, yd, self.down.buffer] + db + [tiles, order],
+              lambda n, kv: tile_groups(n_of(n, kv), k, E, d), f"{i}.experts.down",
+              K=ff, M=d, rb0=self.down.rb, eb0=self.down.eb, n=n_of, s_off=ops.q8_rows_scales(be.chunk * k, ff))
+        P.add(sum_kernel(ks, k), [yd, be.x], lambda n, kv: sum_groups(n_of(n, kv), d), f"{i}.experts.sum", d=d, n=n_of)
 
     def _quantize(self, P, src, kk: int, rows_of, label: str):
         """The pass writing src's rows [rows, kk] as int8 blocks into the MoE's xq buffer; returns it.
