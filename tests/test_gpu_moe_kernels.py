@@ -14,7 +14,8 @@ from hearth.engine.gpu import moe as gmoe
 from hearth.engine.gpu import ops
 from hearth.engine.gpu.kernels import Kernels, dispatch_once
 from hearth.engine.models.moe import MIN_WEIGHT_SUM, swiglu_oai
-from tests.gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err, rng  # noqa: F401
+from tests.gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err
+from tests.gpu_fixtures import rng  # noqa: F401  (the fixture)
 from tests.test_gpu_matmul8 import q8_rows_ref, quantize
 
 
@@ -360,3 +361,46 @@ def test_tiled_down_and_the_slot_sum(ks, rng, qtype, q8, bias):
             e = ids[t, s]
             ref[t] += w[t, s] * (wd[e] @ hr[t * k + s] + (bd[e] if bias else 0))
     assert rel_err(got - x0, ref - x0) < RTOL
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q4_0", "Q8_0", "Q5_K"])
+@pytest.mark.parametrize("k_in", [256, 2048])
+def test_expert_products_with_64_weight_chunks(ks, rng, qtype, k_in):
+    """The decode layout MoeFfn takes for K-quant / Q4_0 / Q8_0 experts with int8 x (expert_layout:
+    64-weight chunks, 8-32 lanes a row): gate/up, then down over the result, against numpy."""
+    need_int8(ks, True)
+    dev = ks.dev
+    n, E, k, d, ff = 2, 4, 2, k_in, 256
+    rows, c64 = gmoe.expert_layout([qtype, qtype], d, True)
+    assert c64 and rows == 256 // (32 if d == 2048 else 8)
+    rg, wg = experts(rng, qtype, E, ff, d)
+    ru, wu = experts(rng, qtype, E, ff, d)
+    x = (rng.standard_normal((n, d)) * 0.2).astype(np.float32)
+    ids, w, route = routes(rng, n, E, k)
+    src, s_off = quantize(ks, x)
+    xr = q8_rows_ref(x)
+    y = poisoned(dev, n * k * ff)
+    rb = ops.row_bytes(qtype, d)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "glu", [qtype, qtype], k, q8=True, rows=rows, c64=True),
+                  [src, dev.upload(route), y, dev.upload(rg), dev.upload(ru)], gmoe.expert_groups(ff, n * k, rows),
+                  K=d, M=ff, rb0=rb, rb1=rb, eb0=rb * ff, eb1=rb * ff, n=n, s_off=s_off)
+    got = read_f32(dev, y, n * k * ff).reshape(n * k, ff)
+    g = np.stack([wg[ids[t, s]] @ xr[t] for t in range(n) for s in range(k)])
+    u = np.stack([wu[ids[t, s]] @ xr[t] for t in range(n) for s in range(k)])
+    with np.errstate(over="ignore"):
+        assert rel_err(got, g / (1 + np.exp(-g)) * u) < RTOL * 5
+    # down: rows of ff = 256 weights (four 64-weight chunks: 8 lanes), d outputs
+    rows_d, c64_d = gmoe.expert_layout([qtype], ff, True)
+    assert c64_d and rows_d == 32
+    rd, wd = experts(rng, qtype, E, d, ff)
+    h = rng.standard_normal((n * k, ff)).astype(np.float32)
+    hq, h_off = quantize(ks, h)
+    x0 = rng.standard_normal((n, d)).astype(np.float32)
+    yb = dev.upload(x0)
+    rbd = ops.row_bytes(qtype, ff)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype], k, q8=True, rows=rows_d, c64=True),
+                  [hq, dev.upload(route), yb, dev.upload(rd)], gmoe.expert_groups(d, n, rows_d),
+                  K=ff, M=d, rb0=rbd, eb0=rbd * d, n=n, s_off=h_off)
+    hr = q8_rows_ref(h)
+    ref = np.stack([sum(w[t, s] * (wd[ids[t, s]] @ hr[t * k + s]) for s in range(k)) for t in range(n)])
+    assert rel_err(read_f32(dev, yb, n * d).reshape(n, d) - x0, ref) < RTOL

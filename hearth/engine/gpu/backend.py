@@ -131,7 +131,7 @@ class GpuBackend(Backend):
         W = self.weights = GpuWeights(dev, g)
         d, hd, nh, nkv, nff, nv = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff, c.n_vocab
         # every per-token activation buffer must fit one storage binding: shrink the chunk if not
-        widest = max(nff, (nh + 2 * nkv) * hd, nh * ops.ATTN_MAX_SPLITS * (hd + 2)) * 4
+        widest = max(nff, (nh + 2 * nkv) * hd, nh * ops.ATTN_MAX_SPLITS * (hd + 2), gmoe.widest_row(c)) * 4
         chunk = max(1, min(chunk, int(dev.limits["max-storage-buffer-binding-size"]) // widest))
         self.chunk = chunk
         self.kv = GpuKVCache(dev, c.n_layer, nkv, hd, n_ctx, kv_dtype)

@@ -109,19 +109,31 @@ def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: boo
 
 
 def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
-                  q8: bool = False, order: bool = False):
+                  q8: bool = False, order: bool = False, c64: bool = False):
     """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up][, order]; "down": x, route, y (+=),
     w[, b][, order]. Params K, M, rb0, rb1, eb0, eb1, n, s_off (see moe_matvec.wgsl). q8: x is
     quantize_rows' int8 blocks (every weight type in ops.INT8_TYPES; s_off = ops.q8_rows_scales of
     that buffer's rows). order: pairs in sort_kernel's order (workgroups: expert_groups(..., order=True));
-    "down" then writes each pair's weighted output y [n k, M] (sum_kernel adds them up)."""
+    "down" then writes each pair's weighted output y [n k, M] (sum_kernel adds them up). c64 (with
+    q8, K a multiple of 64): 64-weight chunks a lane (see expert_layout)."""
     if q8 and not all(t in ops.INT8_TYPES for t in qtypes):
         raise ValueError(f"no int8-x expert product for weight types {qtypes}")
     nw = 2 if mode == "glu" else 1
     access = ["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else []) + (["r"] if order else [])
     return ks.get("moe_matvec.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots),
                   ACT=act, BIAS=bool(bias), ROWS=int(rows), Q8X=int(bool(q8)),
-                  ORDER=bool(order))
+                  ORDER=bool(order), C64=bool(c64))
+
+
+def expert_layout(qtypes, k: int, q8: bool) -> tuple[int, bool]:
+    """(rows a workgroup, c64) of an expert product over rows of K weights: with int8 x and a K-quant /
+    Q4_0 / Q8_0 among the weights (ops.C64_TYPES), 64-weight chunks (scales decoded once a sub-block,
+    as the dense int8 matvecs' ops.int8_c64), with as many lanes a row (8-32) as a row has chunks;
+    else MOE_ROWS rows of 32 lanes, 8-weight chunks."""
+    if q8 and ops.INT8_C64 and k % 64 == 0 and any(t in ops.C64_TYPES for t in qtypes):
+        lanes = 32 if k // 64 >= 32 else 16 if k // 64 >= 16 else 8
+        return 256 // lanes, True
+    return MOE_ROWS, False
 
 
 def expert_groups(m: int, pairs: int, rows: int = MOE_ROWS, order: bool = False):
@@ -247,9 +259,8 @@ class MoeFfn:
         self._add(P, lambda n, kv: n, lambda n, kv: ops.rows_groups(n), True)
 
     def _add(self, P, n_of, rows_g, grouped: bool) -> None:
-        """grouped (prefill): the (token, slot) pairs sorted by expert first (moe_sort.wgsl), the
-        products dispatched in that order, the down products' weighted outputs summed by moe_sum.wgsl
-        (where their buffer fits one binding; else the down product sums a token's slots itself)."""
+        """grouped (prefill): the tiled products (_add_tiled), or where their per-pair outputs do not
+        fit one binding, the gate/up pairs sorted by expert (moe_sort.wgsl) and the down product per token."""
         be, c, ks = self.be, self.be.cfg, self.be.ks
         d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, self.i
         route, ffe = self.bufs["route"], self.bufs["ffe"]
@@ -268,27 +279,24 @@ class MoeFfn:
             P.add(sort_kernel(ks, c.n_expert, k), [route, order], (1, 1, 1), f"{i}.experts.sort", n=n_of)
         ob = [order] if grouped else []
         src = self.bufs["xq"] if q8 else be.xn           # the route kernel wrote xn (and its int8 blocks)
-        P.add(expert_kernel(ks, "glu", [self.gate.qtype, self.up.qtype], k, act=act, bias=bool(gb), q8=self.q8_gate_up,
-                            order=grouped),
+        gt = [self.gate.qtype, self.up.qtype]
+        rows, c64 = expert_layout(gt, d, self.q8_gate_up)
+        P.add(expert_kernel(ks, "glu", gt, k, act=act, bias=bool(gb), q8=self.q8_gate_up, order=grouped,
+                            rows=rows, c64=c64),
               [src, route, ffe, self.gate.buffer, self.up.buffer] + gb + ob,
-              lambda n, kv: expert_groups(ff, n_of(n, kv) * k, order=grouped), f"{i}.experts.gate_up",
+              lambda n, kv: expert_groups(ff, n_of(n, kv) * k, rows, order=grouped), f"{i}.experts.gate_up",
               K=d, M=ff, rb0=self.gate.rb, rb1=self.up.rb, eb0=self.gate.eb, eb1=self.up.eb, n=n_of,
               s_off=ops.q8_rows_scales(be.chunk, d))
+        # the down product sums a token's slots itself (prefill too, where the per-pair outputs of
+        # the tiled path do not fit one binding)
         db = [self.b_down] if self.b_down is not None else []
         nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
         src = self._quantize(P, ffe, ff, nk, f"{i}.experts.down") if self.q8_down else ffe
-        prm = dict(K=ff, M=d, rb0=self.down.rb, eb0=self.down.eb, n=n_of, s_off=ops.q8_rows_scales(be.chunk * k, ff))
-        yd = self.bufs.get("yd")
-        if grouped and yd is not None:
-            P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db), q8=self.q8_down, order=True),
-                  [src, route, yd, self.down.buffer] + db + [order],
-                  lambda n, kv: expert_groups(d, n_of(n, kv) * k, order=True), f"{i}.experts.down", **prm)
-            P.add(sum_kernel(ks, k), [yd, be.x], lambda n, kv: sum_groups(n_of(n, kv), d), f"{i}.experts.sum",
-                  d=d, n=n_of)
-            return
-        P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db), q8=self.q8_down),
+        rows, c64 = expert_layout([self.down.qtype], ff, self.q8_down)
+        P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db), q8=self.q8_down, rows=rows, c64=c64),
               [src, route, be.x, self.down.buffer] + db,
-              lambda n, kv: expert_groups(d, n_of(n, kv)), f"{i}.experts.down", **prm)
+              lambda n, kv: expert_groups(d, n_of(n, kv), rows), f"{i}.experts.down",
+              K=ff, M=d, rb0=self.down.rb, eb0=self.down.eb, n=n_of, s_off=ops.q8_rows_scales(be.chunk * k, ff))
 
     def _add_tiled(self, P, n_of, act, gb) -> None:
         """Prefill after the route: sort into tiles, gate/up by tiles, down by tiles, the slots' sum."""
@@ -320,6 +328,13 @@ class MoeFfn:
         P.add(ops.quantize_rows(self.be.ks), [src, xq], lambda n, kv: ops.quantize_rows_groups(rows_of(n, kv), kk),
               label + ".q8", K=kk, n=rows_of, ldx=kk, s_off=ops.q8_rows_scales(cap, kk))
         return xq
+
+
+def widest_row(cfg) -> int:
+    """Floats a token's MoE activations take in one buffer (ffe: k x n_ff_exp; 0 for a dense model),
+    for the backend's choice of a chunk whose buffers fit one binding (the down products' per-pair
+    outputs, k x d, are optional: moe_buffers leaves them out where they do not fit)."""
+    return cfg.n_expert_used * cfg.n_ff_exp if cfg.n_expert else 0
 
 
 def moe_int8(dev) -> bool:

@@ -16,11 +16,14 @@
 // threads, 256 / ROWS lanes a row taking its 8-weight chunks in turn (quant.wgsl `_deq8`), x in f32.
 // Q8 (quantized weight types): x arrives as quantize_rows.wgsl's int8 blocks of 32 (binding 1 is
 // that buffer, its scales from word s_off) and the products are 4-way integer dot products on the
-// weights' codes (quant.wgsl `_dq8`), as llama.cpp's experts read x rounded to Q8_0.
+// weights' codes (quant.wgsl `_dq8`), as llama.cpp's experts read x rounded to Q8_0. C64 (with Q8):
+// a lane's chunks are 64 weights (quant.wgsl `_dq64`: a K-quant's scales decoded once per sub-block).
 {% from "quant.wgsl" import quant_fns with context %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
 {% set Q8 = Q8X | default(0) %}
+{% set C64 = C64 | default(False) %}
+{% if C64 and not Q8 %}{{ raise("64-weight chunks are built for int8 x only") }}{% endif %}
 {% if MODE not in ("glu", "down") %}{{ raise("moe_matvec mode " ~ MODE) }}{% endif %}
 const ROWS: u32 = {{ROWS}}u;
 const LANES: u32 = {{256 // ROWS}}u;
@@ -72,6 +75,16 @@ var<workgroup> red: array<f32, {{512 if GLU else 256}}>;
 fn qsum(q: vec2<u32>) -> i32 {
     return dot4I8Packed(q.x, 0x01010101u) + dot4I8Packed(q.y, 0x01010101u);
 }
+{% if C64 %}
+// x's values [64c, 64c + 64) of the row at word xb: 8 chunks of codes, their sums, the two blocks' scales
+fn x64(xb: u32, c: u32) -> X64 {
+    let b = xb + 16u * c;
+    let q = array<vec2<u32>, 8>({% for i in range(8) %}vec2<u32>(x[b + {{2 * i}}u], x[b + {{2 * i + 1}}u]){% if not loop.last %}, {% endif %}{% endfor %});
+    let so = P.s_off + (xb >> 2u) + 4u * c;
+    return X64(q, array<i32, 8>({% for i in range(8) %}qsum(q[{{i}}]){% if not loop.last %}, {% endif %}{% endfor %}),
+               vec2<f32>(bitcast<f32>(x[so]), bitcast<f32>(x[so + 2u])));
+}
+{% endif %}
 {% else %}
 {% macro dot8(wi, rowbase, xb, c) %}fdot8({{wi}}_deq8({{rowbase}}, {{c}}), {{xb}}, {{c}}){% endmacro %}
 fn fdot8(a: Deq8, xb: u32, c: u32) -> f32 {
@@ -89,7 +102,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let row = wid.x * ROWS + grp;
 {% endif %}
     let r = min(row, P.M - 1u);
-    let nc = P.K / 8u;
+    let nc = P.K / {{64 if C64 else 8}}u;
 {% if GLU %}
 {% if ORDER %}
     let j = order[wid.x];                        // token t's slot s
@@ -104,8 +117,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var acc = 0.0;
     var acu = 0.0;
     for (var c = lane; c < nc; c += LANES) {
+{% if C64 %}
+        let xv = x64(xb, c);
+        acc += w0_dq64(ra, c, xv);
+        acu += w1_dq64(rb, c, xv);
+{% else %}
         acc += {{ dot8("w0", "ra", "xb", "c") }};
         acu += {{ dot8("w1", "rb", "xb", "c") }};
+{% endif %}
     }
     red[tid] = acc;
     red[256u + tid] = acu;
@@ -117,7 +136,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ro = e * P.eb0 + r * P.rb0;
     let xb = j * (P.K / 4u);
     var acc = 0.0;
-    for (var c = lane; c < nc; c += LANES) { acc += {{ dot8("w0", "ro", "xb", "c") }}; }
+    for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
     red[tid] = acc;
 {% else %}
     let t = wid.y;
@@ -128,7 +147,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let ro = e * P.eb0 + r * P.rb0;
         let xb = (t * SLOTS + s) * (P.K / 4u);
         var part = 0.0;
-        for (var c = lane; c < nc; c += LANES) { part += {{ dot8("w0", "ro", "xb", "c") }}; }
+        for (var c = lane; c < nc; c += LANES) { part += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
         acc += ws * part;
     }
     red[tid] = acc;
