@@ -183,3 +183,18 @@ def test_gpt_oss_greedy_steps_follow_the_logits(oss_float):
         tok = int(np.argmax(logits))
         want.append(tok)
     assert got == want
+
+
+def test_gpt_oss_with_a_float16_cache(oss, adapter):
+    """The sinks merge and the windowed layers over a float16 K/V cache, against numpy's float path
+    with the same cache (this tiny model moves ~0.6 between f32 and f16 caches: expert choices flip)."""
+    d, m, g, cfg = oss
+    be = gpu(adapter, cfg, g, moe_int8=False, kv_dtype="f16")
+    try:
+        cpu = CpuBackend(cfg, g, n_ctx=128, int8=False, kv_dtype="f16")
+        ids = prompt_of(m, "english")["ids"]
+        want = batch(cpu, ids)
+        np.testing.assert_allclose(batch(be, ids), want, atol=1e-3)
+        np.testing.assert_allclose(one_at_a_time(be, ids)[-8:], want[-8:], atol=1e-3)
+    finally:
+        be.close()
