@@ -404,3 +404,25 @@ def test_expert_products_with_64_weight_chunks(ks, rng, qtype, k_in):
     hr = q8_rows_ref(h)
     ref = np.stack([sum(w[t, s] * (wd[ids[t, s]] @ hr[t * k + s]) for s in range(k)) for t in range(n)])
     assert rel_err(read_f32(dev, yb, n * d).reshape(n, d) - x0, ref) < RTOL
+
+
+@pytest.mark.parametrize("gating, norm_w", [("softmax", True), ("softmax_weight", False)])
+def test_top_k_of_given_logits(ks, rng, gating, norm_w):
+    """Decode's route kernel: the logits come from the dense matvec (bias included); top k, weights
+    and xn (the norm still fused) as the whole route kernel gives them."""
+    dev = ks.dev
+    d, E, k, eps = 64, 32, 4, 1e-5
+    x = rng.standard_normal((1, d)).astype(np.float32)
+    g = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    lg = rng.standard_normal(E).astype(np.float32) * 2
+    lg[7] = lg[3] = lg.max() + 1                        # a tie at the top: 3 first
+    route = dev.upload(np.full(2 * k, 0xFFFFFFFF, np.uint32))
+    xo = poisoned(dev, d)
+    dispatch_once(dev, gmoe.route_kernel(ks, E, k, gating, norm_w, False, norm=True, logits=True),
+                  [dev.upload(x), dev.upload(lg), route, dev.upload(g), xo], (1, 1, 1), d=d, n=1, eps=eps, s_off=0)
+    r = dev.read([(route, 0, 2 * k * 4)]).view(np.uint32).reshape(2, k)
+    top, w = route_ref(lg[None, :], np.eye(E, dtype=np.float32), None, k, gating, norm_w)   # logits = lg I
+    assert r[0].tolist() == top[0].tolist() and top[0][:2].tolist() == [3, 7]
+    np.testing.assert_allclose(r[1].view(np.float32), w[0], rtol=1e-5)
+    want = x / np.sqrt((x.astype(np.float64) ** 2).mean() + eps) * g
+    assert rel_err(read_f32(dev, xo, d), want[0]) < RTOL

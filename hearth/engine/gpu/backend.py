@@ -30,8 +30,8 @@ current one's id is read back (the id goes from the argmax into the next step's 
 the whole head), gemma3 two post-norm dispatches per layer. A float16 KV cache (`kv_dtype="f16"`)
 adds the RoPE dispatch too (rope_store.wgsl writes its words of two values whole).
 Mixture-of-experts layers (qwen3moe, gpt-oss; gpu/moe.py) replace the FFN's two decode dispatches
-with three: RMSNorm + router + top k, all chosen experts' gate/up, their down + weighted sum +
-residual (four where the down product takes int8 x: a quantize pass); gpt-oss's attention sinks make
+with four: RMSNorm + router logits, top k, all chosen experts' gate/up, their down + weighted sum
++ residual (five where the down product takes int8 x: a quantize pass); gpt-oss's attention sinks make
 decode attention always a split pass and a merge with the sinks (no direct or fused-merge variant).
 """
 

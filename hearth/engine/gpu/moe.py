@@ -6,13 +6,14 @@ float), and `add_decode(plan)` / `add_prefill(plan)` append its dispatches to a 
 
     route     RMSNorm x -> xn (ffn_norm; gpt-oss: post_attention_norm), xn's int8 blocks, router
               logits (+ bias), top k, weights -> route [n, 2k]                    (moe_route.wgsl)
+              (decode: the logits first by the dense matvec, spread over the GPU, then the top k)
     [sort]    prefill: the (token, slot) pairs grouped by expert -> order       (moe_sort.wgsl)
     glu       per (token, slot): act(gate_e xn (+b)) * (up_e xn (+b)) -> ffe [n, k, n_ff_exp]
     [q8]      ffe's rows as int8 blocks                                      (quantize_rows.wgsl)
     down      decode: x += sum_s w_s (down_{e_s} ffe[t, s] (+b))             (moe_matvec.wgsl)
               prefill: per pair (by expert) yd = w_s (down_e ffe (+b)), then x += sum_s yd (moe_sum.wgsl)
 
-Decode is 3-4 dispatches a layer (the dense FFN's 2). The expert ids never leave the GPU: the
+Decode is 4-5 dispatches a layer (the dense FFN's 2). The expert ids never leave the GPU: the
 products read them from the route buffer, so one dispatch covers every expert a token batch needs;
 in prefill the pairs run grouped by expert, so the workgroups in flight share few experts' rows
 (cache) instead of streaming an expert's matrix once per pair. Routing follows llama.cpp's
@@ -100,12 +101,13 @@ class Experts:
 
 
 def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: bool, norm: bool = False,
-                 q8: bool = False):
-    """Bindings: xn [n, d] (norm: the residual x), router [E, d], [bias [E],] route (u32 [n, 2k])
-    [, g [d], xn out [n, d] (norm)][, xq (q8: xn as quantize_rows' blocks)]. Params d, n, eps, s_off."""
+                 q8: bool = False, logits: bool = False):
+    """Bindings: xn [n, d] (norm: the residual x), router [E, d] (logits: the logits [E] of one token,
+    bias included), [bias [E],] route (u32 [n, 2k]) [, g [d], xn out [n, d] (norm)][, xq (q8: xn as
+    quantize_rows' blocks)]. Params d, n, eps, s_off."""
     access = ["r", "r"] + (["r"] if bias else []) + ["rw"] + (["r", "rw"] if norm else []) + (["rw"] if q8 else [])
     return ks.get("moe_route.wgsl", access, ROUTE_FIELDS, E=int(n_expert), K=int(k), GATING=gating,
-                  NORM_W=bool(norm_w), BIAS=bool(bias), NORM=bool(norm), Q8=bool(q8))
+                  NORM_W=bool(norm_w), BIAS=bool(bias), NORM=bool(norm), Q8=bool(q8), LOGITS=bool(logits))
 
 
 def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
@@ -205,6 +207,7 @@ def moe_buffers(be) -> dict:
         c, n = be.cfg, be.chunk
         k, ff = c.n_expert_used, c.n_ff_exp
         bufs = dict(route=be.dev.buffer(n * 2 * k * 4, "moe-route"),          # [chunk, 2k] u32
+                    logits=be.dev.buffer(c.n_expert * 4, "moe-logits"),       # [n_expert] (decode)
                     ffe=be.dev.buffer(n * k * ff * 4, "moe-ffe"))             # [chunk, k, n_ff_exp]
         bufs["order"] = be.dev.buffer(n * k * 4, "moe-order")                # [chunk k] u32
         bufs["tiles"] = be.dev.buffer(max_tiles(n, k, c.n_expert) * 8, "moe-tiles")   # [max_tiles, 2] u32
@@ -266,9 +269,20 @@ class MoeFfn:
         route, ffe = self.bufs["route"], self.bufs["ffe"]
         rb = [self.router_b] if self.router_b is not None else []
         q8 = self.q8_gate_up
-        P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, bool(rb), norm=True, q8=q8),
-              [be.x, self.router] + rb + [route, self.norm, be.xn] + ([self.bufs["xq"]] if q8 else []),
-              _groups(rows_g), f"{i}.ffn_norm+route", d=d, n=n_of, eps=c.rms_eps, s_off=ops.q8_rows_scales(be.chunk, d))
+        out = [route, self.norm, be.xn] + ([self.bufs["xq"]] if q8 else [])
+        rprm = dict(d=d, n=n_of, eps=c.rms_eps, s_off=ops.q8_rows_scales(be.chunk, d))
+        if grouped:
+            P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, bool(rb), norm=True, q8=q8),
+                  [be.x, self.router] + rb + out, _groups(rows_g), f"{i}.ffn_norm+route", **rprm)
+        else:    # decode: the router's logits by the dense matvec (RMSNorm fused), then the top k
+            lay = ops.matvec_layout(d, c.n_expert)
+            logits = self.bufs["logits"]
+            P.add(ops.matvec(ks, ["F32"], norm=True, bias=bool(rb), layout=lay), [be.x, logits, self.router, self.norm] + rb,
+                  ops.matvec_groups(c.n_expert, lay), f"{i}.router", **ops.matvec_params(["F32"], d, [c.n_expert],
+                                                                                          eps=c.rms_eps))
+            P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, False, norm=True, q8=q8,
+                               logits=True),
+                  [be.x, logits] + out, (1, 1, 1), f"{i}.ffn_norm+top_k", **rprm)
         act = "swiglu_oai" if c.activation == "swiglu_oai" else "silu"
         gb = list(self.b_gate_up) if self.b_gate_up is not None else []
         order = self.bufs["order"]

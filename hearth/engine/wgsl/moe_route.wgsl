@@ -13,6 +13,11 @@
 // experts' int8-x products. Both save a dispatch a layer.
 {% from "q8_block.wgsl" import q8_scale, q8_codes %}
 {% set Q8 = Q8 | default(False) %}
+// LOGITS (decode): binding 2 holds the logits [E] already (+ bias: the dense matvec computed them
+// over many workgroups; one workgroup reading the whole router is slow on a large GPU); the kernel
+// takes the top k (and with NORM still writes xn and its blocks).
+{% set LOGITS = LOGITS | default(False) %}
+{% if LOGITS and BIAS %}{{ raise("the router bias is in the logits already") }}{% endif %}
 {% if Q8 and not NORM %}{{ raise("the route kernel writes int8 blocks of a norm it computes") }}{% endif %}
 const E: u32 = {{E}}u;
 const K: u32 = {{K}}u;
@@ -91,6 +96,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 {% endif %}
 {% endif %}
+{% if LOGITS %}
+    for (var e = tid; e < E; e += 256u) { lg[e] = wr[e]; used[e] = 0u; }
+    workgroupBarrier();
+{% else %}
     for (var e0 = 0u; e0 < E; e0 += 8u) {
         let e = e0 + grp;
         var acc = 0.0;
@@ -118,6 +127,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
     }
+{% endif %}
     if (tid != 0u) { return; }
 {% if GATING == "softmax" %}
     var mx = lg[0];
