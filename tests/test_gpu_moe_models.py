@@ -198,3 +198,20 @@ def test_gpt_oss_with_a_float16_cache(oss, adapter):
         np.testing.assert_allclose(one_at_a_time(be, ids)[-8:], want[-8:], atol=1e-3)
     finally:
         be.close()
+
+
+@pytest.mark.parametrize("name", PROMPTS)
+def test_gpt_oss_int8_experts_one_token_at_a_time_agree_with_the_batch(oss, adapter, name):
+    """lavapipe's defaults (the MXFP4 experts take int8 x): the one-token passes (router matvec, top
+    k, gate/up, the down product quantizing its x in workgroup memory) give the batch's logits (the
+    tiled prefill products over the same int8 x) at every position."""
+    d, m, g, cfg = oss
+    be = gpu(adapter, cfg, g)
+    try:
+        if not be.dev.int8:
+            pytest.skip("the adapter has no int8 dot products")
+        assert "0.experts.down.q8" not in [op["label"] for op in be.decode_plan.ops]
+        ids = prompt_of(m, name)["ids"]
+        np.testing.assert_allclose(one_at_a_time(be, ids), batch(be, ids), atol=1e-3)
+    finally:
+        be.close()

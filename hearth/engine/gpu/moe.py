@@ -111,20 +111,22 @@ def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: boo
 
 
 def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
-                  q8: bool = False, order: bool = False, c64: bool = False):
+                  q8: bool = False, order: bool = False, c64: bool = False, qin: int = 0):
     """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up][, order]; "down": x, route, y (+=),
     w[, b][, order]. Params K, M, rb0, rb1, eb0, eb1, n, s_off (see moe_matvec.wgsl). q8: x is
     quantize_rows' int8 blocks (every weight type in ops.INT8_TYPES; s_off = ops.q8_rows_scales of
     that buffer's rows). order: pairs in sort_kernel's order (workgroups: expert_groups(..., order=True));
     "down" then writes each pair's weighted output y [n k, M] (sum_kernel adds them up). c64 (with
-    q8, K a multiple of 64): 64-weight chunks a lane (see expert_layout)."""
+    q8, K a multiple of 64): 64-weight chunks a lane (see expert_layout). qin ("down" per token, with
+    q8): x is f32 and each workgroup quantizes its token's rows into workgroup memory first (qin =
+    ops.q8_rows_words(slots, K); s_off = ops.q8_rows_scales(slots, K))."""
     if q8 and not all(t in ops.INT8_TYPES for t in qtypes):
         raise ValueError(f"no int8-x expert product for weight types {qtypes}")
     nw = 2 if mode == "glu" else 1
     access = ["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else []) + (["r"] if order else [])
     return ks.get("moe_matvec.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots),
                   ACT=act, BIAS=bool(bias), ROWS=int(rows), Q8X=int(bool(q8)),
-                  ORDER=bool(order), C64=bool(c64))
+                  ORDER=bool(order), C64=bool(c64), QIN=int(qin))
 
 
 def expert_layout(qtypes, k: int, q8: bool) -> tuple[int, bool]:
@@ -305,12 +307,20 @@ class MoeFfn:
         # the tiled path do not fit one binding)
         db = [self.b_down] if self.b_down is not None else []
         nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
-        src = self._quantize(P, ffe, ff, nk, f"{i}.experts.down") if self.q8_down else ffe
+        # decode: the token's k rows quantized inside the down product where they fit workgroup memory
+        qin = ops.q8_rows_words(k, ff) if self.q8_down and not grouped and self._fits(ops.q8_rows_words(k, ff)) else 0
+        src = self._quantize(P, ffe, ff, nk, f"{i}.experts.down") if self.q8_down and not qin else ffe
         rows, c64 = expert_layout([self.down.qtype], ff, self.q8_down)
-        P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db), q8=self.q8_down, rows=rows, c64=c64),
+        P.add(expert_kernel(ks, "down", [self.down.qtype], k, bias=bool(db), q8=self.q8_down, rows=rows, c64=c64,
+                            qin=qin),
               [src, route, be.x, self.down.buffer] + db,
               lambda n, kv: expert_groups(d, n_of(n, kv), rows), f"{i}.experts.down",
-              K=ff, M=d, rb0=self.down.rb, eb0=self.down.eb, n=n_of, s_off=ops.q8_rows_scales(be.chunk * k, ff))
+              K=ff, M=d, rb0=self.down.rb, eb0=self.down.eb, n=n_of,
+              s_off=ops.q8_rows_scales(k, ff) if qin else ops.q8_rows_scales(be.chunk * k, ff))
+
+    def _fits(self, words: int) -> bool:
+        """Whether `words` u32 of x blocks fit workgroup memory beside the down product's reduction."""
+        return (words + 256) * 4 <= int(self.be.dev.limits["max-compute-workgroup-storage-size"])
 
     def _add_tiled(self, P, n_of, act, gb) -> None:
         """Prefill after the route: sort into tiles, gate/up by tiles, down by tiles, the slots' sum."""

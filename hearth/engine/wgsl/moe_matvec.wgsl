@@ -18,11 +18,17 @@
 // that buffer, its scales from word s_off) and the products are 4-way integer dot products on the
 // weights' codes (quant.wgsl `_dq8`), as llama.cpp's experts read x rounded to Q8_0. C64 (with Q8):
 // a lane's chunks are 64 weights (quant.wgsl `_dq64`: a K-quant's scales decoded once per sub-block).
+// QIN (= the words of SLOTS rows of int8 blocks; "down" per token, with Q8): x arrives in f32 and each
+// workgroup first writes its token's SLOTS rows as int8 blocks into workgroup memory (quantize_rows'
+// layout and code, scales from word s_off there): no quantize pass (decode: one dispatch less a layer).
+{% from "q8_block.wgsl" import q8_scale, q8_codes %}
 {% from "quant.wgsl" import quant_fns with context %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
 {% set Q8 = Q8X | default(0) %}
 {% set C64 = C64 | default(False) %}
+{% set QIN = QIN | default(0) %}
+{% if QIN and (not Q8 or GLU or ORDER) %}{{ raise("x quantized in the workgroup is built for the per-token down product") }}{% endif %}
 {% if C64 and not Q8 %}{{ raise("64-weight chunks are built for int8 x only") }}{% endif %}
 {% if MODE not in ("glu", "down") %}{{ raise("moe_matvec mode " ~ MODE) }}{% endif %}
 const ROWS: u32 = {{ROWS}}u;
@@ -37,7 +43,11 @@ struct Params {
     s_off: u32,      // Q8: the first word of x's block scales
 }
 @group(0) @binding(0) var<uniform> P: Params;
-{% if Q8 %}
+{% if QIN %}
+@group(0) @binding(1) var<storage, read> xf: array<vec4<f32>>;      // [n SLOTS, K] f32
+var<workgroup> x: array<u32, {{QIN}}>;                               // token t's rows as int8 blocks
+struct X8 { lo: vec4<f32>, hi: vec4<f32> }
+{% elif Q8 %}
 @group(0) @binding(1) var<storage, read> x: array<u32>;             // rows as int8 blocks (ops.q8_rows_words)
 {% else %}
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;       // glu [n, K]; down [n SLOTS, K]
@@ -94,6 +104,30 @@ fn fdot8(a: Deq8, xb: u32, c: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+{% if QIN %}
+    {
+        let base = wid.y * SLOTS * (P.K / 4u);       // token t's SLOTS rows, in vec4s
+        for (var bk = tid; bk < SLOTS * P.K / 32u; bk += 256u) {
+{% for i in range(4) %}
+            let v{{i}} = X8(xf[base + bk * 8u + {{2 * i}}u], xf[base + bk * 8u + {{2 * i + 1}}u]);
+{% endfor %}
+            var mx = vec4<f32>(0.0);
+{% for i in range(4) %}
+            mx = max(mx, max(abs(v{{i}}.lo), abs(v{{i}}.hi)));
+{% endfor %}
+            let amax = max(max(mx.x, mx.y), max(mx.z, mx.w));
+{{ q8_scale("amax") }}
+{% for i in range(4) %}
+{{ q8_codes(i) }}
+            x[bk * 8u + {{2 * i}}u] = pack4xI8(qa{{i}});
+            x[bk * 8u + {{2 * i + 1}}u] = pack4xI8(qb{{i}});
+{% endfor %}
+            x[P.s_off + 2u * bk] = bitcast<u32>(d);
+            x[P.s_off + 2u * bk + 1u] = bitcast<u32>(d * f32(qn0 + qn1 + qn2 + qn3));
+        }
+        workgroupBarrier();
+    }
+{% endif %}
     let grp = tid / LANES;
     let lane = tid % LANES;
 {% if ORDER %}
@@ -145,7 +179,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let e = route[t * 2u * SLOTS + s];
         let ws = bitcast<f32>(route[t * 2u * SLOTS + SLOTS + s]);
         let ro = e * P.eb0 + r * P.rb0;
-        let xb = (t * SLOTS + s) * (P.K / 4u);
+        let xb = ({% if QIN %}s{% else %}t * SLOTS + s{% endif %}) * (P.K / 4u);
         var part = 0.0;
         for (var c = lane; c < nc; c += LANES) { part += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
         acc += ws * part;
