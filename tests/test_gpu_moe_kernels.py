@@ -426,3 +426,26 @@ def test_top_k_of_given_logits(ks, rng, gating, norm_w):
     np.testing.assert_allclose(r[1].view(np.float32), w[0], rtol=1e-5)
     want = x / np.sqrt((x.astype(np.float64) ** 2).mean() + eps) * g
     assert rel_err(read_f32(dev, xo, d), want[0]) < RTOL
+
+
+@pytest.mark.parametrize("qtype", ["MXFP4", "Q4_K", "Q8_0"])
+def test_down_quantizing_its_x_in_workgroup_memory(ks, rng, qtype):
+    """Decode's down product (qin): f32 x in, each workgroup writes its token's rows as int8 blocks
+    itself; the result is the product over quantize_rows' x."""
+    need_int8(ks, True)
+    dev = ks.dev
+    n, E, k, d, ff = 2, 4, 3, 64, 256
+    rd, wd = experts(rng, qtype, E, d, ff)
+    h = rng.standard_normal((n * k, ff)).astype(np.float32)
+    x0 = rng.standard_normal((n, d)).astype(np.float32)
+    ids, w, route = routes(rng, n, E, k)
+    rows, c64 = gmoe.expert_layout([qtype], ff, True)
+    y = dev.upload(x0)
+    rb = ops.row_bytes(qtype, ff)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype], k, q8=True, rows=rows, c64=c64,
+                                          qin=ops.q8_rows_words(k, ff)),
+                  [dev.upload(h), dev.upload(route), y, dev.upload(rd)], gmoe.expert_groups(d, n, rows),
+                  K=ff, M=d, rb0=rb, eb0=rb * d, n=n, s_off=ops.q8_rows_scales(k, ff))
+    hr = q8_rows_ref(h)
+    ref = np.stack([sum(w[t, s] * (wd[ids[t, s]] @ hr[t * k + s]) for s in range(k)) for t in range(n)])
+    assert rel_err(read_f32(dev, y, n * d).reshape(n, d) - x0, ref) < RTOL
