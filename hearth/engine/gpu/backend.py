@@ -31,7 +31,7 @@ the whole head), gemma3 two post-norm dispatches per layer. A float16 KV cache (
 adds the RoPE dispatch too (rope_store.wgsl writes its words of two values whole).
 Mixture-of-experts layers (qwen3moe, gpt-oss; gpu/moe.py) replace the FFN's two decode dispatches
 with four: RMSNorm + router logits, top k, all chosen experts' gate/up, their down + weighted sum
-+ residual (five where the down product takes int8 x: a quantize pass); gpt-oss's attention sinks make
++ residual; gpt-oss's attention sinks make
 decode attention always a split pass and a merge with the sinks (no direct or fused-merge variant).
 """
 

@@ -9,11 +9,11 @@ float), and `add_decode(plan)` / `add_prefill(plan)` append its dispatches to a 
               (decode: the logits first by the dense matvec, spread over the GPU, then the top k)
     [sort]    prefill: the (token, slot) pairs grouped by expert -> order       (moe_sort.wgsl)
     glu       per (token, slot): act(gate_e xn (+b)) * (up_e xn (+b)) -> ffe [n, k, n_ff_exp]
-    [q8]      ffe's rows as int8 blocks                                      (quantize_rows.wgsl)
-    down      decode: x += sum_s w_s (down_{e_s} ffe[t, s] (+b))             (moe_matvec.wgsl)
+    [q8]      prefill: ffe's rows as int8 blocks                             (quantize_rows.wgsl)
+    down      decode: x += sum_s w_s (down_{e_s} ffe[t, s] (+b)), ffe quantized in workgroup memory
               prefill: per pair (by expert) yd = w_s (down_e ffe (+b)), then x += sum_s yd (moe_sum.wgsl)
 
-Decode is 4-5 dispatches a layer (the dense FFN's 2). The expert ids never leave the GPU: the
+Decode is 4 dispatches a layer (the dense FFN's 2; 5 where ffe's blocks do not fit workgroup memory). The expert ids never leave the GPU: the
 products read them from the route buffer, so one dispatch covers every expert a token batch needs;
 in prefill the pairs run grouped by expert, so the workgroups in flight share few experts' rows
 (cache) instead of streaming an expert's matrix once per pair. Routing follows llama.cpp's
