@@ -13,6 +13,7 @@ HEARTH_GPU_ADAPTER picks the adapter by name.
 from __future__ import annotations
 
 import argparse
+import resource
 import json
 import os
 import statistics
@@ -101,6 +102,10 @@ def run(kind, cfg, g, ids512, ids2000, a):
         from hearth.engine.cpu_backend import CpuBackend  # noqa: PLC0415
         be = CpuBackend(cfg, g, a.n_ctx)
     r = {"load s": time.perf_counter() - t}
+    # memory: what the backend holds against the file's size (MoE experts stay in their GGUF types),
+    # and this process's peak RSS after the load
+    r["weights / file size"] = be.describe().get("weights_bytes", 0) / max(1, g.path.stat().st_size)
+    r["peak RSS after load GiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20)
     rep = a.repeat if kind == "gpu" else 1
     if a.decode16_only:
         r["decode after 16 tok/s"] = decode_tps(be, ids512[:16], a.decode_tokens, rep)

@@ -92,10 +92,14 @@ def test_the_library_says_they_run_before_download(name, arch):
     assert verdict_before_download(name, arch).runs is True
 
 
-def test_the_gpu_backend_refuses_them_by_name(reference_dir):
-    with pytest.raises(UnsupportedModelError, match=r"tiny-qwen3moe.gguf: mixture-of-experts models \(qwen3moe\) "
-                                                    r"run on the CPU backend only"):
-        Engine.load(tiny(reference_dir, "qwen3moe"), backend="gpu", n_ctx=32)
+def test_the_gpu_backend_loads_them(reference_dir):
+    """qwen3moe and gpt-oss run on the GPU backend (tests/test_gpu_moe_models.py checks their logits)."""
+    for arch in ("qwen3moe", "gpt-oss"):
+        e = Engine.load(tiny(reference_dir, arch), backend="gpu", n_ctx=32)
+        try:
+            assert e.backend_info["backend"] == "gpu"
+        finally:
+            e.close()
 
 
 def test_a_missing_expert_tensor_is_named(tmp_path, reference_dir):
@@ -105,3 +109,16 @@ def test_a_missing_expert_tensor_is_named(tmp_path, reference_dir):
     (tmp_path / "bad.gguf").write_bytes(data.replace(name, b"blk.1.ffn_up_exps.weigXt"))
     assert "bad.gguf: tensor blk.1.ffn_up_exps.weight is missing (a gpt-oss layer's experts)" in refusal(
         tmp_path / "bad.gguf")
+
+
+def test_auto_takes_a_real_gpu_for_them(monkeypatch, reference_dir):
+    """With a real GPU adapter found, auto runs a MoE model there (the adapter is mocked as real;
+    the backend then opens this machine's)."""
+    from hearth.engine import gpu
+    monkeypatch.setattr(gpu, "probe", lambda: {"vendor": "NVIDIA", "device": "H200", "is_cpu": False,
+                                               "real_gpu": True})
+    e = Engine.load(tiny(reference_dir, "gpt-oss"), backend="auto", n_ctx=32)
+    try:
+        assert e.backend_info["backend"] == "gpu" and "real GPU adapter" in e.backend_info["reason"]
+    finally:
+        e.close()

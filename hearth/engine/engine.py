@@ -509,9 +509,7 @@ def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int, report=N
             adapter = gpu.probe()
         except Exception as e:  # a broken optional GPU stack must not stop the CPU engine
             adapter, reason = None, f"GPU backend unavailable ({e})"
-        if adapter and adapter.get("real_gpu") and cfg.n_expert:
-            kind, reason = "cpu", "mixture-of-experts models run on the CPU backend only"
-        elif adapter and adapter.get("real_gpu") and cfg.cpu_only:
+        if adapter and adapter.get("real_gpu") and cfg.cpu_only:
             kind, reason = "cpu", f"{cfg.arch} models run on the CPU backend only ({cfg.cpu_only})"
         elif adapter and adapter.get("real_gpu"):
             kind, reason = "gpu", f"real GPU adapter {adapter.get('device', '?')}"

@@ -29,6 +29,10 @@ long contexts: ops.ATTN_FUSE_BYTES); one more where the down product reads x qua
 current one's id is read back (the id goes from the argmax into the next step's embedding on the GPU). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
 the whole head), gemma3 two post-norm dispatches per layer. A float16 KV cache (`kv_dtype="f16"`)
 adds the RoPE dispatch too (rope_store.wgsl writes its words of two values whole).
+Mixture-of-experts layers (qwen3moe, gpt-oss; gpu/moe.py) replace the FFN's two decode dispatches
+with four: RMSNorm + router logits, top k, all chosen experts' gate/up, their down + weighted sum
++ residual; gpt-oss's attention sinks make
+decode attention always a split pass and a merge with the sinks (no direct or fused-merge variant).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from . import ops
 from .dense_next import DenseHooks, tensor_view
 from .device import Device, select_adapter
 from .kernels import Kernels
+from . import moe as gmoe
 from .kv import GpuKVCache
 from .plan import Plan
 from .weights import GpuWeights
@@ -71,9 +76,7 @@ class GpuBackend(Backend):
                  mm8: bool | None = None):
         if cfg.final_softcap > 0:
             raise UnsupportedModelError(f"{gguf.path.name}: final logit soft-capping is not implemented on the GPU")
-        if cfg.n_expert:
-            raise UnsupportedModelError(f"{gguf.path.name}: mixture-of-experts models ({cfg.arch}) run on the CPU "
-                                        f"backend only; choose CPU")
+        gmoe.check_supported(cfg, gguf.path.name)
         if cfg.cpu_only:
             raise UnsupportedModelError(f"{gguf.path.name}: {cfg.arch} models ({cfg.cpu_only}) run on the CPU "
                                         f"backend only; choose CPU")
@@ -129,7 +132,7 @@ class GpuBackend(Backend):
         W = self.weights = GpuWeights(dev, tensor_view(g, c, n_ctx))   # phi3's fused tensors in llama's names
         d, hd, nh, nkv, nff, nv = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff, c.n_vocab
         # every per-token activation buffer must fit one storage binding: shrink the chunk if not
-        widest = max(nff, (nh + 2 * nkv) * hd, nh * ops.ATTN_MAX_SPLITS * (hd + 2)) * 4
+        widest = max(nff, (nh + 2 * nkv) * hd, nh * ops.ATTN_MAX_SPLITS * (hd + 2), gmoe.widest_row(c)) * 4
         chunk = max(1, min(chunk, int(dev.limits["max-storage-buffer-binding-size"]) // widest))
         self.chunk = chunk
         self.kv = GpuKVCache(dev, c.n_layer, nkv, hd, n_ctx, kv_dtype)
@@ -159,7 +162,7 @@ class GpuBackend(Backend):
         ff_ = dequantize(freq.data, freq.type, freq.shape, freq.name).reshape(-1) if freq is not None else None
         cs = W.floats(rope_table(Rope(c.n_rot, c.rope_base, c.rope_neox, c.rope_scaling, ff_), n_ctx), "rope")
         cs_swa = (W.floats(rope_table(Rope(c.n_rot, c.rope_base_swa, c.rope_neox), n_ctx), "rope-swa")
-                  if c.sliding_window else None)
+                  if c.sliding_window and not gmoe.swa_uses_main_rope(c) else cs if c.sliding_window else None)
         self.dense = DenseHooks(W, c, n_ctx, ks)     # smollm3's layers without RoPE, mistral3's q temperature
 
         self.emb = W.matrix("token_embd.weight", nv, d, split=True)
@@ -209,10 +212,12 @@ class GpuBackend(Backend):
             k_norm=W.vector(p + "attn_k_norm.weight", hd, optional=True),
             wo=W.matrix(p + "attn_output.weight", d, nh * hd),
             bo=W.vector(p + "attn_output.bias", d, optional=True),
-            ffn_norm=W.vector(p + "ffn_norm.weight", d),
-            gate=W.matrix(p + "ffn_gate.weight", nff, d),
-            up=W.matrix(p + "ffn_up.weight", nff, d),
-            down=W.matrix(p + "ffn_down.weight", d, nff),
+            ffn_norm=None if c.n_expert else W.vector(p + "ffn_norm.weight", d),
+            gate=None if c.n_expert else W.matrix(p + "ffn_gate.weight", nff, d),
+            up=None if c.n_expert else W.matrix(p + "ffn_up.weight", nff, d),
+            down=None if c.n_expert else W.matrix(p + "ffn_down.weight", d, nff),
+            moe=gmoe.MoeFfn(self, i) if c.n_expert else None,
+            sinks=W.vector(p + "attn_sinks.weight", nh) if c.attn_sinks else None,
             post_attn=W.vector(p + "post_attention_norm.weight", d) if c.post_norms else None,
             post_ffn=W.vector(p + "post_ffw_norm.weight", d) if c.post_norms else None,
         )
@@ -278,19 +283,23 @@ class GpuBackend(Backend):
         # output itself; longer: split partials, then the merge. The plan holds every variant and the
         # step's kv_len picks (ops whose workgroup count is 0 are not dispatched).
         nsp = ops.attn_splits
+        sinks = L["sinks"]     # gpt-oss: always split partials, then the merge with the sinks (moe.sink_combine)
         P.add(ops.attn_split(ks, hd, self.kv_f16), [self.q, self.kv.k[i], self.kv.v[i], self.part, self.step],
-              lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.attn", **ap)
+              lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 or sinks is not None else (0, 0, 0), f"{i}.attn", **ap)
         P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True), [self.q, self.kv.k[i], self.kv.v[i], self.att, self.step],
-              lambda n, kv: (1, nh, 1) if nsp(kv) == 1 else (0, 0, 0), f"{i}.attn", **ap)
+              lambda n, kv: (1, nh, 1) if nsp(kv) == 1 and sinks is None else (0, 0, 0), f"{i}.attn", **ap)
         # The split merge fused into the O projection while that is cheap (short contexts: one
         # dispatch less), else a combine pass first.
         wo = [L["wo"].qtype]
         o_lay, o_q8 = self._layout(wo, nh * hd, d)
         fuse = 0
-        if nh * hd <= ops.ATTN_X_MAX and nh * self.max_splits <= ops.ATTN_WS_MAX and nh <= 256:
+        if sinks is not None:
+            P.add(gmoe.sink_combine(ks, hd, "decode"), [self.part, self.att, sinks, self.step], (nh, 1, 1),
+                  f"{i}.combine", **gmoe.sink_params(c, self.kv.max_ctx, self.max_splits))
+        elif nh * hd <= ops.ATTN_X_MAX and nh * self.max_splits <= ops.ATTN_WS_MAX and nh <= 256:
             o_lay_x, o_q8x = self._layout(wo, nh * hd, d, attn_x=True)
             fuse = min(self.max_splits, ops.attn_fuse_splits(ops.matvec_groups(d, o_lay_x)[0], nh * hd))
-        if fuse < self.max_splits:
+        if fuse < self.max_splits and sinks is None:
             P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step],
                   lambda n, kv: (nh, 1, 1) if nsp(kv) > max(fuse, 1) else (0, 0, 0), f"{i}.combine", **ap)
         self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o", layout=o_lay,
@@ -298,6 +307,9 @@ class GpuBackend(Backend):
         if fuse > 1:
             self._decode_proj(P, L["wo"], self.part, nh * hd, L["bo"], L["post_attn"], f"{i}.o", attn_x=True,
                               layout=o_lay_x, when=lambda n, kv: 1 < nsp(kv) <= fuse, q8=o_q8x)
+        if L["moe"] is not None:
+            L["moe"].add_decode(P)
+            return
         gt = [L["gate"].qtype, L["up"].qtype]
         dn_t = [L["down"].qtype]
         pre = self.int8 and ops.int8_pre_ok(self.dev, dn_t, nff)
@@ -402,9 +414,17 @@ class GpuBackend(Backend):
         ap = dict(self._attn_params(window), n_splits=lambda n, kv: ops.attn_prefill_splits(kv))
         P.add(ops.attn_prefill(ks, hd, self.kv_f16), [self.q, self.kv.k[i], self.kv.v[i], self.ppart, self.step],
               lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv)), f"{i}.attn", **ap)
-        P.add(ops.attn_prefill_combine(ks, hd), [self.ppart, self.att], lambda n, kv: ops.rows_groups(n * nh),
-              f"{i}.combine", **ap)
+        if L["sinks"] is not None:
+            P.add(gmoe.sink_combine(ks, hd, "prefill"), [self.ppart, self.att, L["sinks"]],
+                  lambda n, kv: ops.rows_groups(n * nh), f"{i}.combine",
+                  **dict(gmoe.sink_params(c, self.kv.max_ctx), c=ap["n_splits"]))
+        else:
+            P.add(ops.attn_prefill_combine(ks, hd), [self.ppart, self.att], lambda n, kv: ops.rows_groups(n * nh),
+                  f"{i}.combine", **ap)
         self._prefill_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o")
+        if L["moe"] is not None:
+            L["moe"].add_prefill(P)
+            return
         P.add(ops.rmsnorm(ks), [self.x, self.xn, L["ffn_norm"]], rows_g, f"{i}.ffn_norm", d=d, n=self.chunk, eps=c.rms_eps)
         # gate, then up with act(gate) * up applied in its epilogue (in place in ff), then down
         act = "gelu" if c.activation == "gelu_tanh" else "silu"

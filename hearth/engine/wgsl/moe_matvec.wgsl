@@ -1,0 +1,232 @@
+// The chosen experts' products for n tokens, every expert resident in one 3-D tensor per matrix
+// (GGUF bytes, expert e's rows at byte e * EB: numpy [n_expert, M, K]); the expert ids and weights
+// come from moe_route.wgsl's route buffer [n, 2 SLOTS] on the GPU, so one dispatch covers all the
+// experts a batch needs. MODE:
+//   "glu":  workgroup (row group, pair j = t SLOTS + s) computes, for token t's slot s (expert e),
+//           y[j, r] = act(Wg_e[r] . x[t] + bg[e, r]) * (Wu_e[r] . x[t] + bu[e, r])  (M = n_ff_exp)
+//           ACT "silu": silu(g) u; "swiglu_oai" (gpt-oss): g = min(g, 7), u = clamp(u, -7, 7),
+//           g sigmoid(1.702 g) (u + 1)
+//   "down": workgroup (row group, token t) adds the weighted sum over t's slots to the residual:
+//           y[t, r] += sum_s w_s (Wd_{e_s}[r] . x[t SLOTS + s] + bd[e_s, r])             (M = d)
+// ORDER (prefill): the pairs come in moe_sort.wgsl's order, grouped by expert, workgroup (pair k,
+// row group): pair j = order[k], so the workgroups in flight read few experts' rows (from cache);
+// "down" then writes each pair's weighted output yd[j, r] = w_s (Wd_e[r] . x[j] + bd[e, r]) and
+// moe_sum.wgsl adds a token's slots to the residual.
+// BIAS: the per-expert biases [n_expert, M] (gpt-oss). Layout: ROWS rows a workgroup of 256
+// threads, 256 / ROWS lanes a row taking its 8-weight chunks in turn (quant.wgsl `_deq8`), x in f32.
+// Q8 (quantized weight types): x arrives as quantize_rows.wgsl's int8 blocks of 32 (binding 1 is
+// that buffer, its scales from word s_off) and the products are 4-way integer dot products on the
+// weights' codes (quant.wgsl `_dq8`), as llama.cpp's experts read x rounded to Q8_0. C64 (with Q8):
+// a lane's chunks are 64 weights (quant.wgsl `_dq64`: a K-quant's scales decoded once per sub-block).
+// QIN (= the words of SLOTS rows of int8 blocks; "down" per token, with Q8): x arrives in f32 and each
+// workgroup first writes its token's SLOTS rows as int8 blocks into workgroup memory (quantize_rows'
+// layout and code, scales from word s_off there): no quantize pass (decode: one dispatch less a layer).
+{% from "q8_block.wgsl" import q8_scale, q8_codes %}
+{% from "quant.wgsl" import quant_fns with context %}
+{% include "quant.wgsl" %}
+{% set GLU = MODE == "glu" %}
+{% set Q8 = Q8X | default(0) %}
+{% set C64 = C64 | default(False) %}
+{% set QIN = QIN | default(0) %}
+{% if QIN and (not Q8 or GLU or ORDER) %}{{ raise("x quantized in the workgroup is built for the per-token down product") }}{% endif %}
+{% if C64 and not Q8 %}{{ raise("64-weight chunks are built for int8 x only") }}{% endif %}
+{% if MODE not in ("glu", "down") %}{{ raise("moe_matvec mode " ~ MODE) }}{% endif %}
+const ROWS: u32 = {{ROWS}}u;
+const LANES: u32 = {{256 // ROWS}}u;
+const SLOTS: u32 = {{SLOTS}}u;
+struct Params {
+    K: u32,          // row length (weights)
+    M: u32,          // rows of one expert's matrix
+    rb0: u32, rb1: u32,   // bytes per row of w0 (w1)
+    eb0: u32, eb1: u32,   // bytes per expert of w0 (w1)
+    n: u32,          // tokens
+    s_off: u32,      // Q8: the first word of x's block scales
+}
+@group(0) @binding(0) var<uniform> P: Params;
+{% if QIN %}
+@group(0) @binding(1) var<storage, read> xf: array<vec4<f32>>;      // [n SLOTS, K] f32
+var<workgroup> x: array<u32, {{QIN}}>;                               // token t's rows as int8 blocks
+struct X8 { lo: vec4<f32>, hi: vec4<f32> }
+{% elif Q8 %}
+@group(0) @binding(1) var<storage, read> x: array<u32>;             // rows as int8 blocks (ops.q8_rows_words)
+{% else %}
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;       // glu [n, K]; down [n SLOTS, K]
+{% endif %}
+@group(0) @binding(2) var<storage, read> route: array<u32>;         // [n, 2 SLOTS]
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;       // glu [n SLOTS, M]; down [n, M] (+=)
+@group(0) @binding(4) var<storage, read> w0: array<u32>;
+{% if GLU %}
+@group(0) @binding(5) var<storage, read> w1: array<u32>;
+{% if BIAS %}
+@group(0) @binding(6) var<storage, read> b0: array<f32>;            // [n_expert, M]
+@group(0) @binding(7) var<storage, read> b1: array<f32>;
+{% endif %}
+{% set nb = 8 if BIAS else 6 %}
+{% elif BIAS %}
+@group(0) @binding(5) var<storage, read> b0: array<f32>;            // [n_expert, M]
+{% set nb = 6 %}
+{% else %}
+{% set nb = 5 %}
+{% endif %}
+{% if ORDER %}
+@group(0) @binding({{nb}}) var<storage, read> order: array<u32>;    // [n SLOTS] pairs grouped by expert
+{% endif %}
+
+{{ quant_fns("w0", QTYPES[0]) }}
+{% if GLU %}
+{{ quant_fns("w1", QTYPES[1]) }}
+{% endif %}
+
+var<workgroup> red: array<f32, {{512 if GLU else 256}}>;
+
+{% if Q8 %}
+// weights [8c, 8c + 8) of the row at byte rowbase (buffer wi) times row xr of x (xb = xr K / 4)
+{% macro dot8(wi, rowbase, xb, c) %}{{wi}}_dq8({{rowbase}}, {{c}}, vec2<u32>(x[{{xb}} + 2u * {{c}}], x[{{xb}} + 2u * {{c}} + 1u]), qsum(vec2<u32>(x[{{xb}} + 2u * {{c}}], x[{{xb}} + 2u * {{c}} + 1u]))) * bitcast<f32>(x[P.s_off + ({{xb}} >> 2u) + 2u * ({{c}} >> 2u)]){% endmacro %}
+fn qsum(q: vec2<u32>) -> i32 {
+    return dot4I8Packed(q.x, 0x01010101u) + dot4I8Packed(q.y, 0x01010101u);
+}
+{% if C64 %}
+// x's values [64c, 64c + 64) of the row at word xb: 8 chunks of codes, their sums, the two blocks' scales
+fn x64(xb: u32, c: u32) -> X64 {
+    let b = xb + 16u * c;
+    let q = array<vec2<u32>, 8>({% for i in range(8) %}vec2<u32>(x[b + {{2 * i}}u], x[b + {{2 * i + 1}}u]){% if not loop.last %}, {% endif %}{% endfor %});
+    let so = P.s_off + (xb >> 2u) + 4u * c;
+    return X64(q, array<i32, 8>({% for i in range(8) %}qsum(q[{{i}}]){% if not loop.last %}, {% endif %}{% endfor %}),
+               vec2<f32>(bitcast<f32>(x[so]), bitcast<f32>(x[so + 2u])));
+}
+{% endif %}
+{% else %}
+{% macro dot8(wi, rowbase, xb, c) %}fdot8({{wi}}_deq8({{rowbase}}, {{c}}), {{xb}}, {{c}}){% endmacro %}
+fn fdot8(a: Deq8, xb: u32, c: u32) -> f32 {
+    return dot(a.lo, x[xb + 2u * c]) + dot(a.hi, x[xb + 2u * c + 1u]);
+}
+{% endif %}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+{% if QIN %}
+    {
+        let base = wid.y * SLOTS * (P.K / 4u);       // token t's SLOTS rows, in vec4s
+        for (var bk = tid; bk < SLOTS * P.K / 32u; bk += 256u) {
+{% for i in range(4) %}
+            let v{{i}} = X8(xf[base + bk * 8u + {{2 * i}}u], xf[base + bk * 8u + {{2 * i + 1}}u]);
+{% endfor %}
+            var mx = vec4<f32>(0.0);
+{% for i in range(4) %}
+            mx = max(mx, max(abs(v{{i}}.lo), abs(v{{i}}.hi)));
+{% endfor %}
+            let amax = max(max(mx.x, mx.y), max(mx.z, mx.w));
+{{ q8_scale("amax") }}
+{% for i in range(4) %}
+{{ q8_codes(i) }}
+            x[bk * 8u + {{2 * i}}u] = pack4xI8(qa{{i}});
+            x[bk * 8u + {{2 * i + 1}}u] = pack4xI8(qb{{i}});
+{% endfor %}
+            x[P.s_off + 2u * bk] = bitcast<u32>(d);
+            x[P.s_off + 2u * bk + 1u] = bitcast<u32>(d * f32(qn0 + qn1 + qn2 + qn3));
+        }
+        workgroupBarrier();
+    }
+{% endif %}
+    let grp = tid / LANES;
+    let lane = tid % LANES;
+{% if ORDER %}
+    let row = wid.y * ROWS + grp;
+{% else %}
+    let row = wid.x * ROWS + grp;
+{% endif %}
+    let r = min(row, P.M - 1u);
+    let nc = P.K / {{64 if C64 else 8}}u;
+{% if GLU %}
+{% if ORDER %}
+    let j = order[wid.x];                        // token t's slot s
+{% else %}
+    let j = wid.y;                               // token t's slot s
+{% endif %}
+    let t = j / SLOTS;
+    let e = route[t * 2u * SLOTS + j % SLOTS];
+    let ra = e * P.eb0 + r * P.rb0;
+    let rb = e * P.eb1 + r * P.rb1;
+    let xb = t * (P.K / 4u);
+    var acc = 0.0;
+    var acu = 0.0;
+    for (var c = lane; c < nc; c += LANES) {
+{% if C64 %}
+        let xv = x64(xb, c);
+        acc += w0_dq64(ra, c, xv);
+        acu += w1_dq64(rb, c, xv);
+{% else %}
+        acc += {{ dot8("w0", "ra", "xb", "c") }};
+        acu += {{ dot8("w1", "rb", "xb", "c") }};
+{% endif %}
+    }
+    red[tid] = acc;
+    red[256u + tid] = acu;
+{% elif ORDER %}
+    let j = order[wid.x];                        // token t's slot s
+    let t = j / SLOTS;
+    let e = route[t * 2u * SLOTS + j % SLOTS];
+    let ws = bitcast<f32>(route[t * 2u * SLOTS + SLOTS + j % SLOTS]);
+    let ro = e * P.eb0 + r * P.rb0;
+    let xb = j * (P.K / 4u);
+    var acc = 0.0;
+    for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
+    red[tid] = acc;
+{% else %}
+    let t = wid.y;
+    var acc = 0.0;
+    for (var s = 0u; s < SLOTS; s++) {
+        let e = route[t * 2u * SLOTS + s];
+        let ws = bitcast<f32>(route[t * 2u * SLOTS + SLOTS + s]);
+        let ro = e * P.eb0 + r * P.rb0;
+        let xb = ({% if QIN %}s{% else %}t * SLOTS + s{% endif %}) * (P.K / 4u);
+        var part = 0.0;
+        for (var c = lane; c < nc; c += LANES) { part += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
+        acc += ws * part;
+    }
+    red[tid] = acc;
+{% endif %}
+    workgroupBarrier();
+    for (var s = LANES / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            red[tid] += red[tid + s];
+{% if GLU %}
+            red[256u + tid] += red[256u + tid + s];
+{% endif %}
+        }
+        workgroupBarrier();
+    }
+    if (lane != 0u || row >= P.M) { return; }
+{% if GLU %}
+    var g = red[tid];
+    var u = red[256u + tid];
+{% if BIAS %}
+    g += b0[e * P.M + r];
+    u += b1[e * P.M + r];
+{% endif %}
+{% if ACT == "silu" %}
+    y[j * P.M + r] = g / (1.0 + exp(-g)) * u;
+{% elif ACT == "swiglu_oai" %}
+    let gc = min(g, 7.0);
+    let uc = clamp(u, -7.0, 7.0);
+    y[j * P.M + r] = gc / (1.0 + exp(-1.702 * gc)) * (uc + 1.0);
+{% else %}
+    {{ raise("moe_matvec activation " ~ ACT) }}
+{% endif %}
+{% elif ORDER %}
+{% if BIAS %}
+    y[j * P.M + r] = ws * (red[tid] + b0[e * P.M + r]);
+{% else %}
+    y[j * P.M + r] = ws * red[tid];
+{% endif %}
+{% else %}
+    var v = red[tid];
+{% if BIAS %}
+    for (var s = 0u; s < SLOTS; s++) {
+        let e = route[t * 2u * SLOTS + s];
+        v += bitcast<f32>(route[t * 2u * SLOTS + SLOTS + s]) * b0[e * P.M + r];
+    }
+{% endif %}
+    y[t * P.M + r] += v;
+{% endif %}
+}
