@@ -1,0 +1,78 @@
+"""Builders of the hybrid (Qwen3.5) layers' kernels: Gated DeltaNet's convolution, delta rule
+(recurrent and chunked) and the output gates (engine/wgsl/delta_conv.wgsl, delta_net.wgsl,
+gated_out.wgsl). One parameter struct for all of them (DELTA_FIELDS); buffer order in each
+`access` tuple is the order of the kernel's bindings 1.. (as ops.py)."""
+
+from __future__ import annotations
+
+from ..models.delta_net import CHUNK
+from .kernels import grid
+
+DELTA_FIELDS = (("S", "u"), ("hv", "u"), ("hk", "u"), ("ch", "u"), ("ldp", "u"), ("a_off", "u"), ("b_off", "u"),
+                ("z_off", "u"), ("n", "u"), ("st_off", "u"), ("m_off", "u"), ("K", "u"), ("eps", "f"))
+# The delta rule's state rows live in registers (one row of S_k values a thread): bounded here.
+MAX_STATE = 256
+
+
+def conv(ks, d_conv: int):
+    """Bindings: proj (conv input at column 0, row stride ldp), out [n, ch], conv state, weights [ch, K]."""
+    return ks.get("delta_conv.wgsl", ["r", "rw", "rw", "r"], DELTA_FIELDS, KM1=d_conv - 1)
+
+
+def conv_groups(ch: int):
+    gx, gy = grid(-(-ch // 64))
+    return gx, gy, 1
+
+
+def l2norm(ks, S: int):
+    """Bindings: conv [n, ch] (its q and k heads normalized in place)."""
+    return ks.get("delta_net.wgsl", ["rw"], DELTA_FIELDS, PASS="l2norm", S=S, C=CHUNK)
+
+
+def l2norm_groups(n: int, hk: int):
+    gx, gy = grid(-(-(n * 2 * hk) // 64))
+    return gx, gy, 1
+
+
+def recurrent(ks, S: int):
+    """Bindings: conv, proj, da [2 hv], state M, out [n, hv, S]."""
+    return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="recurrent", S=S, C=CHUNK)
+
+
+def prep(ks, S: int):
+    """Bindings: conv, proj, da, gb [n, hv, 2], mat [chunks, hv, C, C]."""
+    return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="prep", S=S, C=CHUNK)
+
+
+def prep_groups(n: int, hv: int):
+    return -(-n // CHUNK), hv, 1
+
+
+def scan(ks, S: int):
+    """Bindings: conv, gb, mat, state M, out [n, hv, S]."""
+    return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="scan", S=S, C=CHUNK)
+
+
+def rows_groups(S: int, hv: int):
+    """recurrent / scan: a workgroup per 64 value dims of a head."""
+    return -(-S // 64), hv, 1
+
+
+def mat_floats(n: int, hv: int) -> int:
+    """float32 values of the prep pass's matrices for n tokens."""
+    return -(-n // CHUNK) * hv * CHUNK * CHUNK
+
+
+def norm_silu(ks):
+    """Bindings: o [n, hv, S] (in place), proj (z at z_off, row stride ldp), norm weight [S]."""
+    return ks.get("gated_out.wgsl", ["rw", "r", "r"], DELTA_FIELDS, PASS="norm_silu")
+
+
+def sigmoid_gate(ks):
+    """Bindings: y [n, ch] (in place), gate [n, ch]."""
+    return ks.get("gated_out.wgsl", ["rw", "r"], DELTA_FIELDS, PASS="sigmoid")
+
+
+def threads_groups(count: int):
+    gx, gy = grid(-(-count // 64))
+    return gx, gy, 1

@@ -1,0 +1,195 @@
+// Gated DeltaNet on the GPU (engine/models/delta_net.py is the numpy reference and derives the
+// chunked form). Rows of the conv output `conv` [n, ch]: q (hk heads of S) | k (hk heads) | v (hv heads);
+// value head h reads q/k head h % hk. proj [n, ldp] holds the raw alpha (column a_off + h) and beta
+// (b_off + h); da = [dt_bias (hv); a (hv)]: g = softplus(alpha + dt_bias) * a, beta = sigmoid(beta).
+// The state M [hv, S_v, S_k] at float offset m_off: row j of head h is value dim j.
+// PASS:
+//   "l2norm"    q and k rows of conv divided by sqrt(|x|^2 + eps), in place; a thread per (token, head)
+//   "recurrent" the one-token update token after token (decode): a workgroup per (64 value dims, head),
+//               a thread owns one row of M (in registers for the whole call)
+//   "prep"      per chunk of C tokens and head, what does not depend on the state: G (cumulative
+//               log-decay in the chunk) and beta per token -> gb [n, hv, 2]; the chunk's C x C
+//               matrix -> mat [chunks, hv, C, C]: A[t, s] = (q_t . k_s) exp(G_t - G_s) / sqrt(S) for
+//               s <= t in the lower triangle, L[t, s] = beta_t (k_t . k_s) exp(G_t - G_s) for s < t
+//               stored transposed in the upper one (mat[s, t])
+//   "scan"      the chunks in order for each (value dim j, head): a thread owns row j of M and
+//               column j of U: (I + L) U = beta (v - exp(G) K M_j) by forward substitution,
+//               o = exp(G) (Q M_j) / sqrt(S) + A U, M_j <- exp(G_last) M_j + K^T (exp(G_last - G) U)
+const S: u32 = {{S}}u;
+const C: u32 = {{C}}u;
+struct Params {
+    S: u32, hv: u32, hk: u32, ch: u32, ldp: u32, a_off: u32, b_off: u32, z_off: u32,
+    n: u32, st_off: u32, m_off: u32, K: u32, eps: f32, _a: u32, _b: u32, _c: u32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
+{% if PASS == "l2norm" %}
+@group(0) @binding(1) var<storage, read_write> conv: array<f32>;
+{% elif PASS == "recurrent" or PASS == "prep" %}
+@group(0) @binding(1) var<storage, read> conv: array<f32>;
+@group(0) @binding(2) var<storage, read> proj: array<f32>;
+@group(0) @binding(3) var<storage, read> da: array<f32>;
+{% if PASS == "recurrent" %}
+@group(0) @binding(4) var<storage, read_write> M: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;    // [n, hv, S]
+{% else %}
+@group(0) @binding(4) var<storage, read_write> gb: array<f32>;     // [n, hv, 2]
+@group(0) @binding(5) var<storage, read_write> mat: array<f32>;    // [chunks, hv, C, C]
+{% endif %}
+{% elif PASS == "scan" %}
+@group(0) @binding(1) var<storage, read> conv: array<f32>;
+@group(0) @binding(2) var<storage, read> gb: array<f32>;
+@group(0) @binding(3) var<storage, read> mat: array<f32>;
+@group(0) @binding(4) var<storage, read_write> M: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+{% else %}{{ raise("delta_net.wgsl: no pass " ~ PASS) }}{% endif %}
+
+fn softplus(x: f32) -> f32 {
+    if (x > 20.0) { return x; }
+    return log(1.0 + exp(x));
+}
+
+{% if PASS == "recurrent" or PASS == "prep" %}
+fn gate(tok: u32, h: u32) -> vec2<f32> {   // (g, beta) of token tok, value head h
+    let g = softplus(proj[tok * P.ldp + P.a_off + h] + da[h]) * da[P.hv + h];
+    let beta = 1.0 / (1.0 + exp(-proj[tok * P.ldp + P.b_off + h]));
+    return vec2<f32>(g, beta);
+}
+{% endif %}
+
+{% if PASS == "l2norm" %}
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    let r = (wid.x + wid.y * nwg.x) * 64u + t;       // (token, one of 2 hk heads)
+    let heads = 2u * P.hk;
+    if (r >= P.n * heads) { return; }
+    let b = (r / heads) * P.ch + (r % heads) * S;
+    var ss = 0.0;
+    for (var i = 0u; i < S; i++) { ss += conv[b + i] * conv[b + i]; }
+    let inv = 1.0 / sqrt(ss + P.eps);
+    for (var i = 0u; i < S; i++) { conv[b + i] = conv[b + i] * inv; }
+}
+{% elif PASS == "recurrent" %}
+var<workgroup> sq: array<f32, S>;
+var<workgroup> sk: array<f32, S>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let h = wid.y;
+    let j = wid.x * 64u + t;
+    let live = j < S;
+    let kh = h % P.hk;
+    let qb = kh * S;
+    let kb = (P.hk + kh) * S;
+    let vb = 2u * P.hk * S + h * S;
+    let row = P.m_off + (h * S + min(j, S - 1u)) * S;
+    var m: array<f32, S>;
+    if (live) { for (var i = 0u; i < S; i++) { m[i] = M[row + i]; } }
+    let scale = 1.0 / sqrt(f32(S));
+    for (var tok = 0u; tok < P.n; tok++) {
+        workgroupBarrier();
+        for (var i = t; i < S; i += 64u) { sq[i] = conv[tok * P.ch + qb + i]; sk[i] = conv[tok * P.ch + kb + i]; }
+        workgroupBarrier();
+        let gbt = gate(tok, h);
+        let e = exp(gbt.x);
+        if (live) {
+            var mk = 0.0;
+            for (var i = 0u; i < S; i++) { m[i] *= e; mk += m[i] * sk[i]; }
+            let d = (conv[tok * P.ch + vb + j] - mk) * gbt.y;
+            var o = 0.0;
+            for (var i = 0u; i < S; i++) { m[i] += d * sk[i]; o += m[i] * sq[i]; }
+            out[(tok * P.hv + h) * S + j] = o * scale;
+        }
+    }
+    if (live) { for (var i = 0u; i < S; i++) { M[row + i] = m[i]; } }
+}
+{% elif PASS == "prep" %}
+var<workgroup> gs: array<f32, C>;
+
+@compute @workgroup_size(C)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let c = wid.x;
+    let h = wid.y;
+    let tok = c * C + t;
+    let live = tok < P.n;
+    var gbt = vec2<f32>(0.0, 0.0);
+    if (live) { gbt = gate(tok, h); }
+    gs[t] = gbt.x;
+    workgroupBarrier();
+    if (t == 0u) {
+        var acc = 0.0;
+        for (var s = 0u; s < C; s++) { acc += gs[s]; gs[s] = acc; }
+    }
+    workgroupBarrier();
+    if (!live) { return; }
+    let G = gs[t];
+    gb[(tok * P.hv + h) * 2u] = G;
+    gb[(tok * P.hv + h) * 2u + 1u] = gbt.y;
+    let kh = h % P.hk;
+    let qt = tok * P.ch + kh * S;
+    let kt = tok * P.ch + (P.hk + kh) * S;
+    let base = (c * P.hv + h) * C * C;
+    let scale = 1.0 / sqrt(f32(S));
+    for (var s = 0u; s <= t; s++) {
+        let ks = (c * C + s) * P.ch + (P.hk + kh) * S;
+        var qk = 0.0;
+        var kk = 0.0;
+        for (var i = 0u; i < S; i++) { qk += conv[qt + i] * conv[ks + i]; kk += conv[kt + i] * conv[ks + i]; }
+        let dec = exp(G - gs[s]);
+        mat[base + t * C + s] = qk * dec * scale;
+        if (s < t) { mat[base + s * C + t] = gbt.y * kk * dec; }
+    }
+}
+{% elif PASS == "scan" %}
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let h = wid.y;
+    let j = wid.x * 64u + t;
+    if (j >= S) { return; }
+    let kh = h % P.hk;
+    let qb = kh * S;
+    let kb = (P.hk + kh) * S;
+    let vb = 2u * P.hk * S + h * S;
+    let row = P.m_off + (h * S + j) * S;
+    let scale = 1.0 / sqrt(f32(S));
+    var m: array<f32, S>;
+    var u: array<f32, C>;
+    for (var i = 0u; i < S; i++) { m[i] = M[row + i]; }
+    let chunks = (P.n + C - 1u) / C;
+    for (var c = 0u; c < chunks; c++) {
+        let c0 = c * C;
+        let nc = min(C, P.n - c0);
+        let base = (c * P.hv + h) * C * C;
+        for (var t2 = 0u; t2 < nc; t2++) {
+            let tok = c0 + t2;
+            let G = gb[(tok * P.hv + h) * 2u];
+            let beta = gb[(tok * P.hv + h) * 2u + 1u];
+            var km = 0.0;
+            for (var i = 0u; i < S; i++) { km += conv[tok * P.ch + kb + i] * m[i]; }
+            var r = beta * conv[tok * P.ch + vb + j] - beta * exp(G) * km;
+            for (var s = 0u; s < t2; s++) { r -= mat[base + s * C + t2] * u[s]; }
+            u[t2] = r;
+        }
+        for (var t2 = 0u; t2 < nc; t2++) {
+            let tok = c0 + t2;
+            let G = gb[(tok * P.hv + h) * 2u];
+            var qm = 0.0;
+            for (var i = 0u; i < S; i++) { qm += conv[tok * P.ch + qb + i] * m[i]; }
+            var o = exp(G) * qm * scale;
+            for (var s = 0u; s <= t2; s++) { o += mat[base + t2 * C + s] * u[s]; }
+            out[(tok * P.hv + h) * S + j] = o;
+        }
+        let last = gb[((c0 + nc - 1u) * P.hv + h) * 2u];
+        for (var t2 = 0u; t2 < nc; t2++) {
+            u[t2] *= exp(last - gb[((c0 + t2) * P.hv + h) * 2u]);
+        }
+        let el = exp(last);
+        for (var i = 0u; i < S; i++) {
+            var acc = el * m[i];
+            for (var t2 = 0u; t2 < nc; t2++) { acc += conv[(c0 + t2) * P.ch + kb + i] * u[t2]; }
+            m[i] = acc;
+        }
+    }
+    for (var i = 0u; i < S; i++) { M[row + i] = m[i]; }
+}
+{% endif %}

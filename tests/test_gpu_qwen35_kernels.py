@@ -1,0 +1,158 @@
+"""The hybrid layers' GPU kernels (engine/gpu/delta_ops.py) against numpy: the causal convolution
+and its carried state (delta_net.causal_conv), the q/k L2 norm, the delta rule one token at a time
+(decode) and chunked (prefill: prep + scan) against the float64 recurrence
+(delta_net.reference_float64) across chunk edges, from a non-zero state and with strong decays, and
+the output gates. Inputs are laid out as the model lays them out: one projection row per token
+[conv input | z | beta | alpha], conv rows [q heads | k heads | v heads]."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hearth.engine.gpu import delta_ops as D
+from hearth.engine.gpu.kernels import Kernels, dispatch_once
+from hearth.engine.models import delta_net as dn
+from tests.gpu_fixtures import make_test_device, poisoned, read_f32, rng  # noqa: F401  (fixture)
+
+S, HK, HV, KCONV = 16, 2, 4, 4
+CH, VD = 2 * HK * S + HV * S, HV * S
+LDP = CH + VD + 2 * HV
+Z_OFF, B_OFF, A_OFF = CH, CH + VD, CH + VD + HV
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    dev = make_test_device()
+    yield dev, Kernels(dev)
+    dev.destroy()
+
+
+def params(n, **kw):
+    p = dict(S=S, hv=HV, hk=HK, ch=CH, ldp=LDP, a_off=A_OFF, b_off=B_OFF, z_off=Z_OFF, n=n, st_off=0, m_off=0,
+             K=KCONV, eps=1e-6)
+    p.update(kw)
+    return p
+
+
+def layer_inputs(rng, n, decay=1.0):
+    """(proj [n, LDP], conv rows [n, CH] with q/k normalized, da [2 HV], M0 [HV, S, S])."""
+    proj = rng.standard_normal((n, LDP)).astype(np.float32)
+    conv = rng.standard_normal((n, CH)).astype(np.float32)
+    qk = conv[:, :2 * HK * S].reshape(n, 2 * HK, S)
+    conv[:, :2 * HK * S] = dn.l2_norm(qk, 1e-6).reshape(n, -1)
+    da = np.concatenate([rng.standard_normal(HV) * 0.5, -rng.uniform(0.05, 2.0, HV) * decay]).astype(np.float32)
+    M0 = (rng.standard_normal((HV, S, S)) * 0.3).astype(np.float32)
+    return proj, conv, da, M0
+
+
+def reference(proj, conv, da, M0):
+    n = proj.shape[0]
+    q = dn.heads_for_values(conv[:, :HK * S].reshape(n, HK, S), HV)
+    k = dn.heads_for_values(conv[:, HK * S:2 * HK * S].reshape(n, HK, S), HV)
+    v = conv[:, 2 * HK * S:].reshape(n, HV, S)
+    g = dn.softplus(proj[:, A_OFF:A_OFF + HV] + da[:HV]) * da[HV:]
+    beta = 1.0 / (1.0 + np.exp(-proj[:, B_OFF:B_OFF + HV].astype(np.float64)))
+    return dn.reference_float64(M0, q, k, v, g, beta)
+
+
+def test_conv_and_its_state(gpu, rng):
+    dev, ks = gpu
+    w = rng.standard_normal((CH, KCONV)).astype(np.float32)
+    st0 = rng.standard_normal((KCONV - 1, CH)).astype(np.float32)
+    pieces = [rng.standard_normal((n, LDP)).astype(np.float32) for n in (5, 1, 2)]
+    st_buf = dev.upload(np.concatenate([np.zeros(7, np.float32), st0.ravel()]), "state")   # at an offset
+    wb = dev.upload(w, "w")
+    ref_state = st0.copy()
+    for proj in pieces:
+        n = proj.shape[0]
+        want = dn.causal_conv(np.ascontiguousarray(proj[:, :CH]), ref_state, w)
+        want = want / (1.0 + np.exp(-want))
+        out = poisoned(dev, n * CH)
+        dispatch_once(dev, D.conv(ks, KCONV), [dev.upload(proj, "proj"), out, st_buf, wb], D.conv_groups(CH),
+                      **params(n, st_off=7))
+        np.testing.assert_allclose(read_f32(dev, out, n * CH).reshape(n, CH), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(read_f32(dev, st_buf, ref_state.size, 7).reshape(ref_state.shape), ref_state,
+                               rtol=0, atol=0)
+
+
+def test_l2norm_of_q_and_k_only(gpu, rng):
+    dev, ks = gpu
+    n = 3
+    conv = rng.standard_normal((n, CH)).astype(np.float32)
+    b = dev.upload(conv, "conv")
+    dispatch_once(dev, D.l2norm(ks, S), [b], D.l2norm_groups(n, HK), **params(n))
+    got = read_f32(dev, b, n * CH).reshape(n, CH)
+    want = conv.copy()
+    want[:, :2 * HK * S] = dn.l2_norm(conv[:, :2 * HK * S].reshape(n, 2 * HK, S), 1e-6).reshape(n, -1)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+
+
+def run_delta(dev, ks, proj, conv, da, M0, chunked: bool):
+    n = proj.shape[0]
+    off = 5 * S * S                                      # the layer's state after another layer's
+    Mb = dev.upload(np.concatenate([np.zeros(off, np.float32), M0.ravel()]), "M")
+    out = poisoned(dev, n * HV * S)
+    pb, cb, db = dev.upload(proj, "proj"), dev.upload(conv, "conv"), dev.upload(da, "da")
+    if chunked:
+        gb, mat = poisoned(dev, n * HV * 2), poisoned(dev, D.mat_floats(n, HV))
+        dispatch_once(dev, D.prep(ks, S), [cb, pb, db, gb, mat], D.prep_groups(n, HV), **params(n, m_off=off))
+        dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.rows_groups(S, HV), **params(n, m_off=off))
+    else:
+        dispatch_once(dev, D.recurrent(ks, S), [cb, pb, db, Mb, out], D.rows_groups(S, HV), **params(n, m_off=off))
+    o = read_f32(dev, out, n * HV * S).reshape(n, HV, S)
+    M = read_f32(dev, Mb, HV * S * S, off).reshape(HV, S, S)
+    assert np.isfinite(o).all() and np.isfinite(M).all()
+    return o, M
+
+
+@pytest.mark.parametrize("n", [1, 3, 20])
+def test_recurrent_equals_the_recurrence(gpu, n):
+    dev, ks = gpu
+    proj, conv, da, M0 = layer_inputs(np.random.default_rng(n), n)
+    want_o, want_M = reference(proj, conv, da, M0)
+    o, M = run_delta(dev, ks, proj, conv, da, M0, chunked=False)
+    assert np.abs(o - want_o).max() < 2e-5
+    assert np.abs(M - want_M).max() < 2e-5
+
+
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 150])
+def test_chunked_equals_the_recurrence(gpu, n):
+    dev, ks = gpu
+    proj, conv, da, M0 = layer_inputs(np.random.default_rng(100 + n), n)
+    want_o, want_M = reference(proj, conv, da, M0)
+    o, M = run_delta(dev, ks, proj, conv, da, M0, chunked=True)
+    assert np.abs(o - want_o).max() < 5e-5
+    assert np.abs(M - want_M).max() < 5e-5
+
+
+def test_chunked_strong_decay_stays_finite(gpu):
+    """exp of a chunk's cumulative decay underflows to 0: every exponent used is <= 0."""
+    dev, ks = gpu
+    proj, conv, da, M0 = layer_inputs(np.random.default_rng(9), 130, decay=40.0)
+    want_o, want_M = reference(proj, conv, da, M0)
+    o, M = run_delta(dev, ks, proj, conv, da, M0, chunked=True)
+    assert np.abs(o - want_o).max() < 5e-5
+    assert np.abs(M - want_M).max() < 5e-5
+
+
+def test_output_gates(gpu, rng):
+    dev, ks = gpu
+    n = 3
+    o = rng.standard_normal((n, HV, S)).astype(np.float32)
+    proj = rng.standard_normal((n, LDP)).astype(np.float32)
+    w = rng.standard_normal(S).astype(np.float32)
+    ob = dev.upload(o, "o")
+    dispatch_once(dev, D.norm_silu(ks), [ob, dev.upload(proj, "proj"), dev.upload(w, "w")],
+                  D.threads_groups(n * HV), **params(n))
+    z = proj[:, Z_OFF:Z_OFF + VD].reshape(n, HV, S)
+    normed = o / np.sqrt((o * o).mean(-1, keepdims=True) + 1e-6) * w
+    want = z / (1 + np.exp(-z)) * normed
+    np.testing.assert_allclose(read_f32(dev, ob, o.size).reshape(o.shape), want, rtol=1e-5, atol=1e-6)
+    y = rng.standard_normal((n, 40)).astype(np.float32)
+    gate = rng.standard_normal((n, 40)).astype(np.float32)
+    yb = dev.upload(y, "y")
+    dispatch_once(dev, D.sigmoid_gate(ks), [yb, dev.upload(gate, "gate")], D.threads_groups(y.size),
+                  **params(n, ch=40))
+    np.testing.assert_allclose(read_f32(dev, yb, y.size).reshape(y.shape), y / (1 + np.exp(-gate)), rtol=1e-5,
+                               atol=1e-7)
