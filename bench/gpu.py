@@ -71,7 +71,7 @@ def prefix_times(be, n, repeat):
 
     def save():
         t = time.perf_counter()
-        tensors = [kv.read_prefix(i, n) for i in range(kv.n_layers)]
+        tensors = [kv.read_prefix(i, n) for i in range(getattr(kv, "image_layers", kv.n_layers))]
         dt = time.perf_counter() - t
         save.tensors = [(np.array(k), np.array(v)) for k, v in tensors]
         return dt * 1e3
@@ -95,8 +95,8 @@ def prefix_times(be, n, repeat):
 def run(kind, cfg, g, ids512, ids2000, a):
     t = time.perf_counter()
     if kind == "gpu":
-        from hearth.engine.gpu import GpuBackend  # noqa: PLC0415
-        be = GpuBackend(cfg, g, a.n_ctx, kv_dtype=a.kv_dtype)
+        from hearth.engine.gpu import backend_class  # noqa: PLC0415
+        be = backend_class(cfg)(cfg, g, a.n_ctx, kv_dtype=a.kv_dtype)
     else:
         from hearth.engine.cpu_backend import CpuBackend  # noqa: PLC0415
         be = CpuBackend(cfg, g, a.n_ctx)

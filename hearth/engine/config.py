@@ -21,9 +21,9 @@ from .models.moe_config import MOE_ARCHS
 SUPPORTED_ARCHS = {name: a.rope for name, a in models.ARCHITECTURES.items()}
 ARCH_ALIASES = models.ALIASES
 # Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
-# module in engine/models/; they run on the CPU backend only for now.
+# module in engine/models/; qwen35 runs on the GPU too (gpu/hybrid.py), the others on the CPU only for now.
 OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
-CPU_ONLY_ARCHS = OWN_METADATA_ARCHS + ("smollm3", "phi3", "mistral3")
+CPU_ONLY_ARCHS = ("qwen35moe", "gemma4", "smollm3", "phi3", "mistral3")
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
 YARN_LOG_MUL_ARCHS = ("mistral3",)
