@@ -21,6 +21,20 @@ LDP = CH + VD + 2 * HV
 Z_OFF, B_OFF, A_OFF = CH, CH + VD, CH + VD + HV
 
 
+class Shape:
+    """A layer's sizes: the tiny model's (S 16) or the real models' state size (S 128: two
+    workgroups of 64 value dims a head, a row of 128 in registers)."""
+
+    def __init__(self, s, hk=2, hv=4):
+        self.S, self.HK, self.HV = s, hk, hv
+        self.CH, self.VD = 2 * hk * s + hv * s, hv * s
+        self.LDP = self.CH + self.VD + 2 * hv
+        self.Z_OFF, self.B_OFF, self.A_OFF = self.CH, self.CH + self.VD, self.CH + self.VD + hv
+
+
+TINY, REAL = Shape(16), Shape(128)
+
+
 @pytest.fixture(scope="module")
 def gpu():
     dev = make_test_device()
@@ -28,17 +42,18 @@ def gpu():
     dev.destroy()
 
 
-def params(n, **kw):
-    p = dict(S=S, hv=HV, hk=HK, ch=CH, ldp=LDP, a_off=A_OFF, b_off=B_OFF, z_off=Z_OFF, n=n, st_off=0, m_off=0,
-             K=KCONV, eps=1e-6)
+def params(n, sh=TINY, **kw):
+    p = dict(S=sh.S, hv=sh.HV, hk=sh.HK, ch=sh.CH, ldp=sh.LDP, a_off=sh.A_OFF, b_off=sh.B_OFF, z_off=sh.Z_OFF, n=n,
+             st_off=0, m_off=0, K=KCONV, eps=1e-6)
     p.update(kw)
     return p
 
 
-def layer_inputs(rng, n, decay=1.0):
+def layer_inputs(rng, n, sh=TINY, decay=1.0):
     """(proj [n, LDP], conv rows [n, CH] with q/k normalized, da [2 HV], M0 [HV, S, S])."""
-    proj = rng.standard_normal((n, LDP)).astype(np.float32)
-    conv = rng.standard_normal((n, CH)).astype(np.float32)
+    S, HK, HV = sh.S, sh.HK, sh.HV
+    proj = rng.standard_normal((n, sh.LDP)).astype(np.float32)
+    conv = rng.standard_normal((n, sh.CH)).astype(np.float32)
     qk = conv[:, :2 * HK * S].reshape(n, 2 * HK, S)
     conv[:, :2 * HK * S] = dn.l2_norm(qk, 1e-6).reshape(n, -1)
     da = np.concatenate([rng.standard_normal(HV) * 0.5, -rng.uniform(0.05, 2.0, HV) * decay]).astype(np.float32)
@@ -46,13 +61,14 @@ def layer_inputs(rng, n, decay=1.0):
     return proj, conv, da, M0
 
 
-def reference(proj, conv, da, M0):
+def reference(proj, conv, da, M0, sh=TINY):
+    S, HK, HV = sh.S, sh.HK, sh.HV
     n = proj.shape[0]
     q = dn.heads_for_values(conv[:, :HK * S].reshape(n, HK, S), HV)
     k = dn.heads_for_values(conv[:, HK * S:2 * HK * S].reshape(n, HK, S), HV)
     v = conv[:, 2 * HK * S:].reshape(n, HV, S)
-    g = dn.softplus(proj[:, A_OFF:A_OFF + HV] + da[:HV]) * da[HV:]
-    beta = 1.0 / (1.0 + np.exp(-proj[:, B_OFF:B_OFF + HV].astype(np.float64)))
+    g = dn.softplus(proj[:, sh.A_OFF:sh.A_OFF + HV] + da[:HV]) * da[HV:]
+    beta = 1.0 / (1.0 + np.exp(-proj[:, sh.B_OFF:sh.B_OFF + HV].astype(np.float64)))
     return dn.reference_float64(M0, q, k, v, g, beta)
 
 
@@ -88,40 +104,43 @@ def test_l2norm_of_q_and_k_only(gpu, rng):
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
 
 
-def run_delta(dev, ks, proj, conv, da, M0, chunked: bool):
+def run_delta(dev, ks, proj, conv, da, M0, chunked: bool, sh=TINY):
+    S, HV = sh.S, sh.HV
     n = proj.shape[0]
     off = 5 * S * S                                      # the layer's state after another layer's
     Mb = dev.upload(np.concatenate([np.zeros(off, np.float32), M0.ravel()]), "M")
     out = poisoned(dev, n * HV * S)
     pb, cb, db = dev.upload(proj, "proj"), dev.upload(conv, "conv"), dev.upload(da, "da")
+    prm = params(n, sh, m_off=off)
     if chunked:
         gb, mat = poisoned(dev, n * HV * 2), poisoned(dev, D.mat_floats(n, HV))
-        dispatch_once(dev, D.prep(ks, S), [cb, pb, db, gb, mat], D.prep_groups(n, HV), **params(n, m_off=off))
-        dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.rows_groups(S, HV), **params(n, m_off=off))
+        dispatch_once(dev, D.prep(ks, S), [cb, pb, db, gb, mat], D.prep_groups(n, HV), **prm)
+        dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.rows_groups(S, HV), **prm)
     else:
-        dispatch_once(dev, D.recurrent(ks, S), [cb, pb, db, Mb, out], D.rows_groups(S, HV), **params(n, m_off=off))
+        dispatch_once(dev, D.recurrent(ks, S), [cb, pb, db, Mb, out], D.rows_groups(S, HV), **prm)
     o = read_f32(dev, out, n * HV * S).reshape(n, HV, S)
     M = read_f32(dev, Mb, HV * S * S, off).reshape(HV, S, S)
     assert np.isfinite(o).all() and np.isfinite(M).all()
     return o, M
 
 
-@pytest.mark.parametrize("n", [1, 3, 20])
-def test_recurrent_equals_the_recurrence(gpu, n):
+@pytest.mark.parametrize("sh, n", [(TINY, 1), (TINY, 3), (TINY, 20), (REAL, 2)], ids=["1", "3", "20", "S128"])
+def test_recurrent_equals_the_recurrence(gpu, sh, n):
     dev, ks = gpu
-    proj, conv, da, M0 = layer_inputs(np.random.default_rng(n), n)
-    want_o, want_M = reference(proj, conv, da, M0)
-    o, M = run_delta(dev, ks, proj, conv, da, M0, chunked=False)
+    proj, conv, da, M0 = layer_inputs(np.random.default_rng(n), n, sh)
+    want_o, want_M = reference(proj, conv, da, M0, sh)
+    o, M = run_delta(dev, ks, proj, conv, da, M0, chunked=False, sh=sh)
     assert np.abs(o - want_o).max() < 2e-5
     assert np.abs(M - want_M).max() < 2e-5
 
 
-@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 150])
-def test_chunked_equals_the_recurrence(gpu, n):
+@pytest.mark.parametrize("sh, n", [(TINY, 1), (TINY, 2), (TINY, 63), (TINY, 64), (TINY, 65), (TINY, 150),
+                                   (REAL, 70)], ids=["1", "2", "63", "64", "65", "150", "S128"])
+def test_chunked_equals_the_recurrence(gpu, sh, n):
     dev, ks = gpu
-    proj, conv, da, M0 = layer_inputs(np.random.default_rng(100 + n), n)
-    want_o, want_M = reference(proj, conv, da, M0)
-    o, M = run_delta(dev, ks, proj, conv, da, M0, chunked=True)
+    proj, conv, da, M0 = layer_inputs(np.random.default_rng(100 + n), n, sh)
+    want_o, want_M = reference(proj, conv, da, M0, sh)
+    o, M = run_delta(dev, ks, proj, conv, da, M0, chunked=True, sh=sh)
     assert np.abs(o - want_o).max() < 5e-5
     assert np.abs(M - want_M).max() < 5e-5
 
