@@ -29,8 +29,9 @@ from . import ops
 from .backend import STEP_HEADER, GpuBackend, rope_table
 from .delta_state import GpuHybridState
 from .hybrid_ffn import ffn_for
+from .kernels import Kernels
 from .plan import Plan
-from .weights import GpuMatrix
+from .weights import GpuMatrix, GpuWeights
 
 
 class GpuHybridBackend(GpuBackend):
@@ -48,9 +49,7 @@ class GpuHybridBackend(GpuBackend):
     # ------------------------------------------------------------------ building
     def _build(self, g, n_ctx: int, chunk: int, kv_dtype: str) -> None:
         c, hc, dev = self.cfg, self.cfg.hybrid, self.dev
-        from .kernels import Kernels  # noqa: PLC0415
-        ks = self.ks = Kernels(dev)
-        from .weights import GpuWeights  # noqa: PLC0415
+        self.ks = Kernels(dev)
         W = self.weights = GpuWeights(dev, g)
         d, hd, nh, nkv, nff, nv = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff, c.n_vocab
         S, hv, ch, vd = hc.d_state, hc.n_v_heads, hc.conv_channels, hc.value_dim
@@ -201,7 +200,7 @@ class GpuHybridBackend(GpuBackend):
         p.update(kw)
         return p
 
-    def _norm_matvecs(self, P: Plan, mats, norm, out, ld: int, offs, label: str) -> None:
+    def _norm_matvecs(self, P: Plan, mats, norm, out, offs, label: str) -> None:
         """out[y_off:y_off + rows] = W RMSNorm(x) * norm for each matrix (decode: one token)."""
         c = self.cfg
         for w, y_off in zip(mats, offs):
@@ -235,7 +234,7 @@ class GpuHybridBackend(GpuBackend):
               f"{i}.gate", **self._dp())
 
     def _linear_decode(self, P: Plan, i: int, L: dict) -> None:
-        self._norm_matvecs(P, L["w_in"], L["attn_norm"], self.proj, self.ldp, self._in_offsets(), f"{i}.in")
+        self._norm_matvecs(P, L["w_in"], L["attn_norm"], self.proj, self._in_offsets(), f"{i}.in")
         self._linear_tail(P, i, L, decode=True)
         vd = self.cfg.hybrid.value_dim
         lay, q8 = self._layout([L["ssm_out"].qtype], vd, self.cfg.n_embd)
@@ -268,9 +267,9 @@ class GpuHybridBackend(GpuBackend):
     def _attn_decode(self, P: Plan, i: int, L: dict) -> None:
         c, ks, s = self.cfg, self.ks, self.kv.attn_slot[i]
         hd, nh, nkv = c.head_dim, c.n_head, c.n_head_kv
-        self._norm_matvecs(P, [L["wq"], L["wk"], L["wv"]], L["attn_norm"], self.qkv, 0,
+        self._norm_matvecs(P, [L["wq"], L["wk"], L["wv"]], L["attn_norm"], self.qkv,
                            [0, nh * hd, (nh + nkv) * hd], f"{i}.qkv")
-        self._norm_matvecs(P, [L["wg"]], L["attn_norm"], self.gate, 0, [0], f"{i}.gate")
+        self._norm_matvecs(P, [L["wg"]], L["attn_norm"], self.gate, [0], f"{i}.gate")
         self._rope(P, i, L, ops.rope_groups(1, nh, nkv))
         kc, vc = self.kv.kv.k[s], self.kv.kv.v[s]
         ap = dict(self._attn_params(0), max_splits=self.max_splits)
