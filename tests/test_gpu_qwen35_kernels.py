@@ -32,7 +32,7 @@ class Shape:
         self.Z_OFF, self.B_OFF, self.A_OFF = self.CH, self.CH + self.VD, self.CH + self.VD + hv
 
 
-TINY, REAL = Shape(16), Shape(128)
+TINY, REAL, ODD = Shape(16), Shape(128), Shape(24, hk=1, hv=3)   # ODD: the scan's blocks of 8 value dims
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def run_delta(dev, ks, proj, conv, da, M0, chunked: bool, sh=TINY):
     if chunked:
         gb, mat = poisoned(dev, n * HV * 2), poisoned(dev, D.mat_floats(n, HV))
         dispatch_once(dev, D.prep(ks, S), [cb, pb, db, gb, mat], D.prep_groups(n, HV), **prm)
-        dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.rows_groups(S, HV), **prm)
+        dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.scan_groups(S, HV), **prm)
     else:
         dispatch_once(dev, D.recurrent(ks, S), [cb, pb, db, Mb, out], D.rows_groups(S, HV), **prm)
     o = read_f32(dev, out, n * HV * S).reshape(n, HV, S)
@@ -135,7 +135,7 @@ def test_recurrent_equals_the_recurrence(gpu, sh, n):
 
 
 @pytest.mark.parametrize("sh, n", [(TINY, 1), (TINY, 2), (TINY, 63), (TINY, 64), (TINY, 65), (TINY, 150),
-                                   (REAL, 70)], ids=["1", "2", "63", "64", "65", "150", "S128"])
+                                   (REAL, 70), (ODD, 70)], ids=["1", "2", "63", "64", "65", "150", "S128", "S24"])
 def test_chunked_equals_the_recurrence(gpu, sh, n):
     dev, ks = gpu
     proj, conv, da, M0 = layer_inputs(np.random.default_rng(100 + n), n, sh)

@@ -10,7 +10,8 @@ from .kernels import grid
 
 DELTA_FIELDS = (("S", "u"), ("hv", "u"), ("hk", "u"), ("ch", "u"), ("ldp", "u"), ("a_off", "u"), ("b_off", "u"),
                 ("z_off", "u"), ("n", "u"), ("st_off", "u"), ("m_off", "u"), ("K", "u"), ("eps", "f"))
-# The delta rule's state rows live in registers (one row of S_k values a thread): bounded here.
+# The recurrent pass keeps a state row of S_k values a thread in registers, the scan [S, 8 or 16] in
+# workgroup memory: bounded here; S a multiple of 8 (the scan's blocks of value dims).
 MAX_STATE = 256
 
 
@@ -48,13 +49,24 @@ def prep_groups(n: int, hv: int):
     return -(-n // CHUNK), hv, 1
 
 
+def scan_block(S: int) -> int:
+    """Value dims a scan workgroup keeps in workgroup memory ([S, VB] of the state and [C, VB] of
+    U: 12.5 KB at S 128, under WebGPU's guaranteed 16 KB)."""
+    return 16 if S <= 128 and S % 16 == 0 else 8
+
+
 def scan(ks, S: int):
     """Bindings: conv, gb, mat, state M, out [n, hv, S]."""
-    return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="scan", S=S, C=CHUNK)
+    return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="scan", S=S, C=CHUNK,
+                  VB=scan_block(S))
+
+
+def scan_groups(S: int, hv: int):
+    return S // scan_block(S), hv, 1
 
 
 def rows_groups(S: int, hv: int):
-    """recurrent / scan: a workgroup per 64 value dims of a head."""
+    """recurrent: a workgroup per 64 value dims of a head."""
     return -(-S // 64), hv, 1
 
 

@@ -40,9 +40,9 @@ class GpuHybridBackend(GpuBackend):
         hc = getattr(cfg, "hybrid", None)
         if not getattr(hc, "recurrent", False):
             raise UnsupportedModelError(f"{gguf.path.name}: {cfg.arch} is not a hybrid recurrent model")
-        if hc.d_state > D.MAX_STATE or hc.d_conv > 64:
+        if hc.d_state > D.MAX_STATE or hc.d_state % 8 or hc.d_conv > 64:
             raise UnsupportedModelError(f"{gguf.path.name}: recurrent state size {hc.d_state} / conv kernel "
-                                        f"{hc.d_conv} is more than the GPU kernels hold ({D.MAX_STATE} / 64)")
+                                        f"{hc.d_conv} is outside what the GPU kernels hold (a multiple of 8 up to {D.MAX_STATE} / 64)")
         self.gguf_name = gguf.path.name
         super().__init__(cfg, gguf, n_ctx, **kw)
 
@@ -229,7 +229,7 @@ class GpuHybridBackend(GpuBackend):
             P.add(D.prep(ks, S), [self.convo, self.proj, L["da"], self.gb, self.mat],
                   lambda n, kv: D.prep_groups(n, hv), f"{i}.delta.prep", **self._dp())
             P.add(D.scan(ks, S), [self.convo, self.gb, self.mat, self.kv.delta[r], self.o],
-                  D.rows_groups(S, hv), f"{i}.delta.scan", **self._dp())
+                  D.scan_groups(S, hv), f"{i}.delta.scan", **self._dp())
         P.add(D.norm_silu(ks), [self.o, self.proj, L["ssm_norm"]], lambda n, kv: D.threads_groups(n * hv),
               f"{i}.gate", **self._dp())
 

@@ -12,9 +12,9 @@
 //               matrix -> mat [chunks, hv, C, C]: A[t, s] = (q_t . k_s) exp(G_t - G_s) / sqrt(S) for
 //               s <= t in the lower triangle, L[t, s] = beta_t (k_t . k_s) exp(G_t - G_s) for s < t
 //               stored transposed in the upper one (mat[s, t])
-//   "scan"      the chunks in order for each (value dim j, head): a thread owns row j of M and
-//               column j of U: (I + L) U = beta (v - exp(G) K M_j) by forward substitution,
-//               o = exp(G) (Q M_j) / sqrt(S) + A U, M_j <- exp(G_last) M_j + K^T (exp(G_last - G) U)
+//   "scan"      the chunks in order for each (VB value dims, head), those rows of M in workgroup
+//               memory: (I + L) U = beta (v - exp(G) K M^T) by forward substitution, o = exp(G)
+//               (Q M^T) / sqrt(S) + A U, M^T <- exp(G_last) M^T + K^T (exp(G_last - G) U)
 const S: u32 = {{S}}u;
 const C: u32 = {{C}}u;
 struct Params {
@@ -141,55 +141,93 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 {% elif PASS == "scan" %}
-@compute @workgroup_size(64)
+const VB: u32 = {{VB}}u;
+var<workgroup> mb: array<f32, S * VB>;     // [S_k, VB]: rows j0 .. j0 + VB of M, transposed
+var<workgroup> ub: array<f32, C * VB>;     // [C, VB]: the right side, solved into U in place, then U exp(G_last - G)
+var<workgroup> gsh: array<f32, C>;
+
+// A workgroup per (VB value dims, head) walks the chunks in order; in each, thread t is token t
+// (products with the state block, the outputs) or state row t (the state update), and VB threads
+// solve the triangular system, a column each.
+@compute @workgroup_size(C)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let h = wid.y;
-    let j = wid.x * 64u + t;
-    if (j >= S) { return; }
+    let j0 = wid.x * VB;
     let kh = h % P.hk;
     let qb = kh * S;
     let kb = (P.hk + kh) * S;
-    let vb = 2u * P.hk * S + h * S;
-    let row = P.m_off + (h * S + j) * S;
+    let vb = 2u * P.hk * S + h * S + j0;
     let scale = 1.0 / sqrt(f32(S));
-    var m: array<f32, S>;
-    var u: array<f32, C>;
-    for (var i = 0u; i < S; i++) { m[i] = M[row + i]; }
+    for (var e = t; e < S * VB; e += C) {
+        mb[(e % S) * VB + e / S] = M[P.m_off + (h * S + j0 + e / S) * S + e % S];
+    }
     let chunks = (P.n + C - 1u) / C;
     for (var c = 0u; c < chunks; c++) {
         let c0 = c * C;
         let nc = min(C, P.n - c0);
         let base = (c * P.hv + h) * C * C;
-        for (var t2 = 0u; t2 < nc; t2++) {
-            let tok = c0 + t2;
-            let G = gb[(tok * P.hv + h) * 2u];
-            let beta = gb[(tok * P.hv + h) * 2u + 1u];
-            var km = 0.0;
-            for (var i = 0u; i < S; i++) { km += conv[tok * P.ch + kb + i] * m[i]; }
-            var r = beta * conv[tok * P.ch + vb + j] - beta * exp(G) * km;
-            for (var s = 0u; s < t2; s++) { r -= mat[base + s * C + t2] * u[s]; }
-            u[t2] = r;
+        let tok = c0 + t;
+        let live = t < nc;
+        var G = 0.0;
+        var beta = 0.0;
+        if (live) {
+            G = gb[(tok * P.hv + h) * 2u];
+            beta = gb[(tok * P.hv + h) * 2u + 1u];
         }
-        for (var t2 = 0u; t2 < nc; t2++) {
-            let tok = c0 + t2;
-            let G = gb[(tok * P.hv + h) * 2u];
-            var qm = 0.0;
-            for (var i = 0u; i < S; i++) { qm += conv[tok * P.ch + qb + i] * m[i]; }
-            var o = exp(G) * qm * scale;
-            for (var s = 0u; s <= t2; s++) { o += mat[base + t2 * C + s] * u[s]; }
-            out[(tok * P.hv + h) * S + j] = o;
+        gsh[t] = G;
+        workgroupBarrier();
+        var qm: array<f32, VB>;
+        var km: array<f32, VB>;
+        for (var jj = 0u; jj < VB; jj++) { qm[jj] = 0.0; km[jj] = 0.0; }
+        if (live) {
+            for (var i = 0u; i < S; i++) {
+                let kv = conv[tok * P.ch + kb + i];
+                let qv = conv[tok * P.ch + qb + i];
+                for (var jj = 0u; jj < VB; jj++) { km[jj] += kv * mb[i * VB + jj]; qm[jj] += qv * mb[i * VB + jj]; }
+            }
+            let eg = exp(G);
+            for (var jj = 0u; jj < VB; jj++) {
+                ub[t * VB + jj] = beta * conv[tok * P.ch + vb + jj] - beta * eg * km[jj];
+                qm[jj] = eg * qm[jj] * scale;
+            }
         }
-        let last = gb[((c0 + nc - 1u) * P.hv + h) * 2u];
-        for (var t2 = 0u; t2 < nc; t2++) {
-            u[t2] *= exp(last - gb[((c0 + t2) * P.hv + h) * 2u]);
+        workgroupBarrier();
+        if (t < VB) {
+            for (var t2 = 1u; t2 < nc; t2++) {
+                var r = ub[t2 * VB + t];
+                for (var s = 0u; s < t2; s++) { r -= mat[base + s * C + t2] * ub[s * VB + t]; }
+                ub[t2 * VB + t] = r;
+            }
         }
+        workgroupBarrier();
+        let last = gsh[nc - 1u];
+        if (live) {
+            for (var s = 0u; s <= t; s++) {
+                let a = mat[base + t * C + s];
+                for (var jj = 0u; jj < VB; jj++) { qm[jj] += a * ub[s * VB + jj]; }
+            }
+            for (var jj = 0u; jj < VB; jj++) { out[(tok * P.hv + h) * S + j0 + jj] = qm[jj]; }
+        }
+        workgroupBarrier();
+        if (live) {
+            let w = exp(last - G);
+            for (var jj = 0u; jj < VB; jj++) { ub[t * VB + jj] *= w; }
+        }
+        workgroupBarrier();
         let el = exp(last);
-        for (var i = 0u; i < S; i++) {
-            var acc = el * m[i];
-            for (var t2 = 0u; t2 < nc; t2++) { acc += conv[(c0 + t2) * P.ch + kb + i] * u[t2]; }
-            m[i] = acc;
+        for (var i = t; i < S; i += C) {
+            var acc: array<f32, VB>;
+            for (var jj = 0u; jj < VB; jj++) { acc[jj] = el * mb[i * VB + jj]; }
+            for (var t2 = 0u; t2 < nc; t2++) {
+                let kv = conv[(c0 + t2) * P.ch + kb + i];
+                for (var jj = 0u; jj < VB; jj++) { acc[jj] += kv * ub[t2 * VB + jj]; }
+            }
+            for (var jj = 0u; jj < VB; jj++) { mb[i * VB + jj] = acc[jj]; }
         }
+        workgroupBarrier();
     }
-    for (var i = 0u; i < S; i++) { M[row + i] = m[i]; }
+    for (var e = t; e < S * VB; e += C) {
+        M[P.m_off + (h * S + j0 + e / S) * S + e % S] = mb[(e % S) * VB + e / S];
+    }
 }
 {% endif %}
