@@ -20,6 +20,8 @@ token ahead, which no K/V slice undoes.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import UnsupportedModelError
@@ -200,14 +202,18 @@ class GpuHybridBackend(GpuBackend):
         p.update(kw)
         return p
 
-    def _norm_matvecs(self, P: Plan, mats, norm, out, offs, label: str) -> None:
-        """out[y_off:y_off + rows] = W RMSNorm(x) * norm for each matrix (decode: one token)."""
+    def _norm_matvecs(self, P: Plan, mats, norm, out, offs, label: str, per: int = 2) -> None:
+        """out[y_off:y_off + rows] = W RMSNorm(x) * norm for each matrix (decode: one token), `per`
+        matrices a dispatch (matvec's concat mode: their rows side by side at y_off of the first)."""
         c = self.cfg
-        for w, y_off in zip(mats, offs):
-            lay, q8 = self._layout([w.qtype], c.n_embd, w.rows)
-            P.add(ops.matvec(self.ks, [w.qtype], norm=True, layout=lay, q8x=q8), [self.x, out, w.buffer, norm],
-                  ops.matvec_groups(w.rows, lay), label,
-                  **ops.matvec_params([w.qtype], c.n_embd, [w.rows], eps=c.rms_eps, y_off=y_off))
+        for a in range(0, len(mats), per):
+            group = mats[a:a + per]
+            types, rows = [w.qtype for w in group], [w.rows for w in group]
+            mult = math.gcd(*rows) if len(rows) > 1 else 0
+            lay, q8 = self._layout(types, c.n_embd, sum(rows), mult)
+            P.add(ops.matvec(self.ks, types, norm=True, layout=lay, q8x=q8),
+                  [self.x, out] + [w.buffer for w in group] + [norm], ops.matvec_groups(sum(rows), lay), label,
+                  **ops.matvec_params(types, c.n_embd, rows, eps=c.rms_eps, y_off=offs[a]))
 
     def _in_offsets(self) -> list[int]:
         hc = self.cfg.hybrid
@@ -268,7 +274,7 @@ class GpuHybridBackend(GpuBackend):
         c, ks, s = self.cfg, self.ks, self.kv.attn_slot[i]
         hd, nh, nkv = c.head_dim, c.n_head, c.n_head_kv
         self._norm_matvecs(P, [L["wq"], L["wk"], L["wv"]], L["attn_norm"], self.qkv,
-                           [0, nh * hd, (nh + nkv) * hd], f"{i}.qkv")
+                           [0, nh * hd, (nh + nkv) * hd], f"{i}.qkv", per=3)
         self._norm_matvecs(P, [L["wg"]], L["attn_norm"], self.gate, [0], f"{i}.gate")
         self._rope(P, i, L, ops.rope_groups(1, nh, nkv))
         kc, vc = self.kv.kv.k[s], self.kv.kv.v[s]
