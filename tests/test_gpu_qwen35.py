@@ -146,3 +146,21 @@ def test_real_gpu_paths(files):
             check_against_top64(one, ref)
     finally:
         be.close()
+
+
+def test_float16_kv_cache(files):
+    """The attention layer's K/V in float16 (rope_store and attention's f16 words): the CPU float
+    path with the same float16 cache (numpy's rounding, which the GPU's stores reproduce)."""
+    _, m, g = files
+    ids = prompt_of(m, "english")["ids"]
+    cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=N_CTX, int8=False, kv_dtype="f16")
+    want = float_logits(cpu, ids)
+    be = gpu_backend(g, kv_dtype="f16")
+    try:
+        assert be.kv.dtype == np.float16
+        batch = be.forward(ids, 0, all_logits=True)
+        one = one_token_at_a_time(be, ids)
+    finally:
+        be.close()
+    assert np.abs(batch - want).max() < 1e-3
+    assert np.abs(one - want).max() < 1e-3
