@@ -1,8 +1,8 @@
 """The hybrid layers' GPU kernels (engine/gpu/delta_ops.py) against numpy: the causal convolution
 and its carried state (delta_net.causal_conv), the q/k L2 norm, the delta rule one token at a time
-(decode) and chunked (prefill: prep + scan) against the float64 recurrence
-(delta_net.reference_float64) across chunk edges, from a non-zero state and with strong decays, and
-the output gates. Inputs are laid out as the model lays them out: one projection row per token
+(decode: norms, update and output gate fused) and chunked (prefill: prep + scan) against the float64
+recurrence (delta_net.reference_float64) across chunk edges, from a non-zero state and with strong
+decays, and the output gates. Inputs are laid out as the model lays them out: one projection row per token
 [conv input | z | beta | alpha], conv rows [q heads | k heads | v heads]."""
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ def test_l2norm_of_q_and_k_only(gpu, rng):
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
 
 
-def run_delta(dev, ks, proj, conv, da, M0, chunked: bool, sh=TINY):
+def run_delta(dev, ks, proj, conv, da, M0, sh=TINY):
+    """The chunked form (prep + scan) over all n tokens at once: (o [n, HV, S], M after them)."""
     S, HV = sh.S, sh.HV
     n = proj.shape[0]
     off = 5 * S * S                                      # the layer's state after another layer's
@@ -112,25 +113,41 @@ def run_delta(dev, ks, proj, conv, da, M0, chunked: bool, sh=TINY):
     out = poisoned(dev, n * HV * S)
     pb, cb, db = dev.upload(proj, "proj"), dev.upload(conv, "conv"), dev.upload(da, "da")
     prm = params(n, sh, m_off=off)
-    if chunked:
-        gb, mat = poisoned(dev, n * HV * 2), poisoned(dev, D.mat_floats(n, HV))
-        dispatch_once(dev, D.prep(ks, S), [cb, pb, db, gb, mat], D.prep_groups(n, HV), **prm)
-        dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.scan_groups(S, HV), **prm)
-    else:
-        dispatch_once(dev, D.recurrent(ks, S), [cb, pb, db, Mb, out], D.rows_groups(S, HV), **prm)
+    gb, mat = poisoned(dev, n * HV * 2), poisoned(dev, D.mat_floats(n, HV))
+    dispatch_once(dev, D.prep(ks, S), [cb, pb, db, gb, mat], D.prep_groups(n, HV), **prm)
+    dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.scan_groups(S, HV), **prm)
     o = read_f32(dev, out, n * HV * S).reshape(n, HV, S)
     M = read_f32(dev, Mb, HV * S * S, off).reshape(HV, S, S)
     assert np.isfinite(o).all() and np.isfinite(M).all()
     return o, M
 
 
-@pytest.mark.parametrize("sh, n", [(TINY, 1), (TINY, 3), (TINY, 20), (REAL, 2)], ids=["1", "3", "20", "S128"])
-def test_recurrent_equals_the_recurrence(gpu, sh, n):
+@pytest.mark.parametrize("sh, n", [(TINY, 1), (TINY, 20), (REAL, 3), (ODD, 2)], ids=["1", "20", "S128", "S24"])
+def test_decode_pass_equals_the_recurrence_with_norms_and_gate(gpu, sh, n):
+    """Token after token, the fused decode pass (q/k L2 norms, the update, RMSNorm(o) * w * silu(z))
+    against the float64 recurrence on normalized q/k, then numpy's gate."""
     dev, ks = gpu
-    proj, conv, da, M0 = layer_inputs(np.random.default_rng(n), n, sh)
-    want_o, want_M = reference(proj, conv, da, M0, sh)
-    o, M = run_delta(dev, ks, proj, conv, da, M0, chunked=False, sh=sh)
-    assert np.abs(o - want_o).max() < 2e-5
+    S, HK, HV = sh.S, sh.HK, sh.HV
+    rng = np.random.default_rng(7 + n)
+    proj, conv, da, M0 = layer_inputs(rng, n, sh)
+    conv[:, :2 * HK * S] *= rng.uniform(0.5, 3.0, (n, 2 * HK * S)).astype(np.float32)   # not normalized
+    w = rng.standard_normal(S).astype(np.float32)
+    normed = conv.copy()
+    normed[:, :2 * HK * S] = dn.l2_norm(conv[:, :2 * HK * S].reshape(n, 2 * HK, S), 1e-6).reshape(n, -1)
+    want_o, want_M = reference(proj, normed, da, M0, sh)
+    z = proj[:, sh.Z_OFF:sh.Z_OFF + sh.VD].reshape(n, HV, S).astype(np.float64)
+    want = z / (1 + np.exp(-z)) * (want_o / np.sqrt((want_o ** 2).mean(-1, keepdims=True) + 1e-6) * w)
+    off = 3 * S * S
+    Mb = dev.upload(np.concatenate([np.zeros(off, np.float32), M0.ravel()]), "M")
+    db, wb = dev.upload(da, "da"), dev.upload(w, "w")
+    got = []
+    for t in range(n):
+        out = poisoned(dev, HV * S)
+        dispatch_once(dev, D.decode(ks, S), [dev.upload(conv[t], "conv"), dev.upload(proj[t], "proj"), db, Mb, out, wb],
+                      (1, HV, 1), **params(1, sh, m_off=off))
+        got.append(read_f32(dev, out, HV * S).reshape(HV, S))
+    M = read_f32(dev, Mb, HV * S * S, off).reshape(HV, S, S)
+    assert np.abs(np.stack(got) - want).max() < 2e-5     # outputs up to ~6 here; lavapipe's error ~2e-6
     assert np.abs(M - want_M).max() < 2e-5
 
 
@@ -140,7 +157,7 @@ def test_chunked_equals_the_recurrence(gpu, sh, n):
     dev, ks = gpu
     proj, conv, da, M0 = layer_inputs(np.random.default_rng(100 + n), n, sh)
     want_o, want_M = reference(proj, conv, da, M0, sh)
-    o, M = run_delta(dev, ks, proj, conv, da, M0, chunked=True, sh=sh)
+    o, M = run_delta(dev, ks, proj, conv, da, M0, sh=sh)
     assert np.abs(o - want_o).max() < 5e-5
     assert np.abs(M - want_M).max() < 5e-5
 
@@ -150,7 +167,7 @@ def test_chunked_strong_decay_stays_finite(gpu):
     dev, ks = gpu
     proj, conv, da, M0 = layer_inputs(np.random.default_rng(9), 130, decay=40.0)
     want_o, want_M = reference(proj, conv, da, M0)
-    o, M = run_delta(dev, ks, proj, conv, da, M0, chunked=True)
+    o, M = run_delta(dev, ks, proj, conv, da, M0)
     assert np.abs(o - want_o).max() < 5e-5
     assert np.abs(M - want_M).max() < 5e-5
 

@@ -1,6 +1,7 @@
 """Builders of the hybrid (Qwen3.5) layers' kernels: Gated DeltaNet's convolution, delta rule
 (recurrent and chunked) and the output gates (engine/wgsl/delta_conv.wgsl, delta_net.wgsl,
-gated_out.wgsl). One parameter struct for all of them (DELTA_FIELDS); buffer order in each
+gated_out.wgsl): a decoded token runs conv, then `decode`; a prefill chunk conv, l2norm, prep, scan,
+norm_silu. One parameter struct for all of them (DELTA_FIELDS); buffer order in each
 `access` tuple is the order of the kernel's bindings 1.. (as ops.py)."""
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from .kernels import grid
 
 DELTA_FIELDS = (("S", "u"), ("hv", "u"), ("hk", "u"), ("ch", "u"), ("ldp", "u"), ("a_off", "u"), ("b_off", "u"),
                 ("z_off", "u"), ("n", "u"), ("st_off", "u"), ("m_off", "u"), ("K", "u"), ("eps", "f"))
-# The recurrent pass keeps a state row of S_k values a thread in registers, the scan [S, 8 or 16] in
-# workgroup memory: bounded here; S a multiple of 8 (the scan's blocks of value dims).
+# The decode pass keeps a state row of S_k values a thread in registers (a workgroup of S threads), the
+# scan [S, 8 or 16] in workgroup memory: bounded here; S a multiple of 8 (the scan's blocks).
 MAX_STATE = 256
 
 
@@ -35,9 +36,10 @@ def l2norm_groups(n: int, hk: int):
     return gx, gy, 1
 
 
-def recurrent(ks, S: int):
-    """Bindings: conv, proj, da [2 hv], state M, out [n, hv, S]."""
-    return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="recurrent", S=S, C=CHUNK)
+def decode(ks, S: int):
+    """One token, fused: q/k L2 norms, the update, RMSNorm(o) * ssm_norm * silu(z). Bindings: conv
+    (not normalized), proj, da, state M, out [hv, S] (gated), ssm_norm [S]. A workgroup of S threads a head."""
+    return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw", "r"], DELTA_FIELDS, PASS="decode", S=S, C=CHUNK)
 
 
 def prep(ks, S: int):
@@ -63,11 +65,6 @@ def scan(ks, S: int):
 
 def scan_groups(S: int, hv: int):
     return S // scan_block(S), hv, 1
-
-
-def rows_groups(S: int, hv: int):
-    """recurrent: a workgroup per 64 value dims of a head."""
-    return -(-S // 64), hv, 1
 
 
 def mat_floats(n: int, hv: int) -> int:

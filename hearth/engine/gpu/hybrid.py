@@ -4,9 +4,9 @@
 A Gated DeltaNet layer, x [n, d]:
     proj = RMSNorm(x) * attn_norm @ [attn_qkv | attn_gate | ssm_beta | ssm_alpha]^T   [n, ch + vd + 2 hv]
     conv = silu(causal conv of proj[:, :ch]) (state: the last d_conv - 1 inputs)     [n, ch]
-    q, k heads of conv L2-normalised in place; the delta rule: one token (decode) the recurrent update
-    (delta_net.wgsl "recurrent"), more the chunked form ("prep" then "scan")      -> o [n, hv, S]
-    o = RMSNorm(o per head) * ssm_norm * silu(z); x += ssm_out o
+    q, k heads of conv L2-normalised; the delta rule -> o [n, hv, S]; o = RMSNorm(o per head) * ssm_norm
+    * silu(z): one token (decode) in one pass (delta_net.wgsl "decode": the recurrent update), more
+    tokens as l2norm, the chunked form ("prep" then "scan") and norm_silu; x += ssm_out o
 A gated attention layer: Q (the query half of attn_q's rows, uploaded apart from the gate half), K, V
 from RMSNorm(x); rope_store.wgsl's q/k norms, NeoX RoPE on the first n_rot dims and the K/V store;
 attention as the dense backend's; att *= sigmoid(gate); x += attn_output att.
@@ -227,15 +227,15 @@ class GpuHybridBackend(GpuBackend):
         r = self.kv.recurrent_slot[i]
         P.add(D.conv(ks, hc.d_conv), [self.proj, self.convo, self.kv.conv[r], L["conv_w"]],
               D.conv_groups(hc.conv_channels), f"{i}.conv", **self._dp())
+        if decode:   # the norms, the update and the output gate in one pass
+            P.add(D.decode(ks, S), [self.convo, self.proj, L["da"], self.kv.delta[r], self.o, L["ssm_norm"]],
+                  (1, hv, 1), f"{i}.delta", **self._dp())
+            return
         P.add(D.l2norm(ks, S), [self.convo], lambda n, kv: D.l2norm_groups(n, hk), f"{i}.l2norm", **self._dp())
-        if decode:
-            P.add(D.recurrent(ks, S), [self.convo, self.proj, L["da"], self.kv.delta[r], self.o],
-                  D.rows_groups(S, hv), f"{i}.delta", **self._dp())
-        else:
-            P.add(D.prep(ks, S), [self.convo, self.proj, L["da"], self.gb, self.mat],
-                  lambda n, kv: D.prep_groups(n, hv), f"{i}.delta.prep", **self._dp())
-            P.add(D.scan(ks, S), [self.convo, self.gb, self.mat, self.kv.delta[r], self.o],
-                  D.scan_groups(S, hv), f"{i}.delta.scan", **self._dp())
+        P.add(D.prep(ks, S), [self.convo, self.proj, L["da"], self.gb, self.mat],
+              lambda n, kv: D.prep_groups(n, hv), f"{i}.delta.prep", **self._dp())
+        P.add(D.scan(ks, S), [self.convo, self.gb, self.mat, self.kv.delta[r], self.o],
+              D.scan_groups(S, hv), f"{i}.delta.scan", **self._dp())
         P.add(D.norm_silu(ks), [self.o, self.proj, L["ssm_norm"]], lambda n, kv: D.threads_groups(n * hv),
               f"{i}.gate", **self._dp())
 

@@ -5,8 +5,9 @@
 // The state M [hv, S_v, S_k] at float offset m_off: row j of head h is value dim j.
 // PASS:
 //   "l2norm"    q and k rows of conv divided by sqrt(|x|^2 + eps), in place; a thread per (token, head)
-//   "recurrent" the one-token update token after token (decode): a workgroup per (64 value dims, head),
-//               a thread owns one row of M (in registers for the whole call)
+//   "decode"    one token (n = 1): the q/k L2 norms, the recurrent update (M <- M exp(g);
+//               d = beta (v - M k); M <- M + d k^T; o = M q / sqrt(S)) and gated_out.wgsl's
+//               norm_silu, in one pass: a workgroup per value head, a thread per row of M
 //   "prep"      per chunk of C tokens and head, what does not depend on the state: G (cumulative
 //               log-decay in the chunk) and beta per token -> gb [n, hv, 2]; the chunk's C x C
 //               matrix -> mat [chunks, hv, C, C]: A[t, s] = (q_t . k_s) exp(G_t - G_s) / sqrt(S) for
@@ -24,13 +25,14 @@ struct Params {
 @group(0) @binding(0) var<uniform> P: Params;
 {% if PASS == "l2norm" %}
 @group(0) @binding(1) var<storage, read_write> conv: array<f32>;
-{% elif PASS == "recurrent" or PASS == "prep" %}
+{% elif PASS == "prep" or PASS == "decode" %}
 @group(0) @binding(1) var<storage, read> conv: array<f32>;
 @group(0) @binding(2) var<storage, read> proj: array<f32>;
 @group(0) @binding(3) var<storage, read> da: array<f32>;
-{% if PASS == "recurrent" %}
+{% if PASS == "decode" %}
 @group(0) @binding(4) var<storage, read_write> M: array<f32>;
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;    // [n, hv, S]
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;    // [hv, S]
+@group(0) @binding(6) var<storage, read> nw: array<f32>;           // [S] ssm_norm
 {% else %}
 @group(0) @binding(4) var<storage, read_write> gb: array<f32>;     // [n, hv, 2]
 @group(0) @binding(5) var<storage, read_write> mat: array<f32>;    // [chunks, hv, C, C]
@@ -48,7 +50,7 @@ fn softplus(x: f32) -> f32 {
     return log(1.0 + exp(x));
 }
 
-{% if PASS == "recurrent" or PASS == "prep" %}
+{% if PASS == "prep" or PASS == "decode" %}
 fn gate(tok: u32, h: u32) -> vec2<f32> {   // (g, beta) of token tok, value head h
     let g = softplus(proj[tok * P.ldp + P.a_off + h] + da[h]) * da[P.hv + h];
     let beta = 1.0 / (1.0 + exp(-proj[tok * P.ldp + P.b_off + h]));
@@ -69,39 +71,44 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let inv = 1.0 / sqrt(ss + P.eps);
     for (var i = 0u; i < S; i++) { conv[b + i] = conv[b + i] * inv; }
 }
-{% elif PASS == "recurrent" %}
+{% elif PASS == "decode" %}
 var<workgroup> sq: array<f32, S>;
 var<workgroup> sk: array<f32, S>;
+var<workgroup> so: array<f32, S>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+// Every thread sums the squares of the whole head itself from workgroup memory (no reduction barriers).
+@compute @workgroup_size(S)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) j: u32) {
     let h = wid.y;
-    let j = wid.x * 64u + t;
-    let live = j < S;
     let kh = h % P.hk;
-    let qb = kh * S;
-    let kb = (P.hk + kh) * S;
-    let vb = 2u * P.hk * S + h * S;
-    let row = P.m_off + (h * S + min(j, S - 1u)) * S;
+    let row = P.m_off + (h * S + j) * S;
+    sq[j] = conv[kh * S + j];
+    sk[j] = conv[(P.hk + kh) * S + j];
+    workgroupBarrier();
+    var ssq = 0.0;
+    var ssk = 0.0;
+    for (var i = 0u; i < S; i++) { ssq += sq[i] * sq[i]; ssk += sk[i] * sk[i]; }
+    let qn = 1.0 / sqrt(ssq + P.eps);
+    let kn = 1.0 / sqrt(ssk + P.eps);
+    let gbt = gate(0u, h);
+    let e = exp(gbt.x);
+    var mk = 0.0;
     var m: array<f32, S>;
-    if (live) { for (var i = 0u; i < S; i++) { m[i] = M[row + i]; } }
-    let scale = 1.0 / sqrt(f32(S));
-    for (var tok = 0u; tok < P.n; tok++) {
-        workgroupBarrier();
-        for (var i = t; i < S; i += 64u) { sq[i] = conv[tok * P.ch + qb + i]; sk[i] = conv[tok * P.ch + kb + i]; }
-        workgroupBarrier();
-        let gbt = gate(tok, h);
-        let e = exp(gbt.x);
-        if (live) {
-            var mk = 0.0;
-            for (var i = 0u; i < S; i++) { m[i] *= e; mk += m[i] * sk[i]; }
-            let d = (conv[tok * P.ch + vb + j] - mk) * gbt.y;
-            var o = 0.0;
-            for (var i = 0u; i < S; i++) { m[i] += d * sk[i]; o += m[i] * sq[i]; }
-            out[(tok * P.hv + h) * S + j] = o * scale;
-        }
+    for (var i = 0u; i < S; i++) { m[i] = M[row + i] * e; mk += m[i] * (sk[i] * kn); }
+    let d = (conv[2u * P.hk * S + h * S + j] - mk) * gbt.y;
+    var o = 0.0;
+    for (var i = 0u; i < S; i++) {
+        let mi = m[i] + d * (sk[i] * kn);
+        M[row + i] = mi;
+        o += mi * (sq[i] * qn);
     }
-    if (live) { for (var i = 0u; i < S; i++) { M[row + i] = m[i]; } }
+    o *= 1.0 / sqrt(f32(S));
+    so[j] = o;
+    workgroupBarrier();
+    var ss = 0.0;
+    for (var i = 0u; i < S; i++) { ss += so[i] * so[i]; }
+    let z = proj[P.z_off + h * S + j];
+    out[h * S + j] = z / (1.0 + exp(-z)) * (o * inverseSqrt(ss / f32(S) + P.eps) * nw[j]);
 }
 {% elif PASS == "prep" %}
 var<workgroup> gs: array<f32, C>;
