@@ -113,8 +113,11 @@ def test_greedy_run(files, gpu, name):
     check_greedy(gpu, prompt_of(files[1], name))
 
 
-def test_greedy_steps_keep_the_state_of_what_was_taken(files, gpu):
-    """No step runs ahead of the consumer: stopping after k ids leaves the state after them."""
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_greedy_steps_keep_the_state_of_what_was_taken(files, gpu, monkeypatch, pipelined):
+    """Stopping after k ids leaves the state after them: the step computed ahead (pipelined) is
+    undone on the GPU, or (HEARTH_GPU_HYBRID_PIPELINE=0) none runs ahead."""
+    monkeypatch.setattr(gpu, "pipelined", pipelined)
     ids = prompt_of(files[1], "chat")["ids"]
     gpu.kv.clear()
     first = gpu.forward(ids, 0)

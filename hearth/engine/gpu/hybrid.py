@@ -13,14 +13,16 @@ attention as the dense backend's; att *= sigmoid(gate); x += attn_output att.
 Every layer: x += FFN (hybrid_ffn.py: pluggable, qwen35moe's experts go there).
 
 The state is a GpuHybridState (delta_state.py): K/V for the attention layers only, conv and
-delta-rule state per recurrent layer, snapshots read back to the host. Greedy decode is not
-pipelined here: a step computed past what the consumer takes would leave the recurrent state one
-token ahead, which no K/V slice undoes.
+delta-rule state per recurrent layer, snapshots read back to the host. Pipelined greedy decode
+(GpuBackend.greedy_steps: one step in flight past the consumer) copies the recurrent buffers on the
+GPU before each such step and back if the consumer stops there: a step past the resident tokens
+would otherwise leave the recurrent state one token ahead, which no K/V slice undoes.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -46,6 +48,8 @@ class GpuHybridBackend(GpuBackend):
             raise UnsupportedModelError(f"{gguf.path.name}: recurrent state size {hc.d_state} / conv kernel "
                                         f"{hc.d_conv} is outside what the GPU kernels hold (a multiple of 8 up to {D.MAX_STATE} / 64)")
         self.gguf_name = gguf.path.name
+        self.pipelined = os.environ.get("HEARTH_GPU_HYBRID_PIPELINE", "") != "0"
+        self._backup = None          # the recurrent buffers before a greedy step in flight
         super().__init__(cfg, gguf, n_ctx, **kw)
 
     # ------------------------------------------------------------------ building
@@ -312,13 +316,35 @@ class GpuHybridBackend(GpuBackend):
 
     # ------------------------------------------------------------------ running
     def greedy_steps(self, tok: int, pos: int, max_steps: int):
-        """Greedy decode a step at a time (see the module docstring: no step in flight past the
-        consumer, so the recurrent state always belongs to the resident tokens)."""
+        """As GpuBackend's (one step in flight), the recurrent buffers copied on the GPU before each
+        step that runs ahead of the consumer and copied back if it stops there (50 MB each way on a
+        Qwen3.5-4B shape); HEARTH_GPU_HYBRID_PIPELINE=0: a step at a time, nothing copied."""
+        if self.pipelined:
+            yield from super().greedy_steps(tok, pos, max_steps)
+            return
         for j in range(max_steps):
             if pos + j >= self.kv.max_ctx:
                 return
             tok = self.forward_argmax([tok], pos + j)
             yield tok
+
+    def _state_pairs(self):
+        kv = self.kv
+        if self._backup is None:
+            self._backup = [self.dev.buffer(b.size, "state-backup") for b in kv.conv + kv.delta]
+        return list(zip(kv.conv + kv.delta, self._backup))
+
+    def _before_step_in_flight(self) -> None:
+        enc = self.dev.device.create_command_encoder()
+        for live, copy in self._state_pairs():
+            enc.copy_buffer_to_buffer(live, 0, copy, 0, live.size)
+        self.dev.submit(enc)
+
+    def _after_step_in_flight(self) -> None:
+        enc = self.dev.device.create_command_encoder()
+        for live, copy in self._state_pairs():
+            enc.copy_buffer_to_buffer(copy, 0, live, 0, live.size)
+        self.dev.submit(enc)
 
     def warm_up(self) -> None:
         try:
@@ -327,6 +353,9 @@ class GpuHybridBackend(GpuBackend):
             self.kv.clear()
 
     def close(self) -> None:
+        for b in getattr(self, "_backup", None) or []:
+            b.destroy()
+        self._backup = None
         if isinstance(getattr(self, "kv", None), GpuHybridState):
             self.kv.destroy()
             self.kv = None
