@@ -39,6 +39,7 @@ def sync(be):
 
 def prefill_tps(be, ids, repeat):
     def once():
+        be.kv.clear()      # a recurrent state (qwen35) starts from zeros at position 0
         t = time.perf_counter()
         be.forward(np.asarray(ids, np.int32), 0)
         return len(ids) / (time.perf_counter() - t)
@@ -48,6 +49,7 @@ def prefill_tps(be, ids, repeat):
 
 def decode_tps(be, ids, n, repeat, argmax=True, pipelined=False):
     def once():
+        be.kv.clear()
         be.forward(np.asarray(ids, np.int32), 0)
         tok = 1
         pos = len(ids)
@@ -66,6 +68,7 @@ def decode_tps(be, ids, n, repeat, argmax=True, pipelined=False):
 
 
 def prefix_times(be, n, repeat):
+    be.kv.clear()
     be.forward(np.arange(n, dtype=np.int32) % 1000 + 100, 0)
     kv = be.kv
 
