@@ -40,6 +40,7 @@ def sync(be):
 
 def prefill_tps(be, ids, repeat):
     def once():
+        be.kv.clear()      # a recurrent state (qwen35) starts from zeros at position 0
         t = time.perf_counter()
         be.forward(np.asarray(ids, np.int32), 0)
         return len(ids) / (time.perf_counter() - t)
@@ -49,6 +50,7 @@ def prefill_tps(be, ids, repeat):
 
 def decode_tps(be, ids, n, repeat, argmax=True, pipelined=False):
     def once():
+        be.kv.clear()
         be.forward(np.asarray(ids, np.int32), 0)
         tok = 1
         pos = len(ids)
@@ -67,12 +69,13 @@ def decode_tps(be, ids, n, repeat, argmax=True, pipelined=False):
 
 
 def prefix_times(be, n, repeat):
+    be.kv.clear()
     be.forward(np.arange(n, dtype=np.int32) % 1000 + 100, 0)
     kv = be.kv
 
     def save():
         t = time.perf_counter()
-        tensors = [kv.read_prefix(i, n) for i in range(kv.n_layers)]
+        tensors = [kv.read_prefix(i, n) for i in range(getattr(kv, "image_layers", kv.n_layers))]
         dt = time.perf_counter() - t
         save.tensors = [(np.array(k), np.array(v)) for k, v in tensors]
         return dt * 1e3
@@ -96,8 +99,8 @@ def prefix_times(be, n, repeat):
 def run(kind, cfg, g, ids512, ids2000, a):
     t = time.perf_counter()
     if kind == "gpu":
-        from hearth.engine.gpu import GpuBackend  # noqa: PLC0415
-        be = GpuBackend(cfg, g, a.n_ctx, kv_dtype=a.kv_dtype)
+        from hearth.engine.gpu import backend_class  # noqa: PLC0415
+        be = backend_class(cfg)(cfg, g, a.n_ctx, kv_dtype=a.kv_dtype)
     else:
         from hearth.engine.cpu_backend import CpuBackend  # noqa: PLC0415
         be = CpuBackend(cfg, g, a.n_ctx)

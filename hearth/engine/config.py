@@ -23,9 +23,9 @@ ARCH_ALIASES = models.ALIASES
 # Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
 # module in engine/models/.
 OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
-# Those the GPU backend's plan has no layers for (recurrent state; per-layer head sizes, embeddings
-# and shared KV): Engine refuses backend="gpu" for them and "auto" picks the CPU (engine._make_backend).
-CPU_ONLY_ARCHS = OWN_METADATA_ARCHS
+# Those the GPU backend's plan has no layers for: Engine refuses backend="gpu" for them and "auto"
+# picks the CPU (engine._make_backend). qwen35 runs on the GPU through gpu/hybrid.py.
+CPU_ONLY_ARCHS = ("qwen35moe", "gemma4")
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
 YARN_LOG_MUL_ARCHS = ("mistral3",)

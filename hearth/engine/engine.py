@@ -518,10 +518,10 @@ def _make_backend(kind: str, cfg: ModelConfig, g: GGUFFile, n_ctx: int, report=N
             reason = reason or ("only a CPU adapter found" if adapter else "no GPU adapter found")
     if kind == "gpu":
         try:
-            from .gpu import GpuBackend  # noqa: PLC0415
+            from .gpu import backend_class  # noqa: PLC0415
         except Exception as e:
             raise EngineError(f"the GPU backend cannot be loaded: {e}") from e
-        be = GpuBackend(cfg, g, n_ctx, kv_dtype=kv_dtype)
+        be = backend_class(cfg)(cfg, g, n_ctx, kv_dtype=kv_dtype)
     else:
         from .cpu_backend import CpuBackend  # noqa: PLC0415
         be = CpuBackend(cfg, g, n_ctx, progress=report, kv_dtype=kv_dtype)

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from .device import is_software_adapter, probe, select_adapter
 
-__all__ = ["is_software_adapter", "probe", "select_adapter", "GpuBackend"]
+__all__ = ["is_software_adapter", "probe", "select_adapter", "GpuBackend", "backend_class"]
+
+
+def backend_class(cfg):
+    """The GPU backend class for a model: GpuHybridBackend for a recurrent hybrid (qwen35), else GpuBackend."""
+    if cfg.recurrent:
+        from .hybrid import GpuHybridBackend  # noqa: PLC0415
+        return GpuHybridBackend
+    from .backend import GpuBackend  # noqa: PLC0415
+    return GpuBackend
 
 
 def __getattr__(name):

@@ -566,6 +566,7 @@ class GpuBackend(Backend):
         def submit(p: int, j: int):
             if j:                          # the id slot already holds the previous step's argmax
                 dev.queue.write_buffer(self.step, 0, np.array([p, 1, 0, 0], np.uint32))
+                self._before_step_in_flight()
             nd = 0
             for a, b in zip(cuts[:-2], cuts[1:-1]):
                 enc = dev.device.create_command_encoder()
@@ -605,6 +606,15 @@ class GpuBackend(Backend):
                     st.unmap()
                 except Exception:
                     pass
+            if pending:
+                self._after_step_in_flight()
+
+    def _before_step_in_flight(self) -> None:
+        """Hook: a greedy step is about to be submitted before the consumer took the previous one's id
+        (a model whose state a later step changes in place keeps a copy of it here)."""
+
+    def _after_step_in_flight(self) -> None:
+        """Hook: the consumer stopped with a step computed past what it took (undo it here)."""
 
     def warm_up(self) -> None:
         """What a fresh process's first restore and first passes would otherwise pay once, run by the

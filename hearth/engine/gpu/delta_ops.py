@@ -1,0 +1,87 @@
+"""Builders of the hybrid (Qwen3.5) layers' kernels: Gated DeltaNet's convolution, delta rule
+(recurrent and chunked) and the output gates (engine/wgsl/delta_conv.wgsl, delta_net.wgsl,
+gated_out.wgsl): a decoded token runs conv, then `decode`; a prefill chunk conv, l2norm, prep, scan,
+norm_silu. One parameter struct for all of them (DELTA_FIELDS); buffer order in each
+`access` tuple is the order of the kernel's bindings 1.. (as ops.py)."""
+
+from __future__ import annotations
+
+from ..models.delta_net import CHUNK
+from .kernels import grid
+
+DELTA_FIELDS = (("S", "u"), ("hv", "u"), ("hk", "u"), ("ch", "u"), ("ldp", "u"), ("a_off", "u"), ("b_off", "u"),
+                ("z_off", "u"), ("n", "u"), ("st_off", "u"), ("m_off", "u"), ("K", "u"), ("eps", "f"))
+# The decode pass keeps a state row of S_k values a thread in registers (a workgroup of S threads), the
+# scan [S, 8 or 16] in workgroup memory: bounded here; S a multiple of 8 (the scan's blocks).
+MAX_STATE = 256
+
+
+def conv(ks, d_conv: int):
+    """Bindings: proj (conv input at column 0, row stride ldp), out [n, ch], conv state, weights [ch, K]."""
+    return ks.get("delta_conv.wgsl", ["r", "rw", "rw", "r"], DELTA_FIELDS, KM1=d_conv - 1)
+
+
+def conv_groups(ch: int):
+    gx, gy = grid(-(-ch // 64))
+    return gx, gy, 1
+
+
+def l2norm(ks, S: int):
+    """Bindings: conv [n, ch] (its q and k heads normalized in place)."""
+    return ks.get("delta_net.wgsl", ["rw"], DELTA_FIELDS, PASS="l2norm", S=S, C=CHUNK)
+
+
+def l2norm_groups(n: int, hk: int):
+    gx, gy = grid(-(-(n * 2 * hk) // 64))
+    return gx, gy, 1
+
+
+def decode(ks, S: int):
+    """One token, fused: q/k L2 norms, the update, RMSNorm(o) * ssm_norm * silu(z). Bindings: conv
+    (not normalized), proj, da, state M, out [hv, S] (gated), ssm_norm [S]. A workgroup of S threads a head."""
+    return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw", "r"], DELTA_FIELDS, PASS="decode", S=S, C=CHUNK)
+
+
+def prep(ks, S: int):
+    """Bindings: conv, proj, da, gb [n, hv, 2], mat [chunks, hv, C, C]."""
+    return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="prep", S=S, C=CHUNK)
+
+
+def prep_groups(n: int, hv: int):
+    return -(-n // CHUNK), hv, 1
+
+
+def scan_block(S: int) -> int:
+    """Value dims a scan workgroup keeps in workgroup memory ([S, VB] of the state and [C, VB] of
+    U: 12.5 KB at S 128, under WebGPU's guaranteed 16 KB)."""
+    return 16 if S <= 128 and S % 16 == 0 else 8
+
+
+def scan(ks, S: int):
+    """Bindings: conv, gb, mat, state M, out [n, hv, S]."""
+    return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="scan", S=S, C=CHUNK,
+                  VB=scan_block(S))
+
+
+def scan_groups(S: int, hv: int):
+    return S // scan_block(S), hv, 1
+
+
+def mat_floats(n: int, hv: int) -> int:
+    """float32 values of the prep pass's matrices for n tokens."""
+    return -(-n // CHUNK) * hv * CHUNK * CHUNK
+
+
+def norm_silu(ks):
+    """Bindings: o [n, hv, S] (in place), proj (z at z_off, row stride ldp), norm weight [S]."""
+    return ks.get("gated_out.wgsl", ["rw", "r", "r"], DELTA_FIELDS, PASS="norm_silu")
+
+
+def sigmoid_gate(ks):
+    """Bindings: y [n, ch] (in place), gate [n, ch]."""
+    return ks.get("gated_out.wgsl", ["rw", "r"], DELTA_FIELDS, PASS="sigmoid")
+
+
+def threads_groups(count: int):
+    gx, gy = grid(-(-count // 64))
+    return gx, gy, 1

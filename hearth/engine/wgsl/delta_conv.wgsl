@@ -1,0 +1,37 @@
+// Gated DeltaNet's short causal convolution (depthwise, kernel K = KM1 + 1), then SiLU, for n
+// tokens, and its carried state (engine/models/delta_net.py causal_conv is the reference):
+//   full = [state (KM1 rows); x (n rows)]        x: proj[t, 0:ch] (row stride ldp)
+//   out[t, c] = silu(sum_i full[t + i, c] w[c, i])      out [n, ch]
+//   state <- full[n : n + KM1]                   state [KM1, ch] at float offset st_off
+// One thread per channel walks the tokens in order (channels are independent).
+const KM1: u32 = {{KM1}}u;
+const K: u32 = KM1 + 1u;
+struct Params {
+    S: u32, hv: u32, hk: u32, ch: u32, ldp: u32, a_off: u32, b_off: u32, z_off: u32,
+    n: u32, st_off: u32, m_off: u32, K: u32, eps: f32, _a: u32, _b: u32, _c: u32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> proj: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<storage, read_write> state: array<f32>;
+@group(0) @binding(4) var<storage, read> w: array<f32>;
+
+fn full(idx: u32, c: u32) -> f32 {
+    if (idx < KM1) { return state[P.st_off + idx * P.ch + c]; }
+    return proj[(idx - KM1) * P.ldp + c];
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    let c = (wid.x + wid.y * nwg.x) * 64u + t;
+    if (c >= P.ch) { return; }
+    for (var tok = 0u; tok < P.n; tok++) {
+        var acc = full(tok, c) * w[c * K];
+        for (var i = 1u; i < K; i++) { acc += full(tok + i, c) * w[c * K + i]; }
+        out[tok * P.ch + c] = acc / (1.0 + exp(-acc));
+    }
+    var ns: array<f32, KM1>;
+    for (var j = 0u; j < KM1; j++) { ns[j] = full(P.n + j, c); }
+    for (var j = 0u; j < KM1; j++) { state[P.st_off + j * P.ch + c] = ns[j]; }
+}

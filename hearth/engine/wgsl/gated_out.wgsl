@@ -1,0 +1,40 @@
+// The hybrid layers' output gates, in place:
+//   "norm_silu"  Gated DeltaNet's output: o [n, hv, S] <- RMSNorm(o per head) * w * silu(z),
+//                z = proj[t, z_off + h S + i] (row stride ldp); a thread per (token, head)
+//   "sigmoid"    gated attention: y [n, width] <- y * sigmoid(gate), gate [n, width]; a thread a value
+struct Params {
+    S: u32, hv: u32, hk: u32, ch: u32, ldp: u32, a_off: u32, b_off: u32, z_off: u32,
+    n: u32, st_off: u32, m_off: u32, K: u32, eps: f32, _a: u32, _b: u32, _c: u32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<storage, read> src: array<f32>;
+{% if PASS == "norm_silu" %}
+@group(0) @binding(3) var<storage, read> w: array<f32>;     // [S]
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    let r = (wid.x + wid.y * nwg.x) * 64u + t;        // (token, head)
+    if (r >= P.n * P.hv) { return; }
+    let tok = r / P.hv;
+    let h = r % P.hv;
+    let b = r * P.S;
+    var ss = 0.0;
+    for (var i = 0u; i < P.S; i++) { ss += y[b + i] * y[b + i]; }
+    let inv = inverseSqrt(ss / f32(P.S) + P.eps);
+    let zb = tok * P.ldp + P.z_off + h * P.S;
+    for (var i = 0u; i < P.S; i++) {
+        let z = src[zb + i];
+        y[b + i] = z / (1.0 + exp(-z)) * (y[b + i] * inv * w[i]);
+    }
+}
+{% elif PASS == "sigmoid" %}
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    let i = (wid.x + wid.y * nwg.x) * 64u + t;        // P.ch: width of a row
+    if (i >= P.n * P.ch) { return; }
+    y[i] = y[i] / (1.0 + exp(-src[i]));
+}
+{% else %}{{ raise("gated_out.wgsl: no pass " ~ PASS) }}{% endif %}
