@@ -359,9 +359,11 @@ class Engine:
             return common, 0, self._last_logits
         # The logits after ids[-1] are needed: recompute at least the last token.
         keep = min(common, len(ids) - 1)
+        self._snapshots.recomputed = 0
         self.truncate(keep)
+        back = self._snapshots.recomputed   # a recurrent model's tokens from its snapshot to keep
         logits = self.feed(ids[keep:])
-        return keep, len(ids) - keep, logits
+        return keep - back, len(ids) - keep + back, logits
 
     def prefill(self, text: str | Sequence[int]) -> int:
         """Make `text` (or token ids) resident without generating; returns its token count."""

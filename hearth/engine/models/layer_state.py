@@ -203,6 +203,7 @@ class Snapshots:
         self.keep = keep
         self.budget = budget
         self.items: list[Snapshot] = []
+        self.recomputed = 0    # tokens the last rewind computed again (a reply's stats count them)
 
     def clear(self) -> None:
         self.items.clear()
@@ -243,6 +244,7 @@ class Snapshots:
             else:
                 self.state.clear()
             start = self.state.n_tokens
+            self.recomputed = max(0, n - start)
             if start < n:
                 logits = forward(np.asarray(tokens[start:n], np.int32), start)
         except BaseException:
