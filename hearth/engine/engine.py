@@ -200,8 +200,11 @@ class Engine:
     @property
     def segments_cacheable(self) -> bool:
         """Whether chat segments can hold this model's state: a hybrid model's segment holds the
-        recurrent state at its end, a SplitKV's the other caches' K/V (prefix/segments.py)."""
-        return self.prefix_cacheable
+        recurrent state at its end, a SplitKV's the other caches' K/V (prefix/segments.py). A state
+        that images hold but segments cannot (no `segment_state_size`: a backend's own state
+        class) keeps its chats recomputed rather than restored without their state."""
+        kv = self.backend.kv
+        return self.prefix_cacheable and (not hasattr(kv, "state_layout") or hasattr(kv, "segment_state_size"))
 
     def state_reach(self, n: int) -> int:
         """The furthest position <= n whose whole state is at hand without recomputing: n on a
