@@ -13,7 +13,7 @@ import pytest
 from hearth.engine import Engine
 from hearth.engine.prefix import PrefixStore
 from hearth.engine.prefix.chat_images import ChatImages, Root
-from hearth.engine.prefix.format import FLAG_STATE, HEADER_SIZE
+from hearth.engine.prefix.format import FLAG_STATE, HEADER_SIZE, ImageHeader
 from hearth.engine.prefix.segments import SegmentHeader
 from tests.tiny_archs import STATEFUL, tiny_path
 
@@ -129,9 +129,19 @@ def test_a_refused_segment_is_a_silent_recompute_to_the_same_bits(pair, tmp_path
             del b.kv.state_layout
 
 
-def test_the_state_size_fields_cannot_wrap(pair):
-    """A u32 header field that cannot hold its value is refused before a byte is written."""
+def test_the_state_size_fields_cannot_wrap(pair, tmp_path, monkeypatch):
+    """A u32 header field that cannot hold its value (a SplitKV's state section grows with the
+    tokens) is refused before a byte is written: the save reports why, and no file is left."""
     a, _ = pair
-    h = SegmentHeader(1, 1, 1, 0, 1, 1, bytes(32), bytes(32), flags=FLAG_STATE, n_state=1 << 32)
-    with pytest.raises(ValueError, match="n_state"):
-        h.pack()
+    for h in (SegmentHeader(1, 1, 1, 0, 1, 1, bytes(32), bytes(32), flags=FLAG_STATE, n_state=1 << 32),
+              ImageHeader(1, 1, 1, 1, 1, bytes(32), flags=FLAG_STATE, n_state=1 << 32)):
+        with pytest.raises(ValueError, match="n_state"):
+            h.pack()
+    store = PrefixStore(tmp_path)
+    chats = ChatImages(store)
+    a.reset()
+    a.prefill(TURNS[0])
+    monkeypatch.setattr(type(a.kv), "segment_state_size", lambda self, start, n: 1 << 32)
+    saved = chats.save(a, Root.none(), owner="c")
+    assert "n_state" in saved.error and "too long" in saved.error
+    assert not list(store.root.glob("*.hps"))

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..system.atomic_file import write_atomic, write_text_atomic
-from ..errors import PrefixImageError
+from ..errors import EngineError, PrefixImageError
 from ..system.files import open_regular
 from ..generation import common_prefix
 from .format import FLAG_LOGITS, FLAG_STATE, I32, dtype_code
@@ -271,8 +271,8 @@ class ChatImages:
                 path = self.segment_path(h.key.hex())
                 try:
                     write_atomic(path, lambda f: write_segment(f, h, seg_ids, kv, logits))
-                except OSError as e:
-                    out.error = f"{e.strerror or e}"
+                except (OSError, EngineError) as e:   # a full disk; a state not at the segment's end
+                    out.error = f"{getattr(e, 'strerror', None) or e}"
                     out.seconds = time.perf_counter() - t0
                     return out
                 out.bytes_written = h.image_size
