@@ -137,9 +137,8 @@ def regenerate(a, model: Path, store_dir: Path) -> None:
     e = _load(model, n_ctx)   # after a restart: the segments, then the regenerate
     got = chats.restore(e, last, Root.none())
     regen2 = computed(e, last, a.reply)
-    print(f"  after a restart: {got.restored} tokens restored, regenerate computes {regen2} (the last message and "
-          f"its template tokens: {len(last) - len(prompts[-2]) if len(prompts) > 1 else len(last)}); "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(f"  after a restart: {got.restored} tokens restored, regenerate computes {regen2} (the last message "
+          f"is {a.user}); load {os.getloadavg()[0]:.1f}")
     e.close()
 
 
