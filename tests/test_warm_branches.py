@@ -1,7 +1,8 @@
 """Restores, branches and truncations give exactly the state of a fresh computation, on every
 architecture (#29): next-token logits bit for bit after a chain of chat segments is read by a fresh
 engine, after an edit inside the chat (read from disk, and in memory: a truncate), at positions past
-the sliding window of Gemma 3/4 and gpt-oss (window 8 in their tiny models, chats of 28 tokens).
+the sliding window of Gemma 3/4 and gpt-oss (window 8 in their tiny models and in Gemma 3 270M with
+its window cut to 8; chats of 28 tokens).
 A hybrid model's snapshots at every turn end make an edit recompute at most the edited turn. MoE
 segments hold only the K/V (and a hybrid's recurrent state): never an expert's weights."""
 
@@ -15,13 +16,13 @@ from hearth.engine.prefix import PrefixStore
 from hearth.engine.prefix.chat_images import ChatImages, Root
 from hearth.engine.prefix.format import HEADER_SIZE
 from hearth.engine.prefix.segments import SegmentHeader
-from tests.tiny_archs import ALL, tiny_path
+from tests.tiny_archs import ALL, WINDOWED, tiny_path
 
 TURNS = [list(range(1000, 1012)), list(range(2000, 2009)), list(range(3000, 3007))]
 EDIT = [11, 12, 13]
 
 
-@pytest.fixture(scope="module", params=ALL)
+@pytest.fixture(scope="module", params=(*ALL, "gemma3-w8"))
 def pair(request, reference_dir, tmp_path_factory):
     path = tiny_path(request.param, reference_dir, tmp_path_factory)
     a, b = Engine.load(path, n_ctx=64), Engine.load(path, n_ctx=64)
@@ -71,6 +72,7 @@ def test_restore_branch_and_truncate_match_a_fresh_computation(pair, tmp_path):
     ids = chat(a, chats)
     window = getattr(a.config, "sliding_window", 0) or 0
     assert not window or window < len(ids)       # the last positions attend past the window
+    assert bool(window) == (name in WINDOWED), (name, window)
     # restore: a fresh engine reads the chain, then the next message
     want = fresh(b, *TURNS, [5, 6])
     b.reset()

@@ -155,7 +155,8 @@ class ChatImages:
 
     def saved_prefix(self, engine, ids, root: Root) -> int:
         """How many leading tokens of `ids` a restore would bring back (root included)."""
-        found = self._walk(engine, list(ids), root, branch=True)
+        branch = not getattr(engine.kv, "recurrent", False)   # a recurrent state: whole segments only
+        found = self._walk(engine, list(ids), root, branch=branch)
         return found[-1].header.start + found[-1].use if found else root.n
 
     # --- restoring ---------------------------------------------------------------------------
