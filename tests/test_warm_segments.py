@@ -5,7 +5,6 @@ by a fresh engine gives the next-token logits of a fresh computation bit for bit
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
