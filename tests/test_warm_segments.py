@@ -144,3 +144,36 @@ def test_the_state_size_fields_cannot_wrap(pair, tmp_path, monkeypatch):
     saved = chats.save(a, Root.none(), owner="c")
     assert "n_state" in saved.error and "too long" in saved.error
     assert not list(store.root.glob("*.hps"))
+
+
+@pytest.mark.parametrize("other", ["model", "build", "backend"])
+def test_segments_of_another_model_build_or_backend_are_never_read(other, reference_dir, tmp_path,
+                                                                    tmp_path_factory, monkeypatch):
+    """qwen35 and qwen35moe share the tokenizer and the recurrent state's layout: only the model's
+    digest tells their segments apart. A changed engine build or backend describes other keys too."""
+    from hearth.engine.prefix import key as key_mod
+    writer = Engine.load(tiny_path("qwen35", reference_dir, tmp_path_factory), n_ctx=64)
+    chats = ChatImages(PrefixStore(tmp_path))
+    try:
+        ids = chat(writer, chats)
+        if other == "model":
+            reader = Engine.load(tiny_path("qwen35moe", reference_dir, tmp_path_factory), n_ctx=64)
+            assert reader.kv.state_layout() == writer.kv.state_layout()
+        else:
+            reader = writer
+            if other == "build":
+                monkeypatch.setattr(key_mod.build_info, "engine_build_hash", lambda: "another build")
+            else:
+                describe = reader.backend.describe
+                monkeypatch.setattr(reader.backend, "describe", lambda: {**describe(), "threads": -1})
+        try:
+            want = fresh(reader, ids + [5])
+            reader.reset()
+            got = chats.restore(reader, ids + [5], Root.none())
+            assert got.n_tokens == 0 and got.restored == 0
+            np.testing.assert_array_equal(reader.feed(ids + [5]), want)
+        finally:
+            if reader is not writer:
+                reader.close()
+    finally:
+        writer.close()
