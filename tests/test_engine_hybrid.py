@@ -94,17 +94,20 @@ def test_state_cannot_be_sliced_back(engine):
         engine.kv.truncate(5)
 
 
-def test_chat_segments_are_skipped(engine, tmp_path):
-    """A segment holds K/V only (no snapshot at its end yet): never saved or restored for a
-    recurrent model. Prefix images hold the state: tests/test_warm_images.py."""
+def test_chat_segments_hold_the_state_at_their_end(engine, tmp_path):
+    """A segment holds the attention K/V of its positions and the recurrent state at its end, so a
+    restore of it needs no recompute (bit-identity and refusals: tests/test_warm_segments.py)."""
     engine.reset()
     store = PrefixStore(tmp_path / "prefixes")
     store.ensure(engine, IDS[:12])
     chats = ChatImages(store)
     engine.feed(IDS[12:20])
     root = Root(bytes.fromhex(engine.prefix_key(IDS[:12])), 12)
-    assert chats.save(engine, root).bytes_written == 0
-    assert chats.restore(engine, IDS[:25], root).n_tokens == 20
+    assert chats.save(engine, root).bytes_written > 0
+    engine.reset()
+    store.ensure(engine, IDS[:12])
+    got = chats.restore(engine, IDS[:25], root)
+    assert got.n_tokens == 20 and got.restored == 8
 
 
 def test_gpu_refuses_qwen35moe_with_the_reason(path, tmp_path):
@@ -203,7 +206,11 @@ def test_the_first_snapshot_is_kept_for_a_new_chat(engine, monkeypatch):
     for k in range(8, 36, 4):                  # seven more turns
         engine.feed(IDS[k:k + 4])
     kept = [s.n_tokens for s in engine._snapshots.items]
-    assert kept[0] == 8 and len(kept) == engine._snapshots.keep and kept[-1] == 36
+    assert kept == list(range(8, 37, 4))       # every turn's end, within the memory budget
+    monkeypatch.setattr(engine._snapshots, "budget", 0)
+    engine.feed(IDS[36:40])                    # over the budget: the oldest and the newest stay
+    kept = [s.n_tokens for s in engine._snapshots.items]
+    assert kept[0] == 8 and len(kept) == engine._snapshots.keep and kept[-1] == 40
     calls = []
     real = engine.backend.forward
     monkeypatch.setattr(engine.backend, "forward", lambda ids, pos, **kw: (calls.append(pos), real(ids, pos, **kw))[1])

@@ -154,7 +154,7 @@ def test_gemma4_split_kv_round_trips_past_the_window(reference_dir):
     is refused and leaves the resident K/V."""
     e = _load(reference_dir, "gemma4")
     try:
-        assert len(e.kv.caches) > 1 and e.segments_cacheable is False
+        assert len(e.kv.caches) > 1 and e.segments_cacheable   # segments: test_warm_segments.py
         want_prefix, want_next = fresh(e, N, IDS[N:N + 2])
         raw = image_of(e)
         h = ImageHeader.unpack(raw[:HEADER_SIZE])

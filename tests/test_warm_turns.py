@@ -9,15 +9,14 @@ import pytest
 
 from hearth.engine import Engine
 from hearth.engine.sampling import Sampling
+from tests.tiny_archs import ALL, tiny_path
 
-ARCHS = ["qwen35", "gemma4", "qwen3moe", "gpt-oss"]
 IDS = list(range(1000, 1040))
 
 
-@pytest.fixture(scope="module", params=ARCHS)
-def engine(request, reference_dir):
-    name = request.param
-    e = Engine.load(reference_dir / "tiny-next" / name / f"tiny-{name}.gguf", n_ctx=96)
+@pytest.fixture(scope="module", params=ALL)
+def engine(request, reference_dir, tmp_path_factory):
+    e = Engine.load(tiny_path(request.param, reference_dir, tmp_path_factory), n_ctx=96)
     e._prefault.join()
     yield e
     e.close()

@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from hearth.engine.chat.chat_turn import ChatTurn, prefill_in_chunks, render_prompt, tool_format_of
+from hearth.engine.chat.reasoning import HARMONY_ANALYSIS, THINK_TAGS
 from hearth.engine.generation import common_prefix
 from hearth.engine.prefix.chat_images import ChatImages, Root
 
@@ -98,9 +99,31 @@ class ChatContexts:
         return self.images.chats()
 
 
+def rerendered(engine, before: list[int], ids: list[int]) -> dict | None:
+    """When the prompt `ids` renders resident tokens (`before`) otherwise, from some position on: where,
+    how many resident tokens are not reused, and why ("thinking": a reasoning template leaves an
+    earlier reply's thinking out of the prompt; "rerendered": an edit or another rendering). None
+    when the prompt extends the resident tokens, is a prefix of them (a regenerate) or differs only
+    in the last one."""
+    common = common_prefix(before, ids)
+    # one token: the last resident one merges with the new text (a BPE boundary), costing one token
+    if common >= len(before) - 1 or common >= len(ids):
+        return None
+    # from a few tokens before: the tag the two renderings share the start of ("<|channel|>" then
+    # "analysis" or "final") is read whole
+    dropped = engine.detokenize(before[max(0, common - 8):common + 4096])
+    thinking = HARMONY_ANALYSIS in dropped or any(open_ in dropped for open_, _ in THINK_TAGS)
+    return {"from": common, "dropped": len(before) - common, "reason": "thinking" if thinking else "rerendered"}
+
+
 def chat_context_line(res: dict) -> str:
     """The status bar's words for a worker's chatContext report ("" for a save that went well)."""
     action = res.get("action")
+    if action == "rerendered":
+        why = ("the template leaves earlier thinking out of the prompt" if res.get("reason") == "thinking"
+               else "the prompt differs from what was resident there")
+        return (f"Recomputed {res.get('computed', 0):,} tokens from position {res.get('from', 0):,}: {why} "
+                f"({res.get('dropped', 0):,} resident tokens not reused)")
     if action == "restored":
         extra = f", computed {res['computed']:,} more" if res.get("computed") else ""
         return f"Restored chat context ({tokens(res.get('tokens', 0))}) in {duration(res.get('ms', 0))}{extra}"

@@ -316,6 +316,12 @@ class LocalBackend(ChatBackend):
         contexts = self._chat_contexts()
         restored = contexts.restore_ids(eng, ids) if contexts.chat is not None else None
         contexts.changed()
+        # what this chat's last reply left resident (the preset prefix and the chain may have been
+        # restored since): the status bar says what of it the prompt recomputed, and why
+        from .chat_context import rerendered  # noqa: PLC0415  (loaded by _chat_contexts already)
+        chat_id = (contexts.chat or {}).get("id")
+        last_id, last = getattr(self, "_last_reply", (None, []))
+        rerender = rerendered(eng, last if chat_id is not None and last_id == chat_id else eng.tokens, ids)
         # A long new part of the prompt is read in chunks: progress for the user, and Stop works.
         pre = prefill_in_chunks(eng, ids, cancel, lambda n, todo: progress("Reading the prompt", n, todo),
                                 min_new=2 * PREFILL_CHUNK) if progress is not None else (0, 0.0)
@@ -336,6 +342,9 @@ class LocalBackend(ChatBackend):
                     stats["restored_tokens"], stats["restore_ms"] = restored.restored, restored.seconds * 1000
                 if dropped:
                     stats.update(dropped_messages=dropped, context_policy=policy)
+                if rerender is not None:
+                    stats["rerendered"] = {**rerender, "computed": int(st.computed_tokens)}
+                self._last_reply = (chat_id, eng.tokens)
                 stats["prompt_tokens"] = len(ids)
                 stats["n_ctx"] = int(eng.n_ctx)
                 stats["backend"] = self.info.backend if self.info else ""

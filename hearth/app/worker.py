@@ -139,6 +139,8 @@ class EngineWorker(QObject):
                 self.chatContext.emit({"action": "restored", "tokens": stats.get("reused_tokens", 0),
                                        "restored": stats["restored_tokens"], "computed": 0,
                                        "ms": stats.get("restore_ms", 0.0)})
+            if stats.get("rerendered"):
+                self.chatContext.emit({"action": "rerendered", **stats["rerendered"]})
             self.finished.emit(rid, stats)
         except Exception as e:  # noqa: BLE001  engine errors become a message in the chat
             log.warning("generation failed: %s", traceback.format_exc())

@@ -199,10 +199,49 @@ class Engine:
 
     @property
     def segments_cacheable(self) -> bool:
-        """Whether chat segments can hold this model's state. Not for hybrid models yet: a segment
-        holds one K/V shape and no snapshot at its end, so restoring one would leave the recurrent
-        state (or a SplitKV's other caches) wrong; their chats are recomputed instead."""
-        return self.prefix_cacheable and not hasattr(self.backend.kv, "state_layout")
+        """Whether chat segments can hold this model's state: a hybrid model's segment holds the
+        recurrent state at its end, a SplitKV's the other caches' K/V (prefix/segments.py). A state
+        that images hold but segments cannot (no `segment_state_size`: a backend's own state
+        class) keeps its chats recomputed rather than restored without their state."""
+        kv = self.backend.kv
+        return self.prefix_cacheable and (not hasattr(kv, "state_layout") or hasattr(kv, "segment_state_size"))
+
+    def state_reach(self, n: int) -> int:
+        """The furthest position <= n whose whole state is at hand without recomputing: n on a
+        plain model or when n tokens are resident, else the newest snapshot at or before n."""
+        with self._lock:
+            if not self._recurrent or n == len(self._tokens):
+                return n
+            return self._snapshots.reach(n)
+
+    def begin_chain(self, start: int) -> None:
+        """Before chat segments are read into positions >= start: keep only the first `start`
+        resident tokens. On a recurrent model without recomputing (the chain brings the state, or
+        `adopt_chain` computes it): until then the resident state is not the tokens'."""
+        with self._lock:
+            if not self._recurrent:
+                self.truncate(start)
+            elif start < len(self._tokens):
+                del self._tokens[start:]
+                self._last_logits = None
+                self._snapshots.items = [s for s in self._snapshots.items if s.n_tokens <= start]
+
+    def adopt_chain(self, ids: Sequence[int], logits: np.ndarray | None, state_written: bool) -> None:
+        """After `begin_chain` and a chain read: make `ids` resident. A recurrent model whose state
+        the chain did not bring (none read, or refused) goes back to its nearest snapshot and
+        recomputes; the snapshots before the chain stay (turn ends an edit goes back to)."""
+        with self._lock:
+            if not self._recurrent:
+                self.adopt_prefix(ids, logits)
+                return
+            self._tokens = [int(i) for i in ids]
+            self._last_logits = None
+            if not state_written:
+                self._rewind(len(self._tokens))
+                return
+            self.kv.n_tokens = len(self._tokens)
+            self._last_logits = None if logits is None else np.asarray(logits, np.float32)
+            self._snapshot()
 
     def _snapshot(self) -> None:
         """Keep the recurrent state after the resident tokens (no-op for plain models)."""
@@ -323,9 +362,11 @@ class Engine:
             return common, 0, self._last_logits
         # The logits after ids[-1] are needed: recompute at least the last token.
         keep = min(common, len(ids) - 1)
+        self._snapshots.recomputed = 0
         self.truncate(keep)
+        back = self._snapshots.recomputed   # a recurrent model's tokens from its snapshot to keep
         logits = self.feed(ids[keep:])
-        return keep, len(ids) - keep, logits
+        return keep - back, len(ids) - keep + back, logits
 
     def prefill(self, text: str | Sequence[int]) -> int:
         """Make `text` (or token ids) resident without generating; returns its token count."""

@@ -160,6 +160,27 @@ class HybridState:
         """float32 [state_size]: every conv window, then every delta-rule state (a copy)."""
         return np.concatenate([self._conv.ravel(), self._delta.ravel()])
 
+    # -- chat segments: the attention layers' K/V of the segment's positions plus the state at its end
+
+    @property
+    def image_cache(self) -> KVCache:
+        return self.kv
+
+    def segment_state_size(self, start: int, n: int) -> int:
+        return self.state_size(start + n)
+
+    def read_segment_state(self, start: int, end: int) -> np.ndarray:
+        """The state after `end` tokens: only while it is the current one."""
+        if end != self.n_tokens:
+            raise EngineError(f"the recurrent state is the one after {self.n_tokens} tokens, not {end}")
+        return self.read_state(end)
+
+    def write_segment_state(self, start: int, use: int, n: int, flat: np.ndarray) -> None:
+        """The state at the end of a segment of n tokens: valid only when all n are used."""
+        if use != n:
+            raise EngineError("a recurrent state at a segment's end cannot serve a branch inside it")
+        self.write_state(start + n, flat)
+
     def write_state(self, n: int, flat: np.ndarray) -> None:
         if flat.shape != (self.state_size(n),):
             raise EngineError(f"write_state: {flat.shape} values for a state of {self.state_size(n)}")
@@ -169,15 +190,20 @@ class HybridState:
 
 
 class Snapshots:
-    """The Engine's in-memory snapshots of a recurrent state (nothing for other states), at most
-    `keep` (each is the whole recurrent state: ~50 MB on a Qwen3.5-4B shape): the oldest, where a new
-    chat of the same prompt prefix goes back to, and the newest, where a chat's next turn does."""
+    """The Engine's in-memory snapshots of a recurrent state (nothing for other states): one at every
+    prompt's and every reply's end, so an edit or a regenerate recomputes at most one turn. Each is
+    the whole recurrent state (~50 MB on a Qwen3.5-4B shape): past `budget` bytes (and `keep`
+    snapshots) the second oldest goes, keeping the oldest (a chat's system prompt or preset prefix,
+    where a new chat goes back to) and the newest turns; older turn ends are in the chat's segments
+    on disk (engine/prefix/chat_images.py)."""
 
-    def __init__(self, state, keep: int = 4):
+    def __init__(self, state, keep: int = 4, budget: int = 512 << 20):
         self.state = state
         self.on = bool(getattr(state, "recurrent", False))
         self.keep = keep
+        self.budget = budget
         self.items: list[Snapshot] = []
+        self.recomputed = 0    # tokens the last rewind computed again (a reply's stats count them)
 
     def clear(self) -> None:
         self.items.clear()
@@ -190,12 +216,15 @@ class Snapshots:
             if self.items[-1].logits is None and logits is not None:
                 self.items[-1] = replace(self.items[-1], logits=np.array(logits, np.float32))
             return
-        older = [s for s in self.items if s.n_tokens < n_tokens]
-        # The oldest (a chat's system prompt or preset prefix, where a new chat goes back to) and the
-        # newest (where the next turn goes back to).
-        self.items = older if len(older) < self.keep else older[:1] + older[len(older) - self.keep + 2:]
         snap = self.state.snapshot()
+        self.items = [s for s in self.items if s.n_tokens < n_tokens]
         self.items.append(snap if logits is None else replace(snap, logits=np.array(logits, np.float32)))
+        while len(self.items) > self.keep and sum(_bytes(s) for s in self.items) > self.budget:
+            del self.items[1]
+
+    def reach(self, n: int) -> int:
+        """The newest snapshot's position at or before n (0: none, the state of no tokens)."""
+        return max((s.n_tokens for s in self.items if s.n_tokens <= n), default=0)
 
     def logits_at(self, n: int) -> np.ndarray | None:
         """The logits kept with a snapshot after exactly n tokens, if any."""
@@ -215,6 +244,7 @@ class Snapshots:
             else:
                 self.state.clear()
             start = self.state.n_tokens
+            self.recomputed = max(0, n - start)
             if start < n:
                 logits = forward(np.asarray(tokens[start:n], np.int32), start)
         except BaseException:
@@ -223,6 +253,10 @@ class Snapshots:
             raise
         self.take(n, logits)
         return logits if n > 0 else None
+
+
+def _bytes(s: Snapshot) -> int:
+    return s.nbytes + (s.logits.nbytes if s.logits is not None else 0)
 
 
 class SplitKV:
@@ -312,6 +346,34 @@ class SplitKV:
         parts = [np.asarray(t, np.float32).ravel() for c in self.caches[1:] for layer in range(c.n_layers)
                  for t in c.read_prefix(layer, n)]
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    # -- chat segments: caches[0]'s K/V as the segment's tensors, the others' K/V of its positions
+    #    as its state section (float32)
+
+    @property
+    def image_cache(self) -> KVCache:
+        return self.caches[0]
+
+    def segment_state_size(self, start: int, n: int) -> int:
+        return self.state_size(n)
+
+    def read_segment_state(self, start: int, end: int) -> np.ndarray:
+        parts = [np.asarray(t[:, start:end], np.float32).ravel() for c in self.caches[1:]
+                 for layer in range(c.n_layers) for t in c.read_prefix(layer, end)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def write_segment_state(self, start: int, use: int, n: int, flat: np.ndarray) -> None:
+        """Positions [start, start + use) of the other caches from a segment of n positions."""
+        if flat.shape != (self.state_size(n),):
+            raise EngineError(f"write_segment_state: {flat.shape} values for {self.state_size(n)}")
+        at = 0
+        for c in self.caches[1:]:
+            size = c.n_kv_heads * n * c.head_dim
+            for layer in range(c.n_layers):
+                k, v = (flat[at + j * size: at + (j + 1) * size].reshape(c.n_kv_heads, n, c.head_dim)[:, :use]
+                        .astype(c.dtype) for j in range(2))
+                c.write_at(layer, start, k, v)
+                at += 2 * size
 
     def write_state(self, n: int, flat: np.ndarray) -> None:
         if flat.shape != (self.state_size(n),):

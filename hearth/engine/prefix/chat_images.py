@@ -28,14 +28,15 @@ from pathlib import Path
 import numpy as np
 
 from ..system.atomic_file import write_atomic, write_text_atomic
-from ..errors import PrefixImageError
+from ..errors import EngineError, PrefixImageError
 from ..system.files import open_regular
 from ..generation import common_prefix
-from .format import FLAG_LOGITS, I32, dtype_code
+from .format import FLAG_LOGITS, FLAG_STATE, I32, dtype_code
 from .io import _read_into, write_all
 from .key import model_digest, segment_digest
 from .store import META_SUFFIX, SEGMENT_SUFFIX
-from .segments import NO_PARENT, ChainPart, SegmentHeader, read_chain, read_segment_header, write_segment
+from .segments import (NO_PARENT, ChainPart, SegmentHeader, image_layers, read_chain, read_segment_header,
+                       state_values, write_segment, write_states)
 
 OWNERS_DIR = "chats"
 
@@ -113,8 +114,10 @@ class ChatImages:
         return index
 
     def _key(self, engine, parent: bytes, start: int, ids) -> bytes:
+        kv = engine.kv   # a snapshot's layout (layer pattern, shapes, dtype) is part of the key
         return segment_digest(backend=engine.backend.describe(), model=model_digest(engine.gguf),
-                              parent=parent, start=start, ids=ids, dtype=_dtype(engine))
+                              parent=parent, start=start, ids=ids, dtype=_dtype(engine),
+                              state=kv.state_layout() if hasattr(kv, "state_layout") else "")
 
     def _walk(self, engine, ids: list[int], root: Root, branch: bool) -> list[_Found]:
         """The longest chain of whole segments matching `ids` from `root`; with `branch`, then the
@@ -152,7 +155,8 @@ class ChatImages:
 
     def saved_prefix(self, engine, ids, root: Root) -> int:
         """How many leading tokens of `ids` a restore would bring back (root included)."""
-        found = self._walk(engine, list(ids), root, branch=True)
+        branch = not getattr(engine.kv, "recurrent", False)   # a recurrent state: whole segments only
+        found = self._walk(engine, list(ids), root, branch=branch)
         return found[-1].header.start + found[-1].use if found else root.n
 
     # --- restoring ---------------------------------------------------------------------------
@@ -171,8 +175,12 @@ class ChatImages:
             if resident[:root.n] != ids[:root.n]:
                 return Restored(common_prefix(resident, ids))
             common = common_prefix(resident, ids)
-            found = self._walk(engine, ids, root, branch=True)
-            found = [f for f in found if f.header.start + f.use > common]
+            recurrent = bool(getattr(engine.kv, "recurrent", False))
+            # a recurrent state is known only at a whole segment's end: no branch inside one; and what
+            # is resident counts up to the nearest state at hand (the last snapshot before the edit)
+            found = self._walk(engine, ids, root, branch=not recurrent)
+            reach = engine.state_reach(common) if recurrent else common
+            found = [f for f in found if f.header.start + f.use > reach]
             if not found:
                 return Restored(common)
             parts = []
@@ -186,9 +194,16 @@ class ChatImages:
                     return Restored(common)
                 start = parts[0].header.start
                 engine.kv.check_fits(0, parts[-1].header.start + parts[-1].use)
-                engine.truncate(start)
-                n_good, logits = read_chain(parts, ids, engine.kv)
-                engine.adopt_prefix(ids[:n_good], logits)
+                engine.begin_chain(start)
+                wrote = False
+                try:
+                    n_good, logits = read_chain(parts, ids, engine.kv)
+                    wrote = write_states(parts, engine.kv, n_good)
+                except BaseException:
+                    n_good, logits = start, None
+                    raise
+                finally:
+                    engine.adopt_chain(ids[:n_good], logits, wrote)
             finally:
                 for part in parts:
                     part.f.close()
@@ -210,7 +225,7 @@ class ChatImages:
             h = read_segment_header(fh)
             if h != f.header:
                 raise PrefixImageError("header", "the segment changed since it was listed")
-            h.check_shape(engine.kv, int(engine.config.n_vocab), _dtype(engine))
+            h.check_shape(engine.kv, int(engine.config.n_vocab), _dtype(engine))   # state size included
             if os.fstat(fh.fileno()).st_size != h.image_size:
                 raise PrefixImageError("truncated", f"{f.path.name}: {os.fstat(fh.fileno()).st_size} bytes, "
                                                     f"{h.image_size} declared")
@@ -241,17 +256,24 @@ class ChatImages:
                 seg_ids = ids[start:]
                 logits = engine.last_logits
                 kv = engine.kv
-                h = SegmentHeader(kv.n_layers, kv.n_kv_heads, kv.head_dim, start, len(seg_ids),
+                n_state = state_values(kv, start, len(seg_ids))
+                h = SegmentHeader(image_layers(kv), kv.n_kv_heads, kv.head_dim, start, len(seg_ids),
                                   int(engine.config.n_vocab), self._key(engine, parent, start, seg_ids), parent,
-                                  flags=FLAG_LOGITS if logits is not None else 0, dtype=_dtype(engine))
+                                  flags=(FLAG_LOGITS if logits is not None else 0) | (FLAG_STATE if n_state else 0),
+                                  dtype=_dtype(engine), n_state=n_state)
+                try:
+                    h.check_fields()
+                except ValueError as e:      # a wrapped u32 would make a wrong file: none is written
+                    out.error = str(e)
+                    return out
                 if h.image_size > self.store.cap_bytes:
                     out.error = f"the context of {h.image_size} bytes is larger than the cache cap"
                     return out
                 path = self.segment_path(h.key.hex())
                 try:
                     write_atomic(path, lambda f: write_segment(f, h, seg_ids, kv, logits))
-                except OSError as e:
-                    out.error = f"{e.strerror or e}"
+                except (OSError, EngineError) as e:   # a full disk; a state not at the segment's end
+                    out.error = f"{getattr(e, 'strerror', None) or e}"
                     out.seconds = time.perf_counter() - t0
                     return out
                 out.bytes_written = h.image_size

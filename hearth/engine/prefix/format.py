@@ -63,6 +63,7 @@ DTYPE_NUMPY = {DTYPE_F32: np.dtype("<f4"), DTYPE_F16: np.dtype("<f2")}
 FLAG_LOGITS = 1
 FLAG_STATE = 2     # a recurrent state snapshot follows the K/V
 CHECKSUM_SIZE = 4
+U32_MAX = 0xFFFFFFFF
 
 # magic, version, header size, dtype, flags, n_layers, n_kv_heads, head_dim, n_tokens, n_vocab,
 # state floats u32, image size u64, key, 36 reserved bytes  -> 124 bytes; then the header CRC.
@@ -104,6 +105,16 @@ class KVFileSizes:
     def has_state(self) -> bool:
         return bool(self.flags & FLAG_STATE)
 
+    def check_fields(self) -> None:
+        """Refuse (ValueError, naming the field) to describe a file whose u32 header fields cannot
+        hold its sizes: a SplitKV's state section grows with the tokens (2 L H n D floats), and a
+        wrapped count would make a file that is refused on every read, or worse, read wrong."""
+        for name in ("n_layers", "n_kv_heads", "head_dim", "n_tokens", "n_vocab", "n_state", "start"):
+            v = int(getattr(self, name, 0))
+            if not 0 <= v <= U32_MAX:
+                raise ValueError(f"the {name} field ({v:,}) does not fit the header's 32 bits; this "
+                                 f"context is too long to keep on disk")
+
     @property
     def image_size(self) -> int:
         logits = 4 * self.n_vocab if self.has_logits else 0
@@ -125,6 +136,7 @@ class ImageHeader(KVFileSizes):
     n_state: int = 0      # float32 values of the recurrent state snapshot (FLAG_STATE)
 
     def pack(self) -> bytes:
+        self.check_fields()
         body = _HEADER.pack(MAGIC, self.version, HEADER_SIZE, self.dtype, self.flags, self.n_layers,
                             self.n_kv_heads, self.head_dim, self.n_tokens, self.n_vocab, self.n_state,
                             self.image_size, self.key)

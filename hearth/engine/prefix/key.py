@@ -103,13 +103,16 @@ def key_digest(*, backend: dict, model: bytes, ids, dtype: int = DTYPE_F32, stat
 
 
 def segment_digest(*, backend: dict, model: bytes, parent: bytes, start: int, ids,
-                   dtype: int = DTYPE_F32) -> bytes:
+                   dtype: int = DTYPE_F32, state: str = "") -> bytes:
     """The 32-byte key of a chat segment: the fields of `key_digest`, its parent's key (a prefix
     image's or another segment's; 32 zero bytes for a chain that starts at position 0), the
     position it starts at and its own token ids. The parent's key covers every token before
-    `start`, so the key covers the whole sequence up to the segment's end."""
+    `start`, so the key covers the whole sequence up to the segment's end. `state` as for
+    `key_digest`: a segment with a snapshot never shares a key with one without."""
     h = blake2b(digest_size=32, person=b"hearth-segment")
     _identity(h, backend, model, dtype)
+    if state:
+        _field(h, "state", state.encode())
     _field(h, "parent", bytes(parent))
     _field(h, "start", str(int(start)).encode())
     _field(h, "ids", np.asarray(ids, I32).tobytes())

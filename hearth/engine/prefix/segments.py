@@ -13,17 +13,25 @@ Segment layout: the prefix image's (format.py) with its own header, so one reade
     128     4 n                 token ids of positions [start, start + n), int32 [n]
     ...     2 L x e H n D       for each layer: K then V, the cache's dtype [H, n, D] (head-major, as
                                 the cache; e = 4 bytes for float32, 2 for float16)
+    ...     4 S                 the state K/V tensors do not hold, float32 [S] (if FLAG_STATE): a hybrid
+                                model's recurrent state after the segment's last token (L counts only
+                                the attention layers), or a SplitKV's other caches' K/V of the
+                                segment's positions (layer_state: read_segment_state)
     ...     4 n_vocab           logits after the last token, float32 [n_vocab]  (if FLAG_LOGITS)
     end-4   4                   CRC-32 of every byte before it (header included)
 
 Header (128 bytes):
     0   8   magic b"\\x89HPS\\r\\n\\x1a\\n"     8  4  u32 format version     12  4  u32 header size (128)
-    16  4   u32 dtype (1 = float32, 16 = float16; format.py)   20  4  u32 flags (bit 0: logits present)
+    16  4   u32 dtype (1 = float32, 16 = float16; format.py)   20  4  u32 flags (bit 0: logits, bit 1: state)
     24  4   u32 n_layers                28  4  u32 n_kv_heads            32  4  u32 head_dim
     36  4   u32 start                   40  4  u32 n_tokens              44  4  u32 n_vocab
     48  8   u64 image size in bytes, header to checksum included
     56  32  key (`segment_digest`)      88 32  parent key (32 zero bytes: the chain starts at 0)
-    120 4   reserved, 0                 124 4  u32 CRC-32 of bytes [0, 124)
+    120 4   u32 S: state floats (0 without FLAG_STATE)          124 4  u32 CRC-32 of bytes [0, 124)
+
+A chain restores every segment's K/V and the state of its last segment only: a recurrent state is
+valid only at its segment's end, so on a recurrent model a chain ends at a whole segment (a branch
+inside one restores up to its start and computes the rest).
 """
 
 from __future__ import annotations
@@ -38,14 +46,14 @@ import numpy as np
 from ..errors import PrefixImageError
 from ..system.shared_work import share
 from .checksum import crc32
-from .format import CHECKSUM_SIZE, DTYPE_F32, DTYPE_NAMES, F32, FLAG_LOGITS, HEADER_SIZE, I32, KVFileSizes
+from .format import CHECKSUM_SIZE, DTYPE_F32, DTYPE_NAMES, F32, FLAG_LOGITS, FLAG_STATE, HEADER_SIZE, I32, KVFileSizes
 from .io import RunningCrc, _read_into, _read_upto, worker, write_all, write_tail
 
 SEGMENT_MAGIC = b"\x89HPS\r\n\x1a\n"
 SEGMENT_VERSION = 1
 NO_PARENT = bytes(32)
 
-_HEADER = struct.Struct("<8s10IQ32s32s4x")
+_HEADER = struct.Struct("<8s10IQ32s32sI")
 assert _HEADER.size == HEADER_SIZE - 4
 
 
@@ -62,15 +70,17 @@ class SegmentHeader(KVFileSizes):
     flags: int = FLAG_LOGITS
     dtype: int = DTYPE_F32
     version: int = SEGMENT_VERSION
+    n_state: int = 0      # float32 values of the state section (FLAG_STATE)
 
     @property
     def end(self) -> int:
         return self.start + self.n_tokens
 
     def pack(self) -> bytes:
+        self.check_fields()
         body = _HEADER.pack(SEGMENT_MAGIC, self.version, HEADER_SIZE, self.dtype, self.flags, self.n_layers,
                             self.n_kv_heads, self.head_dim, self.start, self.n_tokens, self.n_vocab,
-                            self.image_size, self.key, self.parent)
+                            self.image_size, self.key, self.parent, self.n_state)
         return body + struct.pack("<I", zlib.crc32(body))
 
     @classmethod
@@ -83,31 +93,46 @@ class SegmentHeader(KVFileSizes):
         if len(raw) < HEADER_SIZE:
             raise PrefixImageError("truncated", f"the chat segment ends inside its header ({len(raw)} bytes)")
         (_, version, header_size, dtype, flags, n_layers, n_kv_heads, head_dim, start, n_tokens, n_vocab,
-         image_size, key, parent) = _HEADER.unpack_from(raw)
+         image_size, key, parent, n_state) = _HEADER.unpack_from(raw)
         if version != SEGMENT_VERSION:
             raise PrefixImageError("version", f"the chat segment has format version {version}; this engine "
                                               f"reads version {SEGMENT_VERSION}")
         (crc,) = struct.unpack_from("<I", raw, HEADER_SIZE - 4)
         if crc != zlib.crc32(raw[:HEADER_SIZE - 4]):
             raise PrefixImageError("header", "the chat segment's header is damaged (header CRC mismatch)")
-        if header_size != HEADER_SIZE or any(raw[120:124]) or flags & ~FLAG_LOGITS or not n_tokens:
+        if (header_size != HEADER_SIZE or flags & ~(FLAG_LOGITS | FLAG_STATE) or not n_tokens
+                or bool(n_state) != bool(flags & FLAG_STATE)):
             raise PrefixImageError("header", "the chat segment's header has fields this version does not "
                                              "define")
         if dtype not in DTYPE_NAMES:
             raise PrefixImageError("dtype", f"the chat segment holds dtype code {dtype}")
-        h = cls(n_layers, n_kv_heads, head_dim, start, n_tokens, n_vocab, key, parent, flags, dtype, version)
+        h = cls(n_layers, n_kv_heads, head_dim, start, n_tokens, n_vocab, key, parent, flags, dtype, version,
+                n_state)
         if image_size != h.image_size:
             raise PrefixImageError("header", f"the chat segment's header declares {image_size} bytes but "
                                              f"its sizes add up to {h.image_size}")
         return h
 
     def check_shape(self, kv, n_vocab: int, dtype: int) -> None:
-        """Refuse a segment whose sizes or dtype differ from this engine's cache."""
-        for got, exp, label in ((self.n_layers, kv.n_layers, "layers"), (self.n_kv_heads, kv.n_kv_heads, "KV heads"),
+        """Refuse a segment whose sizes, dtype or state section differ from this engine's cache."""
+        for got, exp, label in ((self.n_layers, image_layers(kv), "layers"),
+                                (self.n_kv_heads, kv.n_kv_heads, "KV heads"),
                                 (self.head_dim, kv.head_dim, "head dim"), (self.n_vocab, n_vocab, "vocabulary size"),
-                                (self.dtype, dtype, "dtype")):
+                                (self.dtype, dtype, "dtype"),
+                                (self.n_state, state_values(kv, self.start, self.n_tokens), "state values")):
             if got != exp:
                 raise PrefixImageError("shape", f"the chat segment has {got} {label}, this engine {exp}")
+
+
+def image_layers(kv) -> int:
+    """The K/V tensor pairs a segment holds per position range: a hybrid model's attention layers, a
+    SplitKV's first cache's layers, every layer of a plain cache."""
+    return getattr(kv, "image_layers", kv.n_layers)
+
+
+def state_values(kv, start: int, n: int) -> int:
+    """float32 values of the state section of a segment of positions [start, start + n) (0: none)."""
+    return int(kv.segment_state_size(start, n)) if hasattr(kv, "segment_state_size") else 0
 
 
 def read_segment_header(f) -> SegmentHeader:
@@ -138,6 +163,15 @@ def write_segment(f, header: SegmentHeader, ids, kv, logits: np.ndarray | None) 
             pending[slot] = crc.update(scratch[slot])
             write_all(f, scratch[slot])
             slot ^= 1
+    if header.has_state:
+        state = np.ascontiguousarray(kv.read_segment_state(s, e), F32)
+        if state.shape != (header.n_state,):
+            raise ValueError(f"write_segment: a state of {state.shape} values, expected ({header.n_state},)")
+        for fut in pending:
+            if fut is not None:
+                fut.result()
+        crc.update(state)
+        write_all(f, state)
     write_tail(f, header, logits, crc, "write_segment")
     return header.image_size
 
@@ -151,6 +185,7 @@ class ChainPart:
     use: int
     crc: RunningCrc | None = None
     logits: np.ndarray | None = None
+    state: np.ndarray | None = None     # the state section, float32 [n_state] (read with the checksum)
     failed: bool = False
     _bufs: list | None = None
     pending: list = field(default_factory=lambda: [None, None])
@@ -169,7 +204,8 @@ class ChainPart:
 
 def read_chain(parts: list[ChainPart], ids, kv) -> tuple[int, np.ndarray | None]:
     """Restore the chain `parts` (consecutive, the first starting where the resident tokens end) into
-    `kv`; returns the end position of the good parts. Headers were checked by the caller; here
+    `kv`; returns the end position of the good parts. State sections are read into the parts
+    (`ChainPart.state`), not written: `write_states` does that once the chain's end is known. Headers were checked by the caller; here
     each part's token ids are checked against `ids` before anything is written, then every layer's
     K and V of every part is read, in file order, and written at its positions. A part whose
     checksum fails only at its end leaves the positions before it good (their own checksums
@@ -194,6 +230,7 @@ def read_chain(parts: list[ChainPart], ids, kv) -> tuple[int, np.ndarray | None]
     if not good:
         return (parts[0].header.start if parts else 0), None
     base = good[0].header.start
+    kv = getattr(kv, "image_cache", kv)   # the cache that holds the segments' K/V tensors
     if _host_cache(kv, good[0].header.kv_dtype):
         # Each part is its own file with its own checksum: the parts are read side by side (this
         # thread and one worker), each straight into its positions of the cache.
@@ -282,6 +319,10 @@ def _finish(p: ChainPart) -> bool:
     are short, damaged or followed by more bytes."""
     h = p.header
     try:
+        if h.has_state:
+            p.state = np.empty(h.n_state, F32)
+            _read_into(p.f, p.state, "the state", 0)
+            p.crc.update(p.state)
         if h.has_logits:
             p.logits = np.empty(h.n_vocab, F32)
             _read_into(p.f, p.logits, "the logits", 0)
@@ -292,3 +333,24 @@ def _finish(p: ChainPart) -> bool:
     except PrefixImageError:
         p.failed = True
     return not p.failed
+
+
+def write_states(parts: list[ChainPart], kv, n_good: int) -> bool:
+    """Write the state sections of the good parts restored up to n_good into `kv`: a SplitKV's
+    other caches' K/V of each part's used positions; a recurrent state only from the part that ends
+    exactly at n_good (its state is the one after that token). Returns whether a recurrent state was
+    written (False: the caller must compute it)."""
+    recurrent = bool(getattr(kv, "recurrent", False))
+    wrote = False
+    for p in parts:
+        h = p.header
+        if p.failed or p.state is None or h.start >= n_good:
+            break
+        use = min(p.use, n_good - h.start)
+        if recurrent:
+            if h.end == n_good and use == h.n_tokens:
+                kv.write_segment_state(h.start, use, h.n_tokens, p.state)
+                wrote = True
+            continue
+        kv.write_segment_state(h.start, use, h.n_tokens, p.state)
+    return wrote

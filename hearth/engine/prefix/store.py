@@ -193,7 +193,12 @@ class PrefixStore:
             engine.check_cacheable()   # raises, naming the file
         ids = engine.prefix_ids(text)
         key = key or engine.prefix_key(ids)
-        size = engine.prefix_header(ids).image_size
+        header = engine.prefix_header(ids)
+        try:
+            header.check_fields()   # a size a u32 header field cannot hold: no file rather than a wrong one
+        except ValueError as e:
+            raise _TooLarge(str(e)) from e
+        size = header.image_size
         if size > self.cap_bytes:
             raise _TooLarge(f"the image of {size} bytes is larger than the cache cap of {self.cap_bytes}")
         path = self.image_path(key)
