@@ -17,11 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EngineError
-from ..models.layer_state import Snapshot
+from ..models.layer_state import RecurrentSegments, Snapshot
 from .kv import GpuKVCache
 
 
-class GpuHybridState:
+class GpuHybridState(RecurrentSegments):
     recurrent = True
 
     def __init__(self, dev, n_layers: int, attn_layers: list[int], n_kv_heads: int, head_dim: int,

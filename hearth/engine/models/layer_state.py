@@ -39,7 +39,32 @@ class Snapshot:
         return self.conv.nbytes + self.delta.nbytes
 
 
-class HybridState:
+class RecurrentSegments:
+    """Chat segments of a recurrent state (CPU HybridState, gpu/delta_state.GpuHybridState): a
+    segment holds its attention layers' K/V plus the state at its end. The class provides `kv`,
+    `n_tokens`, `state_size`, `read_state` and `write_state`."""
+
+    @property
+    def image_cache(self):
+        return self.kv
+
+    def segment_state_size(self, start: int, n: int) -> int:
+        return self.state_size(start + n)
+
+    def read_segment_state(self, start: int, end: int) -> np.ndarray:
+        """The state after `end` tokens: only while it is the current one."""
+        if end != self.n_tokens:
+            raise EngineError(f"the recurrent state is the one after {self.n_tokens} tokens, not {end}")
+        return self.read_state(end)
+
+    def write_segment_state(self, start: int, use: int, n: int, flat: np.ndarray) -> None:
+        """The state at the end of a segment of n tokens: valid only when all n are used."""
+        if use != n:
+            raise EngineError("a recurrent state at a segment's end cannot serve a branch inside it")
+        self.write_state(start + n, flat)
+
+
+class HybridState(RecurrentSegments):
     """KVCache-like (n_tokens, max_ctx, check_fits, clear, nbytes, dtype) plus the recurrent layers'
     state. `recurrent = True` tells the Engine that truncation costs a snapshot and a recompute."""
 
@@ -159,27 +184,6 @@ class HybridState:
     def read_state(self, n: int) -> np.ndarray:
         """float32 [state_size]: every conv window, then every delta-rule state (a copy)."""
         return np.concatenate([self._conv.ravel(), self._delta.ravel()])
-
-    # -- chat segments: the attention layers' K/V of the segment's positions plus the state at its end
-
-    @property
-    def image_cache(self) -> KVCache:
-        return self.kv
-
-    def segment_state_size(self, start: int, n: int) -> int:
-        return self.state_size(start + n)
-
-    def read_segment_state(self, start: int, end: int) -> np.ndarray:
-        """The state after `end` tokens: only while it is the current one."""
-        if end != self.n_tokens:
-            raise EngineError(f"the recurrent state is the one after {self.n_tokens} tokens, not {end}")
-        return self.read_state(end)
-
-    def write_segment_state(self, start: int, use: int, n: int, flat: np.ndarray) -> None:
-        """The state at the end of a segment of n tokens: valid only when all n are used."""
-        if use != n:
-            raise EngineError("a recurrent state at a segment's end cannot serve a branch inside it")
-        self.write_state(start + n, flat)
 
     def write_state(self, n: int, flat: np.ndarray) -> None:
         if flat.shape != (self.state_size(n),):
