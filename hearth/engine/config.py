@@ -21,9 +21,9 @@ from .models.moe_config import MOE_ARCHS
 SUPPORTED_ARCHS = {name: a.rope for name, a in models.ARCHITECTURES.items()}
 ARCH_ALIASES = models.ALIASES
 # Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
-# module in engine/models/; they run on the CPU backend only for now.
+# module in engine/models/; qwen35/qwen35moe and gemma4 with experts run on the CPU backend only for now.
 OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
-CPU_ONLY_ARCHS = OWN_METADATA_ARCHS + ("smollm3", "phi3", "mistral3")
+CPU_ONLY_ARCHS = ("qwen35", "qwen35moe") + ("smollm3", "phi3", "mistral3")   # gemma4: gpu/gemma4.py (dense)
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
 YARN_LOG_MUL_ARCHS = ("mistral3",)
@@ -214,7 +214,8 @@ def _gemma4(cls, g, raw_arch, n_embd, n_layer, n_head, need, opt) -> "ModelConfi
         rope_base_swa=hc.rope_base_swa, sliding_window=hc.window, swa_layers=hc.swa_layers,
         embed_scale=math.sqrt(n_embd), post_norms=True, activation="gelu_tanh",
         final_softcap=float(opt("final_logit_softcapping", 0.0, 0.0, 1e6)), attn_scale=1.0,
-        tied_output="output.weight" not in g.tensors, hybrid=hc)
+        tied_output="output.weight" not in g.tensors, hybrid=hc,
+        cpu_only="experts beside the MLP, the 26B-A4B shape" if hc.moe else "")
 
 
 def _rope_scaling(g, raw_arch: str, name: str) -> RopeScaling:
