@@ -274,9 +274,11 @@ class Gemma4GpuBackend(GpuBackend):
         else:
             self._rows(P, ops.rmsnorm(ks), [self.x, self.xn, L["attn_norm"]], lambda n: n, f"{i}.norm",
                        d=d, n=self.chunk, eps=c.rms_eps)
+            if any(self._mm8(m.qtype) for m in mats):
+                self._quantize_src(P, self.xn, d, f"{i}.qkv")
             y_off = 0
             for j, m in enumerate(mats):
-                self._matmul_into(P, m, self.xn, d, self.qkv, stride, y_off, f"{i}.qkv{j}", quantize=j == 0)
+                self._matmul_into(P, m, self.xn, d, self.qkv, stride, y_off, f"{i}.qkv{j}", quantize=False)
                 y_off += m.rows
         cache, slot = self.kv.kv_of(i)
         kc, vc = cache.k[slot], cache.v[slot]
