@@ -147,3 +147,13 @@ def test_elementwise_softcap_and_scale(dev, ks, rng, pass_, param):
     a = dev.upload(x)
     dispatch_once(dev, g4_kernel(ks, pass_), [a], elementwise_groups(count), count=count, scale=param)
     assert rel_err(read_f32(dev, a, x.size), want) < RTOL
+
+
+def test_post_norm_residual_and_layer_scale_in_one_pass(dev, ks, rng):
+    n, d, eps, s = 3, 96, 1e-6, 0.8
+    x0, b, g = f32(rng, n, d), f32(rng, n, d) * 5, f32(rng, d)
+    want = (x0 + rms_norm(b, g, eps)) * np.float32(s)
+    a = dev.upload(x0)
+    dispatch_once(dev, g4_kernel(ks, "norm_add_scale"), [dev.upload(b), a, dev.upload(g)], ops.rows_groups(n),
+                  count=n, stride=d, eps=eps, scale=s)
+    assert rel_err(read_f32(dev, a, x0.size).reshape(n, d), want) < RTOL

@@ -42,9 +42,9 @@ MAX_HEAD_DIM = 512
 
 def g4_kernel(ks, pass_: str, head_dim: int = 0, kv_f16: bool = False):
     """A gemma4.wgsl pass. Bindings: qkv: qkv, q_out, k_cache, v_cache, cos_sin, step, q_norm, k_norm;
-    ple_in: a (rw), b, g; gelu_mul: a (rw), b; scale, softcap: a (rw)."""
+    ple_in: a (rw), b, g; gelu_mul: a (rw), b; scale, softcap: a (rw); norm_add_scale: b, a (rw), g."""
     access = {"qkv": ["r", "rw", "rw", "rw", "r", "r", "r", "r"], "ple_in": ["rw", "r", "r"],
-              "gelu_mul": ["rw", "r"], "scale": ["rw"], "softcap": ["rw"]}[pass_]
+              "gelu_mul": ["rw", "r"], "scale": ["rw"], "softcap": ["rw"], "norm_add_scale": ["r", "rw", "r"]}[pass_]
     return ks.get("gemma4.wgsl", access, G4_FIELDS, PASS=pass_, HD=int(head_dim), KV_F16=bool(kv_f16))
 
 
@@ -254,7 +254,7 @@ class Gemma4GpuBackend(GpuBackend):
         self._attention(P, decode, i, L)
         self._ffn(P, decode, i, L)
         self._per_layer_branch(P, decode, i, L)
-        if L["out_scale"] != 1.0:
+        if L["out_scale"] != 1.0 and not self.cfg.hybrid.n_embd_per_layer:   # else in the branch's last pass
             d = self.cfg.n_embd
             P.add(g4_kernel(self.ks, "scale"), [self.x], lambda n, kv: elementwise_groups(n * d), f"{i}.scale",
                   count=lambda n, kv: n * d, scale=L["out_scale"])
@@ -336,7 +336,7 @@ class Gemma4GpuBackend(GpuBackend):
         self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", unbounded_x=True)
 
     def _per_layer_branch(self, P: Plan, decode: bool, i: int, L: dict) -> None:
-        """x += RMSNorm(proj(gelu(inp_gate x) * ple[:, i])) (post_norm)."""
+        """x = (x + RMSNorm(proj(gelu(inp_gate x) * ple[:, i])) (post_norm)) * layer_output_scale."""
         c, npl = self.cfg, self.cfg.hybrid.n_embd_per_layer
         if not npl:
             return
@@ -350,10 +350,13 @@ class Gemma4GpuBackend(GpuBackend):
               off=i * npl)
         k = self.npp
         if decode:
-            lay, q8 = self._layout([L["proj"].qtype], k, d)
-            self._decode_proj(P, L["proj"], self.pg, k, None, L["post_norm"], f"{i}.ple.out", layout=lay, q8=q8)
+            self._matvec(P, L["proj"], self.pg, k, self.tmp, f"{i}.ple.out")
         else:
-            self._prefill_proj(P, L["proj"], self.pg, k, None, L["post_norm"], f"{i}.ple.out")
+            self._matmul_into(P, L["proj"], self.pg, k, self.tmp, d, 0, f"{i}.ple.out")
+        # x = (x + RMSNorm(proj pe) post_norm) * layer_output_scale, one pass
+        P.add(g4_kernel(self.ks, "norm_add_scale"), [self.tmp, self.x, L["post_norm"]],
+              lambda n, kv: ops.rows_groups(n), f"{i}.ple.post", count=lambda n, kv: n, stride=d, eps=c.rms_eps,
+              scale=L["out_scale"])
 
     def _softcap(self, P: Plan, buf_, count) -> None:
         cap = self.cfg.final_softcap

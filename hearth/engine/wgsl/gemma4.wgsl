@@ -9,6 +9,8 @@
 //   "gelu_mul": a[r, j] = gelu_tanh(a[r, j]) * b[r ldb + off + j], j < npl, a's rows `stride` apart
 //               (the per-layer branch's gate times the layer's input).
 //   "scale":    a[i] *= scale (layer_output_scale).
+//   "norm_add_scale": per row r of `stride` (= d): a[r] = (a[r] + RMSNorm(b[r]) g) * scale: the per-layer
+//               branch's post-norm, residual add and layer_output_scale in one pass.
 //   "softcap":  a[i] = cap tanh(a[i] / cap) (the final logits).
 // Elementwise passes: 256 threads a workgroup, element (wid.x + wid.y nwg.x) 256 + t, count first.
 struct Params {
@@ -126,6 +128,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let inv = inverseSqrt(red[0] / f32(P.npl) + P.eps);
     for (var d = t; d < P.npl; d += 64u) {
         a[base + d] = (b[base + d] * P.scale * inv * g[d] + a[base + d]) * 0.7071067811865476;
+    }
+}
+{% elif PASS == "norm_add_scale" %}
+@group(0) @binding(1) var<storage, read> b: array<f32>;         // [rows, stride] the branch's output
+@group(0) @binding(2) var<storage, read_write> a: array<f32>;   // [rows, stride] the residual stream
+@group(0) @binding(3) var<storage, read> g: array<f32>;         // [stride] post_norm
+
+var<workgroup> red: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    let r = wid.x + wid.y * nwg.x;
+    if (r >= P.count) { return; }
+    let base = r * P.stride;
+    var ss = 0.0;
+    for (var d = t; d < P.stride; d += 256u) { ss += b[base + d] * b[base + d]; }
+    red[t] = ss;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if (t < s) { red[t] += red[t + s]; }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(red[0] / f32(P.stride) + P.eps);
+    for (var d = t; d < P.stride; d += 256u) {
+        a[base + d] = (a[base + d] + b[base + d] * inv * g[d]) * P.scale;
     }
 }
 {% else %}
