@@ -3,7 +3,8 @@
 soft-cap 30) at every position as one batch and one token at a time, with the README's tolerance
 (tests/tiny_next.py); the same with the real-GPU paths forced (int8 decode x, f16 and int8 prefill
 products), as the H200 takes them by default. The tiny model's KV-sharing variant against its
-llama.cpp logits; against the CPU backend's float path to 1e-3; truncation and prefix images
+llama.cpp logits; against the CPU backend's float path to 1e-3 (also a dense-31B-like variant: no
+per-layer inputs, v from k, layer scale 0.8); truncation and prefix images
 through the Engine; the experts variant refused with its reason."""
 
 from __future__ import annotations
@@ -203,3 +204,39 @@ def test_engine_on_the_gpu_truncates_and_restores_a_prefix_image(manifest):
     finally:
         a.close()
         b.close()
+
+
+def make_dense_31b_like(src: Path, dst: Path) -> Path:
+    """The tiny gemma4 shaped as the dense 31B: no per-layer inputs, the full layers' v from k's
+    projection (no attn_v), a layer output scale of 0.8."""
+    from hearth.engine.gguf import GGUFFile as G
+    from tests import gguf_rewrite as R
+    full = [i for i, s in enumerate(G.open(src).metadata["gemma4.attention.sliding_window_pattern"]) if not s]
+
+    def tensors(name, t):
+        if name.startswith("per_layer_") or name.split(".")[-2] in ("inp_gate", "proj", "post_norm"):
+            return []
+        if name.endswith("attn_v.weight") and int(name.split(".")[1]) in full:
+            return []
+        if name.endswith("layer_output_scale.weight"):
+            return [R.array_tensor(name, np.array([0.8], np.float32))]
+        return None
+
+    return R.rewrite(src, dst, meta={"gemma4.embedding_length_per_layer_input": R.u32(0)}, tensors=tensors)
+
+
+def test_the_dense_shape_without_per_layer_inputs_and_v_from_k_matches_the_cpu(manifest, tmp_path):
+    d, m = manifest
+    path = make_dense_31b_like(d / m["file"], tmp_path / "dense.gguf")
+    g = GGUFFile.open(path)
+    cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, int8=False)
+    assert cpu.cfg.hybrid.n_embd_per_layer == 0 and any(b.v_is_k for b in cpu.model.blocks)
+    be = gpu(path)
+    try:
+        ids = prompt_of(m, "english")["ids"]
+        with cpu.float_activations():
+            want = cpu.forward(ids, 0, all_logits=True)
+        np.testing.assert_allclose(be.forward(ids, 0, all_logits=True), want, atol=1e-3)
+        np.testing.assert_allclose(one_token_at_a_time(be, ids), want, atol=1e-3)
+    finally:
+        be.close()
