@@ -75,7 +75,7 @@ def prefix_times(be, n, repeat):
 
     def save():
         t = time.perf_counter()
-        tensors = [kv.read_prefix(i, n) for i in range(getattr(kv, "image_layers", kv.n_layers))]
+        tensors = [kv.read_prefix(i, n) for i in range(getattr(kv, "image_layers", kv.n_layers))]  # a SplitKV: its first cache
         dt = time.perf_counter() - t
         save.tensors = [(np.array(k), np.array(v)) for k, v in tensors]
         return dt * 1e3

@@ -23,9 +23,10 @@ ARCH_ALIASES = models.ALIASES
 # Architectures with hyper-parameters of their own (layer patterns, recurrent state), read by their
 # module in engine/models/.
 OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
-# Those the GPU backend's plan has no layers for: Engine refuses backend="gpu" for them and "auto"
-# picks the CPU (engine._make_backend). qwen35 runs on the GPU through gpu/hybrid.py.
-CPU_ONLY_ARCHS = ("qwen35moe", "gemma4")
+# Those the GPU backend's plans have no layers for: Engine refuses backend="gpu" for them and "auto"
+# picks the CPU (engine._make_backend). qwen35 runs on the GPU through gpu/hybrid.py, gemma4 (dense)
+# through gpu/gemma4.py.
+CPU_ONLY_ARCHS = ("qwen35moe",)
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
 YARN_LOG_MUL_ARCHS = ("mistral3",)
@@ -216,7 +217,8 @@ def _gemma4(cls, g, raw_arch, n_embd, n_layer, n_head, need, opt) -> "ModelConfi
         rope_base_swa=hc.rope_base_swa, sliding_window=hc.window, swa_layers=hc.swa_layers,
         embed_scale=math.sqrt(n_embd), post_norms=True, activation="gelu_tanh",
         final_softcap=float(opt("final_logit_softcapping", 0.0, 0.0, 1e6)), attn_scale=1.0,
-        tied_output="output.weight" not in g.tensors, hybrid=hc)
+        tied_output="output.weight" not in g.tensors, hybrid=hc,
+        cpu_only="experts beside the MLP, the 26B-A4B shape" if hc.moe else "")
 
 
 def _rope_scaling(g, raw_arch: str, name: str) -> RopeScaling:

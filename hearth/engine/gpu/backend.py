@@ -71,18 +71,16 @@ def rope_table(rope: Rope, max_ctx: int) -> np.ndarray:
 class GpuBackend(Backend):
     name = "gpu"
 
+    def __new__(cls, cfg: ModelConfig, *args, **kwargs):
+        if cls is GpuBackend and cfg.arch == "gemma4":     # its own plans: gpu/gemma4.py
+            from .gemma4 import Gemma4GpuBackend  # noqa: PLC0415
+            cls = Gemma4GpuBackend
+        return super().__new__(cls)
+
     def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int | None = None,
                  int8: bool | None = None, f16: bool | None = None, kv_dtype: str = "f32",
                  mm8: bool | None = None):
-        if cfg.final_softcap > 0:
-            raise UnsupportedModelError(f"{gguf.path.name}: final logit soft-capping is not implemented on the GPU")
-        gmoe.check_supported(cfg, gguf.path.name)
-        if cfg.cpu_only:
-            raise UnsupportedModelError(f"{gguf.path.name}: {cfg.arch} models ({cfg.cpu_only}) run on the CPU "
-                                        f"backend only; choose CPU")
-        if cfg.head_dim > 256 or cfg.head_dim % 4 or cfg.n_embd % 32:
-            raise UnsupportedModelError(f"{gguf.path.name}: head dim {cfg.head_dim} / width {cfg.n_embd} "
-                                        f"are outside what the GPU kernels handle (head dim <= 256, multiple of 4)")
+        self._refuse(cfg, gguf)
         self.cfg = cfg
         t0 = time.perf_counter()
         self.dev = Device(adapter if adapter is not None else select_adapter())
@@ -124,6 +122,18 @@ class GpuBackend(Backend):
         # measured on the H200 (three runs, ms a token): 1 piece 2.9-3.4, 2 pieces 2.4-3.0,
         # 3 pieces 2.2-2.7, 5 pieces 2.3-2.8
         self.submit_pieces = int(os.environ.get("HEARTH_GPU_PIECES", "1" if self.dev.info["is_cpu"] else "3"))
+
+    def _refuse(self, cfg: ModelConfig, gguf) -> None:
+        """An UnsupportedModelError for a model these plans cannot run (an architecture's subclass has its own)."""
+        if cfg.final_softcap > 0:
+            raise UnsupportedModelError(f"{gguf.path.name}: final logit soft-capping is not implemented on the GPU")
+        gmoe.check_supported(cfg, gguf.path.name)
+        if cfg.cpu_only:
+            raise UnsupportedModelError(f"{gguf.path.name}: {cfg.arch} models ({cfg.cpu_only}) run on the CPU "
+                                        f"backend only; choose CPU")
+        if cfg.head_dim > 256 or cfg.head_dim % 4 or cfg.n_embd % 32:
+            raise UnsupportedModelError(f"{gguf.path.name}: head dim {cfg.head_dim} / width {cfg.n_embd} "
+                                        f"are outside what the GPU kernels handle (head dim <= 256, multiple of 4)")
 
     # ------------------------------------------------------------------ building
     def _build(self, g, n_ctx: int, chunk: int, kv_dtype: str) -> None:
@@ -650,7 +660,7 @@ class GpuBackend(Backend):
         if getattr(self, "weights", None) is not None:
             self.weights.destroy()
             self.weights = None
-        if getattr(self, "kv", None) is not None and isinstance(self.kv, GpuKVCache):
+        if getattr(self, "kv", None) is not None and hasattr(self.kv, "destroy"):
             self.kv.destroy()
         if getattr(self, "dev", None) is not None:
             self.dev.destroy()

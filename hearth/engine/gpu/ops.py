@@ -395,16 +395,20 @@ ATTN_DECODE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("max_sp
                       ("window", "u"))
 
 
-def attn_split(ks, head_dim: int, kv_f16: bool = False, direct: bool = False):
+def attn_split(ks, head_dim: int, kv_f16: bool = False, direct: bool = False, chunk: int = ATTN_CHUNK):
     """Bindings: q, k_cache, v_cache, partials, step. kv_f16: a float16 cache. direct: for contexts of
-    one split (attn_splits(kv_len) == 1), the partials binding gets the merged output [n_head, head_dim]."""
+    one split (one chunk of keys), the partials binding gets the merged output [n_head, head_dim].
+    chunk: keys a workgroup scores (its threads), at least head_dim / 4 (ATTN_CHUNK fits head dims up
+    to 256; the splits are then ceil(kv_len / chunk), and attn_combine must be given the same chunk)."""
+    if chunk * 4 < head_dim or chunk > 256:
+        raise ValueError(f"a decode attention chunk of {chunk} keys for head dim {head_dim}")
     return ks.get("attn_decode.wgsl", ["r", "r", "r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim,
-                  CHUNK=ATTN_CHUNK, PASS="split", KV_F16=bool(kv_f16), DIRECT=bool(direct))
+                  CHUNK=chunk, PASS="split", KV_F16=bool(kv_f16), DIRECT=bool(direct))
 
 
-def attn_combine(ks, head_dim: int):
+def attn_combine(ks, head_dim: int, chunk: int = ATTN_CHUNK):
     """Bindings: partials, out, step."""
-    return ks.get("attn_decode.wgsl", ["r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim, CHUNK=ATTN_CHUNK,
+    return ks.get("attn_decode.wgsl", ["r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim, CHUNK=chunk,
                   PASS="combine")
 
 
