@@ -117,35 +117,3 @@ def test_prefix_image_holds_the_state_and_restores_it_bit_identically(engine):
     np.testing.assert_array_equal(engine.last_logits, want_prefix)
     np.testing.assert_array_equal(engine.feed(IDS[n:n + 3]), want_next)
 
-
-def test_chat_segments_hold_the_state_and_a_fresh_gpu_engine_restores_them(engine, reference_dir, tmp_path):
-    """A chat saved turn by turn on the GPU (one segment a turn, the recurrent state at its end)
-    is read by another GPU engine: the next logits equal a fresh GPU computation in the same chunks."""
-    from hearth.engine.prefix import PrefixStore
-    from hearth.engine.prefix.chat_images import ChatImages, Root
-    from hearth.engine.prefix.format import FLAG_STATE
-    from hearth.engine.prefix.segments import SegmentHeader
-    assert engine.segments_cacheable
-    turns = [IDS[:12], IDS[12:21], IDS[21:28]]
-    chats = ChatImages(PrefixStore(tmp_path))
-    engine.reset()
-    ids: list[int] = []
-    for t in turns:
-        ids = ids + t
-        engine.prefill(ids)
-        assert not chats.save(engine, Root.none(), owner="c").error
-    files = list(tmp_path.glob("*.hps"))
-    assert len(files) == 3
-    assert all(SegmentHeader.unpack(p.read_bytes()[:HEADER_SIZE]).flags & FLAG_STATE for p in files)
-    nxt = [7, 8]
-    other = Engine.load(reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf", backend="gpu", n_ctx=96)
-    try:
-        other.reset()
-        for c in [*turns, nxt]:
-            want = other.feed(c).copy()
-        other.reset()
-        got = chats.restore(other, ids + nxt, Root.none())
-        assert got.restored == len(ids) and other.tokens == ids and not got.refused
-        np.testing.assert_array_equal(other.feed(nxt), want)
-    finally:
-        other.close()

@@ -13,10 +13,14 @@ __all__ = ["is_software_adapter", "probe", "select_adapter", "GpuBackend", "back
 
 
 def backend_class(cfg):
-    """The GPU backend class for a model: GpuHybridBackend for a recurrent hybrid (qwen35), else GpuBackend."""
+    """The GPU backend class for a model: GpuHybridBackend for a recurrent hybrid (qwen35),
+    Gemma4GpuBackend for gemma4, else GpuBackend (`GpuBackend(cfg, ...)` asks here too)."""
     if cfg.recurrent:
         from .hybrid import GpuHybridBackend  # noqa: PLC0415
         return GpuHybridBackend
+    if cfg.arch == "gemma4":
+        from .gemma4 import Gemma4GpuBackend  # noqa: PLC0415
+        return Gemma4GpuBackend
     from .backend import GpuBackend  # noqa: PLC0415
     return GpuBackend
 

@@ -72,9 +72,9 @@ class GpuBackend(Backend):
     name = "gpu"
 
     def __new__(cls, cfg: ModelConfig, *args, **kwargs):
-        if cls is GpuBackend and cfg.arch == "gemma4":     # its own plans: gpu/gemma4.py
-            from .gemma4 import Gemma4GpuBackend  # noqa: PLC0415
-            cls = Gemma4GpuBackend
+        if cls is GpuBackend:            # an architecture with plans of its own (gpu.backend_class)
+            from . import backend_class  # noqa: PLC0415
+            cls = backend_class(cfg)
         return super().__new__(cls)
 
     def __init__(self, cfg: ModelConfig, gguf, n_ctx: int, adapter=None, chunk: int | None = None,
