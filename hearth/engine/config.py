@@ -24,8 +24,8 @@ ARCH_ALIASES = models.ALIASES
 # module in engine/models/.
 OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
 # Those the GPU backend's plan has no layers for: Engine refuses backend="gpu" for them and "auto"
-# picks the CPU (engine._make_backend). qwen35 runs on the GPU through gpu/hybrid.py.
-CPU_ONLY_ARCHS = ("qwen35moe", "gemma4")
+# picks the CPU (engine._make_backend). qwen35 and qwen35moe run on the GPU through gpu/hybrid.py.
+CPU_ONLY_ARCHS = ("gemma4",)
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
 YARN_LOG_MUL_ARCHS = ("mistral3",)
