@@ -3,7 +3,8 @@ shared expert) on the tiny model of tests/tiny_qwen35moe.py, against the llama.c
 test uses (tests/data/tiny_qwen35moe_ref.npz, the tiny-next tolerance) at every position, as one
 batch and one token at a time, with the real-GPU paths forced too; against the CPU float path
 (1e-3: the same arithmetic in another order, as tests/test_gpu_qwen35.py); and through the Engine,
-where truncate(n) gives a fresh computation's next logits."""
+where truncate(n) gives a fresh computation's next logits. The shared expert's gate kernel
+(shexp_gate.wgsl) against numpy."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hearth.engine import Engine
 from hearth.engine.config import ModelConfig
 from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
-from tests.gpu_fixtures import make_test_device
+from tests.gpu_fixtures import make_test_device, read_f32
 from tests.tiny_next import check_against_top64, one_token_at_a_time
 from tests.tiny_qwen35moe import make
 
@@ -104,3 +105,26 @@ def test_engine_truncate_gives_a_fresh_computation(tiny):
     finally:
         e.close()
     assert np.abs(got - want).max() < 1e-3
+
+
+def test_shared_expert_gate_kernel():
+    """y[t, :m] *= sigmoid(xn[t] . w), the row's tail past m (ldy) untouched; d not a multiple of the
+    workgroup's 64 lanes."""
+    from hearth.engine.gpu.hybrid_moe import shexp_gate, shexp_gate_groups
+    from hearth.engine.gpu.kernels import Kernels, dispatch_once
+    dev = make_test_device()
+    try:
+        rng = np.random.default_rng(7)
+        n, d, m, ldy = 5, 100, 48, 64
+        y = rng.standard_normal((n, ldy)).astype(np.float32)
+        xn = rng.standard_normal((n, d)).astype(np.float32)
+        w = (rng.standard_normal(d) * 0.3).astype(np.float32)
+        yb = dev.upload(y, "y")
+        dispatch_once(dev, shexp_gate(Kernels(dev)), [yb, dev.upload(xn, "xn"), dev.upload(w, "w")],
+                      shexp_gate_groups(n), d=d, m=m, ldy=ldy, n=n)
+        got = read_f32(dev, yb, y.size).reshape(n, ldy)
+    finally:
+        dev.destroy()
+    want = y.copy()
+    want[:, :m] *= (1 / (1 + np.exp(-(xn.astype(np.float64) @ w))))[:, None]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
