@@ -72,8 +72,14 @@ def test_every_position_batch_and_one_token_at_a_time(tiny, gpu, name):
     assert np.abs(one - want).max() < 1e-3
 
 
-def test_real_gpu_paths(tiny):
-    """int8 x in the decode matvecs, f16 and int8 X in the prefill products: what the H200 runs."""
+@pytest.mark.parametrize("short_int8", [False, True])
+def test_real_gpu_paths(tiny, monkeypatch, short_int8):
+    """int8 x in the decode matvecs, f16 and int8 X in the prefill products: what the H200 runs.
+    short_int8: the decode matvecs take int8 x at the tiny width too (ops.INT8_K_MIN lowered), as
+    the H200's do at a real width (the shared expert's gate/up without a fused norm among them)."""
+    from hearth.engine.gpu import ops
+    if short_int8:
+        monkeypatch.setattr(ops, "INT8_K_MIN", 32)
     path, ref = tiny
     be = gpu_backend(path, int8=True, f16=True, mm8=True)
     try:
