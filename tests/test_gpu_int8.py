@@ -410,6 +410,6 @@ def test_short_rows_glu_and_residual(ks, rng, k, types):
     assert rel_err(read_f32(dev, y, m), gate / (1 + np.exp(-gate)) * up) < RTOL
     xd, y0 = safe_x(rng, k), gauss(rng, m)
     yb = dev.upload(y0)
-    dispatch_once(dev, ops.matvec(ks, [types[0]], residual=True, layout=layout, q8x=k), [dev.upload(xd), yb, dev.upload(rg)],
-                  ops.matvec_groups(m, layout), **ops.matvec_params([types[0]], k, [m]))
+    dispatch_once(dev, ops.matvec(ks, [types[0]], residual=True, layout=layout, q8x=k),
+                  [dev.upload(xd), yb, dev.upload(rg)], ops.matvec_groups(m, layout), **ops.matvec_params([types[0]], k, [m]))
     assert rel_err(read_f32(dev, yb, m), y0 + dequant_reference(rg, types[0], k) @ q8_ref(xd)) < RTOL
