@@ -110,13 +110,6 @@ def test_chat_segments_hold_the_state_at_their_end(engine, tmp_path):
     assert got.n_tokens == 20 and got.restored == 8
 
 
-def test_gpu_refuses_qwen35moe_with_the_reason(path, tmp_path):
-    """qwen35 runs on the GPU (tests/test_gpu_qwen35.py); its MoE sibling not yet."""
-    from tests.tiny_qwen35moe import make
-    with pytest.raises(EngineError, match="CPU backend only"):
-        Engine.load(make(path, tmp_path / "moe.gguf"), backend="gpu", n_ctx=16)
-
-
 def without(g, key):
     md = dict(g.metadata)
     del md[key]

@@ -372,3 +372,44 @@ def test_glu_writes_the_down_products_int8_blocks(ks, rng, types, k):
     words = dev.read([(xo, 0, (n + 16) * 4)]).view(np.uint32)
     assert np.array_equal(words[:n], dev.read([(xg, 0, n * 4)]).view(np.uint32))
     assert (words[n:] == 0xDEADBEEF).all()
+
+
+
+# (K, types) below ops.INT8_K_MIN; K-quant rows are whole superblocks of 256
+SHORT_ROWS = ([(k, t) for k in (64, 128, 256, 512) for t in [("Q8_0",), ("Q4_0", "Q5_1"), ("Q4_1", "Q5_0", "Q8_0")]]
+              + [(k, t) for k in (256, 512) for t in [("Q4_K", "Q6_K"), ("Q2_K", "Q3_K", "Q5_K")]])
+
+
+@pytest.mark.parametrize("k,types", SHORT_ROWS)
+def test_short_rows_in_the_backends_layouts(ks, rng, k, types):
+    """Rows shorter than ops.INT8_K_MIN (the tiny test models' width 64), in the layout the backend
+    would give them (ops.int8_layout: 64 lanes, or 32 for short K-quant rows), more lanes than
+    blocks of 32: the same numbers as numpy's product with x quantized the same way. (The tiny
+    qwen3moe's decode moving ~1.6 with int8 x forced at these widths is its layer 0 taking another
+    2nd expert at a router near-tie, a 0.013 logit gap at the chat prompt's 4th token, not this kernel.)"""
+    layout = ops.int8_layout(k, 64, types)
+    rpw = ops.matvec_rows(layout)                   # concat boundaries fall on workgroups' rows
+    check_concat_with_norm_and_bias(ks, rng, layout, types, k, [2 * rpw, rpw, rpw + 3][-len(types):])
+
+
+@pytest.mark.parametrize("k,types", [(64, ("Q8_0", "Q4_0")), (128, ("Q5_0", "Q8_0")), (256, ("Q4_K", "Q6_K"))])
+def test_short_rows_glu_and_residual(ks, rng, k, types):
+    """The other two decode forms at short K: gate/up (glu, RMSNorm) and the residual down product."""
+    dev = ks.dev
+    layout = ops.int8_layout(k, 64, types)
+    m = 3 * ops.matvec_rows(layout) + 1
+    rg, ru = (random_rows(rng, t, m, k) for t in types)
+    g = nonzero_g(rng, k)
+    x = safe_x(rng, k, g)
+    h = q8_ref(x, g, 1e-6)
+    gate, up = dequant_reference(rg, types[0], k) @ h, dequant_reference(ru, types[1], k) @ h
+    y = poisoned(dev, m)
+    dispatch_once(dev, ops.matvec(ks, list(types), mode="glu", norm=True, layout=layout, q8x=k),
+                  [dev.upload(x), y, dev.upload(rg), dev.upload(ru), dev.upload(g)], ops.matvec_groups(m, layout),
+                  **ops.matvec_params(list(types), k, [m, m], eps=1e-6, mode="glu"))
+    assert rel_err(read_f32(dev, y, m), gate / (1 + np.exp(-gate)) * up) < RTOL
+    xd, y0 = safe_x(rng, k), gauss(rng, m)
+    yb = dev.upload(y0)
+    dispatch_once(dev, ops.matvec(ks, [types[0]], residual=True, layout=layout, q8x=k),
+                  [dev.upload(xd), yb, dev.upload(rg)], ops.matvec_groups(m, layout), **ops.matvec_params([types[0]], k, [m]))
+    assert rel_err(read_f32(dev, yb, m), y0 + dequant_reference(rg, types[0], k) @ q8_ref(xd)) < RTOL

@@ -24,9 +24,9 @@ ARCH_ALIASES = models.ALIASES
 # module in engine/models/.
 OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
 # Those the GPU backend's plans have no layers for: Engine refuses backend="gpu" for them and "auto"
-# picks the CPU (engine._make_backend). qwen35 runs on the GPU through gpu/hybrid.py, gemma4 (dense)
-# through gpu/gemma4.py.
-CPU_ONLY_ARCHS = ("qwen35moe",)
+# picks the CPU (engine._make_backend). Every architecture has GPU plans now (qwen35/qwen35moe:
+# gpu/hybrid.py; gemma4: gpu/gemma4.py); Gemma 4 with experts is refused through cfg.cpu_only.
+CPU_ONLY_ARCHS: tuple[str, ...] = ()
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
 YARN_LOG_MUL_ARCHS = ("mistral3",)

@@ -33,6 +33,7 @@ from . import ops
 from .backend import STEP_HEADER, GpuBackend, rope_table
 from .delta_state import GpuHybridState
 from .hybrid_ffn import ffn_for
+from .hybrid_moe import ffn_rows
 from .kernels import Kernels
 from .plan import Plan
 from .weights import GpuMatrix, GpuWeights
@@ -57,7 +58,8 @@ class GpuHybridBackend(GpuBackend):
         c, hc, dev = self.cfg, self.cfg.hybrid, self.dev
         self.ks = Kernels(dev)
         W = self.weights = GpuWeights(dev, g)
-        d, hd, nh, nkv, nff, nv = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_ff, c.n_vocab
+        d, hd, nh, nkv, nv = c.n_embd, c.head_dim, c.n_head, c.n_head_kv, c.n_vocab
+        nff = max(c.n_ff, ffn_rows(c))      # qwen35moe: be.ff holds the shared expert's rows
         S, hv, ch, vd = hc.d_state, hc.n_v_heads, hc.conv_channels, hc.value_dim
         self.ldp = ldp = ch + vd + 2 * hv
         qkv_dim = (nh + 2 * nkv) * hd

@@ -4,21 +4,18 @@ x += FFN(RMSNorm(x) * ffn_norm) to a Plan (x: backend.x [n, d], the residual str
 
 `DenseFfn` is qwen35's SwiGLU, with the dense backend's kernels (the fused norm + gate/up matvec,
 the down product with the residual add; int8 x where the backend's layouts choose it). qwen35moe's
-mixture of experts plugs in here: an object with the same two methods, built by `ffn_for` from
-the layer's ffn_gate_inp / ffn_*_exps / *_shexp tensors (the MoE engineer's GPU FFN).
+mixture of experts with its gated shared expert is hybrid_moe.py's Qwen35MoeFfn.
 """
 
 from __future__ import annotations
 
-from ..errors import UnsupportedModelError
 from . import ops
+from .hybrid_moe import Qwen35MoeFfn
 
 
 def ffn_for(be, i: int):
-    hc = be.cfg.hybrid
-    if getattr(hc, "moe", None) is not None:
-        raise UnsupportedModelError(f"{be.gguf_name}: the mixture-of-experts FFN of {be.cfg.arch} is not on the GPU "
-                                    f"yet; choose CPU")
+    if getattr(be.cfg.hybrid, "moe", None) is not None:
+        return Qwen35MoeFfn(be, i)
     return DenseFfn(be, i)
 
 
