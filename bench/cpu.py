@@ -1,8 +1,10 @@
 """CPU engine benchmark, Hearth beside llama.cpp: `python -m bench.cpu [--model PATH] [--repeat N]
-[--llama-python PY] [--threads T] [--no-long] [--before CHECKOUT]`.
+[--llama-python PY] [--threads T] [--no-long] [--long N] [--warm] [--before CHECKOUT]`.
 
 For one GGUF file (default: the default model), n_ctx 4096: load time, prefill tokens/s at 512 and
-2,000 tokens, decode tokens/s after a 16-token and after the 2,000-token prompt, peak RSS. Every
+2,000 tokens (`--long N`: N tokens, the prompts' ids repeated), decode tokens/s after a 16-token and
+after the long prompt, peak RSS. `--warm` reads the file through before each child (its pages in the
+page cache, so load times compare engines, not the disk or the VM's first touch). Every
 measurement runs in a fresh process (so peak RSS is that engine's alone), Hearth and llama.cpp
 alternating, `--repeat` times; the table gives medians, the ratio Hearth / llama.cpp and the
 spread, with the load average, because the machine is shared and timings move.
@@ -34,8 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 REF = Path(os.environ.get("HEARTH_REFERENCE", ROOT.parent / "shared" / "reference"))
-MEASURES = ["load s", "prefill 512", "prefill 2000", "decode after 16", "decode after 2000", "peak RSS MiB"]
-HIGHER_IS_BETTER = {"prefill 512", "prefill 2000", "decode after 16", "decode after 2000"}
+MEASURES = ["load s", "prefill 512", "prefill long", "decode after 16", "decode after long", "peak RSS MiB"]
 
 # Run by the child interpreter (Hearth's or llama.cpp's): prints one JSON line of measurements.
 CHILD = r"""
@@ -43,11 +44,12 @@ import json, os, resource, sys, time
 engine_kind, model, ids_file, n_dec, threads, long_, kv_dtype = sys.argv[1:8]
 n_dec, threads, long_ = int(n_dec), int(threads), long_ == "1"
 ids = json.load(open(ids_file))
+n_ctx = max(4096, len(ids["long"]) + n_dec + 16)
 t0 = time.perf_counter()
 if engine_kind == "hearth":
     sys.path.insert(0, os.environ["HEARTH_ROOT"])
     from hearth.engine import Engine
-    eng = Engine.load(model, backend="cpu", n_ctx=4096, kv_dtype=kv_dtype)
+    eng = Engine.load(model, backend="cpu", n_ctx=n_ctx, kv_dtype=kv_dtype)
     load = time.perf_counter() - t0
     def reset(): eng.reset()
     def feed(toks): return eng.feed(toks)
@@ -55,7 +57,7 @@ else:
     import numpy as np
     from llama_cpp import Llama
     ggml_type = {"f32": 0, "f16": 1}[kv_dtype]   # GGML_TYPE_F32, GGML_TYPE_F16 (llama.cpp's default)
-    llm = Llama(model_path=model, n_ctx=4096, n_batch=512, n_threads=threads, n_threads_batch=threads,
+    llm = Llama(model_path=model, n_ctx=n_ctx, n_batch=512, n_threads=threads, n_threads_batch=threads,
                 type_k=ggml_type, type_v=ggml_type, verbose=False)
     load = time.perf_counter() - t0
     def reset(): llm.reset()
@@ -74,8 +76,8 @@ res = {"load s": load}
 res["prefill 512"], _ = prefill(ids["512"])
 reset(); res["decode after 16"] = decode(feed(ids["512"][:16]))
 if long_:
-    res["prefill 2000"], logits = prefill(ids["2000"])
-    res["decode after 2000"] = decode(logits)
+    res["prefill long"], logits = prefill(ids["long"])
+    res["decode after long"] = decode(logits)
 res["peak RSS MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 res["load avg"] = os.getloadavg()[0]
 print("RESULT " + json.dumps(res))
@@ -96,6 +98,16 @@ def run_child(kind: str, py: str, model: str, ids_file: str, n_dec: int, threads
     raise RuntimeError(f"{kind} run failed:\n{p.stderr[-3000:]}")
 
 
+def warm_pages(path: str, chunk: int = 64 << 20) -> float:
+    """Reads the file once so its pages are in the page cache; returns the seconds it took."""
+    t = time.perf_counter()
+    buf = bytearray(chunk)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+    return time.perf_counter() - t
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
@@ -104,7 +116,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None,
                     help="threads of both engines (default: all cores for llama.cpp, Hearth's own choice)")
     ap.add_argument("--llama-python", default=os.environ.get("HEARTH_LLAMA_PYTHON"))
-    ap.add_argument("--no-long", action="store_true", help="skip the 2,000-token prompt")
+    ap.add_argument("--no-long", action="store_true", help="skip the long prompt")
+    ap.add_argument("--long", type=int, default=2000, help="tokens of the long prompt (default 2,000)")
+    ap.add_argument("--warm", action="store_true", help="read the file through before each child")
     ap.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32",
                     help="KV cache precision of both engines (llama.cpp's default is f16: like for like)")
     ap.add_argument("--before", type=Path, default=None,
@@ -121,7 +135,8 @@ def main(argv=None) -> int:
     prompts = json.loads((REF / "smollm2" / "bench_prompts.json").read_text())
     tok = Tokenizer.from_gguf(GGUFFile.open(model))
     ids = {k: tok.encode(prompts[k]["text"], add_special=False, parse_special=False) for k in ("512", "2000")}
-    ids = {"512": ids["512"][:512], "2000": ids["2000"][:2000]}
+    long_ids = (ids["2000"][:2000] * (a.long // 2000 + 1))[:a.long]
+    ids = {"512": ids["512"][:512], "long": long_ids}
     ids_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"hearth-bench-ids-{os.getpid()}.json"
     ids_file.write_text(json.dumps(ids))
     # (column, interpreter, Hearth checkout or None for llama.cpp)
@@ -134,12 +149,15 @@ def main(argv=None) -> int:
     try:
         for _ in range(a.repeat):
             for kind, py, root in engines:
+                if a.warm:
+                    warm_pages(model)
                 runs[kind].append(run_child("llama" if root is None else "hearth", py, model, str(ids_file),
                                             a.decode_tokens, a.threads, not a.no_long, a.kv_dtype, root or ROOT, held))
+                print(kind, json.dumps({k: round(v, 2) for k, v in runs[kind][-1].items()}), flush=True)
     finally:
         ids_file.unlink(missing_ok=True)
     loads = [r["load avg"] for rs in runs.values() for r in rs]
-    print(f"model {Path(model).name} ({os.path.getsize(model) / 2**20:,.0f} MiB), n_ctx 4096, KV {a.kv_dtype}, "
+    print(f"model {Path(model).name} ({os.path.getsize(model) / 2**20:,.0f} MiB), long {a.long}, KV {a.kv_dtype}, "
           f"{a.repeat} runs each "
           f"alternating, {a.threads} threads for llama.cpp, "
           f"{f'{a.threads} for Hearth' if held else 'Hearth its own choice'}, load avg {min(loads):.1f}..{max(loads):.1f}, "
@@ -150,6 +168,7 @@ def main(argv=None) -> int:
     print(head)
     print("|---" * (len(engines) + 1 + (len(mine) if vs else 0)) + "|")
     for m in MEASURES:
+        label = m.replace("long", str(a.long))
         if not all(m in r for rs in runs.values() for r in rs):
             continue
         med = {k: statistics.median(r[m] for r in rs) for k, rs in runs.items()}
@@ -159,7 +178,7 @@ def main(argv=None) -> int:
             fmt = "{:.2f}" if m == "load s" else "{:.0f}" if m == "peak RSS MiB" else "{:.1f}"
             cells.append(fmt.format(med[k]) + (f" ({fmt.format(lo)}..{fmt.format(hi)})" if len(rs) > 1 else ""))
         ratio = "".join(f" | {med[k] / med['llama.cpp']:.2f}x" for k in mine) if vs and med["llama.cpp"] else ""
-        print(f"| {m} | " + " | ".join(cells) + ratio + " |")
+        print(f"| {label} | " + " | ".join(cells) + ratio + " |")
     return 0
 
 
