@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 
@@ -23,6 +24,22 @@ POISON = np.float32(np.nan)
 _F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0],
                "MXFP4": [], "IQ2_XXS": [0], "IQ2_XS": [0], "IQ2_S": [0], "IQ3_XXS": [0], "IQ3_S": [0]}
+
+
+# GpuBackend's float path (f32 x and X in every product). A real GPU's default is int8 x in decode
+# matvecs and f16 / int8 X in prefill products (GpuBackend's docstring), a CPU rasterizer's this;
+# tests that compare with the float path at 1e-3 pin it.
+FLOAT_PATHS = dict(int8=False, f16=False, mm8=False)
+
+
+@contextlib.contextmanager
+def float_path_env():
+    """FLOAT_PATHS for backends built inside (Engine.load(backend="gpu")): HEARTH_GPU_INT8/F16/MM8=0.
+    A context, not the monkeypatch fixture, so that module-scoped fixtures can hold it."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("HEARTH_GPU_INT8", "HEARTH_GPU_F16", "HEARTH_GPU_MM8"):
+            mp.setenv(name, "0")
+        yield
 
 
 def make_test_device() -> Device:

@@ -29,6 +29,7 @@ from hearth.engine.cpu_backend import CpuBackend  # noqa: E402
 from hearth.engine.errors import ContextFullError  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import GpuBackend, select_adapter  # noqa: E402
+from tests.gpu_fixtures import FLOAT_PATHS  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 MEAN_TOL, MAX_TOL = 1e-3, 2e-2
@@ -57,7 +58,7 @@ def run_both(path, ids, n_greedy, n_ctx=64):
     g = GGUFFile.open(path)
     cfg = ModelConfig.from_gguf(g)
     cpu = CpuBackend(cfg, g, n_ctx, int8=False)
-    gpu = GpuBackend(cfg, g, n_ctx, adapter=adapter())
+    gpu = GpuBackend(cfg, g, n_ctx, adapter=adapter(), **FLOAT_PATHS)   # the bounds above: f32 products
     r = {"cfg": cfg, "cpu": cpu, "gpu": gpu, "ids": list(ids)}
     r["cpu_all"] = cpu.forward(np.asarray(ids, np.int32), 0, all_logits=True)
     r["gpu_all"] = gpu.forward(np.asarray(ids, np.int32), 0, all_logits=True)
@@ -221,7 +222,7 @@ def test_tiny_model_matches_numpy(reference_dir, arch):
     g = GGUFFile.open(d / m["file"])
     cfg = ModelConfig.from_gguf(g)
     cpu = CpuBackend(cfg, g, 64, int8=False)
-    gpu = GpuBackend(cfg, g, 64, adapter=adapter())
+    gpu = GpuBackend(cfg, g, 64, adapter=adapter(), **FLOAT_PATHS)
     try:
         # prefill in two calls (matmul path, then the decode path at the end) so both plans run
         lc = cpu.forward(np.asarray(ids[:-1], np.int32), 0)
@@ -321,7 +322,7 @@ def test_gemma3_270m_matches_numpy():
     g = GGUFFile.open(path)
     cfg = ModelConfig.from_gguf(g)
     cpu = CpuBackend(cfg, g, 32, int8=False)
-    gpu = GpuBackend(cfg, g, 32, adapter=adapter())
+    gpu = GpuBackend(cfg, g, 32, adapter=adapter(), **FLOAT_PATHS)
     try:
         ids = np.array([2, 651, 6037, 529, 7001], np.int32)       # <bos> and four ordinary tokens
         lc, lg = cpu.forward(ids, 0), gpu.forward(ids, 0)
@@ -341,7 +342,7 @@ def test_prefill_in_several_chunks_with_all_logits(reference_dir):
     g = GGUFFile.open(d / m["file"])
     cfg = ModelConfig.from_gguf(g)
     cpu = CpuBackend(cfg, g, 64, int8=False)
-    gpu = GpuBackend(cfg, g, 64, adapter=adapter(), chunk=16)
+    gpu = GpuBackend(cfg, g, 64, adapter=adapter(), chunk=16, **FLOAT_PATHS)
     try:
         assert len(ids) > 2 * gpu.chunk
         lc = cpu.forward(ids, 0, all_logits=True)

@@ -9,9 +9,9 @@ log multiplier and the q temperature from position 16 on (the english prompt's 4
 it, as do the one-token steps).
 
 Tolerance: test_models_dense_next's (tests/tiny_next.py: at llama.cpp's 64 largest ids per position
-mean <= 0.15, max <= 1.5, the same top-1 where its top-2 gap >= 0.5); lavapipe's default plan is
-the float path (f32 x and products), so the last position is held to llama.cpp's all-F32 path at
-0.01 mean / 0.05 max. Measured on lavapipe (worst position's mean, max against the top 64):
+mean <= 0.15, max <= 1.5, the same top-1 where its top-2 gap >= 0.5); these tests pin the float
+path (f32 x and products: lavapipe's default, not a real GPU's), so the last position is held to
+llama.cpp's all-F32 path at 0.01 mean / 0.05 max. Measured on lavapipe (worst position's mean, max against the top 64):
 smollm3 0.13, 0.50; phi3 0.03, 0.09; mistral3 0.08, 0.30, batch and one token at a time alike; the
 float path within 2e-5 of llama.cpp's (max 1.7e-5). Mistakes land far outside (float path, max):
 smollm3 RoPE on every layer 1.8, phi3 long factors where short belong 11.5, mistral3 no temperature
@@ -47,6 +47,7 @@ from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import GpuBackend, ops  # noqa: E402
 from hearth.engine.gpu.dense_next import TensorView, tensor_view  # noqa: E402
 from test_gpu_backend import adapter  # noqa: E402
+from tests.gpu_fixtures import FLOAT_PATHS  # noqa: E402
 from tests.tiny_next import assert_agrees, prompt_of  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -67,7 +68,7 @@ def _open(arch: str):
 @pytest.fixture(scope="module", params=ARCHS)
 def tiny(request):
     d, m, g, cfg = _open(request.param)
-    be = GpuBackend(cfg, g, 128, adapter=adapter())
+    be = GpuBackend(cfg, g, 128, adapter=adapter(), **FLOAT_PATHS)
     yield d, m, g, be
     be.close()
 
@@ -85,7 +86,7 @@ def _one_at_a_time(be, ids):
 def test_they_run_on_the_gpu(tiny):
     _, _, _, be = tiny
     assert be.cfg.arch not in CPU_ONLY_ARCHS and not be.cfg.cpu_only
-    assert not (be.int8 or be.f16 or be.mm8)          # lavapipe's default: the float path
+    assert not (be.int8 or be.f16 or be.mm8)          # pinned: the float path, on any adapter
 
 
 @pytest.mark.parametrize("name", PROMPTS)
@@ -135,7 +136,7 @@ def test_greedy_run(tiny, name):
 def test_phi3_takes_the_long_factors_beyond_the_original_context():
     """n_ctx 512 > rope.scaling.original_context_length 256: rope_factors_long, as llama.cpp."""
     d, m, g, cfg = _open("phi3")
-    be = GpuBackend(cfg, g, 512, adapter=adapter())
+    be = GpuBackend(cfg, g, 512, adapter=adapter(), **FLOAT_PATHS)
     try:
         ids = prompt_of(m, "english")["ids"]
         ref = np.load(d / "top64_english_long.npz")

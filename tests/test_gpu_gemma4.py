@@ -29,6 +29,7 @@ from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu.backend import GpuBackend  # noqa: E402
 from hearth.engine.gpu.device import select_adapter  # noqa: E402
 from hearth.engine.gpu.gemma4 import Gemma4GpuBackend, GpuSplitKV  # noqa: E402
+from tests.gpu_fixtures import float_path_env  # noqa: E402
 from tests.tiny_next import PROMPTS, check_against_top64, check_greedy, one_token_at_a_time, prompt_of  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -185,8 +186,9 @@ def test_engine_on_the_gpu_truncates_and_restores_a_prefix_image(manifest):
     from hearth.engine import Engine
     d, m = manifest
     ids = list(prompt_of(m, "english")["ids"])
-    a = Engine.load(d / m["file"], backend="gpu", n_ctx=64)
-    b = Engine.load(d / m["file"], backend="gpu", n_ctx=64)
+    with float_path_env():                # held to a fresh computation at 1e-5
+        a = Engine.load(d / m["file"], backend="gpu", n_ctx=64)
+        b = Engine.load(d / m["file"], backend="gpu", n_ctx=64)
     try:
         assert a.backend.name == "gpu" and isinstance(a.kv, GpuSplitKV)
         want_prefix = a.feed(ids[:24]).copy()

@@ -21,7 +21,7 @@ import pytest
 from hearth.engine.config import ModelConfig
 from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
-from tests.gpu_fixtures import make_test_device
+from tests.gpu_fixtures import FLOAT_PATHS, make_test_device
 from tests.tiny_next import PROMPTS, check_against_top64, check_greedy, one_token_at_a_time, prompt_of
 
 N_CTX = 160
@@ -40,7 +40,7 @@ def gpu_backend(g, **kw):
     dev = make_test_device()
     adapter = dev.adapter
     dev.destroy()
-    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **kw)
+    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})  # float unless kw says
 
 
 @pytest.fixture(scope="module")

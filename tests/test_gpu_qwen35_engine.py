@@ -19,12 +19,13 @@ IDS = list(range(1000, 1040))
 
 @pytest.fixture(scope="module")
 def engine(reference_dir):
-    from tests.gpu_fixtures import make_test_device
+    from tests.gpu_fixtures import float_path_env, make_test_device
     make_test_device().destroy()          # skips where there is no adapter
-    e = Engine.load(reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf", backend="gpu", n_ctx=96)
-    e._prefault.join()
-    yield e
-    e.close()
+    with float_path_env():                # truncate is held to a fresh computation at 1e-3
+        e = Engine.load(reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf", backend="gpu", n_ctx=96)
+        e._prefault.join()
+        yield e
+        e.close()
 
 
 def fresh(engine, ids):

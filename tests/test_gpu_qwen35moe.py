@@ -18,7 +18,7 @@ from hearth.engine import Engine
 from hearth.engine.config import ModelConfig
 from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
-from tests.gpu_fixtures import make_test_device, read_f32
+from tests.gpu_fixtures import FLOAT_PATHS, float_path_env, make_test_device, read_f32
 from tests.tiny_next import check_against_top64, one_token_at_a_time
 from tests.tiny_qwen35moe import make
 
@@ -41,7 +41,7 @@ def gpu_backend(path, **kw):
     adapter = dev.adapter
     dev.destroy()
     g = GGUFFile.open(path)
-    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **kw)
+    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})  # float unless kw says
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,8 @@ def test_real_gpu_paths(tiny, monkeypatch, short_int8):
 def test_engine_truncate_gives_a_fresh_computation(tiny):
     ids = tiny[1]["english_ids"].tolist()[:24]
     make_test_device().destroy()          # skips where there is no adapter
-    e = Engine.load(tiny[0], backend="gpu", n_ctx=64)
+    with float_path_env():                # held to a fresh computation at 1e-3
+        e = Engine.load(tiny[0], backend="gpu", n_ctx=64)
     try:
         from hearth.engine.gpu.hybrid import GpuHybridBackend
         assert isinstance(e.backend, GpuHybridBackend)

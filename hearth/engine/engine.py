@@ -130,7 +130,8 @@ class Engine:
 
     def close(self) -> None:
         self._closed = True
-        self.backend.close()
+        with self._lock:      # a warm-up (or a pass) running on another thread ends before its buffers go
+            self.backend.close()
 
     @property
     def kv(self):
