@@ -102,6 +102,7 @@ def test_engine_truncate_gives_a_fresh_computation(tiny):
     try:
         from hearth.engine.gpu.hybrid import GpuHybridBackend
         assert isinstance(e.backend, GpuHybridBackend)
+        assert not (e.backend.int8 or e.backend.f16 or e.backend.mm8)
         e.reset()
         want = e.feed(ids[:15]).copy()
         e.reset()
