@@ -41,7 +41,8 @@ def gpu_backend(path, **kw):
     adapter = dev.adapter
     dev.destroy()
     g = GGUFFile.open(path)
-    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})  # float unless kw says
+    # the float path unless kw says otherwise (test_real_gpu_paths)
+    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})
 
 
 @pytest.fixture(scope="module")
