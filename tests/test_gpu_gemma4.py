@@ -191,6 +191,7 @@ def test_engine_on_the_gpu_truncates_and_restores_a_prefix_image(manifest):
         b = Engine.load(d / m["file"], backend="gpu", n_ctx=64)
     try:
         assert a.backend.name == "gpu" and isinstance(a.kv, GpuSplitKV)
+        assert not (a.backend.int8 or a.backend.f16 or a.backend.mm8)
         want_prefix = a.feed(ids[:24]).copy()
         want_next = a.feed(ids[24:26]).copy()
         a.reset()

@@ -40,7 +40,8 @@ def gpu_backend(g, **kw):
     dev = make_test_device()
     adapter = dev.adapter
     dev.destroy()
-    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})  # float unless kw says
+    # the float path unless kw says otherwise (test_real_gpu_paths)
+    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})
 
 
 @pytest.fixture(scope="module")

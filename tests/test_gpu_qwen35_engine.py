@@ -39,6 +39,7 @@ def test_engine_runs_qwen35_on_the_gpu(engine):
     from hearth.engine.gpu.hybrid import GpuHybridBackend
     assert isinstance(engine.backend, GpuHybridBackend) and engine.backend.name == "gpu"
     assert engine.kv.recurrent
+    assert not (engine.backend.int8 or engine.backend.f16 or engine.backend.mm8)   # the pinned float path
 
 
 @pytest.mark.parametrize("n", [0, 5, 20, 33, 39])

@@ -41,7 +41,8 @@ def gpu_backend(path, **kw):
     adapter = dev.adapter
     dev.destroy()
     g = GGUFFile.open(path)
-    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})  # float unless kw says
+    # the float path unless kw says otherwise (test_real_gpu_paths)
+    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +103,7 @@ def test_engine_truncate_gives_a_fresh_computation(tiny):
     try:
         from hearth.engine.gpu.hybrid import GpuHybridBackend
         assert isinstance(e.backend, GpuHybridBackend)
+        assert not (e.backend.int8 or e.backend.f16 or e.backend.mm8)
         e.reset()
         want = e.feed(ids[:15]).copy()
         e.reset()
