@@ -17,13 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EngineError
-from ..models.layer_state import RecurrentSegments, Snapshot
+from ..models.layer_state import RecurrentState, Snapshot
 from .kv import GpuKVCache
 
 
-class GpuHybridState(RecurrentSegments):
-    recurrent = True
-
+class GpuHybridState(RecurrentState):
     def __init__(self, dev, n_layers: int, attn_layers: list[int], n_kv_heads: int, head_dim: int,
                  max_ctx: int, conv_shape: tuple[int, int], delta_shape: tuple[int, int, int], kv_dtype="f32"):
         self.dev = dev
@@ -41,42 +39,9 @@ class GpuHybridState(RecurrentSegments):
         self.delta = [dev.buffer(self._delta_bytes, f"delta{r}") for r in range(n_rec)]  # [H_v, S, S] f32
         self.clear()
 
-    # -- what the Engine and the backend read ----------------------------------------------
-
-    @property
-    def n_tokens(self) -> int:
-        return self.kv.n_tokens
-
-    @n_tokens.setter
-    def n_tokens(self, n: int) -> None:
-        self.kv.n_tokens = n
-
-    @property
-    def max_ctx(self) -> int:
-        return self.kv.max_ctx
-
-    @property
-    def dtype(self):
-        return self.kv.dtype
-
-    @property
-    def n_kv_heads(self) -> int:
-        return self.kv.n_kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.kv.head_dim
-
     @property
     def recurrent_nbytes(self) -> int:
         return len(self.conv) * (self._conv_bytes + self._delta_bytes)
-
-    @property
-    def nbytes(self) -> int:
-        return self.kv.nbytes + self.recurrent_nbytes
-
-    def check_fits(self, pos: int, n: int) -> None:
-        self.kv.check_fits(pos, n)
 
     def touched(self) -> None:
         self.kv.touched()
@@ -89,16 +54,6 @@ class GpuHybridState(RecurrentSegments):
             for b in self.conv + self.delta:
                 enc.clear_buffer(b)
             self.dev.submit(enc)
-
-    def truncate(self, n: int) -> None:
-        """As HybridState.truncate: only n >= n_tokens or n == 0; further back needs a snapshot."""
-        if n >= self.n_tokens:
-            return
-        if n <= 0:
-            self.clear()
-            return
-        raise EngineError(f"a recurrent state cannot be truncated from {self.n_tokens} to {n} tokens "
-                          "in place; restore a snapshot and recompute")
 
     # -- snapshots: read back and written again ------------------------------------------------
 
@@ -128,22 +83,8 @@ class GpuHybridState(RecurrentSegments):
 
     # -- prefix images: as HybridState (the same layout string and flat state) -----------------
 
-    @property
-    def image_layers(self) -> int:
-        return self.kv.n_layers
-
-    def read_prefix(self, slot: int, n: int):
-        return self.kv.read_prefix(slot, n)
-
-    def write_prefix(self, slot: int, n: int, k, v) -> None:
-        self.kv.write_prefix(slot, n, k, v)
-
-    def write_at(self, slot: int, start: int, k, v) -> None:
-        self.kv.write_at(slot, start, k, v)
-
     def state_layout(self) -> str:
-        pattern = "".join("a" if i in self.attn_slot else "r" for i in range(self.n_layers))
-        return f"{pattern};conv{self.conv_shape};delta{self.delta_shape};float32"
+        return f"{self.layer_pattern()};conv{self.conv_shape};delta{self.delta_shape};float32"
 
     def state_size(self, n: int) -> int:
         return int(np.prod(self.conv_shape)) + int(np.prod(self.delta_shape))

@@ -39,52 +39,16 @@ class Snapshot:
         return self.conv.nbytes + self.delta.nbytes
 
 
-class RecurrentSegments:
-    """Chat segments of a recurrent state (CPU HybridState, gpu/delta_state.GpuHybridState): a
-    segment holds its attention layers' K/V plus the state at its end. The class provides `kv`,
-    `n_tokens`, `state_size`, `read_state` and `write_state`."""
-
-    @property
-    def image_cache(self):
-        return self.kv
-
-    def segment_state_size(self, start: int, n: int) -> int:
-        return self.state_size(start + n)
-
-    def read_segment_state(self, start: int, end: int) -> np.ndarray:
-        """The state after `end` tokens: only while it is the current one."""
-        if end != self.n_tokens:
-            raise EngineError(f"the recurrent state is the one after {self.n_tokens} tokens, not {end}")
-        return self.read_state(end)
-
-    def write_segment_state(self, start: int, use: int, n: int, flat: np.ndarray) -> None:
-        """The state at the end of a segment of n tokens: valid only when all n are used."""
-        if use != n:
-            raise EngineError("a recurrent state at a segment's end cannot serve a branch inside it")
-        self.write_state(start + n, flat)
-
-
-class HybridState(RecurrentSegments):
-    """KVCache-like (n_tokens, max_ctx, check_fits, clear, nbytes, dtype) plus the recurrent layers'
-    state. `recurrent = True` tells the Engine that truncation costs a snapshot and a recompute."""
+class RecurrentState:
+    """What a hybrid model's state shares on either backend (this module's HybridState,
+    gpu/delta_state.GpuHybridState): KVCache-like reads through `kv` (the attention layers' K/V,
+    by slot), truncation rules, prefix images (those K/V plus the recurrent state) and chat
+    segments (a segment's K/V plus the state at its end). A subclass sets `kv`, `n_layers`,
+    `attn_slot` and provides `recurrent_nbytes`, `clear`, `snapshot`, `restore`, `state_layout`,
+    `state_size`, `read_state` and `write_state`. `recurrent = True` tells the Engine that
+    truncation costs a snapshot and a recompute."""
 
     recurrent = True
-
-    def __init__(self, n_layers: int, attn_layers: list[int], n_kv_heads: int, head_dim: int,
-                 max_ctx: int, conv_shape: tuple[int, int], delta_shape: tuple[int, int, int],
-                 kv_dtype="f32"):
-        self.n_layers = n_layers
-        self.attn_slot = {layer: s for s, layer in enumerate(attn_layers)}
-        self.recurrent_slot = {layer: r for r, layer in enumerate(
-            i for i in range(n_layers) if i not in self.attn_slot)}
-        n_rec = len(self.recurrent_slot)
-        self.kv = KVCache(max(1, len(attn_layers)), n_kv_heads, head_dim, max_ctx, kv_dtype)
-        self._conv = np.zeros((n_rec, *conv_shape), np.float32)      # [n_rec, d_conv - 1, channels]
-        self._delta = np.zeros((n_rec, *delta_shape), np.float32)    # [n_rec, H_v, S_v, S_k]
-        self.conv = [self._conv[r] for r in range(n_rec)]
-        self.delta = [self._delta[r] for r in range(n_rec)]
-
-    # -- what the Engine and the backend read ----------------------------------------------
 
     @property
     def n_tokens(self) -> int:
@@ -113,23 +77,10 @@ class HybridState(RecurrentSegments):
     @property
     def nbytes(self) -> int:
         """K/V of the attention layers plus the recurrent state."""
-        return self.kv.nbytes + self._conv.nbytes + self._delta.nbytes
-
-    @property
-    def recurrent_nbytes(self) -> int:
-        return self._conv.nbytes + self._delta.nbytes
+        return self.kv.nbytes + self.recurrent_nbytes
 
     def check_fits(self, pos: int, n: int) -> None:
         self.kv.check_fits(pos, n)
-
-    def prefault(self) -> bool:
-        return self.kv.prefault()
-
-    def clear(self) -> None:
-        """No tokens: K/V forgotten, the recurrent state back to zeros (its value before token 0)."""
-        self.kv.clear()
-        self._conv.fill(0.0)
-        self._delta.fill(0.0)
 
     def truncate(self, n: int) -> None:
         """Keep n tokens: only n >= n_tokens (nothing to forget) or n == 0 (clear) is possible here;
@@ -141,20 +92,6 @@ class HybridState(RecurrentSegments):
             return
         raise EngineError(f"a recurrent state cannot be truncated from {self.n_tokens} to {n} tokens "
                           "in place; restore a snapshot and recompute")
-
-    # -- snapshots -----------------------------------------------------------------------------
-
-    def snapshot(self) -> Snapshot:
-        return Snapshot(self.n_tokens, self._conv.copy(), self._delta.copy())
-
-    def restore(self, snap: Snapshot) -> None:
-        """The state after snap.n_tokens tokens; K/V positions below it are the ones computed
-        before (the Engine restores only snapshots of the token list it still holds)."""
-        if snap.conv.shape != self._conv.shape or snap.delta.shape != self._delta.shape:
-            raise EngineError("snapshot of another model's state")
-        self._conv[:] = snap.conv
-        self._delta[:] = snap.delta
-        self.kv.n_tokens = snap.n_tokens
 
     # -- prefix images: the attention layers' K/V (by slot) plus the recurrent state ------------
 
@@ -172,10 +109,78 @@ class HybridState(RecurrentSegments):
     def write_at(self, slot: int, start: int, k, v) -> None:
         self.kv.write_at(slot, start, k, v)
 
+    def layer_pattern(self) -> str:
+        return "".join("a" if i in self.attn_slot else "r" for i in range(self.n_layers))
+
+    # -- chat segments: the attention layers' K/V of the segment's positions plus the state at its end
+
+    @property
+    def image_cache(self):
+        return self.kv
+
+    def segment_state_size(self, start: int, n: int) -> int:
+        return self.state_size(start + n)
+
+    def read_segment_state(self, start: int, end: int) -> np.ndarray:
+        """The state after `end` tokens: only while it is the current one."""
+        if end != self.n_tokens:
+            raise EngineError(f"the recurrent state is the one after {self.n_tokens} tokens, not {end}")
+        return self.read_state(end)
+
+    def write_segment_state(self, start: int, use: int, n: int, flat: np.ndarray) -> None:
+        """The state at the end of a segment of n tokens: valid only when all n are used."""
+        if use != n:
+            raise EngineError("a recurrent state at a segment's end cannot serve a branch inside it")
+        self.write_state(start + n, flat)
+
+
+class HybridState(RecurrentState):
+    """The recurrent state in numpy arrays beside a KVCache of the attention layers (CPU backend)."""
+
+    def __init__(self, n_layers: int, attn_layers: list[int], n_kv_heads: int, head_dim: int,
+                 max_ctx: int, conv_shape: tuple[int, int], delta_shape: tuple[int, int, int],
+                 kv_dtype="f32"):
+        self.n_layers = n_layers
+        self.attn_slot = {layer: s for s, layer in enumerate(attn_layers)}
+        self.recurrent_slot = {layer: r for r, layer in enumerate(
+            i for i in range(n_layers) if i not in self.attn_slot)}
+        n_rec = len(self.recurrent_slot)
+        self.kv = KVCache(max(1, len(attn_layers)), n_kv_heads, head_dim, max_ctx, kv_dtype)
+        self._conv = np.zeros((n_rec, *conv_shape), np.float32)      # [n_rec, d_conv - 1, channels]
+        self._delta = np.zeros((n_rec, *delta_shape), np.float32)    # [n_rec, H_v, S_v, S_k]
+        self.conv = [self._conv[r] for r in range(n_rec)]
+        self.delta = [self._delta[r] for r in range(n_rec)]
+
+    @property
+    def recurrent_nbytes(self) -> int:
+        return self._conv.nbytes + self._delta.nbytes
+
+    def prefault(self) -> bool:
+        return self.kv.prefault()
+
+    def clear(self) -> None:
+        """No tokens: K/V forgotten, the recurrent state back to zeros (its value before token 0)."""
+        self.kv.clear()
+        self._conv.fill(0.0)
+        self._delta.fill(0.0)
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.n_tokens, self._conv.copy(), self._delta.copy())
+
+    def restore(self, snap: Snapshot) -> None:
+        """The state after snap.n_tokens tokens; K/V positions below it are the ones computed
+        before (the Engine restores only snapshots of the token list it still holds)."""
+        if snap.conv.shape != self._conv.shape or snap.delta.shape != self._delta.shape:
+            raise EngineError("snapshot of another model's state")
+        self._conv[:] = snap.conv
+        self._delta[:] = snap.delta
+        self.kv.n_tokens = snap.n_tokens
+
     def state_layout(self) -> str:
         """What an image's snapshot is, for its key: layer pattern and the state's shapes/dtype."""
-        pattern = "".join("a" if i in self.attn_slot else "r" for i in range(self.n_layers))
-        return f"{pattern};conv{self._conv.shape};delta{self._delta.shape};float32"
+        return f"{self.layer_pattern()};conv{self._conv.shape};delta{self._delta.shape};float32"
 
     def state_size(self, n: int) -> int:
         """float32 values of read_state(n) (the same after any number of tokens)."""
