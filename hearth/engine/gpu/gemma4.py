@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import UnsupportedModelError
 from ..models import weights as MW
+from ..models.gemma4 import split_kv_layout
 from ..models.layer_state import SplitKV
 from ..models.layers import Rope
 from ..quants import dequantize
@@ -74,22 +75,8 @@ class GpuSplitKV(SplitKV):
 
 
 def make_split_kv(dev, cfg, n_ctx: int, kv_dtype: str) -> GpuSplitKV:
-    c, hc = cfg, cfg.hybrid
-    caches, slot = [], {}
-    for kind in (True, False):
-        own = [i for i in range(hc.n_kv_layers) if hc.swa_layers[i] == kind]
-        if not own:
-            continue
-        heads = {hc.n_head_kv[i] for i in own}
-        if len(heads) > 1:
-            raise UnsupportedModelError(f"Gemma 4 with {sorted(heads)} KV heads among its "
-                                        f"{'sliding' if kind else 'full'} layers is not supported yet")
-        for j, i in enumerate(own):
-            slot[i] = (len(caches), j)
-        caches.append(GpuKVCache(dev, len(own), heads.pop(), hc.head_dim_swa if kind else c.head_dim, n_ctx, kv_dtype))
-    for i in range(hc.n_kv_layers, c.n_layer):
-        slot[i] = slot[hc.kv_source(i)]
-    return GpuSplitKV(caches, slot)
+    shapes, slot = split_kv_layout(cfg)
+    return GpuSplitKV([GpuKVCache(dev, n, heads, hd, n_ctx, kv_dtype) for n, heads, hd in shapes], slot)
 
 
 class Gemma4GpuBackend(GpuBackend):

@@ -38,6 +38,28 @@ from .layers import Rope, attention, gelu_tanh_mul, rms_norm
 from .model_base import ModelBase
 
 
+def split_kv_layout(cfg) -> tuple[list[tuple[int, int, int]], dict[int, tuple[int, int]]]:
+    """The caches of a SplitKV, either backend's: (layers, KV heads, head dim) per cache, one for the
+    sliding layers' head size and one for the full layers' (each kind must have one KV head count),
+    and `slot[layer] = (cache, index)`, KV-sharing layers mapped to the layer they read."""
+    hc = cfg.hybrid
+    shapes, slot = [], {}
+    for kind in (True, False):
+        own = [i for i in range(hc.n_kv_layers) if hc.swa_layers[i] == kind]
+        if not own:
+            continue
+        heads = {hc.n_head_kv[i] for i in own}
+        if len(heads) > 1:
+            raise UnsupportedModelError(f"Gemma 4 with {sorted(heads)} KV heads among its "
+                                        f"{'sliding' if kind else 'full'} layers is not supported yet")
+        for j, i in enumerate(own):
+            slot[i] = (len(shapes), j)
+        shapes.append((len(own), heads.pop(), hc.head_dim_swa if kind else cfg.head_dim))
+    for i in range(hc.n_kv_layers, cfg.n_layer):
+        slot[i] = slot[hc.kv_source(i)]
+    return shapes, slot
+
+
 @dataclass
 class Block:
     attn_norm: np.ndarray            # [d]
@@ -118,25 +140,8 @@ class Gemma4(ModelBase):
             hd=hd, n_ff=n_ff)
 
     def make_state(self, n_ctx: int, kv_dtype: str = "f32") -> SplitKV:
-        """One cache for the sliding layers' head size and one for the full layers' (each kind must
-        have one KV head count)."""
-        c, hc = self.cfg, self.hc
-        caches, slot = [], {}
-        for kind in (True, False):
-            own = [i for i in range(hc.n_kv_layers) if hc.swa_layers[i] == kind]
-            if not own:
-                continue
-            heads = {hc.n_head_kv[i] for i in own}
-            if len(heads) > 1:
-                raise UnsupportedModelError(f"Gemma 4 with {sorted(heads)} KV heads among its "
-                                            f"{'sliding' if kind else 'full'} layers is not supported yet")
-            hd = hc.head_dim_swa if kind else c.head_dim
-            for j, i in enumerate(own):
-                slot[i] = (len(caches), j)
-            caches.append(KVCache(len(own), heads.pop(), hd, n_ctx, kv_dtype))
-        for i in range(hc.n_kv_layers, c.n_layer):
-            slot[i] = slot[hc.kv_source(i)]
-        return SplitKV(caches, slot)
+        shapes, slot = split_kv_layout(self.cfg)
+        return SplitKV([KVCache(n, heads, hd, n_ctx, kv_dtype) for n, heads, hd in shapes], slot)
 
     # -- forward ---------------------------------------------------------------------------
 
