@@ -70,7 +70,11 @@ def test_glu_with_norm(ks, rng, layout, types):
     dev = ks.dev
     k, m = 768, 3 * ops.matvec_rows(layout) + 1
     rg, ru = (random_rows(rng, t, m, k) for t in types)
-    x, g = f32(rng, k), f32(rng, k)
+    # g at 1/4: F16 rows of N(0, 1) over K = 768 give gates of sigma ~28 with a unit g. Then silu(gate) * up
+    # of a gate near 0 carries the gate's f32 rounding times |up| (~100) while the other six outputs are
+    # ~0 (gates of -20 and below), so the output norm is no yardstick: once in CI, 1.35e-3 (seeded probe:
+    # g x3 gives 1.2e-4, x1/4 2.3e-6 over 150 draws). Real gates are O(1); any indexing mistake is still O(1).
+    x, g = f32(rng, k), 0.25 * f32(rng, k)
     h = rms_norm(x[None], g, 1e-6)[0].astype(np.float64)
     gate, up = dequant_reference(rg, types[0], k) @ h, dequant_reference(ru, types[1], k) @ h
     ref = gate / (1 + np.exp(-gate)) * up
