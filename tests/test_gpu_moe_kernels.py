@@ -1,9 +1,9 @@
 """The GPU mixture-of-experts kernels (engine/gpu/moe.py: moe_route.wgsl, moe_matvec.wgsl, attn_sinks.wgsl)
 against numpy: the router's top k for both gatings (ties to the lower expert id), the experts' gate/up
 and down products (SiLU, gpt-oss's SwiGLU, Gemma 4's GELU) reading expert ids from the route buffer,
-for the weight types of the tiny MoE models and the full-size files (F32, F16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4), with f32 x and with x as
-int8 blocks, and the attention merge with sinks. Weights are dequantized by gguf-py (llama.cpp's
-reference), not by engine code."""
+for the weight types of the tiny MoE models and the full-size files (F32, F16, Q8_0, Q4_0, Q4_K, Q6_K,
+MXFP4), with f32 x and with x as int8 blocks, and the attention merge with sinks. Weights are
+dequantized by gguf-py (llama.cpp's reference), not by engine code."""
 
 from __future__ import annotations
 
