@@ -7,6 +7,7 @@ down scale), on lavapipe:
 - with a float16 KV cache (as llama.cpp's reference run, tests/llama_reference.py) against llama.cpp's
   logits of the file at every position, batch and one token at a time, with the tiny-next tolerance
   the CPU test uses;
+- quantized experts, whose products take x as int8 blocks, against the CPU's int8 path;
 - through the Engine on the GPU: a truncate gives a fresh computation's logits;
 - the new kernels (wgsl/gemma4_moe.wgsl: the branches' combine, the per-expert scale) and the fused
   expert tensor's split against numpy."""
@@ -103,6 +104,33 @@ def test_every_position_against_llama_cpp(tiny):
             be.kv.clear()
             check_against_top64(be.forward(ids, 0, all_logits=True), top64(ref, name))
             check_against_top64(one_token_at_a_time(be, ids), top64(ref, name))
+    finally:
+        be.close()
+
+
+def test_int8_x_in_the_experts_products(tiny, tmp_path):
+    """Experts quantized (Q4_0 gate/up, Q8_0 down) take x as int8 blocks wherever the device has the
+    integer dot products (gpu/moe.py's MOE_INT8; lavapipe has them): against the CPU backend's int8
+    path (llama.cpp's arithmetic, x rounded to 8 bits for every quantized product) with the tiny-next
+    tolerance, at its top 64 ids of every position, batch and one token at a time."""
+    from tests.tiny_gemma4_moe import with_quantized_experts
+    path = with_quantized_experts(tiny[0], tmp_path / "q.gguf")
+    be = gpu_backend(path)
+    try:
+        if not be.dev.int8:
+            pytest.skip("the adapter has no integer dot products")
+        assert all(L["moe"].experts.q8_gate_up and L["moe"].experts.q8_down for L in be.layers if L["moe"])
+        g = GGUFFile.open(path)
+        cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=N_CTX, int8=True)
+        for name in NAMES:
+            ids = tiny[1][f"{name}_ids"].tolist()
+            want = cpu.forward(ids, 0, all_logits=True)
+            cpu.kv.clear()
+            top = np.argsort(-want, axis=1, kind="stable")[:, :64]
+            ref = {"ids": top, "logits": np.take_along_axis(want, top, 1)}
+            be.kv.clear()
+            check_against_top64(be.forward(ids, 0, all_logits=True), ref)
+            check_against_top64(one_token_at_a_time(be, ids), ref)
     finally:
         be.close()
 
