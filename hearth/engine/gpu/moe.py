@@ -23,6 +23,7 @@ Other MoE architectures can reuse it: `MoeFfn(backend, i, norm="...", prefix="bl
 from the backend only `dev`, `ks`, `weights` (GpuWeights), `cfg` (n_embd, n_expert,
 n_expert_used, n_ff_exp, expert_gating, expert_weights_norm, activation, rms_eps), `chunk`, and
 the activation buffers `x` [chunk, d] (the residual, added to) and `xn` [chunk, d] (scratch).
+A subclass may replace `_route` (Gemma 4's router reads a norm of its own: gpu/gemma4_moe.py).
 
 Attention sinks (gpt-oss): `sink_combine(ks, hd, "decode" | "prefill")` merges attention's split
 partials with one sink logit per head in the denominator (attn_sinks.wgsl); the backend runs the
