@@ -94,7 +94,7 @@ class Gemma4GpuBackend(GpuBackend):
     def _build(self, g, n_ctx: int, chunk: int, kv_dtype: str) -> None:
         c, hc, dev = self.cfg, self.cfg.hybrid, self.dev
         ks = self.ks = Kernels(dev)
-        W = self.weights = GpuWeights(dev, gemma4_moe.tensor_view(g, c))   # fused experts split in two
+        W = self.weights = GpuWeights(dev, g)
         d, nh, nv, NL, npl = c.n_embd, c.n_head, c.n_vocab, c.n_layer, hc.n_embd_per_layer
         hd_max = max(self._hd(i) for i in range(NL))
         nff = max(hc.n_ff)

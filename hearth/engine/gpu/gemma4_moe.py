@@ -19,7 +19,8 @@ then RMSNorm with pre_ffw_norm_2 into xn (and its int8 blocks). y stays zero bet
 combine pass clears the rows it read).
 
 Experts stored as one ffn_gate_up_exps (gate rows first, then up, per expert) are split into
-ffn_gate_exps / ffn_up_exps copies when the weights are read (`tensor_view`).
+ffn_gate_exps / ffn_up_exps copies while that layer's experts are uploaded (`layer_view`), one
+layer's copies at a time.
 """
 
 from __future__ import annotations
@@ -54,26 +55,25 @@ def scale_groups(n: int, k: int):
     return gx, gy, 1
 
 
-def tensor_view(g, cfg):
-    """`g`, or where layers keep their experts as one ffn_gate_up_exps [E, 2 f, d] (numpy order), a
-    TensorView with its gate half and up half as ffn_gate_exps / ffn_up_exps (contiguous copies:
-    the GPU kernels take one buffer a matrix)."""
-    moe = cfg.hybrid.moe if cfg.hybrid is not None else None
-    fused = [n for n in g.tensors if n.endswith(".ffn_gate_up_exps.weight")]
-    if moe is None or not fused:
+def layer_view(g, cfg, i: int):
+    """`g`, or where layer i keeps its experts as one ffn_gate_up_exps [E, 2 f, d] (numpy order), a
+    TensorView with its gate half and up half as ffn_gate_exps / ffn_up_exps (contiguous copies: the
+    GPU kernels take one buffer a matrix)."""
+    name = f"blk.{i}.ffn_gate_up_exps.weight"
+    t = g.tensors.get(name)
+    if t is None:
         return g
+    moe, d = cfg.hybrid.moe, cfg.n_embd
+    E, f = moe.n_expert, moe.n_ff_exp
+    if tuple(int(s) for s in t.shape) != (d, 2 * f, E) or t.n_bytes % (2 * f * E):
+        raise UnsupportedModelError(f"{g.path.name}: tensor {name} has shape {list(t.shape)} (GGUF order), "
+                                    f"expected {[d, 2 * f, E]}")
+    rows = np.asarray(t.data).reshape(E, 2 * f, -1)            # [E, 2 f, row bytes]
     tensors = dict(g.tensors)
-    E, f, d = moe.n_expert, moe.n_ff_exp, cfg.n_embd
-    for name in fused:
-        t = g.tensors[name]
-        if tuple(int(s) for s in t.shape) != (d, 2 * f, E) or t.n_bytes % (2 * f * E):
-            raise UnsupportedModelError(f"{g.path.name}: tensor {name} has shape {list(t.shape)} (GGUF order), "
-                                        f"expected {[d, 2 * f, E]}")
-        rows = np.asarray(t.data).reshape(E, 2 * f, -1)            # [E, 2 f, row bytes]
-        p = name[:-len("ffn_gate_up_exps.weight")]
-        for half, part in (("ffn_gate_exps.weight", rows[:, :f]), ("ffn_up_exps.weight", rows[:, f:])):
-            data = np.ascontiguousarray(part).reshape(-1)
-            tensors[p + half] = dataclasses.replace(t, name=p + half, shape=(d, f, E), n_bytes=data.nbytes, data=data)
+    for half, part in (("ffn_gate_exps.weight", rows[:, :f]), ("ffn_up_exps.weight", rows[:, f:])):
+        data = np.ascontiguousarray(part).reshape(-1)
+        tensors[f"blk.{i}.{half}"] = dataclasses.replace(t, name=f"blk.{i}.{half}", shape=(d, f, E),
+                                                         n_bytes=data.nbytes, data=data)
     return TensorView(g, tensors)
 
 
@@ -146,7 +146,13 @@ class Gemma4MoeFfn:
             view = be._gemma4_moe_view = _View(be)
         W, p, d = be.weights, f"blk.{i}.", be.cfg.n_embd
         self.be, self.i, self.view = be, i, view
-        self.experts = Gemma4Experts(view, i)
+        # MoeFfn reads the expert tensors from W.g: this layer's split copies while they upload, so
+        # no more than one layer's copies are ever held in memory
+        file, W.g = W.g, layer_view(W.g, be.cfg, i)
+        try:
+            self.experts = Gemma4Experts(view, i)
+        finally:
+            W.g = file
         self.post_1 = W.vector(p + "post_ffw_norm_1.weight", d)        # [d] the MLP's
         self.post_2 = W.vector(p + "post_ffw_norm_2.weight", d)        # [d] the experts'
 
