@@ -8,6 +8,7 @@ down scale), on lavapipe:
   logits of the file at every position, batch and one token at a time, with the tiny-next tolerance
   the CPU test uses;
 - quantized experts, whose products take x as int8 blocks, against the CPU's int8 path;
+- greedy_steps (pipelined) against forward_argmax step by step;
 - through the Engine on the GPU: a truncate gives a fresh computation's logits; "auto" takes the GPU
   where a real one is found;
 - the new kernels (wgsl/gemma4_moe.wgsl: the branches' combine, the per-expert scale) and the fused
@@ -93,6 +94,22 @@ def test_every_position_batch_and_one_token_at_a_time_against_the_cpu(tiny, gpu,
     assert np.abs(one - want).max() < 1e-3
     # llama.cpp on the all-F32 copy (the same weights, no rounding of activations), last position
     assert np.abs(batch[-1][ref[f"{name}_f32_ids"]] - ref[f"{name}_f32_logits"]).max() <= 0.02
+
+
+def test_greedy_steps_equal_one_step_at_a_time(tiny, gpu):
+    """greedy_steps (step k+1 submitted before step k's id is read back, as Engine.generate runs greedy
+    decode; the experts' scratch sum reused step after step): the ids of forward_argmax step by step."""
+    ids = np.asarray(tiny[1]["chat_ids"], np.int32)
+    gpu.kv.clear()
+    tok = gpu.forward_argmax(ids, 0)
+    chained = list(gpu.greedy_steps(tok, len(ids), 8))
+    gpu.kv.clear()
+    gpu.forward_argmax(ids, 0)
+    stepped, t = [], tok
+    for j in range(8):
+        t = gpu.forward_argmax(np.array([t], np.int32), len(ids) + j)
+        stepped.append(t)
+    assert chained == stepped
 
 
 def test_every_position_against_llama_cpp(tiny):
