@@ -31,10 +31,11 @@ import math
 import numpy as np
 
 from ..errors import UnsupportedModelError
+from ..quants import dequantize
 from . import ops
 from .dense_next import TensorView
-from .moe import MoeFfn, route_kernel
 from .kernels import grid
+from .moe import MoeFfn, route_kernel
 
 FIELDS = (("d", "u"), ("n", "u"), ("eps", "f"), ("_a", "u"))
 
@@ -103,7 +104,6 @@ class Gemma4Experts(MoeFfn):
         t = W.g.tensors.get(p + "ffn_gate_inp.scale")
         if t is None:
             raise UnsupportedModelError(f"{W.g.path.name}: tensor {p}ffn_gate_inp.scale is missing")
-        from ..quants import dequantize  # noqa: PLC0415
         s = dequantize(t.data, t.type, t.shape, t.name).reshape(-1).astype(np.float32)
         if s.size != d:
             raise UnsupportedModelError(f"{W.g.path.name}: tensor {p}ffn_gate_inp.scale has {s.size} values, "
