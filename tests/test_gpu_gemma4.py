@@ -5,7 +5,7 @@ soft-cap 30) at every position as one batch and one token at a time, with the RE
 products), as the H200 takes them by default. The tiny model's KV-sharing variant against its
 llama.cpp logits; against the CPU backend's float path to 1e-3 (also a dense-31B-like variant: no
 per-layer inputs, v from k, layer scale 0.8); truncation and prefix images
-through the Engine; the experts variant refused with its reason."""
+through the Engine. The experts variant: tests/test_gpu_gemma4_moe.py."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ if probe() is None:
 
 from hearth.engine.config import ModelConfig  # noqa: E402
 from hearth.engine.cpu_backend import CpuBackend  # noqa: E402
-from hearth.engine.errors import UnsupportedModelError  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu.backend import GpuBackend  # noqa: E402
 from hearth.engine.gpu.device import select_adapter  # noqa: E402
@@ -164,19 +163,6 @@ def test_shared_kv_against_llama_cpp(shared, paths):
             check_against_top64(one_token_at_a_time(be, ids), top)
     finally:
         be.close()
-
-
-def test_the_experts_variant_is_refused_with_its_reason(reference_dir, tmp_path):
-    from hearth.engine import Engine
-    from hearth.engine.errors import EngineError
-    from tests.tiny_gemma4_moe import make
-    path = make(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf", tmp_path / "m.gguf")
-    g = GGUFFile.open(path)
-    cfg = ModelConfig.from_gguf(g)
-    with pytest.raises(UnsupportedModelError, match="experts"):
-        GpuBackend(cfg, g, 64, adapter=adapter())
-    with pytest.raises(EngineError, match="experts"):
-        Engine.load(path, backend="gpu", n_ctx=64)
 
 
 def test_engine_on_the_gpu_truncates_and_restores_a_prefix_image(manifest):

@@ -1,9 +1,9 @@
 """The GPU mixture-of-experts kernels (engine/gpu/moe.py: moe_route.wgsl, moe_matvec.wgsl, attn_sinks.wgsl)
 against numpy: the router's top k for both gatings (ties to the lower expert id), the experts' gate/up
-and down products reading expert ids from the route buffer, for the weight types of the tiny MoE
-models and the full-size files (F32, F16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4), with f32 x and with x as
-int8 blocks, and the attention merge with sinks. Weights are dequantized by gguf-py (llama.cpp's
-reference), not by engine code."""
+and down products (SiLU, gpt-oss's SwiGLU, Gemma 4's GELU) reading expert ids from the route buffer,
+for the weight types of the tiny MoE models and the full-size files (F32, F16, Q8_0, Q4_0, Q4_K, Q6_K,
+MXFP4), with f32 x and with x as int8 blocks, and the attention merge with sinks. Weights are
+dequantized by gguf-py (llama.cpp's reference), not by engine code."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from hearth.engine.gpu import moe as gmoe
 from hearth.engine.gpu import ops
 from hearth.engine.gpu.kernels import Kernels, dispatch_once
+from hearth.engine.models.layers import gelu_tanh_mul
 from hearth.engine.models.moe import MIN_WEIGHT_SUM, swiglu_oai
 from tests.gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err
 from tests.gpu_fixtures import rng  # noqa: F401  (the fixture)
@@ -24,6 +25,15 @@ def ks():
     dev = make_test_device()
     yield Kernels(dev)
     dev.destroy()
+
+
+def act_ref(act, g, u):
+    """The experts' activation of gate g times up u (float64 products; swiglu_oai and gelu in float32)."""
+    if act == "swiglu_oai":
+        return swiglu_oai(g.astype(np.float32), u.astype(np.float32))
+    if act == "gelu":
+        return gelu_tanh_mul(g.astype(np.float32), u.astype(np.float32))
+    return g / (1 + np.exp(-g)) * u
 
 
 def route_ref(xn, wr, br, k, gating, norm_w):
@@ -127,7 +137,7 @@ def test_sort_groups_pairs_by_expert(ks, rng, n, E, k):
 
 @pytest.mark.parametrize("order", [False, True], ids=["pairs", "by-expert"])
 @pytest.mark.parametrize("qtype, q8", CASES)
-@pytest.mark.parametrize("act, bias", [("silu", False), ("swiglu_oai", True)])
+@pytest.mark.parametrize("act, bias", [("silu", False), ("swiglu_oai", True), ("gelu", False)])
 def test_expert_gate_up(ks, rng, qtype, q8, act, bias, order):
     need_int8(ks, q8)
     dev = ks.dev
@@ -158,8 +168,7 @@ def test_expert_gate_up(ks, rng, qtype, q8, act, bias, order):
             g = wg[e] @ xr[t] + (bg[e] if bias else 0)
             u = wu[e] @ xr[t] + (bu[e] if bias else 0)
             with np.errstate(over="ignore"):        # exp(-g) of a large negative g: silu(g) = 0
-                ref[t, s] = (swiglu_oai(g.astype(np.float32), u.astype(np.float32)) if act == "swiglu_oai"
-                             else g / (1 + np.exp(-g)) * u)
+                ref[t, s] = act_ref(act, g, u)
     assert rel_err(got, ref) < RTOL * 5      # the activation's exp of f32 products on top of RTOL
 
 
@@ -302,7 +311,7 @@ def tiles_of(ks, route, n, E, k):
 
 
 @pytest.mark.parametrize("qtype, q8", [("F16", False), ("Q4_K", True), ("MXFP4", True), ("Q8_0", False)])
-@pytest.mark.parametrize("act, bias", [("silu", False), ("swiglu_oai", True)])
+@pytest.mark.parametrize("act, bias", [("silu", False), ("swiglu_oai", True), ("gelu", False)])
 def test_tiled_gate_up(ks, rng, qtype, q8, act, bias):
     need_int8(ks, q8)
     dev = ks.dev
@@ -329,8 +338,7 @@ def test_tiled_gate_up(ks, rng, qtype, q8, act, bias):
             g = wg[e] @ xr[t] + (bg[e] if bias else 0)
             u = wu[e] @ xr[t] + (bu[e] if bias else 0)
             with np.errstate(over="ignore"):
-                ref[t, s] = (swiglu_oai(g.astype(np.float32), u.astype(np.float32)) if act == "swiglu_oai"
-                             else g / (1 + np.exp(-g)) * u)
+                ref[t, s] = act_ref(act, g, u)
     assert rel_err(got, ref) < RTOL * 5
 
 

@@ -19,7 +19,7 @@ IDS = list(range(1000, 1040))
 TURNS = [IDS[:12], IDS[12:21], IDS[21:28]]
 
 
-@pytest.fixture(scope="module", params=["qwen35", "gemma4", "gemma4-shared"])
+@pytest.fixture(scope="module", params=["qwen35", "gemma4", "gemma4-shared", "gemma4-moe"])
 def path(request, reference_dir, tmp_path_factory):
     from tests.gpu_fixtures import make_test_device
     make_test_device().destroy()          # skips where there is no adapter

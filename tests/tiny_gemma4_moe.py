@@ -64,5 +64,22 @@ def make(src: Path, dst: Path, f32: bool = False) -> Path:
     return R.rewrite(src, dst, meta=meta, tensors=tensors)
 
 
+def with_quantized_experts(src: Path, dst: Path) -> Path:
+    """The made model with its experts quantized by gguf-py (gate/up Q4_0, down Q8_0): the types whose
+    products take x as int8 blocks on the GPU (gpu/moe.py's MOE_INT8)."""
+    import gguf  # noqa: PLC0415
+    from hearth.engine.quants import dequantize  # noqa: PLC0415
+    from tests import gguf_rewrite as R  # noqa: PLC0415
+
+    def tensors(name, t):
+        if not name.endswith("_exps.weight"):
+            return None
+        q = gguf.GGMLQuantizationType.Q8_0 if "_down_" in name else gguf.GGMLQuantizationType.Q4_0
+        raw = gguf.quants.quantize(dequantize(t.data, t.type, t.shape, name).astype(np.float32), q)
+        return [(name, tuple(t.shape), int(q), raw.tobytes())]
+
+    return R.rewrite(src, dst, tensors=tensors)
+
+
 if __name__ == "__main__":
     make(Path(sys.argv[1]), Path(sys.argv[2]), f32="--f32" in sys.argv)

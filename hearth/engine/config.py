@@ -25,7 +25,7 @@ ARCH_ALIASES = models.ALIASES
 OWN_METADATA_ARCHS = ("qwen35", "qwen35moe", "gemma4")
 # Those the GPU backend's plans have no layers for: Engine refuses backend="gpu" for them and "auto"
 # picks the CPU (engine._make_backend). Every architecture has GPU plans now (qwen35/qwen35moe:
-# gpu/hybrid.py; gemma4: gpu/gemma4.py); Gemma 4 with experts is refused through cfg.cpu_only.
+# gpu/hybrid.py; gemma4: gpu/gemma4.py and, with experts, gpu/gemma4_moe.py).
 CPU_ONLY_ARCHS: tuple[str, ...] = ()
 
 ROPE_SCALINGS = ("none", "linear", "yarn")
@@ -217,8 +217,7 @@ def _gemma4(cls, g, raw_arch, n_embd, n_layer, n_head, need, opt) -> "ModelConfi
         rope_base_swa=hc.rope_base_swa, sliding_window=hc.window, swa_layers=hc.swa_layers,
         embed_scale=math.sqrt(n_embd), post_norms=True, activation="gelu_tanh",
         final_softcap=float(opt("final_logit_softcapping", 0.0, 0.0, 1e6)), attn_scale=1.0,
-        tied_output="output.weight" not in g.tensors, hybrid=hc,
-        cpu_only="experts beside the MLP, the 26B-A4B shape" if hc.moe else "")
+        tied_output="output.weight" not in g.tensors, hybrid=hc)
 
 
 def _rope_scaling(g, raw_arch: str, name: str) -> RopeScaling:

@@ -12,9 +12,9 @@ Per layer (decode: matrix-vector kernels; prefill: the tiled products, int8 / f1
 RMSNorm + Q|K|V, wgsl/gemma4.wgsl "qkv" (head norms, NeoX RoPE, K/V store), attention (decode:
 attn_decode.wgsl with a chunk of at least head dim / 4 keys, so head dims up to 512 fit; prefill:
 attn_prefill.wgsl), O + post-norm, RMSNorm + GeGLU + down + post-norm (`_ffn`: the one place a
-layer's FFN is built, where a mixture of experts would plug in), the per-layer branch (inp_gate,
-"gelu_mul" with the per-layer input, proj + post-norm) and layer_output_scale ("scale").
-The 26B-A4B shape (experts beside the MLP) is refused here (config.cpu_only).
+layer's FFN is built; a layer with experts beside its MLP, the 26B-A4B shape, adds them there:
+gpu/gemma4_moe.py), the per-layer branch (inp_gate, "gelu_mul" with the per-layer input, proj +
+post-norm) and layer_output_scale ("scale").
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..models.gemma4 import split_kv_layout
 from ..models.layer_state import SplitKV
 from ..models.layers import Rope
 from ..quants import dequantize
-from . import ops
+from . import gemma4_moe, ops
 from .backend import STEP_HEADER, GpuBackend, rope_table
 from .kernels import Kernels, grid
 from .kv import GpuKVCache
@@ -82,9 +82,6 @@ def make_split_kv(dev, cfg, n_ctx: int, kv_dtype: str) -> GpuSplitKV:
 class Gemma4GpuBackend(GpuBackend):
     def _refuse(self, cfg, gguf) -> None:
         hc = cfg.hybrid
-        if cfg.cpu_only:
-            raise UnsupportedModelError(f"{gguf.path.name}: {cfg.arch} models ({cfg.cpu_only}) run on the CPU "
-                                        f"backend only; choose CPU")
         hds = (cfg.head_dim, hc.head_dim_swa)
         if any(h > MAX_HEAD_DIM or h % 4 for h in hds) or cfg.n_embd % 32:
             raise UnsupportedModelError(f"{gguf.path.name}: head dims {hds} / width {cfg.n_embd} are outside what the "
@@ -102,7 +99,7 @@ class Gemma4GpuBackend(GpuBackend):
         hd_max = max(self._hd(i) for i in range(NL))
         nff = max(hc.n_ff)
         qkv_w = max((nh + 2 * hc.n_head_kv[i]) * self._hd(i) for i in range(NL))
-        widest = max(nff, qkv_w, nh * ops.ATTN_MAX_SPLITS * (hd_max + 2), NL * npl) * 4
+        widest = max(nff, qkv_w, gemma4_moe.ffn_rows(c), nh * ops.ATTN_MAX_SPLITS * (hd_max + 2), NL * npl) * 4
         chunk = max(1, min(chunk, int(dev.limits["max-storage-buffer-binding-size"]) // widest))
         self.chunk = chunk
         self.npp = -(-npl // 32) * 32                      # npl padded for the kernels (proj's rows)
@@ -160,9 +157,6 @@ class Gemma4GpuBackend(GpuBackend):
     def _layer_weights(self, W, g, i: int) -> dict:
         c, hc, p = self.cfg, self.cfg.hybrid, f"blk.{i}."
         d, nh, hd, nkv, nff, npl = c.n_embd, c.n_head, self._hd(i), hc.n_head_kv[i], hc.n_ff[i], hc.n_embd_per_layer
-        if p + "ffn_gate_inp.weight" in g.tensors:
-            raise UnsupportedModelError(f"{g.path.name}: layer {i} has experts (ffn_gate_inp), which the GPU "
-                                        "backend does not run for gemma4; choose CPU")
         has_kv = i < hc.n_kv_layers
         has_v = has_kv and p + "attn_v.weight" in g.tensors
         scale = MW.optional(g, p + "layer_output_scale.weight", (1,))
@@ -185,6 +179,7 @@ class Gemma4GpuBackend(GpuBackend):
             proj=self._proj_matrix(W, g, p + "proj.weight") if npl else None,
             post_norm=W.vector(p + "post_norm.weight", d) if npl else None,
             out_scale=float(scale[0]) if scale is not None else 1.0,
+            moe=gemma4_moe.Gemma4MoeFfn(self, i) if p + "ffn_gate_inp.weight" in g.tensors else None,
         )
 
     def _proj_matrix(self, W, g, name: str):
@@ -302,25 +297,35 @@ class Gemma4GpuBackend(GpuBackend):
 
     def _ffn(self, P: Plan, decode: bool, i: int, L: dict) -> None:
         """x += RMSNorm(down(gelu(gate h) * up h)) (post_ffw_norm), h = RMSNorm(x) (ffn_norm): the layer's
-        FFN. A mixture-of-experts FFN (the 26B-A4B shape, experts beside this MLP) would be built here."""
+        FFN. With experts beside the MLP (L["moe"]), the MLP's down output goes to tmp and the experts'
+        FFN (gpu/gemma4_moe.py) merges both into x."""
         c, ks, d, nff = self.cfg, self.ks, self.cfg.n_embd, L["nff"]
+        moe = L["moe"]
         if decode:
             gt = [L["gate"].qtype, L["up"].qtype]
             lay, q8 = self._layout(gt, d, nff, mats=2)
             P.add(ops.matvec(ks, gt, mode="glu", act="gelu", norm=True, layout=lay, q8x=q8),
                   [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, lay),
                   f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
-            lay, q8 = self._layout([L["down"].qtype], nff, d)
-            self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", layout=lay, q8=q8)
-            return
-        self._rows(P, ops.rmsnorm(ks), [self.x, self.xn, L["ffn_norm"]], lambda n: n, f"{i}.ffn_norm",
-                   d=d, n=self.chunk, eps=c.rms_eps)
-        if self._mm8(L["gate"].qtype) or self._mm8(L["up"].qtype):
-            self._quantize_src(P, self.xn, d, f"{i}.ffn")
-        for name in ("gate", "up"):
-            self._product(P, L[name], self.xn, d, nff, self.ff, nff, 0, f"{i}.{name}", act="gelu",
-                          epi_glu=name == "up")
-        self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", unbounded_x=True)
+            if moe is not None:
+                self._matvec(P, L["down"], self.ff, nff, self.tmp, f"{i}.down")
+            else:
+                lay, q8 = self._layout([L["down"].qtype], nff, d)
+                self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", layout=lay, q8=q8)
+        else:
+            self._rows(P, ops.rmsnorm(ks), [self.x, self.xn, L["ffn_norm"]], lambda n: n, f"{i}.ffn_norm",
+                       d=d, n=self.chunk, eps=c.rms_eps)
+            if self._mm8(L["gate"].qtype) or self._mm8(L["up"].qtype):
+                self._quantize_src(P, self.xn, d, f"{i}.ffn")
+            for name in ("gate", "up"):
+                self._product(P, L[name], self.xn, d, nff, self.ff, nff, 0, f"{i}.{name}", act="gelu",
+                              epi_glu=name == "up")
+            if moe is not None:
+                self._matmul_into(P, L["down"], self.ff, nff, self.tmp, d, 0, f"{i}.down", unbounded_x=True)
+            else:
+                self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", unbounded_x=True)
+        if moe is not None:
+            moe.add(P, decode, L)
 
     def _per_layer_branch(self, P: Plan, decode: bool, i: int, L: dict) -> None:
         """x = (x + RMSNorm(proj(gelu(inp_gate x) * ple[:, i])) (post_norm)) * layer_output_scale."""

@@ -23,6 +23,7 @@ Other MoE architectures can reuse it: `MoeFfn(backend, i, norm="...", prefix="bl
 from the backend only `dev`, `ks`, `weights` (GpuWeights), `cfg` (n_embd, n_expert,
 n_expert_used, n_ff_exp, expert_gating, expert_weights_norm, activation, rms_eps), `chunk`, and
 the activation buffers `x` [chunk, d] (the residual, added to) and `xn` [chunk, d] (scratch).
+A subclass may replace `_route` (Gemma 4's router reads a norm of its own: gpu/gemma4_moe.py).
 
 Attention sinks (gpt-oss): `sink_combine(ks, hd, "decode" | "prefill")` merges attention's split
 partials with one sink logit per head in the denominator (attn_sinks.wgsl); the backend runs the
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 GPU_MOE_ARCHS = ("qwen3moe", "gpt-oss")
 # The FFN's pre-norm tensor (gpt-oss names it post_attention_norm).
 FFN_NORM = {"gpt-oss": "post_attention_norm.weight"}
+# The experts' activation (moe_matvec.wgsl / moe_tile.wgsl ACT) by the config's; "silu" otherwise.
+ACTIVATIONS = {"swiglu_oai": "swiglu_oai", "gelu_tanh": "gelu"}
 MOE_ROWS = 8                     # rows a workgroup of the expert products (32 lanes a row)
 # The experts' products take x as int8 blocks of 32 (quantize_rows.wgsl, then integer dot products)
 # wherever the device has the 4-way int8 dot products and the weights are quantized, CPU rasterizers
@@ -266,9 +269,14 @@ class MoeFfn:
     def _add(self, P, n_of, rows_g, grouped: bool) -> None:
         """grouped (prefill): the tiled products (_add_tiled), or where their per-pair outputs do not
         fit one binding, the gate/up pairs sorted by expert (moe_sort.wgsl) and the down product per token."""
+        self._route(P, n_of, rows_g, grouped)
+        self._experts(P, n_of, grouped)
+
+    def _route(self, P, n_of, rows_g, grouped: bool) -> None:
+        """route [n, 2k] and xn = RMSNorm(x) * norm (+ its int8 blocks in xq) from the residual be.x."""
         be, c, ks = self.be, self.be.cfg, self.be.ks
-        d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, self.i
-        route, ffe = self.bufs["route"], self.bufs["ffe"]
+        d, k, i = c.n_embd, c.n_expert_used, self.i
+        route = self.bufs["route"]
         rb = [self.router_b] if self.router_b is not None else []
         q8 = self.q8_gate_up
         out = [route, self.norm, be.xn] + ([self.bufs["xq"]] if q8 else [])
@@ -285,7 +293,14 @@ class MoeFfn:
             P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, False, norm=True, q8=q8,
                                logits=True),
                   [be.x, logits] + out, (1, 1, 1), f"{i}.ffn_norm+top_k", **rprm)
-        act = "swiglu_oai" if c.activation == "swiglu_oai" else "silu"
+
+    def _experts(self, P, n_of, grouped: bool) -> None:
+        """The chosen experts' products from be.xn (or its int8 blocks) and route; their weighted sum added to be.x."""
+        be, c, ks = self.be, self.be.cfg, self.be.ks
+        d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, self.i
+        route, ffe = self.bufs["route"], self.bufs["ffe"]
+        q8 = self.q8_gate_up
+        act = ACTIVATIONS.get(c.activation, "silu")
         gb = list(self.b_gate_up) if self.b_gate_up is not None else []
         order = self.bufs["order"]
         if grouped and self.bufs.get("yd") is not None:

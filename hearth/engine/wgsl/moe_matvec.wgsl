@@ -5,7 +5,7 @@
 //   "glu":  workgroup (row group, pair j = t SLOTS + s) computes, for token t's slot s (expert e),
 //           y[j, r] = act(Wg_e[r] . x[t] + bg[e, r]) * (Wu_e[r] . x[t] + bu[e, r])  (M = n_ff_exp)
 //           ACT "silu": silu(g) u; "swiglu_oai" (gpt-oss): g = min(g, 7), u = clamp(u, -7, 7),
-//           g sigmoid(1.702 g) (u + 1)
+//           g sigmoid(1.702 g) (u + 1); "gelu" (Gemma 4): gelu_tanh(g) u, as matvec.wgsl's
 //   "down": workgroup (row group, token t) adds the weighted sum over t's slots to the residual:
 //           y[t, r] += sum_s w_s (Wd_{e_s}[r] . x[t SLOTS + s] + bd[e_s, r])             (M = d)
 // ORDER (prefill): the pairs come in moe_sort.wgsl's order, grouped by expert, workgroup (pair k,
@@ -210,6 +210,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let gc = min(g, 7.0);
     let uc = clamp(u, -7.0, 7.0);
     y[j * P.M + r] = gc / (1.0 + exp(-1.702 * gc)) * (uc + 1.0);
+{% elif ACT == "gelu" %}
+    y[j * P.M + r] = 0.5 * g * (1.0 + tanh(clamp(0.7978845608028654 * (g + 0.044715 * g * g * g), -15.0, 15.0))) * u;
 {% else %}
     {{ raise("moe_matvec activation " ~ ACT) }}
 {% endif %}

@@ -132,6 +132,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let gc = min(g, 7.0);
         let uc = clamp(u, -7.0, 7.0);
         y[j{{p}} * P.M + r] = gc / (1.0 + exp(-1.702 * gc)) * (uc + 1.0);
+{% elif ACT == "gelu" %}
+        y[j{{p}} * P.M + r] = 0.5 * g * (1.0 + tanh(clamp(0.7978845608028654 * (g + 0.044715 * g * g * g), -15.0, 15.0))) * u;
 {% else %}
         {{ raise("moe_tile activation " ~ ACT) }}
 {% endif %}
