@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from gguf_patch import patch_metadata
-from gguf_rewrite import rewrite
+from gguf_rewrite import replaced, rewrite
 
 from hearth.engine import Engine
 from hearth.engine.errors import EngineError, GGUFError
@@ -21,19 +21,6 @@ BACKENDS = ["cpu", "gpu"]
 @pytest.fixture(scope="module")
 def good(reference_dir):
     return reference_dir / "tiny-next" / "gpt-oss" / "tiny-gpt-oss.gguf"
-
-
-def replaced(name, ne=None, keep=None, poke=None):
-    """A `tensors` callback for gguf_rewrite: tensor `name` with shape ne (GGUF order; its bytes cut
-    to `keep`) or with the bytes at offsets `poke` set to 0xFF."""
-    def f(n, t):
-        if n != name:
-            return None
-        data = bytearray(t.data)
-        for at in poke or ():
-            data[at] = 0xFF
-        return [(n, tuple(ne or t.shape), t.type.id, bytes(data[:keep]))]
-    return f
 
 
 def load_fails(path, backend, kind=EngineError) -> str:
