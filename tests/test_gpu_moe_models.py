@@ -129,9 +129,10 @@ def oss_cpu(oss):
 @pytest.mark.parametrize("paths", [dict(int8=True, mm8=True), dict(int8=True, mm8=True, f16=True)],
                          ids=["int8-mm8", "int8-mm8-f16"])
 def test_gpt_oss_every_position_with_8bit_x(oss, oss_cpu, adapter, paths):
-    """The f16 products here are only the K projections' (the F16 weights; the experts' stay int8
-    and f32): they move layer 1's router logits by ~0.05 against the CPU's 8-bit path, enough to
-    flip english's near-ties (tests/moe_ties.py), so ties are held to the flip bound."""
+    """The f16 products here are only the K projections' (the F16 weights; the experts' products
+    stay int8): on the CPU, those products done as matmul16 does them (x and w in f16, summed in
+    f16) move layer 1's router logits by up to 0.05 against the 8-bit path, enough to flip
+    english's near-ties (tests/moe_ties.py), so ties are held to the flip bound."""
     d, m, g, cfg = oss
     be = gpu(adapter, cfg, g, **paths)
     try:
