@@ -78,8 +78,14 @@ BAD_TENSORS = [
      "[64 (gpt-oss.expert_feed_forward_length), 64 (gpt-oss.embedding_length), 8 (gpt-oss.expert_count)]"),
     (replaced("blk.1.ffn_up_exps.weight", ne=(64, 64, 4), keep=64 * 2 * 17 * 4),
      "tensor blk.1.ffn_up_exps.weight has shape [64, 64, 4]"),
-    (replaced("blk.0.ffn_gate_exps.bias", ne=(64, 4), keep=64 * 4 * 4), "tensor blk.0.ffn_gate_exps.bias has "),
-    (replaced("blk.1.ffn_gate_inp.bias", ne=(4,), keep=16), "tensor blk.1.ffn_gate_inp.bias has "),
+    (replaced("blk.0.ffn_gate_exps.bias", ne=(64, 4), keep=64 * 4 * 4),
+     "tensor blk.0.ffn_gate_exps.bias has shape [64, 4] (GGUF order); the metadata says "
+     "[64 (gpt-oss.expert_feed_forward_length), 8 (gpt-oss.expert_count)]"),
+    (replaced("blk.1.ffn_gate_inp.bias", ne=(4,), keep=16),
+     "tensor blk.1.ffn_gate_inp.bias has shape [4] (GGUF order); the metadata says [8 (gpt-oss.expert_count)]"),
+    (replaced("blk.1.ffn_down_exps.bias", ne=(32, 8), keep=32 * 8 * 4),
+     "tensor blk.1.ffn_down_exps.bias has shape [32, 8] (GGUF order); the metadata says "
+     "[64 (gpt-oss.embedding_length), 8 (gpt-oss.expert_count)]"),
 ]
 
 
