@@ -1,12 +1,15 @@
 """Router ties in the tiny gpt-oss (../shared/reference/tiny-next/gpt-oss): where a layer's k-th and
 (k+1)-th router logits nearly tie, which experts a token gets is decided by rounding, and llama.cpp's
 reference (its CPU path rounds every product's x to 8 bits) may take the other one. Measured on the
-english prompt: the float path (within 3e-5 of llama.cpp's all-F32 path at every position) has its
-layer-1 2nd/3rd router logits 0.00018 apart at position 24 and takes experts {1, 3} where 8-bit x
-takes {3, 6}; that position lands 0.239 mean from the reference (every other one <= 0.13), and
-with the 8-bit path's choices forced it lands 0.129. 8-bit x moves the router logits by up to 0.11
-(layer 1) against float x, the f16 products of the K projections by 0.05, so a decision within
-TIE of a tie can go either way; the chat prompt has none (its smallest margin is 0.14)."""
+english prompt: the float path (within 3e-5 of llama.cpp's all-F32 path at every position, on the
+CPU and the GPU, batch and one token at a time) has its layer-1 2nd/3rd router logits 0.00018 apart
+at position 24 and takes experts {1, 3} where 8-bit x takes {3, 6}; that position lands 0.239 mean
+from the reference (every other one <= 0.13), and with the 8-bit path's choices forced, 0.129.
+lavapipe's defaults (f32 x in the dense products, 8-bit in the experts') flip position 6 (layer 1,
+0.0023 apart) and 24. 8-bit x moves the router logits by up to 0.11 (english) and 0.19 (chat)
+against float x, the K projections' f16 products by 0.05; every flip seen on these paths was at a
+margin under 0.06, and TIE leaves room over that. english has 8 positions of 40 within TIE (5, 6, 9,
+19, 24, 27, 30, 33), chat none (its smallest margin is 0.14)."""
 
 from __future__ import annotations
 
