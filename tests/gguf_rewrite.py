@@ -75,3 +75,16 @@ def rewrite(src: Path, dst: Path, rename=None, meta: dict | None = None, tensors
     head += b"\0" * ((-len(head)) % ALIGN)
     Path(dst).write_bytes(head + b"".join(blobs))
     return Path(dst)
+
+
+def replaced(name, ne=None, keep=None, poke=None):
+    """A `tensors` callback for gguf_rewrite: tensor `name` with shape ne (GGUF order; its bytes cut
+    to `keep`) or with the bytes at offsets `poke` set to 0xFF."""
+    def f(n, t):
+        if n != name:
+            return None
+        data = bytearray(t.data)
+        for at in poke or ():
+            data[at] = 0xFF
+        return [(n, tuple(ne or t.shape), t.type.id, bytes(data[:keep]))]
+    return f

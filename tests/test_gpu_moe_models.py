@@ -6,19 +6,21 @@ the last position within 0.01 / 0.05 of llama.cpp's float path for a float32 eng
 Paths: lavapipe's defaults (f32 x in the dense products, the experts' x as int8 blocks), and the
 real GPU's paths forced (int8 x, f16 and int8 prefill products), which the H200 takes by default.
 
-llama.cpp's top-64 logits come from its CPU path, which rounds every product's x to 8 bits. The tiny
-gpt-oss is sensitive to that rounding (a few positions' expert choices flip): with f32 x in the dense
-products it lands 0.24 mean from those logits at its worst position on the english prompt (as the
-CPU backend does with float activations), with 8-bit x everywhere 0.06. So gpt-oss is held to the
-top-64 tolerance with 8-bit x (mm8: every prefill product), and its one-token passes, whose dense
-decode products keep f32 x at these widths (ops.int8_ok: K 2,048-4,096), to the float path: the CPU
-backend's float activations at every position (which test_models_moe.py ties to llama.cpp's float
-path) and llama.cpp's float path at the last.
+llama.cpp's top-64 logits come from its CPU path, which rounds every product's x to 8 bits, and the
+tiny gpt-oss has router decisions within rounding of a tie (tests/moe_ties.py has the numbers). The
+float path (f32 x everywhere), batch and one token at a time, is held to llama.cpp's float path at
+every position (an all-F32 copy with F32 K/V, tests/data/tiny-next/gpt-oss: within 3e-5 measured)
+and to its top-64 away from the ties; the 8-bit paths to the top-64 away from the ties. lavapipe's
+defaults mix the two roundings (f32 x in the dense products, 8-bit in the experts'): at english
+positions 17 and 21, with no router tie, rounding the dense products' x to 8 bits alone moves the
+logits by 0.16-0.17 mean, so that path lands 0.17 / 0.22 from llama.cpp's top-64 there (the CPU
+backend with the same mix lands on the same positions); it is held to the batch one token at a time.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,6 +31,7 @@ from hearth.engine.gguf import GGUFFile
 from hearth.engine.gpu import GpuBackend
 from hearth.engine.gpu import moe as gmoe
 from tests.gpu_fixtures import make_test_device
+from tests.moe_ties import assert_agrees_off_ties, router_margins
 from tests.tiny_next import assert_agrees, prompt_of
 
 PROMPTS = ["chat", "english"]
@@ -115,47 +118,73 @@ def oss(reference_dir):
     return d, m, g, cfg
 
 
+@pytest.fixture(scope="module")
+def oss_cpu(oss):
+    """The CPU backend's float path and, per prompt, its router margins (tests/moe_ties.py)."""
+    _, m, g, cfg = oss
+    cpu = CpuBackend(cfg, g, n_ctx=128, int8=False)
+    return cpu, {name: router_margins(cpu, prompt_of(m, name)["ids"]) for name in PROMPTS}
+
+
 @pytest.mark.parametrize("paths", [dict(int8=True, mm8=True), dict(int8=True, mm8=True, f16=True)],
                          ids=["int8-mm8", "int8-mm8-f16"])
-def test_gpt_oss_every_position_with_8bit_x(oss, adapter, paths):
+def test_gpt_oss_every_position_with_8bit_x(oss, oss_cpu, adapter, paths):
+    """The f16 products here are only the K projections' (the F16 weights; the experts' products
+    stay int8): on the CPU, those products done as matmul16 does them (x and w in f16, summed in
+    f16) move layer 1's router logits by up to 0.05 against the 8-bit path, enough to flip
+    english's near-ties (tests/moe_ties.py), so ties are held to the flip bound."""
     d, m, g, cfg = oss
     be = gpu(adapter, cfg, g, **paths)
     try:
         if not be.mm8 or (paths.get("f16") and not be.f16):
             pytest.skip("the adapter lacks the integer dot products or shader-f16")
         for name in PROMPTS:
-            assert_agrees(batch(be, prompt_of(m, name)["ids"]), np.load(d / f"top64_{name}.npz"))
+            assert_agrees_off_ties(batch(be, prompt_of(m, name)["ids"]), np.load(d / f"top64_{name}.npz"),
+                                   oss_cpu[1][name])
     finally:
         be.close()
 
 
 @pytest.fixture(scope="module")
-def oss_float(oss, adapter):
+def oss_float(oss, oss_cpu, adapter):
     """The float path: f32 x everywhere on the GPU, float activations on the CPU."""
     d, m, g, cfg = oss
     be = gpu(adapter, cfg, g, moe_int8=False)
-    cpu = CpuBackend(cfg, g, n_ctx=128, int8=False)
-    yield d, m, g, cfg, be, cpu
+    yield d, m, g, cfg, be, oss_cpu[0], oss_cpu[1]
     be.close()
 
 
+@pytest.fixture(scope="module")
+def f32path(oss):
+    """llama.cpp's float path's top-64 at every position (tests/data/tiny-next/gpt-oss/make_f32path.py)."""
+    _, m, _, _ = oss
+    f32 = np.load(Path(__file__).parent / "data" / "tiny-next" / "gpt-oss" / "f32path_top64.npz")
+    assert str(f32["sha256"]) == m["sha256"]
+    return f32
+
+
+def at_f32path(got, f32, name):
+    """got's logits at llama.cpp's float path's 64 largest ids per position, and that path's."""
+    ids = f32[f"{name}_ids"].astype(np.int64)
+    return np.take_along_axis(got, ids, axis=1), f32[f"{name}_logits"]
+
+
 @pytest.mark.parametrize("name", PROMPTS)
-def test_gpt_oss_float_path_every_position_batch_and_one_token_at_a_time(oss_float, name):
+def test_gpt_oss_float_path_every_position_batch_and_one_token_at_a_time(oss_float, f32path, name):
     """Windows, sinks, YaRN, biases, the clamped SwiGLU and the routing at every position, as one
-    batch and one token at a time, against numpy's float path; the last position against llama.cpp's."""
-    d, m, _, _, be, cpu = oss_float
+    batch and one token at a time, on the GPU and the CPU: against llama.cpp's float path (an
+    all-F32 copy, F32 K/V) at every position, and its 8-bit reference away from router ties."""
+    d, m, _, _, be, cpu, margins = oss_float
     ids = prompt_of(m, name)["ids"]
-    want = batch(cpu, ids)
-    np.testing.assert_allclose(batch(be, ids), want, atol=1e-3)
-    np.testing.assert_allclose(one_at_a_time(be, ids), want, atol=1e-3)
-    f32 = np.load(d / f"logits_f32path_last_{name}.npy")
-    got = want[-1]
-    assert np.abs(got - f32).mean() <= 0.01 and np.abs(got - f32).max() <= 0.05
+    ref = np.load(d / f"top64_{name}.npz")
+    for got in (batch(be, ids), one_at_a_time(be, ids), batch(cpu, ids), one_at_a_time(cpu, ids)):
+        np.testing.assert_allclose(*at_f32path(got, f32path, name), atol=1e-3)
+        assert_agrees_off_ties(got, ref, margins[name])
 
 
 def test_gpt_oss_prefill_in_chunks_of_8_agrees_with_one_chunk(oss_float, adapter):
     """The sliding window and the experts' routing across chunk boundaries."""
-    d, m, g, cfg, be, _ = oss_float
+    d, m, g, cfg, be, _, _ = oss_float
     ids = prompt_of(m, "english")["ids"]
     whole = batch(be, ids)
     small = gpu(adapter, cfg, g, moe_int8=False, chunk=8)
@@ -170,7 +199,7 @@ def test_gpt_oss_prefill_in_chunks_of_8_agrees_with_one_chunk(oss_float, adapter
 
 def test_gpt_oss_greedy_steps_follow_the_logits(oss_float):
     """The pipelined greedy decode (argmax on the GPU, fed to the next step there) over MoE layers."""
-    _, m, _, _, be, _ = oss_float
+    _, m, _, _, be, _, _ = oss_float
     ids = prompt_of(m, "chat")["ids"]
     be.kv.clear()
     first = int(np.argmax(be.forward(ids, 0)))

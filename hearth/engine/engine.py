@@ -80,6 +80,8 @@ class Engine:
             raise EngineError(f"n_ctx must be positive, not {n_ctx}")
         from . import memory  # noqa: PLC0415
         memory.check(g, cfg, n_ctx, backend, kv_dtype=kv_dtype)
+        from .quants.scale_check import check_scales  # noqa: PLC0415
+        check_scales(g)
         report = progress or (lambda fraction, what: None)
         # The tokenizer is built (mostly Python, holding the GIL) on a second thread while the
         # weights are dequantized (numpy, GIL released): load time is the longer of the two.

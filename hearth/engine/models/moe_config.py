@@ -56,7 +56,8 @@ def config_fields(g, raw_arch: str, opt, base: dict) -> dict:
 
 def _check_expert_tensors(g, raw_arch, n_layer, d, n_expert, n_ff_exp) -> None:
     """Router [n_expert, d] and gate/up [n_expert, n_ff_exp, d], down [n_expert, d, n_ff_exp] (numpy
-    order) in every layer; a disagreement names the tensor and the metadata it contradicts."""
+    order) in every layer, and their biases where present; a disagreement names the tensor and the
+    metadata it contradicts."""
     name = g.path.name
     k_e, k_f, k_d = (f"{raw_arch}.expert_count", f"{raw_arch}.expert_feed_forward_length",
                      f"{raw_arch}.embedding_length")
@@ -68,6 +69,13 @@ def _check_expert_tensors(g, raw_arch, n_layer, d, n_expert, n_ff_exp) -> None:
             "ffn_up_exps.weight": ((d, n_ff_exp, n_expert), f"[{d} ({k_d}), {n_ff_exp} ({k_f}), {n_expert} ({k_e})]"),
             "ffn_down_exps.weight": ((n_ff_exp, d, n_expert), f"[{n_ff_exp} ({k_f}), {d} ({k_d}), {n_expert} ({k_e})]"),
         }
+        biases = {   # optional (gpt-oss has them)
+            "ffn_gate_inp.bias": ((n_expert,), f"[{n_expert} ({k_e})]"),
+            "ffn_gate_exps.bias": ((n_ff_exp, n_expert), f"[{n_ff_exp} ({k_f}), {n_expert} ({k_e})]"),
+            "ffn_up_exps.bias": ((n_ff_exp, n_expert), f"[{n_ff_exp} ({k_f}), {n_expert} ({k_e})]"),
+            "ffn_down_exps.bias": ((d, n_expert), f"[{d} ({k_d}), {n_expert} ({k_e})]"),
+        }
+        want.update({k: v for k, v in biases.items() if p + k in g.tensors})
         for tname, (shape, words) in want.items():
             t = g.tensors.get(p + tname)
             if t is None:
