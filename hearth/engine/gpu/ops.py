@@ -14,7 +14,7 @@ from .kernels import grid
 
 # Types with a dequantizing kernel (engine/wgsl/quant.wgsl).
 GPU_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-             "IQ4_NL", "IQ4_XS", "MXFP4")
+             "IQ4_NL", "IQ4_XS", "MXFP4", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
 # Types whose decode matvec can take x as int8 blocks (quant.wgsl `_dq8`): every quantized one. Float
 # weights keep f32 x (their products gain nothing from integer dot products and would lose x's precision).
 INT8_TYPES = GPU_TYPES[2:]
@@ -307,7 +307,7 @@ def matmul16_groups(m: int, n: int, tile=None):
 # (quantize_rows.wgsl, quantize_x's rounding), W's blocks decoded to int8 codes in workgroup memory,
 # each block's 32 products 8 dot4I8Packed summed exactly in i32 and scaled once into f32. Weight types
 # with a decoder there; the others (Q5_0, Q5_1, Q2_K, Q3_K, F16; F32) keep the f16 (f32) kernel.
-INT8_MM_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+INT8_MM_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
 # The types a real GPU runs through it by default: those measured faster in whole-model prefill on
 # the H200 (8B Q4_0 1.40x, 8B Q4_K_M (Q4_K + Q6_K) 1.36x, 1B Q4_K_M 1.31x at 2,000 tokens;
 # bench/README.md round 8). Q4_1 / Q8_0 / Q5_K were measured at most as single products, so they stay

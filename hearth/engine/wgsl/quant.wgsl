@@ -34,7 +34,19 @@
 //        16 bytes of qs at 16s, nibbles as IQ4_NL; ls = (nibble s&1 of scales_l[s/2]) | ((scales_h >> 2s) & 3) << 4;
 //        w = d * (ls - 32) * kvalues_iq4nl[q]
 //   MXFP4  17 B / 32: e u8 (e8m0) | qs u8[16] (nibbles as Q4_0); w = 2^(e-128) * kvalues_mxfp4[q]
-//   (the other i-quants have no kernel here: engine/gpu/weights.py uploads them as F16)
+//   IQ2_XXS 66 B / 256: d f16 | per 32 weights two u32 a0, a1: byte l of a0 indexes iq2xxs_grid (weights
+//        8l..8l+7), bits 7l..7l+6 of a1 a ksigns index (their signs), bits 28..31 the scale s;
+//        w = d * (0.5 + s) / 4 * grid * sign
+//   IQ2_XS  74 B / 256: d f16 | qs u16[32] | scales u8[8]; qs[i] (weights 8i..): bits 0..8 index iq2xs_grid,
+//        9..15 a ksigns index; nibble (i / 2) % 2 of scales[i / 4] the scale; w as IQ2_XXS
+//   IQ2_S   82 B / 256: d f16 | qs u8[32] | signs u8[32] | qh u8[8] | scales u8[8]; weights 8i..: index
+//        qs[i] | ((qh[i / 4] >> 2 (i % 4)) & 3) << 8 into iq2s_grid, sign bits signs[i]; scale as IQ2_XS
+//   IQ3_XXS 98 B / 256: d f16 | qs u8[64] | u32[8]; qs[j] indexes iq3xxs_grid (weights 4j..4j+3); u32 k
+//        (32 weights): four ksigns indices and the scale in bits 28..31; w = d * (0.5 + s) / 2 * grid * sign
+//   IQ3_S  110 B / 256: d f16 | qs u8[64] | qh u8[8] | signs u8[32] | scales u8[4]; weights 4j..: index
+//        qs[j] | (bit j % 8 of qh[j / 8]) << 8 into iq3s_grid; sign of weight j bit j % 8 of signs[j / 8];
+//        nibble of scales[k / 2] for 32-weight sub-block k; w = d * (1 + 2 s) * grid * sign
+//   (grids: iq_grids.wgsl; ksigns computed: the 7 stored sign bits and an 8th that makes their count even)
 
 struct Deq8 { lo: vec4<f32>, hi: vec4<f32> }
 
@@ -75,6 +87,19 @@ fn kv_pack4(t: vec4<u32>, w: u32, sh: u32) -> u32 {
 fn e8m0_half(e: u32) -> f32 {
     return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
 }
+{% include "iq_grids.wgsl" %}
+// ksigns_iq2xs[s]: the 7 stored sign bits s and an 8th making the count of set bits even
+fn iq_ksigns(s: u32) -> u32 {
+    return s | ((countOneBits(s) & 1u) << 7u);
+}
+// 4 unsigned byte values v (1..127) negated where sign bit i (of s's low 4) is set: packed int8 (x ^ 0xFF
+// + 1 = -x in a byte, never carrying for x >= 1); the multiply moves bit i to bit 8i
+fn iq_sign4(v: u32, s: u32) -> u32 {
+    let m = (((s & 15u) * 0x00204081u) & 0x01010101u) * 255u;
+    return (v ^ m) + (m & 0x01010101u);
+}
+// 8 consecutive weights of an IQ2 / IQ3 block as int8 codes (q.x values 0..3, q.y 4..7) and their scale d
+struct IQ8 { q: vec2<u32>, d: f32 }
 {% if Q8X | default(0) %}
 const LO4: u32 = 0x0F0F0F0Fu;
 // bits b..b+3 of qh moved to bit 4 of bytes 0..3
@@ -103,6 +128,7 @@ fn kq_scale_min(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<u32> {
 {% endif %}
 
 {% macro quant_fns(buf, qtype, v4=False) %}
+{% set IQ_GRID_TYPES = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S") %}
 // word i of the buffer (`v4`: the buffer is declared array<vec4<u32>>, for 16-byte loads in `_dq64`)
 fn {{buf}}_w(i: u32) -> u32 {
 {% if v4 %}
@@ -129,8 +155,60 @@ fn {{buf}}_f16(off: u32) -> f32 {
 fn {{buf}}_u8(off: u32) -> u32 {
     return ({{buf}}_w(off >> 2u) >> ((off & 3u) * 8u)) & 255u;
 }
+{% if qtype in IQ_GRID_TYPES %}
+// a u16 at an even byte offset
+fn {{buf}}_u16(off: u32) -> u32 {
+    return ({{buf}}_w(off >> 2u) >> ((off & 2u) * 8u)) & 0xFFFFu;
+}
+fn {{buf}}_iq8(rowbase: u32, c: u32) -> IQ8 {
+    let i = c & 31u;                          // 8-weight chunk within the 256-weight block
+{% if qtype == "IQ2_XXS" %}
+    let base = rowbase + (c >> 5u) * 66u;
+    let ab = base + 2u + 8u * (i >> 2u);
+    let a1 = {{buf}}_u32(ab + 4u);
+    let g = 2u * {{buf}}_u8(ab + (i & 3u));
+    let s = iq_ksigns((a1 >> (7u * (i & 3u))) & 127u);
+    let d = {{buf}}_f16(base) * (0.5 + f32(a1 >> 28u)) * 0.25;
+    return IQ8(vec2<u32>(iq_sign4(IQ2XXS_GRID[g], s), iq_sign4(IQ2XXS_GRID[g + 1u], s >> 4u)), d);
+{% elif qtype == "IQ2_XS" %}
+    let base = rowbase + (c >> 5u) * 74u;
+    let q = {{buf}}_u16(base + 2u + 2u * i);
+    let g = 2u * (q & 511u);
+    let s = iq_ksigns(q >> 9u);
+    let sc = ({{buf}}_u8(base + 66u + (i >> 2u)) >> (4u * ((i >> 1u) & 1u))) & 15u;
+    let d = {{buf}}_f16(base) * (0.5 + f32(sc)) * 0.25;
+    return IQ8(vec2<u32>(iq_sign4(IQ2XS_GRID[g], s), iq_sign4(IQ2XS_GRID[g + 1u], s >> 4u)), d);
+{% elif qtype == "IQ2_S" %}
+    let base = rowbase + (c >> 5u) * 82u;
+    let g = 2u * ({{buf}}_u8(base + 2u + i) | ((({{buf}}_u8(base + 66u + (i >> 2u)) >> (2u * (i & 3u))) & 3u) << 8u));
+    let s = {{buf}}_u8(base + 34u + i);
+    let sc = ({{buf}}_u8(base + 74u + (i >> 2u)) >> (4u * ((i >> 1u) & 1u))) & 15u;
+    let d = {{buf}}_f16(base) * (0.5 + f32(sc)) * 0.25;
+    return IQ8(vec2<u32>(iq_sign4(IQ2S_GRID[g], s), iq_sign4(IQ2S_GRID[g + 1u], s >> 4u)), d);
+{% elif qtype == "IQ3_XXS" %}
+    let base = rowbase + (c >> 5u) * 98u;
+    let gi = {{buf}}_u16(base + 2u + 2u * i);
+    let a = {{buf}}_u32(base + 66u + 4u * (i >> 2u));
+    let s = iq_ksigns((a >> (7u * (i & 3u))) & 127u);
+    let d = {{buf}}_f16(base) * (0.5 + f32(a >> 28u)) * 0.5;
+    return IQ8(vec2<u32>(iq_sign4(IQ3XXS_GRID[gi & 255u], s), iq_sign4(IQ3XXS_GRID[gi >> 8u], s >> 4u)), d);
+{% elif qtype == "IQ3_S" %}
+    let base = rowbase + (c >> 5u) * 110u;
+    let gi = {{buf}}_u16(base + 2u + 2u * i);
+    let h = {{buf}}_u8(base + 66u + (i >> 2u)) >> (2u * (i & 3u));
+    let s = {{buf}}_u8(base + 74u + i);
+    let sc = ({{buf}}_u8(base + 106u + (i >> 3u)) >> (4u * ((i >> 2u) & 1u))) & 15u;
+    let d = {{buf}}_f16(base) * (1.0 + 2.0 * f32(sc));
+    return IQ8(vec2<u32>(iq_sign4(IQ3S_GRID[(gi & 255u) | ((h & 1u) << 8u)], s),
+                         iq_sign4(IQ3S_GRID[(gi >> 8u) | ((h & 2u) << 7u)], s >> 4u)), d);
+{% endif %}
+}
+{% endif %}
 fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
-{% if qtype == "F32" %}
+{% if qtype in IQ_GRID_TYPES %}
+    let v = {{buf}}_iq8(rowbase, c);
+    return Deq8(v.d * i8x4(v.q.x), v.d * i8x4(v.q.y));
+{% elif qtype == "F32" %}
     let i = (rowbase >> 2u) + c * 8u;
     return Deq8(vec4<f32>(bitcast<f32>({{buf}}_w(i)), bitcast<f32>({{buf}}_w(i + 1u)),
                           bitcast<f32>({{buf}}_w(i + 2u)), bitcast<f32>({{buf}}_w(i + 3u))),
@@ -292,7 +370,10 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
 }
 {% if Q8X | default(0) and qtype not in ("F32", "F16") %}
 fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
-{% if qtype == "Q4_0" %}
+{% if qtype in IQ_GRID_TYPES %}
+    let v = {{buf}}_iq8(rowbase, c);
+    return v.d * f32(idot8(v.q.x, v.q.y, q));
+{% elif qtype == "Q4_0" %}
     let base = rowbase + (c >> 2u) * 18u;
     let p = c & 3u;
     let w = {{buf}}_u32x2(base + 2u + (p & 1u) * 8u);
