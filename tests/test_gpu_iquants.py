@@ -1,5 +1,6 @@
 """The i-quants and MXFP4 on the GPU (engine/wgsl/quant.wgsl `_deq8`, `_dq8`, `_iq8`; grids in
-iq_grids.wgsl): their codebook and grid constants equal engine/quants/tables.py's; the prefill matmul,
+the table buffer of gpu/iq_grids.py): their codebook constants and table words equal
+engine/quants/tables.py's; the prefill matmul,
 the embedding, and decode matvecs with f32 and int8 x (mixed with K-quants in one kernel, the
 64-weight-chunk fallback included) against float64 references on gguf-py's dequantization; weights
 uploaded in their blocks. The per-type matvec, int8, f16 and int8-prefill checks of every GPU type
@@ -31,15 +32,26 @@ def test_codebook_constants_equal_the_tables():
     assert np.array_equal(_const_words("KV_FP4").view(np.int8), QT.KVALUES_MXFP4)
 
 
-def test_grid_constants_equal_the_tables():
+def test_table_offsets_and_words_equal_the_tables():
+    """quant.wgsl's offsets into `iq_tab` are gpu/iq_grids.py's, and the words there are the grids
+    of engine/quants/tables.py (byte i of a word = value i) and the IQ4 pairs."""
     from hearth.engine.gpu import iq_grids
-    text = source("iq_grids.wgsl")
-    assert text == iq_grids.wgsl_text(), "iq_grids.wgsl is stale: run python -m hearth.engine.gpu.iq_grids"
-    for _, name, grid in iq_grids.GRIDS:
-        m = re.search(rf"const {name} = array<u32, (\d+)>\(([^)]*)\);", text)
-        words = np.array([int(v.strip().rstrip("u"), 16) for v in m.group(2).split(",")], "<u4")
-        assert int(m.group(1)) == words.size
-        assert np.array_equal(words.view(np.uint8).reshape(grid.shape), grid)
+    text = source("quant.wgsl")
+    assert iq_grids.DECLARATION in text
+    words, offsets = iq_grids.layout()
+    for name, o in offsets.items():
+        assert int(re.search(rf"const {name}: u32 = (\d+)u;", text).group(1)) == o, name
+    for name, grid in iq_grids.GRIDS:
+        o = offsets[name]
+        got = words[o:o + grid.size // 4].view(np.uint8).reshape(grid.shape)
+        assert np.array_equal(got, grid), name
+    pairs = words[offsets["IQ4_PAIRS"]:]
+    assert pairs.size == 256
+    kv = QT.KVALUES_IQ4NL
+    b = np.arange(256)
+    assert np.array_equal((pairs & 255).astype(np.uint8).view(np.int8), kv[b & 15])
+    assert np.array_equal(((pairs >> 16) & 255).astype(np.uint8).view(np.int8), kv[b >> 4])
+    assert not (pairs & 0xFF00FF00).any()
 
 
 if probe() is None:

@@ -46,7 +46,8 @@
 //   IQ3_S  110 B / 256: d f16 | qs u8[64] | qh u8[8] | signs u8[32] | scales u8[4]; weights 4j..: index
 //        qs[j] | (bit j % 8 of qh[j / 8]) << 8 into iq3s_grid; sign of weight j bit j % 8 of signs[j / 8];
 //        nibble of scales[k / 2] for 32-weight sub-block k; w = d * (1 + 2 s) * grid * sign
-//   (grids: iq_grids.wgsl; ksigns computed: the 7 stored sign bits and an 8th that makes their count even)
+//   (grids: the storage buffer `iq_tab` (gpu/iq_grids.py); ksigns computed: the 7 stored sign bits and
+//   an 8th that makes their count even)
 
 struct Deq8 { lo: vec4<f32>, hi: vec4<f32> }
 
@@ -87,7 +88,19 @@ fn kv_pack4(t: vec4<u32>, w: u32, sh: u32) -> u32 {
 fn e8m0_half(e: u32) -> f32 {
     return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
 }
-{% include "iq_grids.wgsl" %}
+{% set _iq_used = (QTYPES | default([])) | list + [QTYPE | default("")] %}
+{% if ("IQ2_XXS" in _iq_used or "IQ2_XS" in _iq_used or "IQ2_S" in _iq_used or "IQ3_XXS" in _iq_used
+       or "IQ3_S" in _iq_used or (IQ4_LUT | default(False) and "IQ4_XS" in _iq_used)) %}
+// The i-quant grids and IQ4 pair table (gpu/iq_grids.py: a storage buffer, not WGSL constants, which a
+// run-time index would copy into every invocation), bound by Kernels / Plan; first words of each:
+@group(0) @binding(63) var<storage, read> iq_tab: array<u32>;
+{% endif %}
+const IQ2XXS_GRID: u32 = 0u;      // 256 entries of 2 words
+const IQ2XS_GRID: u32 = 512u;     // 512 x 2
+const IQ2S_GRID: u32 = 1536u;     // 1024 x 2
+const IQ3XXS_GRID: u32 = 3584u;   // 256 x 1
+const IQ3S_GRID: u32 = 3840u;     // 512 x 1
+const IQ4_PAIRS: u32 = 4352u;     // 256: byte (hi << 4) | lo -> kvalues_iq4nl[lo] | kvalues_iq4nl[hi] << 16
 // ksigns_iq2xs[s]: the 7 stored sign bits s and an 8th making the count of set bits even
 fn iq_ksigns(s: u32) -> u32 {
     return s | ((countOneBits(s) & 1u) << 7u);
@@ -169,7 +182,7 @@ fn {{buf}}_iq8(rowbase: u32, c: u32) -> IQ8 {
     let g = 2u * {{buf}}_u8(ab + (i & 3u));
     let s = iq_ksigns((a1 >> (7u * (i & 3u))) & 127u);
     let d = {{buf}}_f16(base) * (0.5 + f32(a1 >> 28u)) * 0.25;
-    return IQ8(vec2<u32>(iq_sign4(IQ2XXS_GRID[g], s), iq_sign4(IQ2XXS_GRID[g + 1u], s >> 4u)), d);
+    return IQ8(vec2<u32>(iq_sign4(iq_tab[IQ2XXS_GRID + g], s), iq_sign4(iq_tab[IQ2XXS_GRID + g + 1u], s >> 4u)), d);
 {% elif qtype == "IQ2_XS" %}
     let base = rowbase + (c >> 5u) * 74u;
     let q = {{buf}}_u16(base + 2u + 2u * i);
@@ -177,21 +190,21 @@ fn {{buf}}_iq8(rowbase: u32, c: u32) -> IQ8 {
     let s = iq_ksigns(q >> 9u);
     let sc = ({{buf}}_u8(base + 66u + (i >> 2u)) >> (4u * ((i >> 1u) & 1u))) & 15u;
     let d = {{buf}}_f16(base) * (0.5 + f32(sc)) * 0.25;
-    return IQ8(vec2<u32>(iq_sign4(IQ2XS_GRID[g], s), iq_sign4(IQ2XS_GRID[g + 1u], s >> 4u)), d);
+    return IQ8(vec2<u32>(iq_sign4(iq_tab[IQ2XS_GRID + g], s), iq_sign4(iq_tab[IQ2XS_GRID + g + 1u], s >> 4u)), d);
 {% elif qtype == "IQ2_S" %}
     let base = rowbase + (c >> 5u) * 82u;
     let g = 2u * ({{buf}}_u8(base + 2u + i) | ((({{buf}}_u8(base + 66u + (i >> 2u)) >> (2u * (i & 3u))) & 3u) << 8u));
     let s = {{buf}}_u8(base + 34u + i);
     let sc = ({{buf}}_u8(base + 74u + (i >> 2u)) >> (4u * ((i >> 1u) & 1u))) & 15u;
     let d = {{buf}}_f16(base) * (0.5 + f32(sc)) * 0.25;
-    return IQ8(vec2<u32>(iq_sign4(IQ2S_GRID[g], s), iq_sign4(IQ2S_GRID[g + 1u], s >> 4u)), d);
+    return IQ8(vec2<u32>(iq_sign4(iq_tab[IQ2S_GRID + g], s), iq_sign4(iq_tab[IQ2S_GRID + g + 1u], s >> 4u)), d);
 {% elif qtype == "IQ3_XXS" %}
     let base = rowbase + (c >> 5u) * 98u;
     let gi = {{buf}}_u16(base + 2u + 2u * i);
     let a = {{buf}}_u32(base + 66u + 4u * (i >> 2u));
     let s = iq_ksigns((a >> (7u * (i & 3u))) & 127u);
     let d = {{buf}}_f16(base) * (0.5 + f32(a >> 28u)) * 0.5;
-    return IQ8(vec2<u32>(iq_sign4(IQ3XXS_GRID[gi & 255u], s), iq_sign4(IQ3XXS_GRID[gi >> 8u], s >> 4u)), d);
+    return IQ8(vec2<u32>(iq_sign4(iq_tab[IQ3XXS_GRID + (gi & 255u)], s), iq_sign4(iq_tab[IQ3XXS_GRID + (gi >> 8u)], s >> 4u)), d);
 {% elif qtype == "IQ3_S" %}
     let base = rowbase + (c >> 5u) * 110u;
     let gi = {{buf}}_u16(base + 2u + 2u * i);
@@ -199,8 +212,8 @@ fn {{buf}}_iq8(rowbase: u32, c: u32) -> IQ8 {
     let s = {{buf}}_u8(base + 74u + i);
     let sc = ({{buf}}_u8(base + 106u + (i >> 3u)) >> (4u * ((i >> 2u) & 1u))) & 15u;
     let d = {{buf}}_f16(base) * (1.0 + 2.0 * f32(sc));
-    return IQ8(vec2<u32>(iq_sign4(IQ3S_GRID[(gi & 255u) | ((h & 1u) << 8u)], s),
-                         iq_sign4(IQ3S_GRID[(gi >> 8u) | ((h & 2u) << 7u)], s >> 4u)), d);
+    return IQ8(vec2<u32>(iq_sign4(iq_tab[IQ3S_GRID + ((gi & 255u) | ((h & 1u) << 8u))], s),
+                         iq_sign4(iq_tab[IQ3S_GRID + ((gi >> 8u) | ((h & 2u) << 7u))], s >> 4u)), d);
 {% endif %}
 }
 {% endif %}
