@@ -74,12 +74,26 @@ def ks():
 
 
 def test_every_iquant_has_kernels():
+    """The library's "runs" (engine/library/support.py reads quants.SUPPORTED_TYPES) holds on the GPU
+    too: every type it accepts but BF16 (an F16 copy) and Q8_K (no file stores it) is read in its blocks."""
+    from hearth.engine.quants import SUPPORTED_TYPES
+    assert set(SUPPORTED_TYPES) - set(ops.GPU_TYPES) <= {"BF16", "Q8_K"}
     assert set(GPU_IQ) <= set(ops.GPU_TYPES) and set(GPU_IQ) <= set(ops.INT8_TYPES)
     assert set(GPU_IQ) - {"IQ4_NL", "IQ4_XS", "MXFP4"} <= set(ops.INT8_MM_TYPES)
 
 
+def test_kernels_of_grid_types_bind_the_tables(ks):
+    """A kernel reading an IQ2 / IQ3 type declares the table binding (Kernels adds it to the layout,
+    Plan binds the device's buffer); the other kernels have no such binding."""
+    assert ops.matvec(ks, ["Q4_K", "IQ2_XS"]).tables
+    assert ops.embed(ks, "IQ3_S").tables and ops.matmul(ks, ["IQ2_XXS"]).tables
+    assert not ops.matvec(ks, ["Q4_K", "IQ4_NL", "MXFP4"]).tables and not ops.embed(ks, "Q8_0").tables
+
+
 @pytest.mark.parametrize("qtype", GPU_IQ)
 def test_matmul_and_embedding(ks, rng, qtype):
+    """The prefill product within RTOL of float64 on gguf-py's weights; the embedding (a row's
+    dequantization) equal to gguf-py's float32 bit for bit."""
     dev = ks.dev
     k, m, n = 768, 71, 37                  # 3 blocks of 256 a row, odd row and token counts
     raw = random_rows(rng, qtype, m, k)
@@ -93,7 +107,8 @@ def test_matmul_and_embedding(ks, rng, qtype):
     e = poisoned(dev, 5 * k)
     dispatch_once(dev, ops.embed(ks, qtype), [dev.upload(ids), e, dev.upload(raw)], ops.rows_groups(5),
                   d=k, row_bytes=ops.row_bytes(qtype, k), scale=1.0, n=5)
-    assert rel_err(read_f32(dev, e, 5 * k).reshape(5, k), w[ids]) < RTOL
+    # the embedding is the dequantization itself: bit for bit gguf-py's float32 values
+    np.testing.assert_array_equal(read_f32(dev, e, 5 * k).reshape(5, k), w[ids])
 
 
 @pytest.mark.parametrize("layout", [(32, 1), (64, 2, 2)])
