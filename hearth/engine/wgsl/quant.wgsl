@@ -90,7 +90,8 @@ fn e8m0_half(e: u32) -> f32 {
 }
 {% set _iq_used = (QTYPES | default([])) | list + [QTYPE | default("")] %}
 {% if ("IQ2_XXS" in _iq_used or "IQ2_XS" in _iq_used or "IQ2_S" in _iq_used or "IQ3_XXS" in _iq_used
-       or "IQ3_S" in _iq_used or (IQ4_LUT | default(False) and "IQ4_XS" in _iq_used)) %}
+       or "IQ3_S" in _iq_used or (IQ4_LUT | default(False) and C64 | default(False)
+                                  and ("IQ4_XS" in _iq_used or "IQ4_NL" in _iq_used))) %}
 // The i-quant grids and IQ4 pair table (gpu/iq_grids.py: a storage buffer, not WGSL constants, which a
 // run-time index would copy into every invocation), bound by Kernels / Plan; first words of each:
 @group(0) @binding(63) var<storage, read> iq_tab: array<u32>;
@@ -127,6 +128,18 @@ fn idot8(a: u32, b: u32, q: vec2<u32>) -> i32 {
 // 64 int8 values of x (weights [64c, 64c + 64), two blocks of 32): codes 8 to a chunk (q[i] = chunk i),
 // the chunks' code sums and the two blocks' scales
 struct X64 { q: array<vec2<u32>, 8>, n: array<i32, 8>, s: vec2<f32> }
+// the 8 IQ4 codes of word w looked up in kvalues_iq4nl: (low nibbles, high nibbles) as 4 int8 each.
+// IQ4_LUT: two bytes' codes a read of the pair table (iq_tab, 4 reads a word); else by selects on the
+// constant KV_IQ4 (no memory, ~10 operations a code). Which is faster depends on the GPU.
+fn iq4_codes(w: u32) -> vec2<u32> {
+{% if IQ4_LUT | default(False) %}
+    let a = iq_tab[IQ4_PAIRS + (w & 255u)] | (iq_tab[IQ4_PAIRS + ((w >> 8u) & 255u)] << 8u);
+    let b = iq_tab[IQ4_PAIRS + ((w >> 16u) & 255u)] | (iq_tab[IQ4_PAIRS + (w >> 24u)] << 8u);
+    return vec2<u32>((a & 0xFFFFu) | (b << 16u), (a >> 16u) | (b & 0xFFFF0000u));
+{% else %}
+    return vec2<u32>(kv_pack4(KV_IQ4, w, 0u), kv_pack4(KV_IQ4, w, 4u));
+{% endif %}
+}
 // sub-block j's (0..7) 6-bit (scale, min) from a K-quant's 12 scale bytes, held as 3 words s0..s2
 fn kq_scale_min(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<u32> {
     let bs = (j & 3u) * 8u;
@@ -526,8 +539,9 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
 // Q4_K / Q5_K: the chunk is one 32-byte run of codes (sub-block 2p in the low nibbles, 2p + 1 in the
 // high), so each sub-block's 6-bit scale and min are decoded once and its 32 products are 8 integer
 // dot products summed as integers. Q6_K: four 16-weight pieces, one scale word, the codes read once
-// as 17 + 9 words. Q4_0 / Q8_0: the chunk's two blocks read once as 9 / 17 words, each block's 32
-// products summed as integers and scaled once. Other types: eight 8-weight `_dq8` products.
+// as 17 + 9 words. Q4_0 / Q8_0 / IQ4_NL: the chunk's two blocks read once as 9 / 17 / 9 words, each
+// block's 32 products summed as integers and scaled once. IQ4_XS: two sub-blocks, their scales decoded
+// once, 8 aligned code words. Other types: eight 8-weight `_dq8` products.
 fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
 {% if qtype == "Q4_K" or qtype == "Q5_K" %}
 {% set bb = 144 if qtype == "Q4_K" else 176 %}
@@ -657,6 +671,44 @@ fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
     t1 += dot4I8Packed(a{{m + 9}}, x.q[{{4 + m // 2}}].{{"xy"[m % 2]}});
 {% endfor %}
     return x.s.x * unpack2x16float(a0).x * f32(t0) + x.s.y * unpack2x16float(a8).y * f32(t1);
+{% elif qtype == "IQ4_XS" %}
+    // sub-blocks 2p, 2p + 1 (p = c & 3) of the super-block (136 bytes, 4-byte aligned where a row of
+    // K = 256n weights starts): d and scales_h in word 0, their two scale nibbles in byte p of word 1,
+    // 16 code bytes each from word 2 + 8p (weight l < 16 the low nibble of byte l, 16 + l the high)
+    let wi = (rowbase >> 2u) + (c >> 2u) * 34u;
+    let p = c & 3u;
+    let h = {{buf}}_w(wi);
+    let sl = ({{buf}}_w(wi + 1u) >> (8u * p)) & 255u;
+    let ls0 = i32((sl & 15u) | (((h >> (16u + 4u * p)) & 3u) << 4u)) - 32;
+    let ls1 = i32((sl >> 4u) | (((h >> (18u + 4u * p)) & 3u) << 4u)) - 32;
+    let o = wi + 2u + 8u * p;
+    var t0 = 0;
+    var t1 = 0;
+{% for i in range(8) %}
+    {
+        let q = iq4_codes({{buf}}_w(o + {{i}}u));
+        t{{i // 4}} += dot4I8Packed(q.x, x.q[{{4 * (i // 4) + (i % 4) // 2}}].{{"xy"[i % 2]}})
+                     + dot4I8Packed(q.y, x.q[{{4 * (i // 4) + 2 + (i % 4) // 2}}].{{"xy"[i % 2]}});
+    }
+{% endfor %}
+    return unpack2x16float(h).x * (x.s.x * f32(ls0 * t0) + x.s.y * f32(ls1 * t1));
+{% elif qtype == "IQ4_NL" %}
+    // two whole blocks as Q4_0's (36 bytes from a 4-byte aligned offset, K = 64n), codes looked up
+    let wi = (rowbase >> 2u) + c * 9u;
+{% for i in range(9) %}
+    let a{{i}} = {{buf}}_w(wi + {{i}}u);
+{% endfor %}
+    var t0 = 0;
+    var t1 = 0;
+{% for m in range(4) %}
+    {
+        let q0 = iq4_codes((a{{m}} >> 16u) | (a{{m + 1}} << 16u));
+        let q1 = iq4_codes(a{{m + 5}});
+        t0 += dot4I8Packed(q0.x, x.q[{{m // 2}}].{{"xy"[m % 2]}}) + dot4I8Packed(q0.y, x.q[{{2 + m // 2}}].{{"xy"[m % 2]}});
+        t1 += dot4I8Packed(q1.x, x.q[{{4 + m // 2}}].{{"xy"[m % 2]}}) + dot4I8Packed(q1.y, x.q[{{6 + m // 2}}].{{"xy"[m % 2]}});
+    }
+{% endfor %}
+    return x.s.x * unpack2x16float(a0).x * f32(t0) + x.s.y * unpack2x16float(a4).y * f32(t1);
 {% else %}
     var r = 0.0;
 {% for i in range(8) %}
