@@ -363,10 +363,10 @@ def test_tiled_down_and_the_slot_sum(ks, rng, qtype, q8, bias):
     assert rel_err(got - x0, ref - x0) < RTOL
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q4_0", "Q8_0", "Q5_K"])
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q4_0", "Q8_0", "Q5_K", "IQ4_XS", "IQ4_NL"])
 @pytest.mark.parametrize("k_in", [256, 2048])
 def test_expert_products_with_64_weight_chunks(ks, rng, qtype, k_in):
-    """The decode layout MoeFfn takes for K-quant / Q4_0 / Q8_0 experts with int8 x (expert_layout:
+    """The decode layout MoeFfn takes for K-quant / Q4_0 / Q8_0 / IQ4 experts with int8 x (expert_layout:
     64-weight chunks, 8-32 lanes a row): gate/up, then down over the result, against numpy."""
     need_int8(ks, True)
     dev = ks.dev
