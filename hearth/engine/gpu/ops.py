@@ -314,7 +314,8 @@ def matmul16_groups(m: int, n: int, tile=None):
 # (quantize_rows.wgsl, quantize_x's rounding), W's blocks decoded to int8 codes in workgroup memory,
 # each block's 32 products 8 dot4I8Packed summed exactly in i32 and scaled once into f32. Weight types
 # with a decoder there; the others (Q5_0, Q5_1, Q2_K, Q3_K, F16; F32) keep the f16 (f32) kernel.
-INT8_MM_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
+INT8_MM_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
+                 "IQ4_NL", "IQ4_XS")
 # The types a real GPU runs through it by default: those measured faster in whole-model prefill on
 # the H200 (8B Q4_0 1.40x, 8B Q4_K_M (Q4_K + Q6_K) 1.36x, 1B Q4_K_M 1.31x at 2,000 tokens;
 # bench/README.md round 8). Q4_1 / Q8_0 / Q5_K were measured at most as single products, so they stay
