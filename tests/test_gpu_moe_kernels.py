@@ -98,7 +98,7 @@ def routes(rng, n, E, k):
     return ids, w, np.concatenate([ids, w.view(np.uint32)], axis=1)        # u32 [n, 2k]
 
 
-TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "MXFP4"]
+TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "MXFP4", "IQ2_XS"]
 # (type, int8 x): float weights keep f32 x (moe.MoeFfn), quantized ones take both paths
 CASES = [(t, q8) for t in TYPES for q8 in (False, True) if not (q8 and t in ("F32", "F16"))]
 
@@ -301,7 +301,8 @@ def tiles_of(ks, route, n, E, k):
     return order, tiles
 
 
-@pytest.mark.parametrize("qtype, q8", [("F16", False), ("Q4_K", True), ("MXFP4", True), ("Q8_0", False)])
+@pytest.mark.parametrize("qtype, q8", [("F16", False), ("Q4_K", True), ("MXFP4", True), ("Q8_0", False),
+                                      ("IQ2_XXS", True), ("IQ3_S", False)])   # IQ2 / IQ3: the grid table bound
 @pytest.mark.parametrize("act, bias", [("silu", False), ("swiglu_oai", True)])
 def test_tiled_gate_up(ks, rng, qtype, q8, act, bias):
     need_int8(ks, q8)
@@ -334,7 +335,8 @@ def test_tiled_gate_up(ks, rng, qtype, q8, act, bias):
     assert rel_err(got, ref) < RTOL * 5
 
 
-@pytest.mark.parametrize("qtype, q8", [("F32", False), ("Q6_K", True), ("MXFP4", True), ("Q4_0", False)])
+@pytest.mark.parametrize("qtype, q8", [("F32", False), ("Q6_K", True), ("MXFP4", True), ("Q4_0", False),
+                                      ("IQ2_S", True), ("IQ3_XXS", False)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_tiled_down_and_the_slot_sum(ks, rng, qtype, q8, bias):
     need_int8(ks, q8)
