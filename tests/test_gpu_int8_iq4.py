@@ -35,11 +35,16 @@ def ks():
 
 @pytest.fixture
 def lookup(monkeypatch, lut):
+    """The lookup under test, and the IQ4 types in the 64-weight chunks whatever HEARTH_GPU_IQ4_C64 says."""
     monkeypatch.setattr(ops, "IQ4_LUT", lut)
+    monkeypatch.setattr(ops, "C64_TYPES", tuple(t for t in ops.C64_TYPES if not t.startswith("IQ4"))
+                        + ("IQ4_XS", "IQ4_NL"))
     return lut
 
 
 def test_iq4_types_take_64_weight_chunks_unless_switched_off(monkeypatch):
+    assert ("IQ4_XS" in ops.C64_TYPES) == ("IQ4_NL" in ops.C64_TYPES) == ops.IQ4_C64
+    monkeypatch.setattr(ops, "C64_TYPES", ops.C64_TYPES + ("IQ4_XS", "IQ4_NL"))
     for t in ("IQ4_XS", "IQ4_NL"):
         assert ops.int8_c64([t], 4096, 64) and ops.int8_c64([t], 4096, ops.GLU_Q8OUT_LAYOUT[0])
     assert not ops.int8_c64(["MXFP4"], 4096, 64)
