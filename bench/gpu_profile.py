@@ -82,7 +82,8 @@ def timed(dev, dispatches, reps):
 
 
 # byte offsets of each block type's f16 scale fields: random bits there could be NaN or Inf
-F16_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208], "Q4_1": [0, 2], "Q5_0": [0], "Q5_K": [0, 2]}
+F16_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208], "Q4_1": [0, 2], "Q5_0": [0], "Q5_K": [0, 2],
+              "IQ4_XS": [0], "IQ4_NL": [0]}
 
 
 def sane_blocks(rng, qtype, m, k):
@@ -121,6 +122,9 @@ def matvec_sweep(reps=20, only=""):
                                                                                (32, 2, 1), (64, 2, 1), (64, 4, 2)]]
     cases.insert(3, ("gate+up", ["Q4_1", "Q4_1"], 4096, 14336, "glu"))
     cases.insert(4, ("gate+up", ["Q5_0", "Q5_0"], 4096, 14336, "glu"))
+    # the 8B IQ4_XS's products; HEARTH_GPU_IQ4_C64=0 / HEARTH_GPU_IQ4_LUT=1 runs give the A/B (--sweep-only IQ4_XS)
+    cases += [("gate+up", ["IQ4_XS", "IQ4_XS"], 4096, 14336, "glu"), ("down", ["IQ4_XS"], 14336, 4096, "concat"),
+              ("qkv", ["IQ4_XS"], 4096, 6144, "concat")]
     print("\nmatvec sweep: GB/s of weights (us per dispatch); * = the layout the backend picks;"
           " i8 = x as int8 blocks (ops.int8_ok)")
     for name, types, k, m, mode in cases:

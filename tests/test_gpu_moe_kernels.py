@@ -108,7 +108,7 @@ def routes(rng, n, E, k):
     return ids, w, np.concatenate([ids, w.view(np.uint32)], axis=1)        # u32 [n, 2k]
 
 
-TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "MXFP4"]
+TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "MXFP4", "IQ2_XS"]
 # (type, int8 x): float weights keep f32 x (moe.MoeFfn), quantized ones take both paths
 CASES = [(t, q8) for t in TYPES for q8 in (False, True) if not (q8 and t in ("F32", "F16"))]
 
@@ -310,7 +310,8 @@ def tiles_of(ks, route, n, E, k):
     return order, tiles
 
 
-@pytest.mark.parametrize("qtype, q8", [("F16", False), ("Q4_K", True), ("MXFP4", True), ("Q8_0", False)])
+@pytest.mark.parametrize("qtype, q8", [("F16", False), ("Q4_K", True), ("MXFP4", True), ("Q8_0", False),
+                                      ("IQ2_XXS", True), ("IQ3_S", False)])   # IQ2 / IQ3: the grid table bound
 @pytest.mark.parametrize("act, bias", [("silu", False), ("swiglu_oai", True), ("gelu", False)])
 def test_tiled_gate_up(ks, rng, qtype, q8, act, bias):
     need_int8(ks, q8)
@@ -342,7 +343,8 @@ def test_tiled_gate_up(ks, rng, qtype, q8, act, bias):
     assert rel_err(got, ref) < RTOL * 5
 
 
-@pytest.mark.parametrize("qtype, q8", [("F32", False), ("Q6_K", True), ("MXFP4", True), ("Q4_0", False)])
+@pytest.mark.parametrize("qtype, q8", [("F32", False), ("Q6_K", True), ("MXFP4", True), ("Q4_0", False),
+                                      ("IQ2_S", True), ("IQ3_XXS", False)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_tiled_down_and_the_slot_sum(ks, rng, qtype, q8, bias):
     need_int8(ks, q8)
@@ -371,10 +373,10 @@ def test_tiled_down_and_the_slot_sum(ks, rng, qtype, q8, bias):
     assert rel_err(got - x0, ref - x0) < RTOL
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q4_0", "Q8_0", "Q5_K"])
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q4_0", "Q8_0", "Q5_K", "IQ4_XS", "IQ4_NL"])
 @pytest.mark.parametrize("k_in", [256, 2048])
 def test_expert_products_with_64_weight_chunks(ks, rng, qtype, k_in):
-    """The decode layout MoeFfn takes for K-quant / Q4_0 / Q8_0 experts with int8 x (expert_layout:
+    """The decode layout MoeFfn takes for K-quant / Q4_0 / Q8_0 / IQ4 experts with int8 x (expert_layout:
     64-weight chunks, 8-32 lanes a row): gate/up, then down over the result, against numpy."""
     need_int8(ks, True)
     dev = ks.dev

@@ -34,9 +34,20 @@ def test_three_matrices_get_three_dequantizers_and_bindings():
     assert len(bindings) == 1 + 2 + 3 + 1 + 1               # params, x, y, w0..w2, g, b
 
 
+def test_grid_types_declare_the_table_binding_after_their_own():
+    """IQ2 / IQ3 kernels read gpu/iq_grids.py's table at TABLE_BINDING (Kernels adds it to the layout);
+    their own bindings stay consecutive from 0."""
+    from hearth.engine.gpu.iq_grids import DECLARATION, TABLE_BINDING
+    code = render("matvec.wgsl", QTYPES=("Q4_K", "IQ2_XS"), MODE="concat", ACT="silu", NORM=True, SUBGROUPS=False,
+                  BIAS=False, RESIDUAL=False, ROWS=8, ATTN_X=0, ATTN_WS=1, ATTN_CHUNK=64, ROPE="")
+    assert DECLARATION in code and "iq_tab[IQ2XS_GRID + g]" in code
+    bindings = sorted(int(b) for b in re.findall(r"@binding\((\d+)\)", code))
+    assert bindings == list(range(len(bindings) - 1)) + [TABLE_BINDING] and TABLE_BINDING > len(bindings)
+
+
 def test_unknown_type_is_a_clear_error():
-    with pytest.raises(ShaderTemplateError, match="IQ2_XS"):
-        render("matvec.wgsl", QTYPES=("IQ2_XS",), MODE="concat", ACT="silu", NORM=False, BIAS=False, SUBGROUPS=True,
+    with pytest.raises(ShaderTemplateError, match="IQ1_S"):
+        render("matvec.wgsl", QTYPES=("IQ1_S",), MODE="concat", ACT="silu", NORM=False, BIAS=False, SUBGROUPS=True,
                RESIDUAL=False, ROWS=8, ATTN_X=0, ATTN_WS=1, ATTN_CHUNK=64, ROPE="")
 
 

@@ -130,6 +130,7 @@ class Device:
         self.storage_align = int(self.limits["min-storage-buffer-offset-alignment"])
         self._lost = False
         self._staging = None
+        self._iq_tables = None
         self.info = adapter_description(self.adapter)
         # 4-way int8 dot products (WGSL packed_4x8_integer_dot_product) for the int8-x decode matvec;
         # HEARTH_GPU_INT8=0 turns them off, =1 forces them on a CPU rasterizer too (off there by default,
@@ -165,6 +166,13 @@ class Device:
             tail[:raw.nbytes - n4] = raw[n4:]
             self.queue.write_buffer(buf, n4, tail)
         return buf
+
+    def iq_tables(self):
+        """The i-quant lookup tables (gpu/iq_grids.py), uploaded on first use, one buffer per device."""
+        if self._iq_tables is None:
+            from .iq_grids import layout  # noqa: PLC0415
+            self._iq_tables = self.upload(layout()[0], "iq_tables")
+        return self._iq_tables
 
     def staging(self, size: int):
         """One persistent MAP_READ buffer, grown (never shrunk) to `size` bytes."""
@@ -204,6 +212,9 @@ class Device:
         if self._staging is not None:
             self._staging.destroy()
             self._staging = None
+        if self._iq_tables is not None:
+            self._iq_tables.destroy()
+            self._iq_tables = None
         try:
             self.device.destroy()
         except Exception:

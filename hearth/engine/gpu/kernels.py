@@ -3,6 +3,8 @@
 Every kernel has the same binding scheme: binding 0 is its `Params` struct in a uniform buffer at a
 dynamic offset (a model's parameter structs all live in one buffer, see plan.py), bindings 1.. are
 storage buffers, read-only ("r") or read-write ("rw"). `fields` names the struct's words in order.
+A kernel that declares the i-quant tables (quant.wgsl `iq_tab`, gpu/iq_grids.py) has them at binding
+iq_grids.TABLE_BINDING too; Plan binds the device's table buffer there.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import EngineError
+from .iq_grids import DECLARATION, TABLE_BINDING
 from .plan import PARAM_BYTES, Plan
 from .shaders import render
 
@@ -23,6 +26,7 @@ class Kernel:
     layout: object
     access: tuple          # per storage binding: "r" or "rw"
     fields: tuple          # Params fields: (name, "u" | "f")
+    tables: bool = False   # reads the i-quant tables at binding TABLE_BINDING
 
 
 class Kernels:
@@ -49,11 +53,15 @@ class Kernels:
         for i, a in enumerate(access):
             t = wgpu.BufferBindingType.read_only_storage if a == "r" else wgpu.BufferBindingType.storage
             entries.append({"binding": i + 1, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}})
+        tables = DECLARATION in code
+        if tables:
+            entries.append({"binding": TABLE_BINDING, "visibility": wgpu.ShaderStage.COMPUTE,
+                            "buffer": {"type": wgpu.BufferBindingType.read_only_storage}})
         bgl = device.create_bind_group_layout(entries=entries)
         pl = device.create_pipeline_layout(bind_group_layouts=[bgl])
         pipe = device.create_compute_pipeline(layout=pl, compute={"module": module, "entry_point": "main"},
                                               label=template)
-        k = Kernel(template, pipe, bgl, tuple(access), tuple(fields))
+        k = Kernel(template, pipe, bgl, tuple(access), tuple(fields), tables)
         self._cache[key] = k
         return k
 

@@ -14,7 +14,7 @@ from .kernels import grid
 
 # Types with a dequantizing kernel (engine/wgsl/quant.wgsl).
 GPU_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-             "IQ4_NL", "IQ4_XS", "MXFP4")
+             "IQ4_NL", "IQ4_XS", "MXFP4", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
 # Types whose decode matvec can take x as int8 blocks (quant.wgsl `_dq8`): every quantized one. Float
 # weights keep f32 x (their products gain nothing from integer dot products and would lose x's precision).
 INT8_TYPES = GPU_TYPES[2:]
@@ -108,7 +108,14 @@ def int8_ok(dev, qtypes, k: int) -> bool:
 # HEARTH_GPU_KSUB=0 keeps 8-weight chunks everywhere, =k only for the K-quants; HEARTH_GPU_KSUB_LANES=n
 # gives those matvecs n lanes (bench.gpu comparisons; the layouts are measured in bench/README.md).
 _KSUB = os.environ.get("HEARTH_GPU_KSUB", "")
-C64_TYPES = ("Q4_K", "Q5_K", "Q6_K") + (() if _KSUB == "k" else ("Q4_0", "Q8_0"))
+# IQ4_XS / IQ4_NL take them too (a sub-block's scale decoded once, the codes read as aligned words and
+# looked up 8 a word), unless HEARTH_GPU_IQ4_C64=0 (their 8-weight `_dq8` chunks). The lookup: selects
+# on constants, or HEARTH_GPU_IQ4_LUT=1 reads of the pair table (gpu/iq_grids.py; quant.wgsl
+# `iq4_codes`). Neither measured on the H200 yet: both switches are there for that A/B.
+IQ4_C64 = os.environ.get("HEARTH_GPU_IQ4_C64", "") != "0"
+IQ4_LUT = os.environ.get("HEARTH_GPU_IQ4_LUT", "") == "1"
+C64_TYPES = (("Q4_K", "Q5_K", "Q6_K") + (() if _KSUB == "k" else ("Q4_0", "Q8_0"))
+             + (("IQ4_XS", "IQ4_NL") if IQ4_C64 else ()))
 INT8_C64 = _KSUB != "0"
 # Those chunks' Q4_K / Q5_K header and codes read in 16-byte loads (matvec.wgsl V4): 8B Q4_K_M 252-253
 # tok/s pipelined against 231-233 a word at a time (H200, bench/README.md round 7). HEARTH_GPU_V4=0 reads
@@ -142,7 +149,7 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
                   ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g),
-                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4)
+                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4, IQ4_LUT=IQ4_LUT)
 
 
 # Row lengths whose matvec reads x quantized once, to global memory, by a pass before it
@@ -307,7 +314,8 @@ def matmul16_groups(m: int, n: int, tile=None):
 # (quantize_rows.wgsl, quantize_x's rounding), W's blocks decoded to int8 codes in workgroup memory,
 # each block's 32 products 8 dot4I8Packed summed exactly in i32 and scaled once into f32. Weight types
 # with a decoder there; the others (Q5_0, Q5_1, Q2_K, Q3_K, F16; F32) keep the f16 (f32) kernel.
-INT8_MM_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+INT8_MM_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
+                 "IQ4_NL", "IQ4_XS")
 # The types a real GPU runs through it by default: those measured faster in whole-model prefill on
 # the H200 (8B Q4_0 1.40x, 8B Q4_K_M (Q4_K + Q6_K) 1.36x, 1B Q4_K_M 1.31x at 2,000 tokens;
 # bench/README.md round 8). Q4_1 / Q8_0 / Q5_K were measured at most as single products, so they stay

@@ -15,6 +15,7 @@ import struct
 import numpy as np
 
 from ..errors import EngineError
+from .iq_grids import TABLE_BINDING
 
 PARAM_BYTES = 64          # every Params struct is at most 16 words
 
@@ -54,6 +55,9 @@ class Plan:
                 entries = [{"binding": 0, "resource": {"buffer": self.buffer, "offset": 0, "size": PARAM_BYTES}}]
                 entries += [{"binding": j + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}}
                             for j, b in enumerate(op["buffers"])]
+                if getattr(op["kernel"], "tables", False):
+                    t = dev.iq_tables()
+                    entries.append({"binding": TABLE_BINDING, "resource": {"buffer": t, "offset": 0, "size": t.size}})
                 bg = dev.device.create_bind_group(layout=op["kernel"].layout, entries=entries)
                 cache[key] = bg
             op["bind_group"] = bg

@@ -1,6 +1,7 @@
 // Prefill product with 8-bit integer products: Y[t, y_off + r] (+)= sum_k X[t, k] W[r, k], X given as
 // int8 blocks of 32 (quantize_rows.wgsl: codes, and per block its scale dx and dx * sum of codes), W a
-// GGUF matrix [M, K] in its block format (QTYPE: Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K).
+// GGUF matrix [M, K] in its block format (QTYPE: Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and
+// the IQ2 / IQ3 types, their codes signed grid values or codebook values).
 // Tile: TM = 16 RM rows x TN = 16 RN tokens per workgroup of 256 threads, one block of 32 weights of K
 // per step. Thread (tx, ty) owns rows r0 + tx + 16 i (i < RM) and tokens t0 + ty + 16 j (j < RN).
 // Each step W's block of each tile row is decoded to 32 int8 codes (Q4_0 / Q6_K with their offset
@@ -11,7 +12,7 @@
 //   "one" (Q4_0, Q8_0): acc += f32(S) * (a dx)                 a = the block's d
 //   "min" (Q4_1, Q4_K, Q5_K): acc += f32(S) * (a dx) - b (dx sum_q)
 //                       Q4_1: a = d, b = -m; Q4_K / Q5_K: a = d sc, b = dmin m of the sub-block
-//   "two" (Q6_K):       acc += (a f32(S0) + b f32(S1)) dx      a, b = d sc of the two 16-weight halves
+//   "two" (Q6_K, IQ): acc += (a f32(S0) + b f32(S1)) dx      a, b = d sc of the two 16-weight halves
 // so the only rounding is X's to 8 bits (as llama.cpp's q8 activations) and f32's in the scaling.
 // xq: array<vec4<u32>> (ops.q8_rows_words; codes from word 0, scales from word s_off = 4 P.s_off4);
 // Y: [n, ldy]. Epilogue (bias, GLU, residual): matmul_out.wgsl. Speed on the H200 and the whole model's
@@ -35,7 +36,7 @@ struct Params {
 {% set TN = 16 * RN %}
 {% set WP = (TM + 127) // 128 %}{# W loader passes: 128 rows x 2 halves of 16 codes #}
 {% set XP = (TN + 127) // 128 %}{# X loader passes: 128 tokens x 2 halves #}
-{% set SCALE = {"Q4_0": "one", "Q8_0": "one", "Q4_1": "min", "Q4_K": "min", "Q5_K": "min", "Q6_K": "two"}[QTYPE] %}
+{% set SCALE = {"Q4_0": "one", "Q8_0": "one", "Q4_1": "min", "Q4_K": "min", "Q5_K": "min", "Q6_K": "two"}.get(QTYPE, "two") %}
 
 // half h (weights 16h .. 16h + 15) of block s (weights 32s .. 32s + 31) of the row at byte rowbase:
 // 16 int8 codes, 4 to a word, and the scale this half contributes (h 0: a, h 1: b; see SCALE)
@@ -91,6 +92,29 @@ fn w0_q16(rowbase: u32, s: u32, h: u32) -> Q16 {
     let q = (q6 + vec4<u32>(0x60606060u)) ^ vec4<u32>(0x80808080u);
     let scb = w0_u8(base + 192u + 8u * n + h + 2u * k);
     return Q16(q, w0_f16(base + 208u) * f32(i32(scb << 24u) >> 24u));
+{% elif QTYPE in ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S") %}
+    // two 8-weight chunks with signed codes; their scale covers the 16-weight half (IQ2_XS / IQ2_S) or more
+    let c = 4u * s + 2u * h;
+    let a = w0_iq8(rowbase, c);
+    let b = w0_iq8(rowbase, c + 1u);
+    return Q16(vec4<u32>(a.q, b.q), a.d);
+{% elif QTYPE == "IQ4_NL" %}
+    let base = rowbase + s * 18u;                     // 2-byte aligned; nibbles as Q4_0's, looked up
+    let lo = w0_u32x2(base + 2u);
+    let hi = w0_u32x2(base + 10u);
+    let sh = 4u * h;
+    return Q16(vec4<u32>(kv_pack4(KV_IQ4, lo.x, sh), kv_pack4(KV_IQ4, lo.y, sh), kv_pack4(KV_IQ4, hi.x, sh),
+                         kv_pack4(KV_IQ4, hi.y, sh)), w0_f16(base));
+{% elif QTYPE == "IQ4_XS" %}
+    let wi = (rowbase >> 2u) + (s >> 3u) * 34u;       // 136-byte super-blocks: 4-byte aligned
+    let j = s & 7u;                                   // sub-block: 16 code bytes from word 2 + 4j
+    let hd = w0_w(wi);
+    let ls = ((w0_w(wi + 1u) >> (4u * j)) & 15u) | (((hd >> (16u + 2u * j)) & 3u) << 4u);
+    let o = wi + 2u + 4u * j;
+    let sh = 4u * h;
+    return Q16(vec4<u32>(kv_pack4(KV_IQ4, w0_w(o), sh), kv_pack4(KV_IQ4, w0_w(o + 1u), sh),
+                         kv_pack4(KV_IQ4, w0_w(o + 2u), sh), kv_pack4(KV_IQ4, w0_w(o + 3u), sh)),
+               unpack2x16float(hd).x * f32(i32(ls) - 32));
 {% else %}
     {{ raise("no int8 prefill product for weight type " ~ QTYPE) }}
 {% endif %}

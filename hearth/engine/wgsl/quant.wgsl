@@ -34,7 +34,20 @@
 //        16 bytes of qs at 16s, nibbles as IQ4_NL; ls = (nibble s&1 of scales_l[s/2]) | ((scales_h >> 2s) & 3) << 4;
 //        w = d * (ls - 32) * kvalues_iq4nl[q]
 //   MXFP4  17 B / 32: e u8 (e8m0) | qs u8[16] (nibbles as Q4_0); w = 2^(e-128) * kvalues_mxfp4[q]
-//   (the other i-quants have no kernel here: engine/gpu/weights.py uploads them as F16)
+//   IQ2_XXS 66 B / 256: d f16 | per 32 weights two u32 a0, a1: byte l of a0 indexes iq2xxs_grid (weights
+//        8l..8l+7), bits 7l..7l+6 of a1 a ksigns index (their signs), bits 28..31 the scale s;
+//        w = d * (0.5 + s) / 4 * grid * sign
+//   IQ2_XS  74 B / 256: d f16 | qs u16[32] | scales u8[8]; qs[i] (weights 8i..): bits 0..8 index iq2xs_grid,
+//        9..15 a ksigns index; nibble (i / 2) % 2 of scales[i / 4] the scale; w as IQ2_XXS
+//   IQ2_S   82 B / 256: d f16 | qs u8[32] | signs u8[32] | qh u8[8] | scales u8[8]; weights 8i..: index
+//        qs[i] | ((qh[i / 4] >> 2 (i % 4)) & 3) << 8 into iq2s_grid, sign bits signs[i]; scale as IQ2_XS
+//   IQ3_XXS 98 B / 256: d f16 | qs u8[64] | u32[8]; qs[j] indexes iq3xxs_grid (weights 4j..4j+3); u32 k
+//        (32 weights): four ksigns indices and the scale in bits 28..31; w = d * (0.5 + s) / 2 * grid * sign
+//   IQ3_S  110 B / 256: d f16 | qs u8[64] | qh u8[8] | signs u8[32] | scales u8[4]; weights 4j..: index
+//        qs[j] | (bit j % 8 of qh[j / 8]) << 8 into iq3s_grid; sign of weight j bit j % 8 of signs[j / 8];
+//        nibble of scales[k / 2] for 32-weight sub-block k; w = d * (1 + 2 s) * grid * sign
+//   (grids: the storage buffer `iq_tab` (gpu/iq_grids.py); ksigns computed: the 7 stored sign bits and
+//   an 8th that makes their count even)
 
 struct Deq8 { lo: vec4<f32>, hi: vec4<f32> }
 
@@ -75,6 +88,32 @@ fn kv_pack4(t: vec4<u32>, w: u32, sh: u32) -> u32 {
 fn e8m0_half(e: u32) -> f32 {
     return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
 }
+{% set _iq_used = (QTYPES | default([])) | list + [QTYPE | default("")] %}
+{% if ("IQ2_XXS" in _iq_used or "IQ2_XS" in _iq_used or "IQ2_S" in _iq_used or "IQ3_XXS" in _iq_used
+       or "IQ3_S" in _iq_used or (IQ4_LUT | default(False) and C64 | default(False)
+                                  and ("IQ4_XS" in _iq_used or "IQ4_NL" in _iq_used))) %}
+// The i-quant grids and IQ4 pair table (gpu/iq_grids.py: a storage buffer, not WGSL constants, which a
+// run-time index would copy into every invocation), bound by Kernels / Plan; first words of each:
+@group(0) @binding(63) var<storage, read> iq_tab: array<u32>;
+{% endif %}
+const IQ2XXS_GRID: u32 = 0u;      // 256 entries of 2 words
+const IQ2XS_GRID: u32 = 512u;     // 512 x 2
+const IQ2S_GRID: u32 = 1536u;     // 1024 x 2
+const IQ3XXS_GRID: u32 = 3584u;   // 256 x 1
+const IQ3S_GRID: u32 = 3840u;     // 512 x 1
+const IQ4_PAIRS: u32 = 4352u;     // 256: byte (hi << 4) | lo -> kvalues_iq4nl[lo] | kvalues_iq4nl[hi] << 16
+// ksigns_iq2xs[s]: the 7 stored sign bits s and an 8th making the count of set bits even
+fn iq_ksigns(s: u32) -> u32 {
+    return s | ((countOneBits(s) & 1u) << 7u);
+}
+// 4 unsigned byte values v (1..127) negated where sign bit i (of s's low 4) is set: packed int8 (x ^ 0xFF
+// + 1 = -x in a byte, never carrying for x >= 1); the multiply moves bit i to bit 8i
+fn iq_sign4(v: u32, s: u32) -> u32 {
+    let m = (((s & 15u) * 0x00204081u) & 0x01010101u) * 255u;
+    return (v ^ m) + (m & 0x01010101u);
+}
+// 8 consecutive weights of an IQ2 / IQ3 block as int8 codes (q.x values 0..3, q.y 4..7) and their scale d
+struct IQ8 { q: vec2<u32>, d: f32 }
 {% if Q8X | default(0) %}
 const LO4: u32 = 0x0F0F0F0Fu;
 // bits b..b+3 of qh moved to bit 4 of bytes 0..3
@@ -89,6 +128,18 @@ fn idot8(a: u32, b: u32, q: vec2<u32>) -> i32 {
 // 64 int8 values of x (weights [64c, 64c + 64), two blocks of 32): codes 8 to a chunk (q[i] = chunk i),
 // the chunks' code sums and the two blocks' scales
 struct X64 { q: array<vec2<u32>, 8>, n: array<i32, 8>, s: vec2<f32> }
+// the 8 IQ4 codes of word w looked up in kvalues_iq4nl: (low nibbles, high nibbles) as 4 int8 each.
+// IQ4_LUT: two bytes' codes a read of the pair table (iq_tab, 4 reads a word); else by selects on the
+// constant KV_IQ4 (no memory, ~10 operations a code). Which is faster depends on the GPU.
+fn iq4_codes(w: u32) -> vec2<u32> {
+{% if IQ4_LUT | default(False) %}
+    let a = iq_tab[IQ4_PAIRS + (w & 255u)] | (iq_tab[IQ4_PAIRS + ((w >> 8u) & 255u)] << 8u);
+    let b = iq_tab[IQ4_PAIRS + ((w >> 16u) & 255u)] | (iq_tab[IQ4_PAIRS + (w >> 24u)] << 8u);
+    return vec2<u32>((a & 0xFFFFu) | (b << 16u), (a >> 16u) | (b & 0xFFFF0000u));
+{% else %}
+    return vec2<u32>(kv_pack4(KV_IQ4, w, 0u), kv_pack4(KV_IQ4, w, 4u));
+{% endif %}
+}
 // sub-block j's (0..7) 6-bit (scale, min) from a K-quant's 12 scale bytes, held as 3 words s0..s2
 fn kq_scale_min(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<u32> {
     let bs = (j & 3u) * 8u;
@@ -103,6 +154,7 @@ fn kq_scale_min(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<u32> {
 {% endif %}
 
 {% macro quant_fns(buf, qtype, v4=False) %}
+{% set IQ_GRID_TYPES = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S") %}
 // word i of the buffer (`v4`: the buffer is declared array<vec4<u32>>, for 16-byte loads in `_dq64`)
 fn {{buf}}_w(i: u32) -> u32 {
 {% if v4 %}
@@ -129,8 +181,60 @@ fn {{buf}}_f16(off: u32) -> f32 {
 fn {{buf}}_u8(off: u32) -> u32 {
     return ({{buf}}_w(off >> 2u) >> ((off & 3u) * 8u)) & 255u;
 }
+{% if qtype in IQ_GRID_TYPES %}
+// a u16 at an even byte offset
+fn {{buf}}_u16(off: u32) -> u32 {
+    return ({{buf}}_w(off >> 2u) >> ((off & 2u) * 8u)) & 0xFFFFu;
+}
+fn {{buf}}_iq8(rowbase: u32, c: u32) -> IQ8 {
+    let i = c & 31u;                          // 8-weight chunk within the 256-weight block
+{% if qtype == "IQ2_XXS" %}
+    let base = rowbase + (c >> 5u) * 66u;
+    let ab = base + 2u + 8u * (i >> 2u);
+    let a1 = {{buf}}_u32(ab + 4u);
+    let g = 2u * {{buf}}_u8(ab + (i & 3u));
+    let s = iq_ksigns((a1 >> (7u * (i & 3u))) & 127u);
+    let d = {{buf}}_f16(base) * (0.5 + f32(a1 >> 28u)) * 0.25;
+    return IQ8(vec2<u32>(iq_sign4(iq_tab[IQ2XXS_GRID + g], s), iq_sign4(iq_tab[IQ2XXS_GRID + g + 1u], s >> 4u)), d);
+{% elif qtype == "IQ2_XS" %}
+    let base = rowbase + (c >> 5u) * 74u;
+    let q = {{buf}}_u16(base + 2u + 2u * i);
+    let g = 2u * (q & 511u);
+    let s = iq_ksigns(q >> 9u);
+    let sc = ({{buf}}_u8(base + 66u + (i >> 2u)) >> (4u * ((i >> 1u) & 1u))) & 15u;
+    let d = {{buf}}_f16(base) * (0.5 + f32(sc)) * 0.25;
+    return IQ8(vec2<u32>(iq_sign4(iq_tab[IQ2XS_GRID + g], s), iq_sign4(iq_tab[IQ2XS_GRID + g + 1u], s >> 4u)), d);
+{% elif qtype == "IQ2_S" %}
+    let base = rowbase + (c >> 5u) * 82u;
+    let g = 2u * ({{buf}}_u8(base + 2u + i) | ((({{buf}}_u8(base + 66u + (i >> 2u)) >> (2u * (i & 3u))) & 3u) << 8u));
+    let s = {{buf}}_u8(base + 34u + i);
+    let sc = ({{buf}}_u8(base + 74u + (i >> 2u)) >> (4u * ((i >> 1u) & 1u))) & 15u;
+    let d = {{buf}}_f16(base) * (0.5 + f32(sc)) * 0.25;
+    return IQ8(vec2<u32>(iq_sign4(iq_tab[IQ2S_GRID + g], s), iq_sign4(iq_tab[IQ2S_GRID + g + 1u], s >> 4u)), d);
+{% elif qtype == "IQ3_XXS" %}
+    let base = rowbase + (c >> 5u) * 98u;
+    let gi = {{buf}}_u16(base + 2u + 2u * i);
+    let a = {{buf}}_u32(base + 66u + 4u * (i >> 2u));
+    let s = iq_ksigns((a >> (7u * (i & 3u))) & 127u);
+    let d = {{buf}}_f16(base) * (0.5 + f32(a >> 28u)) * 0.5;
+    return IQ8(vec2<u32>(iq_sign4(iq_tab[IQ3XXS_GRID + (gi & 255u)], s), iq_sign4(iq_tab[IQ3XXS_GRID + (gi >> 8u)], s >> 4u)), d);
+{% elif qtype == "IQ3_S" %}
+    let base = rowbase + (c >> 5u) * 110u;
+    let gi = {{buf}}_u16(base + 2u + 2u * i);
+    let h = {{buf}}_u8(base + 66u + (i >> 2u)) >> (2u * (i & 3u));
+    let s = {{buf}}_u8(base + 74u + i);
+    let sc = ({{buf}}_u8(base + 106u + (i >> 3u)) >> (4u * ((i >> 2u) & 1u))) & 15u;
+    let d = {{buf}}_f16(base) * (1.0 + 2.0 * f32(sc));
+    return IQ8(vec2<u32>(iq_sign4(iq_tab[IQ3S_GRID + ((gi & 255u) | ((h & 1u) << 8u))], s),
+                         iq_sign4(iq_tab[IQ3S_GRID + ((gi >> 8u) | ((h & 2u) << 7u))], s >> 4u)), d);
+{% endif %}
+}
+{% endif %}
 fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
-{% if qtype == "F32" %}
+{% if qtype in IQ_GRID_TYPES %}
+    let v = {{buf}}_iq8(rowbase, c);
+    return Deq8(v.d * i8x4(v.q.x), v.d * i8x4(v.q.y));
+{% elif qtype == "F32" %}
     let i = (rowbase >> 2u) + c * 8u;
     return Deq8(vec4<f32>(bitcast<f32>({{buf}}_w(i)), bitcast<f32>({{buf}}_w(i + 1u)),
                           bitcast<f32>({{buf}}_w(i + 2u)), bitcast<f32>({{buf}}_w(i + 3u))),
@@ -292,7 +396,10 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
 }
 {% if Q8X | default(0) and qtype not in ("F32", "F16") %}
 fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
-{% if qtype == "Q4_0" %}
+{% if qtype in IQ_GRID_TYPES %}
+    let v = {{buf}}_iq8(rowbase, c);
+    return v.d * f32(idot8(v.q.x, v.q.y, q));
+{% elif qtype == "Q4_0" %}
     let base = rowbase + (c >> 2u) * 18u;
     let p = c & 3u;
     let w = {{buf}}_u32x2(base + 2u + (p & 1u) * 8u);
@@ -432,8 +539,9 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
 // Q4_K / Q5_K: the chunk is one 32-byte run of codes (sub-block 2p in the low nibbles, 2p + 1 in the
 // high), so each sub-block's 6-bit scale and min are decoded once and its 32 products are 8 integer
 // dot products summed as integers. Q6_K: four 16-weight pieces, one scale word, the codes read once
-// as 17 + 9 words. Q4_0 / Q8_0: the chunk's two blocks read once as 9 / 17 words, each block's 32
-// products summed as integers and scaled once. Other types: eight 8-weight `_dq8` products.
+// as 17 + 9 words. Q4_0 / Q8_0 / IQ4_NL: the chunk's two blocks read once as 9 / 17 / 9 words, each
+// block's 32 products summed as integers and scaled once. IQ4_XS: two sub-blocks, their scales decoded
+// once, 8 aligned code words. Other types: eight 8-weight `_dq8` products.
 fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
 {% if qtype == "Q4_K" or qtype == "Q5_K" %}
 {% set bb = 144 if qtype == "Q4_K" else 176 %}
@@ -563,6 +671,44 @@ fn {{buf}}_dq64(rowbase: u32, c: u32, x: X64) -> f32 {
     t1 += dot4I8Packed(a{{m + 9}}, x.q[{{4 + m // 2}}].{{"xy"[m % 2]}});
 {% endfor %}
     return x.s.x * unpack2x16float(a0).x * f32(t0) + x.s.y * unpack2x16float(a8).y * f32(t1);
+{% elif qtype == "IQ4_XS" %}
+    // sub-blocks 2p, 2p + 1 (p = c & 3) of the super-block (136 bytes, 4-byte aligned where a row of
+    // K = 256n weights starts): d and scales_h in word 0, their two scale nibbles in byte p of word 1,
+    // 16 code bytes each from word 2 + 8p (weight l < 16 the low nibble of byte l, 16 + l the high)
+    let wi = (rowbase >> 2u) + (c >> 2u) * 34u;
+    let p = c & 3u;
+    let h = {{buf}}_w(wi);
+    let sl = ({{buf}}_w(wi + 1u) >> (8u * p)) & 255u;
+    let ls0 = i32((sl & 15u) | (((h >> (16u + 4u * p)) & 3u) << 4u)) - 32;
+    let ls1 = i32((sl >> 4u) | (((h >> (18u + 4u * p)) & 3u) << 4u)) - 32;
+    let o = wi + 2u + 8u * p;
+    var t0 = 0;
+    var t1 = 0;
+{% for i in range(8) %}
+    {
+        let q = iq4_codes({{buf}}_w(o + {{i}}u));
+        t{{i // 4}} += dot4I8Packed(q.x, x.q[{{4 * (i // 4) + (i % 4) // 2}}].{{"xy"[i % 2]}})
+                     + dot4I8Packed(q.y, x.q[{{4 * (i // 4) + 2 + (i % 4) // 2}}].{{"xy"[i % 2]}});
+    }
+{% endfor %}
+    return unpack2x16float(h).x * (x.s.x * f32(ls0 * t0) + x.s.y * f32(ls1 * t1));
+{% elif qtype == "IQ4_NL" %}
+    // two whole blocks as Q4_0's (36 bytes from a 4-byte aligned offset, K = 64n), codes looked up
+    let wi = (rowbase >> 2u) + c * 9u;
+{% for i in range(9) %}
+    let a{{i}} = {{buf}}_w(wi + {{i}}u);
+{% endfor %}
+    var t0 = 0;
+    var t1 = 0;
+{% for m in range(4) %}
+    {
+        let q0 = iq4_codes((a{{m}} >> 16u) | (a{{m + 1}} << 16u));
+        let q1 = iq4_codes(a{{m + 5}});
+        t0 += dot4I8Packed(q0.x, x.q[{{m // 2}}].{{"xy"[m % 2]}}) + dot4I8Packed(q0.y, x.q[{{2 + m // 2}}].{{"xy"[m % 2]}});
+        t1 += dot4I8Packed(q1.x, x.q[{{4 + m // 2}}].{{"xy"[m % 2]}}) + dot4I8Packed(q1.y, x.q[{{6 + m // 2}}].{{"xy"[m % 2]}});
+    }
+{% endfor %}
+    return x.s.x * unpack2x16float(a0).x * f32(t0) + x.s.y * unpack2x16float(a4).y * f32(t1);
 {% else %}
     var r = 0.0;
 {% for i in range(8) %}

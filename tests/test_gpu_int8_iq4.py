@@ -1,0 +1,86 @@
+"""IQ4_XS and IQ4_NL in the int8-x decode matvec's 64-weight chunks (quant.wgsl `_dq64`, `iq4_codes`):
+with both code lookups (selects on constants; HEARTH_GPU_IQ4_LUT=1's pair table), in the forms the
+8B IQ4_XS runs (Q|K|V with RMSNorm and bias; gate/up writing the down product's int8 blocks; the down
+product on pre-quantized x), against float64 references on gguf-py's weights with x quantized as
+the kernel does (test_gpu_int8.py's helpers and bounds). Runs on lavapipe in CI."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth.engine.gpu import probe
+
+if probe() is None:
+    pytest.skip("wgpu finds no adapter", allow_module_level=True)
+
+from hearth.engine.gpu import ops  # noqa: E402
+from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from gpu_fixtures import (  # noqa: E402, F401 (rng: a fixture)
+    RTOL, dequant_reference, make_test_device, random_rows, read_f32, rel_err, rng, safe_x)
+from test_gpu_int8 import check_concat_with_norm_and_bias, check_glu_q8out, gauss, q8_ref  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+LOOKUPS = pytest.mark.parametrize("lut", [False, True], ids=["selects", "pair-table"])
+
+
+@pytest.fixture(scope="module")
+def ks():
+    d = make_test_device()
+    if not d.int8:
+        d.destroy()
+        pytest.skip("the adapter has no 4-way int8 dot products")
+    yield Kernels(d)
+    d.destroy()
+
+
+@pytest.fixture
+def lookup(monkeypatch, lut):
+    """The lookup under test, and the IQ4 types in the 64-weight chunks whatever HEARTH_GPU_IQ4_C64 says."""
+    monkeypatch.setattr(ops, "IQ4_LUT", lut)
+    monkeypatch.setattr(ops, "C64_TYPES", tuple(t for t in ops.C64_TYPES if not t.startswith("IQ4"))
+                        + ("IQ4_XS", "IQ4_NL"))
+    return lut
+
+
+def test_iq4_types_take_64_weight_chunks_unless_switched_off(monkeypatch):
+    assert ("IQ4_XS" in ops.C64_TYPES) == ("IQ4_NL" in ops.C64_TYPES) == ops.IQ4_C64
+    monkeypatch.setattr(ops, "C64_TYPES", ops.C64_TYPES + ("IQ4_XS", "IQ4_NL"))
+    for t in ("IQ4_XS", "IQ4_NL"):
+        assert ops.int8_c64([t], 4096, 64) and ops.int8_c64([t], 4096, ops.GLU_Q8OUT_LAYOUT[0])
+    assert not ops.int8_c64(["MXFP4"], 4096, 64)
+    monkeypatch.setattr(ops, "C64_TYPES", tuple(t for t in ops.C64_TYPES if not t.startswith("IQ4")))
+    assert not ops.int8_c64(["IQ4_XS"], 4096, 64)       # what HEARTH_GPU_IQ4_C64=0 leaves
+
+
+@LOOKUPS
+@pytest.mark.parametrize("layout", [(32, 1), (64, 4)])
+def test_concat_with_norm_and_bias(ks, rng, lookup, layout):
+    """IQ4_XS and IQ4_NL chunks beside MXFP4's eight-8-weight fallback in one kernel."""
+    types = ["IQ4_XS", "IQ4_NL", "MXFP4"]
+    assert ops.int8_c64(types, 4096, layout[0])
+    assert ops.matvec(ks, types, norm=True, bias=True, layout=layout, q8x=4096).tables == lookup
+    rpw = ops.matvec_rows(layout)
+    check_concat_with_norm_and_bias(ks, rng, layout, types, 4096, [rpw, rpw, rpw + 3])
+
+
+@LOOKUPS
+def test_glu_writes_the_down_products_int8_blocks(ks, rng, lookup):
+    check_glu_q8out(ks, rng, ("IQ4_XS", "IQ4_XS"), 4096)
+
+
+@LOOKUPS
+@pytest.mark.parametrize("qtype", ["IQ4_XS", "IQ4_NL"])
+def test_prequantized_x_with_residual(ks, rng, lookup, qtype):
+    """The down product's path (quantize_x, matvec q8g) in its layout."""
+    dev = ks.dev
+    layout = ops.INT8_PRE_LAYOUT
+    k, m = 8192, ops.matvec_rows(layout) + 3
+    assert ops.int8_c64([qtype], k, layout[0])
+    raw = random_rows(rng, qtype, m, k)
+    x = safe_x(rng, k)
+    y0 = gauss(rng, m)
+    xg, ybuf = dev.buffer(ops.q8_words(k) * 4), dev.upload(y0)
+    dispatch_once(dev, ops.quantize_x(ks), [dev.upload(x), xg], ops.quantize_x_groups(k), K=k)
+    dispatch_once(dev, ops.matvec(ks, [qtype], residual=True, layout=layout, q8x=k, q8g=True),
+                  [xg, ybuf, dev.upload(raw)], ops.matvec_groups(m, layout), **ops.matvec_params([qtype], k, [m]))
+    assert rel_err(read_f32(dev, ybuf, m), y0 + dequant_reference(raw, qtype, k) @ q8_ref(x)) < RTOL
