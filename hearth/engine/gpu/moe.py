@@ -8,6 +8,7 @@ float), and `add_decode(plan)` / `add_prefill(plan)` append its dispatches to a 
               logits (+ bias), top k, weights -> route [n, 2k]                    (moe_route.wgsl)
               (decode: the logits first by the dense matvec, spread over the GPU, then the top k)
     [sort]    prefill: the (token, slot) pairs grouped by expert -> order       (moe_sort.wgsl)
+              (prefill with int8 products: moe_grouped.py's tiled products from here on)
     glu       per (token, slot): act(gate_e xn (+b)) * (up_e xn (+b)) -> ffe [n, k, n_ff_exp]
     [q8]      prefill: ffe's rows as int8 blocks                             (quantize_rows.wgsl)
     down      decode: x += sum_s w_s (down_{e_s} ffe[t, s] (+b)), ffe quantized in workgroup memory
@@ -38,7 +39,7 @@ import numpy as np
 
 from ..errors import EngineError, UnsupportedModelError
 from ..quants import dequantize
-from . import ops
+from . import moe_grouped, ops
 from .kernels import grid
 
 log = logging.getLogger(__name__)
@@ -288,6 +289,9 @@ class MoeFfn:
         act = "swiglu_oai" if c.activation == "swiglu_oai" else "silu"
         gb = list(self.b_gate_up) if self.b_gate_up is not None else []
         order = self.bufs["order"]
+        if grouped and moe_grouped.usable(self):
+            moe_grouped.add_grouped(self, P, n_of, act)
+            return
         if grouped and self.bufs.get("yd") is not None:
             self._add_tiled(P, n_of, act, gb)
             return
