@@ -151,3 +151,30 @@ def test_tile_choice_follows_the_pairs_an_expert_gets():
 def test_types_without_an_int8_decoder_are_refused(ks):
     with pytest.raises(ValueError, match="Q5_0"):
         mg.mm_kernel(ks, "down", "Q5_0", 2)
+
+
+@pytest.mark.parametrize("qtype, bias", [("Q6_K", False), ("Q4_K", True), ("MXFP4", True), ("Q8_0", False)])
+def test_down_by_pair_quantizing_its_row_in_workgroup_memory(ks, rng, qtype, bias):
+    """Decode's down product by pair (moe_grouped.add_down_by_pair): f32 rows in, each workgroup
+    quantizes its pair's row itself, the weighted outputs summed over the slots into the residual."""
+    dev = ks.dev
+    n, E, k, d, ff = 2, 5, 3, 80, 256
+    rd, wd = experts(rng, qtype, E, d, ff)
+    h = rng.standard_normal((n * k, ff)).astype(np.float32)
+    x0 = rng.standard_normal((n, d)).astype(np.float32)
+    ids, w, route = make_route(rng, n, E, k, "random")
+    bd = rng.standard_normal((E, d)).astype(np.float32)
+    rows, c64 = gmoe.expert_layout([qtype], ff, True)
+    yd, y = poisoned(dev, n * k * d), dev.upload(x0)
+    rb = ops.row_bytes(qtype, ff)
+    pairs = dev.upload(np.arange(n * k, dtype=np.uint32))
+    dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype], k, bias=bias, q8=True, rows=rows, c64=c64, order=True,
+                                          qin=ops.q8_rows_words(1, ff)),
+                  [dev.upload(h), dev.upload(route), yd, dev.upload(rd)] + ([dev.upload(bd)] if bias else []) + [pairs],
+                  gmoe.expert_groups(d, n * k, rows, order=True),
+                  K=ff, M=d, rb0=rb, eb0=rb * d, n=n, s_off=ops.q8_rows_scales(1, ff))
+    dispatch_once(dev, gmoe.sum_kernel(ks, k), [yd, y], gmoe.sum_groups(n, d), d=d, n=n)
+    hr = q8_rows_ref(h)
+    ref = np.stack([sum(w[t, s] * (wd[ids[t, s]] @ hr[t * k + s] + (bd[ids[t, s]] if bias else 0))
+                        for s in range(k)) for t in range(n)])
+    assert rel_err(read_f32(dev, y, n * d).reshape(n, d) - x0, ref) < RTOL

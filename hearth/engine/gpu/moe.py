@@ -214,6 +214,7 @@ def moe_buffers(be) -> dict:
                     ffe=be.dev.buffer(n * k * ff * 4, "moe-ffe"))             # [chunk, k, n_ff_exp]
         bufs["order"] = be.dev.buffer(n * k * 4, "moe-order")                # [chunk k] u32
         bufs["tiles"] = be.dev.buffer(max_tiles(n, k, c.n_expert) * 8, "moe-tiles")   # [max_tiles, 2] u32
+        bufs["pairs"] = be.dev.upload(np.arange(n * k, dtype=np.uint32))       # [chunk k] u32: 0, 1, ...
         if n * k * c.n_embd * 4 <= int(be.dev.limits["max-storage-buffer-binding-size"]):
             bufs["yd"] = be.dev.buffer(n * k * c.n_embd * 4, "moe-down-pairs")  # [chunk k, d]
         if moe_int8(be.dev):   # [q8_rows_words] u32: xn's rows, then ffe's, as int8 blocks
@@ -311,6 +312,9 @@ class MoeFfn:
         # the tiled path do not fit one binding)
         db = [self.b_down] if self.b_down is not None else []
         nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
+        if not grouped and moe_grouped.down_by_pair_ok(self):
+            moe_grouped.add_down_by_pair(self, P, n_of)
+            return
         # decode: the token's k rows quantized inside the down product where they fit workgroup memory
         qin = ops.q8_rows_words(k, ff) if self.q8_down and not grouped and self._fits(ops.q8_rows_words(k, ff)) else 0
         src = self._quantize(P, ffe, ff, nk, f"{i}.experts.down") if self.q8_down and not qin else ffe

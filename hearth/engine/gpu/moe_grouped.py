@@ -15,6 +15,12 @@ Each weight block is read once for up to TN pairs of its expert (moe_tile.wgsl r
 4, the per-pair products once a pair), with the dense int8 product's arithmetic. It needs the int8
 dot products and weight types with an int8 decoder (q16.wgsl: MM_TYPES); otherwise, or with
 HEARTH_GPU_MOE_MM=0, MoeFfn keeps moe_tile.wgsl's tiles of 4 pairs.
+
+Decode's down product by pair (`add_down_by_pair`): workgroup (pair, row group) as prefill's ORDER
+products, each quantizing its pair's row in workgroup memory, writing yd; then moe_sum.wgsl. The
+per-token product runs one workgroup a row group for all k slots in turn: Qwen3-30B-A3B's (2,048
+rows of 768, 32 rows a workgroup) is 64 workgroups on a GPU that holds a thousand; by pair it is
+k times as many, for one more (tiny) dispatch. HEARTH_GPU_MOE_DOWN_PAIRS=0 keeps the per-token one.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from . import ops
 
 MM_TYPES = ops.INT8_MM_TYPES + ("MXFP4", "IQ4_NL")
 MOE_MM = os.environ.get("HEARTH_GPU_MOE_MM", "") != "0"
+DOWN_PAIRS = os.environ.get("HEARTH_GPU_MOE_DOWN_PAIRS", "") != "0"
 MM_FIELDS = (("K", "u"), ("M", "u"), ("rb0", "u"), ("eb0", "u"), ("s_off4", "u"), ("n", "u"), ("pad0", "u"),
              ("pad1", "u"))
 # Tiles (rows, pairs a thread: 16 RM x 16 RN a workgroup) by the pairs an expert gets on average in a
@@ -108,3 +115,27 @@ def add_grouped(ffn, P, n_of, act: str) -> None:
           lambda n, kv: mm_groups(n_of(n, kv), k, E, d, tile), f"{i}.experts.down",
           n=n_of, **mm_params(ffn.down.qtype, ff, d, ffn.down.eb, ops.q8_rows_scales(be.chunk * k, ff)))
     P.add(sum_kernel(ks, k), [yd, be.x], lambda n, kv: sum_groups(n_of(n, kv), d), f"{i}.experts.sum", d=d, n=n_of)
+
+
+def down_by_pair_ok(ffn) -> bool:
+    """Whether decode's down product runs by pair (int8 x, yd allocated, one row's blocks fit beside
+    the reduction in workgroup memory)."""
+    ff = ffn.be.cfg.n_ff_exp
+    return DOWN_PAIRS and ffn.q8_down and ffn.bufs.get("yd") is not None and ffn._fits(ops.q8_rows_words(1, ff))
+
+
+def add_down_by_pair(ffn, P, n_of) -> None:
+    """Decode's down product by (pair, row group) into yd, then the slots' sum into x (see the docstring)."""
+    from .moe import expert_groups, expert_kernel, expert_layout, sum_groups, sum_kernel
+
+    be, c, ks = ffn.be, ffn.be.cfg, ffn.be.ks
+    d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, ffn.i
+    db = [ffn.b_down] if ffn.b_down is not None else []
+    rows, c64 = expert_layout([ffn.down.qtype], ff, True)
+    P.add(expert_kernel(ks, "down", [ffn.down.qtype], k, bias=bool(db), q8=True, rows=rows, c64=c64, order=True,
+                        qin=ops.q8_rows_words(1, ff)),
+          [ffn.bufs["ffe"], ffn.bufs["route"], ffn.bufs["yd"], ffn.down.buffer] + db + [ffn.bufs["pairs"]],
+          lambda n, kv: expert_groups(d, n_of(n, kv) * k, rows, order=True), f"{i}.experts.down",
+          K=ff, M=d, rb0=ffn.down.rb, eb0=ffn.down.eb, n=n_of, s_off=ops.q8_rows_scales(1, ff))
+    P.add(sum_kernel(ks, k), [ffn.bufs["yd"], be.x], lambda n, kv: sum_groups(n_of(n, kv), d), f"{i}.experts.sum",
+          d=d, n=n_of)

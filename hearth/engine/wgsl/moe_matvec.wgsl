@@ -18,9 +18,10 @@
 // that buffer, its scales from word s_off) and the products are 4-way integer dot products on the
 // weights' codes (quant.wgsl `_dq8`), as llama.cpp's experts read x rounded to Q8_0. C64 (with Q8):
 // a lane's chunks are 64 weights (quant.wgsl `_dq64`: a K-quant's scales decoded once per sub-block).
-// QIN (= the words of SLOTS rows of int8 blocks; "down" per token, with Q8): x arrives in f32 and each
-// workgroup first writes its token's SLOTS rows as int8 blocks into workgroup memory (quantize_rows'
-// layout and code, scales from word s_off there): no quantize pass (decode: one dispatch less a layer).
+// QIN (= the words of SLOTS rows of int8 blocks, of one row with ORDER; "down" with Q8): x arrives in
+// f32 and each workgroup first writes its token's SLOTS rows (ORDER: its pair's row) as int8 blocks
+// into workgroup memory (quantize_rows' layout and code, scales from word s_off there): no quantize
+// pass (decode: one dispatch less a layer).
 {% from "q8_block.wgsl" import q8_scale, q8_codes %}
 {% from "quant.wgsl" import quant_fns with context %}
 {% include "quant.wgsl" %}
@@ -28,7 +29,8 @@
 {% set Q8 = Q8X | default(0) %}
 {% set C64 = C64 | default(False) %}
 {% set QIN = QIN | default(0) %}
-{% if QIN and (not Q8 or GLU or ORDER) %}{{ raise("x quantized in the workgroup is built for the per-token down product") }}{% endif %}
+{% if QIN and (not Q8 or GLU) %}{{ raise("x quantized in the workgroup is built for the down product") }}{% endif %}
+{% set QROWS = 1 if ORDER else SLOTS %}
 {% if C64 and not Q8 %}{{ raise("64-weight chunks are built for int8 x only") }}{% endif %}
 {% if MODE not in ("glu", "down") %}{{ raise("moe_matvec mode " ~ MODE) }}{% endif %}
 const ROWS: u32 = {{ROWS}}u;
@@ -106,8 +108,12 @@ fn fdot8(a: Deq8, xb: u32, c: u32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
 {% if QIN %}
     {
+{% if ORDER %}
+        let base = order[wid.x] * (P.K / 4u);        // pair j's row, in vec4s
+{% else %}
         let base = wid.y * SLOTS * (P.K / 4u);       // token t's SLOTS rows, in vec4s
-        for (var bk = tid; bk < SLOTS * P.K / 32u; bk += 256u) {
+{% endif %}
+        for (var bk = tid; bk < {{QROWS}}u * P.K / 32u; bk += 256u) {
 {% for i in range(4) %}
             let v{{i}} = X8(xf[base + bk * 8u + {{2 * i}}u], xf[base + bk * 8u + {{2 * i + 1}}u]);
 {% endfor %}
@@ -168,7 +174,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let e = route[t * 2u * SLOTS + j % SLOTS];
     let ws = bitcast<f32>(route[t * 2u * SLOTS + SLOTS + j % SLOTS]);
     let ro = e * P.eb0 + r * P.rb0;
-    let xb = j * (P.K / 4u);
+    let xb = {% if QIN %}0u{% else %}j * (P.K / 4u){% endif %};
     var acc = 0.0;
     for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
     red[tid] = acc;
