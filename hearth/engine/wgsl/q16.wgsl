@@ -69,12 +69,13 @@ fn w0_q16(rowbase: u32, s: u32, h: u32) -> Q16 {
     // int8 table (MXFP4: doubled e2m1 values, its scale 2^(e - 128) makes up for the doubling)
     let base = rowbase + s * {{bb}}u;
     let qs = w0_u32x4(base + {{bb - 16}}u);
-    let t = {{ "KV_FP4" if QTYPE == "MXFP4" else "KV_IQ4" }};
     let sh = 4u * h;
-    let q = vec4<u32>(kv_pack4(t, qs.x, sh), kv_pack4(t, qs.y, sh), kv_pack4(t, qs.z, sh), kv_pack4(t, qs.w, sh));
 {% if QTYPE == "MXFP4" %}
+    let q = vec4<u32>(fp4_pack4(qs.x, sh), fp4_pack4(qs.y, sh), fp4_pack4(qs.z, sh), fp4_pack4(qs.w, sh));
     return Q16(q, e8m0_half(w0_u8(base)));
 {% else %}
+    let q = vec4<u32>(kv_pack4(KV_IQ4, qs.x, sh), kv_pack4(KV_IQ4, qs.y, sh), kv_pack4(KV_IQ4, qs.z, sh),
+                      kv_pack4(KV_IQ4, qs.w, sh));
     return Q16(q, w0_f16(base));
 {% endif %}
 {% else %}
