@@ -105,7 +105,7 @@ fn fdot8(a: Deq8, xb: u32, c: u32) -> f32 {
 {% endif %}
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32{% if SUBGROUPS %}, @builtin(subgroup_size) sg: u32{% endif %}) {
 {% if QIN %}
     {
 {% if ORDER %}
@@ -166,8 +166,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         acu += {{ dot8("w1", "rb", "xb", "c") }};
 {% endif %}
     }
-    red[tid] = acc;
-    red[256u + tid] = acu;
 {% elif ORDER %}
     let j = order[wid.x];                        // token t's slot s
     let t = j / SLOTS;
@@ -177,7 +175,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let xb = {% if QIN %}0u{% else %}j * (P.K / 4u){% endif %};
     var acc = 0.0;
     for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
-    red[tid] = acc;
 {% else %}
     let t = wid.y;
     var acc = 0.0;
@@ -190,22 +187,54 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var c = lane; c < nc; c += LANES) { part += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
         acc += ws * part;
     }
-    red[tid] = acc;
 {% endif %}
+    // the row group's sums (lane 0's acc, acu): shuffles within a subgroup, then one barrier to add
+    // a row group's subgroups (as matvec.wgsl), else a tree in workgroup memory
+{% set names = ["acc", "acu"] if GLU else ["acc"] %}
+{% if SUBGROUPS %}
+    let w = min(sg, LANES);
+    for (var o = 1u; o < w; o <<= 1u) {
+{% for n in names %}
+        {{n}} += subgroupShuffleXor({{n}}, o);
+{% endfor %}
+    }
+    if (tid % w == 0u) {
+{% for n in names %}
+        red[{{loop.index0 * 256}}u + tid / w] = {{n}};
+{% endfor %}
+    }
+    workgroupBarrier();
+    if (lane == 0u) {
+{% for n in names %}
+        {{n}} = 0.0;
+{% endfor %}
+        for (var q = tid / w; q < tid / w + LANES / w; q++) {
+{% for n in names %}
+            {{n}} += red[{{loop.index0 * 256}}u + q];
+{% endfor %}
+        }
+    }
+{% else %}
+{% for n in names %}
+    red[{{loop.index0 * 256}}u + tid] = {{n}};
+{% endfor %}
     workgroupBarrier();
     for (var s = LANES / 2u; s > 0u; s >>= 1u) {
         if (lane < s) {
-            red[tid] += red[tid + s];
-{% if GLU %}
-            red[256u + tid] += red[256u + tid + s];
-{% endif %}
+{% for n in names %}
+            red[{{loop.index0 * 256}}u + tid] += red[{{loop.index0 * 256}}u + tid + s];
+{% endfor %}
         }
         workgroupBarrier();
     }
+{% for n in names %}
+    {{n}} = red[{{loop.index0 * 256}}u + tid];
+{% endfor %}
+{% endif %}
     if (lane != 0u || row >= P.M) { return; }
 {% if GLU %}
-    var g = red[tid];
-    var u = red[256u + tid];
+    var g = acc;
+    var u = acu;
 {% if BIAS %}
     g += b0[e * P.M + r];
     u += b1[e * P.M + r];
@@ -221,12 +250,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% endif %}
 {% elif ORDER %}
 {% if BIAS %}
-    y[j * P.M + r] = ws * (red[tid] + b0[e * P.M + r]);
+    y[j * P.M + r] = ws * (acc + b0[e * P.M + r]);
 {% else %}
-    y[j * P.M + r] = ws * red[tid];
+    y[j * P.M + r] = ws * acc;
 {% endif %}
 {% else %}
-    var v = red[tid];
+    var v = acc;
 {% if BIAS %}
     for (var s = 0u; s < SLOTS; s++) {
         let e = route[t * 2u * SLOTS + s];
