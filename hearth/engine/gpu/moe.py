@@ -8,6 +8,7 @@ float), and `add_decode(plan)` / `add_prefill(plan)` append its dispatches to a 
               logits (+ bias), top k, weights -> route [n, 2k]                    (moe_route.wgsl)
               (decode: the logits first by the dense matvec, spread over the GPU, then the top k)
     [sort]    prefill: the (token, slot) pairs grouped by expert -> order       (moe_sort.wgsl)
+              (prefill with int8 products: moe_grouped.py's tiled products from here on)
     glu       per (token, slot): act(gate_e xn (+b)) * (up_e xn (+b)) -> ffe [n, k, n_ff_exp]
     [q8]      prefill: ffe's rows as int8 blocks                             (quantize_rows.wgsl)
     down      decode: x += sum_s w_s (down_{e_s} ffe[t, s] (+b)), ffe quantized in workgroup memory
@@ -39,7 +40,7 @@ import numpy as np
 
 from ..errors import EngineError, UnsupportedModelError
 from ..quants import dequantize
-from . import ops
+from . import moe_grouped, ops
 from .kernels import grid
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,7 @@ def moe_buffers(be) -> dict:
                     ffe=be.dev.buffer(n * k * ff * 4, "moe-ffe"))             # [chunk, k, n_ff_exp]
         bufs["order"] = be.dev.buffer(n * k * 4, "moe-order")                # [chunk k] u32
         bufs["tiles"] = be.dev.buffer(max_tiles(n, k, c.n_expert) * 8, "moe-tiles")   # [max_tiles, 2] u32
+        bufs["pairs"] = be.dev.upload(np.arange(n * k, dtype=np.uint32))       # [chunk k] u32: 0, 1, ...
         if n * k * c.n_embd * 4 <= int(be.dev.limits["max-storage-buffer-binding-size"]):
             bufs["yd"] = be.dev.buffer(n * k * c.n_embd * 4, "moe-down-pairs")  # [chunk k, d]
         if moe_int8(be.dev):   # [q8_rows_words] u32: xn's rows, then ffe's, as int8 blocks
@@ -303,6 +305,9 @@ class MoeFfn:
         act = ACTIVATIONS.get(c.activation, "silu")
         gb = list(self.b_gate_up) if self.b_gate_up is not None else []
         order = self.bufs["order"]
+        if grouped and moe_grouped.usable(self):
+            moe_grouped.add_grouped(self, P, n_of, act)
+            return
         if grouped and self.bufs.get("yd") is not None:
             self._add_tiled(P, n_of, act, gb)
             return
@@ -322,6 +327,9 @@ class MoeFfn:
         # the tiled path do not fit one binding)
         db = [self.b_down] if self.b_down is not None else []
         nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
+        if not grouped and moe_grouped.down_by_pair_ok(self):
+            moe_grouped.add_down_by_pair(self, P, n_of)
+            return
         # decode: the token's k rows quantized inside the down product where they fit workgroup memory
         qin = ops.q8_rows_words(k, ff) if self.q8_down and not grouped and self._fits(ops.q8_rows_words(k, ff)) else 0
         src = self._quantize(P, ffe, ff, nk, f"{i}.experts.down") if self.q8_down and not qin else ffe

@@ -18,9 +18,10 @@
 // that buffer, its scales from word s_off) and the products are 4-way integer dot products on the
 // weights' codes (quant.wgsl `_dq8`), as llama.cpp's experts read x rounded to Q8_0. C64 (with Q8):
 // a lane's chunks are 64 weights (quant.wgsl `_dq64`: a K-quant's scales decoded once per sub-block).
-// QIN (= the words of SLOTS rows of int8 blocks; "down" per token, with Q8): x arrives in f32 and each
-// workgroup first writes its token's SLOTS rows as int8 blocks into workgroup memory (quantize_rows'
-// layout and code, scales from word s_off there): no quantize pass (decode: one dispatch less a layer).
+// QIN (= the words of SLOTS rows of int8 blocks, of one row with ORDER; "down" with Q8): x arrives in
+// f32 and each workgroup first writes its token's SLOTS rows (ORDER: its pair's row) as int8 blocks
+// into workgroup memory (quantize_rows' layout and code, scales from word s_off there): no quantize
+// pass (decode: one dispatch less a layer).
 {% from "q8_block.wgsl" import q8_scale, q8_codes %}
 {% from "quant.wgsl" import quant_fns with context %}
 {% include "quant.wgsl" %}
@@ -28,7 +29,8 @@
 {% set Q8 = Q8X | default(0) %}
 {% set C64 = C64 | default(False) %}
 {% set QIN = QIN | default(0) %}
-{% if QIN and (not Q8 or GLU or ORDER) %}{{ raise("x quantized in the workgroup is built for the per-token down product") }}{% endif %}
+{% if QIN and (not Q8 or GLU) %}{{ raise("x quantized in the workgroup is built for the down product") }}{% endif %}
+{% set QROWS = 1 if ORDER else SLOTS %}
 {% if C64 and not Q8 %}{{ raise("64-weight chunks are built for int8 x only") }}{% endif %}
 {% if MODE not in ("glu", "down") %}{{ raise("moe_matvec mode " ~ MODE) }}{% endif %}
 const ROWS: u32 = {{ROWS}}u;
@@ -103,11 +105,15 @@ fn fdot8(a: Deq8, xb: u32, c: u32) -> f32 {
 {% endif %}
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32{% if SUBGROUPS %}, @builtin(subgroup_size) sg: u32{% endif %}) {
 {% if QIN %}
     {
+{% if ORDER %}
+        let base = order[wid.x] * (P.K / 4u);        // pair j's row, in vec4s
+{% else %}
         let base = wid.y * SLOTS * (P.K / 4u);       // token t's SLOTS rows, in vec4s
-        for (var bk = tid; bk < SLOTS * P.K / 32u; bk += 256u) {
+{% endif %}
+        for (var bk = tid; bk < {{QROWS}}u * P.K / 32u; bk += 256u) {
 {% for i in range(4) %}
             let v{{i}} = X8(xf[base + bk * 8u + {{2 * i}}u], xf[base + bk * 8u + {{2 * i + 1}}u]);
 {% endfor %}
@@ -160,18 +166,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         acu += {{ dot8("w1", "rb", "xb", "c") }};
 {% endif %}
     }
-    red[tid] = acc;
-    red[256u + tid] = acu;
 {% elif ORDER %}
     let j = order[wid.x];                        // token t's slot s
     let t = j / SLOTS;
     let e = route[t * 2u * SLOTS + j % SLOTS];
     let ws = bitcast<f32>(route[t * 2u * SLOTS + SLOTS + j % SLOTS]);
     let ro = e * P.eb0 + r * P.rb0;
-    let xb = j * (P.K / 4u);
+    let xb = {% if QIN %}0u{% else %}j * (P.K / 4u){% endif %};
     var acc = 0.0;
     for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
-    red[tid] = acc;
 {% else %}
     let t = wid.y;
     var acc = 0.0;
@@ -184,22 +187,54 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var c = lane; c < nc; c += LANES) { part += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
         acc += ws * part;
     }
-    red[tid] = acc;
 {% endif %}
+    // the row group's sums (lane 0's acc, acu): shuffles within a subgroup, then one barrier to add
+    // a row group's subgroups (as matvec.wgsl), else a tree in workgroup memory
+{% set names = ["acc", "acu"] if GLU else ["acc"] %}
+{% if SUBGROUPS %}
+    let w = min(sg, LANES);
+    for (var o = 1u; o < w; o <<= 1u) {
+{% for n in names %}
+        {{n}} += subgroupShuffleXor({{n}}, o);
+{% endfor %}
+    }
+    if (tid % w == 0u) {
+{% for n in names %}
+        red[{{loop.index0 * 256}}u + tid / w] = {{n}};
+{% endfor %}
+    }
+    workgroupBarrier();
+    if (lane == 0u) {
+{% for n in names %}
+        {{n}} = 0.0;
+{% endfor %}
+        for (var q = tid / w; q < tid / w + LANES / w; q++) {
+{% for n in names %}
+            {{n}} += red[{{loop.index0 * 256}}u + q];
+{% endfor %}
+        }
+    }
+{% else %}
+{% for n in names %}
+    red[{{loop.index0 * 256}}u + tid] = {{n}};
+{% endfor %}
     workgroupBarrier();
     for (var s = LANES / 2u; s > 0u; s >>= 1u) {
         if (lane < s) {
-            red[tid] += red[tid + s];
-{% if GLU %}
-            red[256u + tid] += red[256u + tid + s];
-{% endif %}
+{% for n in names %}
+            red[{{loop.index0 * 256}}u + tid] += red[{{loop.index0 * 256}}u + tid + s];
+{% endfor %}
         }
         workgroupBarrier();
     }
+{% for n in names %}
+    {{n}} = red[{{loop.index0 * 256}}u + tid];
+{% endfor %}
+{% endif %}
     if (lane != 0u || row >= P.M) { return; }
 {% if GLU %}
-    var g = red[tid];
-    var u = red[256u + tid];
+    var g = acc;
+    var u = acu;
 {% if BIAS %}
     g += b0[e * P.M + r];
     u += b1[e * P.M + r];
@@ -217,12 +252,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% endif %}
 {% elif ORDER %}
 {% if BIAS %}
-    y[j * P.M + r] = ws * (red[tid] + b0[e * P.M + r]);
+    y[j * P.M + r] = ws * (acc + b0[e * P.M + r]);
 {% else %}
-    y[j * P.M + r] = ws * red[tid];
+    y[j * P.M + r] = ws * acc;
 {% endif %}
 {% else %}
-    var v = red[tid];
+    var v = acc;
 {% if BIAS %}
     for (var s = 0u; s < SLOTS; s++) {
         let e = route[t * 2u * SLOTS + s];

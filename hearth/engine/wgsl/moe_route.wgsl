@@ -6,7 +6,10 @@
 //                    max(sum, MIN_SUM) where NORM_W (qwen3moe)
 //   "softmax_weight" top K of lg; weights softmax(lg[top])                        (gpt-oss)
 // Logits: 8 row groups of 32 lanes, each lane summing a strided part of one expert's row, a tree
-// in workgroup memory after; the top K is one thread's K scans over E values (E <= 4096).
+// in workgroup memory after. The top K by ranks: every thread counts, for its experts, the values
+// that beat theirs (larger, or equal at a lower id), so expert e lands at slot rank(e) when that is
+// below K: E steps a thread in parallel, where one thread's K scans took K E dependent steps
+// (Qwen3-30B-A3B: 1,024, the decode route's largest cost).
 // NORM: the input is the residual x [n, d] and the kernel does the FFN's RMSNorm itself (weight g,
 // as rmsnorm.wgsl computes it), writing xn for the experts; Q8 (with NORM): it also writes xn's rows
 // as int8 blocks of 32 (quantize_rows.wgsl's layout and code, scales from word s_off) for the
@@ -20,6 +23,7 @@
 {% if LOGITS and BIAS %}{{ raise("the router bias is in the logits already") }}{% endif %}
 {% if Q8 and not NORM %}{{ raise("the route kernel writes int8 blocks of a norm it computes") }}{% endif %}
 const E: u32 = {{E}}u;
+{% if K > 256 %}{{ raise("a top k past 256 experts") }}{% endif %}
 const K: u32 = {{K}}u;
 const MIN_SUM: f32 = 6.103515625e-5;
 struct Params { d: u32, n: u32, eps: f32, s_off: u32 }
@@ -46,7 +50,6 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 {% endif %}
 
 var<workgroup> lg: array<f32, E>;
-var<workgroup> used: array<u32, E>;
 var<workgroup> red: array<f32, 256>;
 var<workgroup> sel: array<f32, K>;
 
@@ -97,7 +100,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {% endif %}
 {% endif %}
 {% if LOGITS %}
-    for (var e = tid; e < E; e += 256u) { lg[e] = wr[e]; used[e] = 0u; }
+    for (var e = tid; e < E; e += 256u) { lg[e] = wr[e]; }
     workgroupBarrier();
 {% else %}
     for (var e0 = 0u; e0 < E; e0 += 8u) {
@@ -123,32 +126,57 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {% else %}
             lg[e] = red[tid];
 {% endif %}
-            used[e] = 0u;
         }
         workgroupBarrier();
     }
 {% endif %}
-    if (tid != 0u) { return; }
 {% if GATING == "softmax" %}
-    var mx = lg[0];
-    for (var e = 1u; e < E; e++) { mx = max(mx, lg[e]); }
-    var sum = 0.0;
-    for (var e = 0u; e < E; e++) { let v = exp(lg[e] - mx); lg[e] = v; sum += v; }
-    for (var e = 0u; e < E; e++) { lg[e] = lg[e] / sum; }
+    // p = softmax(lg): the max, then exp and their sum, as tree reductions over the threads
+    var m = lg[0];
+    for (var e = tid; e < E; e += 256u) { m = max(m, lg[e]); }
+    red[tid] = m;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if (tid < s) { red[tid] = max(red[tid], red[tid + s]); }
+        workgroupBarrier();
+    }
+    let mx = red[0];
+    workgroupBarrier();
+    var sm = 0.0;
+    for (var e = tid; e < E; e += 256u) { let v = exp(lg[e] - mx); lg[e] = v; sm += v; }
+    red[tid] = sm;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if (tid < s) { red[tid] += red[tid + s]; }
+        workgroupBarrier();
+    }
+    let sum = red[0];
+    for (var e = tid; e < E; e += 256u) { lg[e] = lg[e] / sum; }
+    workgroupBarrier();
 {% elif GATING != "softmax_weight" %}
     {{ raise("unknown expert gating " ~ GATING) }}
 {% endif %}
     let rb = t * 2u * K;
-    for (var s = 0u; s < K; s++) {
-        var best = E;
-        var bv = 0.0;
-        for (var e = 0u; e < E; e++) {
-            if (used[e] == 0u && (best == E || lg[e] > bv)) { best = e; bv = lg[e]; }
-        }
-        used[best] = 1u;
-        route[rb + s] = best;
-        sel[s] = bv;
+    // valid ids in every slot first: NaN logits rank 0 together and leave slots unfilled
+    if (tid < K) {
+        route[rb + tid] = tid;
+        sel[tid] = 0.0;
     }
+    workgroupBarrier();
+    for (var e = tid; e < E; e += 256u) {
+        let v = lg[e];
+        var rank = 0u;
+        for (var f = 0u; f < E; f++) {
+            let u = lg[f];
+            rank += select(0u, 1u, u > v || (u == v && f < e));
+        }
+        if (rank < K) {
+            route[rb + rank] = e;
+            sel[rank] = v;
+        }
+    }
+    workgroupBarrier();
+    if (tid != 0u) { return; }
 {% if GATING == "softmax" %}
 {% if NORM_W %}
     var tot = 0.0;

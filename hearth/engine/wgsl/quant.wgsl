@@ -84,6 +84,19 @@ fn kv_pack4(t: vec4<u32>, w: u32, sh: u32) -> u32 {
     return kv_byte(t, (w >> sh) & 15u) | (kv_byte(t, (w >> (sh + 8u)) & 15u) << 8u)
          | (kv_byte(t, (w >> (sh + 16u)) & 15u) << 16u) | (kv_byte(t, (w >> (sh + 24u)) & 15u) << 24u);
 }
+// kv_pack4(KV_FP4, w, sh) by arithmetic on the 4 bytes at once: the magnitude m = 0..7 becomes
+// 0 1 2 3 4 6 8 12 by adding (m >= 5) + (m >= 6) + 3 (m >= 7), then bytes with bit 3 set are negated
+// (0x80 - v, then bit 7 flipped: no borrow between bytes). About 20 operations against kv_pack4's 50
+// selects and shifts, which bound the MXFP4 products' speed.
+fn fp4_pack4(w: u32, sh: u32) -> u32 {
+    let n = (w >> sh) & 0x0F0F0F0Fu;
+    let m = n & 0x07070707u;
+    let v = m + (((m + 0x03030303u) >> 3u) & 0x01010101u) + (((m + 0x02020202u) >> 3u) & 0x01010101u)
+              + 3u * (((m + 0x01010101u) >> 3u) & 0x01010101u);
+    let neg = (0x80808080u - v) ^ 0x80808080u;
+    let s = ((n >> 3u) & 0x01010101u) * 255u;           // 0xFF in the bytes whose sign bit is set
+    return (v & ~s) | (neg & s);
+}
 // MXFP4's scale byte as 2^(e - 128) (llama.cpp's ggml_e8m0_to_fp32_half; subnormal below e = 2)
 fn e8m0_half(e: u32) -> f32 {
     return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
@@ -379,7 +392,11 @@ fn {{buf}}_deq8(rowbase: u32, c: u32) -> Deq8 {
 {% endif %}
     let q = {{buf}}_u32x2(base + {{bb - 16}}u + (p & 1u) * 8u);
     let sh = (p >> 1u) * 4u;
+{% if qtype == "MXFP4" %}
+    return Deq8(d * i8x4(fp4_pack4(q.x, sh)), d * i8x4(fp4_pack4(q.y, sh)));
+{% else %}
     return Deq8(d * i8x4(kv_pack4({{tab}}, q.x, sh)), d * i8x4(kv_pack4({{tab}}, q.y, sh)));
+{% endif %}
 {% elif qtype == "IQ4_XS" %}
     let base = rowbase + (c >> 5u) * 136u;
     let e0 = (c & 31u) * 8u;
@@ -520,7 +537,11 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
 {% else %}
     let d = e8m0_half({{buf}}_u8(base));
 {% endif %}
+{% if qtype == "MXFP4" %}
+    return d * f32(idot8(fp4_pack4(w.x, sh), fp4_pack4(w.y, sh), q));
+{% else %}
     return d * f32(idot8(kv_pack4({{tab}}, w.x, sh), kv_pack4({{tab}}, w.y, sh), q));
+{% endif %}
 {% elif qtype == "IQ4_XS" %}
     let base = rowbase + (c >> 5u) * 136u;
     let e0 = (c & 31u) * 8u;
