@@ -310,7 +310,7 @@ class GpuHybridBackend(GpuBackend):
         self._rope(P, i, L, lambda n, kv: ops.rope_groups(n, nh, nkv))
         ap = dict(self._attn_params(0), n_splits=lambda n, kv: ops.attn_prefill_splits(kv))
         P.add(ops.attn_prefill(ks, hd, self.kv_f16), [self.q, self.kv.kv.k[s], self.kv.kv.v[s], self.ppart, self.step],
-              lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv)), f"{i}.attn", **ap)
+              lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv), hd), f"{i}.attn", **ap)
         P.add(ops.attn_prefill_combine(ks, hd), [self.ppart, self.att], lambda n, kv: ops.rows_groups(n * nh),
               f"{i}.combine", **ap)
         self._sigmoid_gate(P, i)

@@ -422,8 +422,25 @@ ATTN_BQ = 64
 ATTN_MAX_SPLITS = 8
 
 
+def attn_prefill_wide(head_dim: int) -> bool:
+    """Whether prefill attention at this head dim shares each query row among threads
+    (attn_prefill_wide.wgsl): from head dim 256 up, where a thread's whole row would spill.
+    HEARTH_GPU_ATTN_WIDE_HD=N moves the threshold; =off keeps attn_prefill.wgsl everywhere."""
+    v = os.environ.get("HEARTH_GPU_ATTN_WIDE_HD", "256")
+    return v != "off" and head_dim % 64 == 0 and head_dim >= int(v)
+
+
+def attn_prefill_bq(head_dim: int) -> int:
+    """Queries a prefill attention workgroup takes (HEARTH_GPU_ATTN_WIDE_BQ: the wide kernel's)."""
+    return int(os.environ.get("HEARTH_GPU_ATTN_WIDE_BQ", "16")) if attn_prefill_wide(head_dim) else ATTN_BQ
+
+
 def attn_prefill(ks, head_dim: int, kv_f16: bool = False):
-    """Bindings: q, k_cache, v_cache, partials, step. Then attn_prefill_combine. kv_f16: a float16 cache."""
+    """Bindings: q, k_cache, v_cache, partials, step. Then attn_prefill_combine. kv_f16: a float16 cache.
+    Dispatch with attn_prefill_groups(..., head_dim): the two kernels tile queries differently."""
+    if attn_prefill_wide(head_dim):
+        return ks.get("attn_prefill_wide.wgsl", ["r", "r", "r", "rw", "r"], ATTN_PREFILL_FIELDS, HD=head_dim,
+                      BQ=attn_prefill_bq(head_dim), T=16, KT=8, KV_F16=bool(kv_f16))
     kt = max(4, min(32, 2048 // head_dim))
     return ks.get("attn_prefill.wgsl", ["r", "r", "r", "rw", "r"], ATTN_PREFILL_FIELDS, HD=head_dim,
                   BQ=ATTN_BQ, KT=kt, PASS="split", KV_F16=bool(kv_f16))
@@ -440,8 +457,8 @@ def attn_prefill_splits(kv_len: int) -> int:
     return max(1, min(ATTN_MAX_SPLITS, kv_len // 256))
 
 
-def attn_prefill_groups(n: int, n_head: int, n_splits: int = 1):
-    return -(-n // ATTN_BQ), n_head, n_splits
+def attn_prefill_groups(n: int, n_head: int, n_splits: int, head_dim: int):
+    return -(-n // attn_prefill_bq(head_dim)), n_head, n_splits
 
 
 EMBED_FIELDS = (("d", "u"), ("row_bytes", "u"), ("scale", "f"), ("n", "u"), ("id_off", "u"),
