@@ -104,8 +104,9 @@ def test_l2norm_of_q_and_k_only(gpu, rng):
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
 
 
-def run_delta(dev, ks, proj, conv, da, M0, sh=TINY):
-    """The chunked form (prep + scan) over all n tokens at once: (o [n, HV, S], M after them)."""
+def run_delta(dev, ks, proj, conv, da, M0, sh=TINY, form="solve"):
+    """The chunked form over all n tokens at once: (o [n, HV, S], M after them). form "solve": prep,
+    solve (every chunk's triangular system) and scan_u; "old": prep and scan (the solve inside it)."""
     S, HV = sh.S, sh.HV
     n = proj.shape[0]
     off = 5 * S * S                                      # the layer's state after another layer's
@@ -115,7 +116,12 @@ def run_delta(dev, ks, proj, conv, da, M0, sh=TINY):
     prm = params(n, sh, m_off=off)
     gb, mat = poisoned(dev, n * HV * 2), poisoned(dev, D.mat_floats(n, HV))
     dispatch_once(dev, D.prep(ks, S), [cb, pb, db, gb, mat], D.prep_groups(n, HV), **prm)
-    dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.scan_groups(S, HV), **prm)
+    if form == "old":
+        dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.scan_groups(S, HV), **prm)
+    else:
+        w = poisoned(dev, n * HV * S)
+        dispatch_once(dev, D.solve(ks, S), [cb, gb, mat, w, out], D.solve_groups(n, S, HV), **prm)
+        dispatch_once(dev, D.scan_u(ks, S), [cb, gb, mat, w, Mb, out], D.scan_u_groups(S, HV), **prm)
     o = read_f32(dev, out, n * HV * S).reshape(n, HV, S)
     M = read_f32(dev, Mb, HV * S * S, off).reshape(HV, S, S)
     assert np.isfinite(o).all() and np.isfinite(M).all()
@@ -153,21 +159,23 @@ def test_decode_pass_equals_the_recurrence_with_norms_and_gate(gpu, sh, n):
 
 @pytest.mark.parametrize("sh, n", [(TINY, 1), (TINY, 2), (TINY, 63), (TINY, 64), (TINY, 65), (TINY, 150),
                                    (REAL, 70), (ODD, 70)], ids=["1", "2", "63", "64", "65", "150", "S128", "S24"])
-def test_chunked_equals_the_recurrence(gpu, sh, n):
+@pytest.mark.parametrize("form", ["solve", "old"])
+def test_chunked_equals_the_recurrence(gpu, sh, n, form):
     dev, ks = gpu
     proj, conv, da, M0 = layer_inputs(np.random.default_rng(100 + n), n, sh)
     want_o, want_M = reference(proj, conv, da, M0, sh)
-    o, M = run_delta(dev, ks, proj, conv, da, M0, sh=sh)
+    o, M = run_delta(dev, ks, proj, conv, da, M0, sh=sh, form=form)
     assert np.abs(o - want_o).max() < 5e-5
     assert np.abs(M - want_M).max() < 5e-5
 
 
-def test_chunked_strong_decay_stays_finite(gpu):
+@pytest.mark.parametrize("form", ["solve", "old"])
+def test_chunked_strong_decay_stays_finite(gpu, form):
     """exp of a chunk's cumulative decay underflows to 0: every exponent used is <= 0."""
     dev, ks = gpu
     proj, conv, da, M0 = layer_inputs(np.random.default_rng(9), 130, decay=40.0)
     want_o, want_M = reference(proj, conv, da, M0)
-    o, M = run_delta(dev, ks, proj, conv, da, M0)
+    o, M = run_delta(dev, ks, proj, conv, da, M0, form=form)
     assert np.abs(o - want_o).max() < 5e-5
     assert np.abs(M - want_M).max() < 5e-5
 

@@ -1,10 +1,13 @@
 """Builders of the hybrid (Qwen3.5) layers' kernels: Gated DeltaNet's convolution, delta rule
 (recurrent and chunked) and the output gates (engine/wgsl/delta_conv.wgsl, delta_net.wgsl,
-gated_out.wgsl): a decoded token runs conv, then `decode`; a prefill chunk conv, l2norm, prep, scan,
-norm_silu. One parameter struct for all of them (DELTA_FIELDS); buffer order in each
+gated_out.wgsl, delta_chunk.wgsl): a decoded token runs conv, then `decode`; a prefill chunk conv,
+l2norm, prep, solve, scan_u (HEARTH_GPU_DELTA_SCAN=old: prep, scan: the solve inside the sequential
+scan), norm_silu. One parameter struct for all of them (DELTA_FIELDS); buffer order in each
 `access` tuple is the order of the kernel's bindings 1.. (as ops.py)."""
 
 from __future__ import annotations
+
+import os
 
 from ..models.delta_net import CHUNK
 from .kernels import grid
@@ -65,6 +68,38 @@ def scan(ks, S: int):
 
 def scan_groups(S: int, hv: int):
     return S // scan_block(S), hv, 1
+
+
+def solve_scan() -> bool:
+    """Whether prefill takes the solve out of the sequential scan (solve + scan_u, the default)."""
+    return os.environ.get("HEARTH_GPU_DELTA_SCAN", "") != "old"
+
+
+def solve(ks, S: int):
+    """The chunks' triangular systems, all at once. Bindings: conv, gb, mat, w [n, hv, S] (W),
+    u [n, hv, S] (U0). One thread per right-hand column: 2 S of them per (chunk, head)."""
+    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="solve", S=S, C=CHUNK)
+
+
+def solve_groups(n: int, S: int, hv: int):
+    return -(-2 * S // 64), -(-n // CHUNK), hv
+
+
+def scan_u_block(S: int) -> int:
+    """Value dims a scan_u workgroup takes: 8 gives S / 8 x hv workgroups (512 on Qwen3.5-4B's
+    32 heads of 128); HEARTH_GPU_DELTA_VB=4 or 16 (dividing S) trades workgroups for repeated reads."""
+    vb = int(os.environ.get("HEARTH_GPU_DELTA_VB", "8"))
+    return vb if vb in (4, 8, 16) and S % vb == 0 else 8
+
+
+def scan_u(ks, S: int):
+    """Bindings: conv, gb, mat, w (W), state M, u (U0 in, the delta rule's output o out)."""
+    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="scan", S=S, C=CHUNK,
+                  VB=scan_u_block(S))
+
+
+def scan_u_groups(S: int, hv: int):
+    return S // scan_u_block(S), hv, 1
 
 
 def mat_floats(n: int, hv: int) -> int:

@@ -78,6 +78,7 @@ class GpuHybridBackend(GpuBackend):
         self.o = buf(chunk * vd * 4, "delta-out")        # [chunk, hv, S]
         self.gb = buf(chunk * hv * 2 * 4, "g-beta")      # [chunk, hv, 2] cumulative decay, beta
         self.mat = buf(D.mat_floats(chunk, hv) * 4, "chunk-mats")   # [chunks, hv, C, C]
+        self.delta_w = buf(chunk * vd * 4, "delta-w")    # [chunk, hv, S] W = (I + L)^-1 beta exp(G) K
         self.qkv = buf(chunk * qkv_dim * 4, "qkv")       # [chunk, (nh + 2 nkv) hd]
         self.gate = buf(chunk * nh * hd * 4, "attn-gate")  # [chunk, nh hd]
         self.q = buf(chunk * nh * hd * 4, "q")           # [chunk, nh, hd] normed, rotated
@@ -240,8 +241,14 @@ class GpuHybridBackend(GpuBackend):
         P.add(D.l2norm(ks, S), [self.convo], lambda n, kv: D.l2norm_groups(n, hk), f"{i}.l2norm", **self._dp())
         P.add(D.prep(ks, S), [self.convo, self.proj, L["da"], self.gb, self.mat],
               lambda n, kv: D.prep_groups(n, hv), f"{i}.delta.prep", **self._dp())
-        P.add(D.scan(ks, S), [self.convo, self.gb, self.mat, self.kv.delta[r], self.o],
-              D.scan_groups(S, hv), f"{i}.delta.scan", **self._dp())
+        if D.solve_scan():
+            P.add(D.solve(ks, S), [self.convo, self.gb, self.mat, self.delta_w, self.o],
+                  lambda n, kv: D.solve_groups(n, S, hv), f"{i}.delta.solve", **self._dp())
+            P.add(D.scan_u(ks, S), [self.convo, self.gb, self.mat, self.delta_w, self.kv.delta[r], self.o],
+                  D.scan_u_groups(S, hv), f"{i}.delta.scan", **self._dp())
+        else:
+            P.add(D.scan(ks, S), [self.convo, self.gb, self.mat, self.kv.delta[r], self.o],
+                  D.scan_groups(S, hv), f"{i}.delta.scan", **self._dp())
         P.add(D.norm_silu(ks), [self.o, self.proj, L["ssm_norm"]], lambda n, kv: D.threads_groups(n * hv),
               f"{i}.gate", **self._dp())
 
