@@ -46,7 +46,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let beta = gb[(tok * P.hv + h) * 2u + 1u];
         var x = beta * conv[tok * P.ch + src];
         if (is_k) { x *= exp(g); }
-        for (var s = 0u; s < r; s++) { x -= mat[base + s * C + r] * col[s * 64u + t]; }
+        // four sums in flight: the loads of L's row do not wait on one chain of products
+        var a = vec4<f32>(0.0);
+        var s = 0u;
+        for (; s + 4u <= r; s += 4u) {
+            a += vec4<f32>(mat[base + s * C + r], mat[base + (s + 1u) * C + r], mat[base + (s + 2u) * C + r],
+                           mat[base + (s + 3u) * C + r])
+               * vec4<f32>(col[s * 64u + t], col[(s + 1u) * 64u + t], col[(s + 2u) * 64u + t], col[(s + 3u) * 64u + t]);
+        }
+        for (; s < r; s++) { a.x += mat[base + s * C + r] * col[s * 64u + t]; }
+        x -= (a.x + a.y) + (a.z + a.w);
         col[r * 64u + t] = x;
         if (is_k) { w[(tok * P.hv + h) * S + cj] = x; } else { u[(tok * P.hv + h) * S + cj - S] = x; }
     }
