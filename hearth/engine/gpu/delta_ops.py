@@ -1,6 +1,7 @@
 """Builders of the hybrid (Qwen3.5) layers' kernels: Gated DeltaNet's convolution, delta rule
 (recurrent and chunked) and the output gates (engine/wgsl/delta_conv.wgsl, delta_net.wgsl,
-gated_out.wgsl, delta_chunk.wgsl): a decoded token runs conv, then `decode`; a prefill chunk conv,
+gated_out.wgsl, delta_chunk.wgsl, delta_step.wgsl): a decoded token runs conv, step, gate
+(HEARTH_GPU_DELTA_DECODE=old: conv, then `decode`, a workgroup a head); a prefill chunk conv,
 l2norm, prep, solve, scan_u (HEARTH_GPU_DELTA_SCAN=old: prep, scan: the solve inside the sequential
 scan), norm_silu. One parameter struct for all of them (DELTA_FIELDS); buffer order in each
 `access` tuple is the order of the kernel's bindings 1.. (as ops.py)."""
@@ -43,6 +44,34 @@ def decode(ks, S: int):
     """One token, fused: q/k L2 norms, the update, RMSNorm(o) * ssm_norm * silu(z). Bindings: conv
     (not normalized), proj, da, state M, out [hv, S] (gated), ssm_norm [S]. A workgroup of S threads a head."""
     return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw", "r"], DELTA_FIELDS, PASS="decode", S=S, C=CHUNK)
+
+
+def split_decode() -> bool:
+    """Whether a decoded token takes step + gate (rows over many workgroups, the default) rather
+    than the one-pass `decode` (a workgroup a head); HEARTH_GPU_DELTA_DECODE=old: the latter."""
+    return os.environ.get("HEARTH_GPU_DELTA_DECODE", "") != "old"
+
+
+def step_lanes(S: int) -> int:
+    return 32 if S % 32 == 0 else 8
+
+
+def step(ks, S: int):
+    """One token's update, its state rows spread over workgroups (delta_step.wgsl). Bindings: conv
+    (not normalized), proj, da, state M, out [hv, S] (o before its norm and gate: then `gate`)."""
+    return ks.get("delta_step.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="step", S=S,
+                  LANES=step_lanes(S))
+
+
+def step_groups(S: int, hv: int):
+    """256 // lanes rows a workgroup: 16 workgroups a head of 128 (512 on Qwen3.5-4B's 32 heads)."""
+    return -(-S // (256 // step_lanes(S))), hv, 1
+
+
+def gate(ks, S: int):
+    """One token's RMSNorm(o per head) * ssm_norm * silu(z), in place. Bindings: o [hv, S], proj,
+    ssm_norm [S]. Groups (1, hv, 1)."""
+    return ks.get("delta_step.wgsl", ["rw", "r", "r"], DELTA_FIELDS, PASS="gate", S=S, LANES=step_lanes(S))
 
 
 def prep(ks, S: int):

@@ -234,6 +234,11 @@ class GpuHybridBackend(GpuBackend):
         r = self.kv.recurrent_slot[i]
         P.add(D.conv(ks, hc.d_conv), [self.proj, self.convo, self.kv.conv[r], L["conv_w"]],
               D.conv_groups(hc.conv_channels), f"{i}.conv", **self._dp())
+        if decode and D.split_decode():
+            P.add(D.step(ks, S), [self.convo, self.proj, L["da"], self.kv.delta[r], self.o],
+                  D.step_groups(S, hv), f"{i}.delta", **self._dp())
+            P.add(D.gate(ks, S), [self.o, self.proj, L["ssm_norm"]], (1, hv, 1), f"{i}.gate", **self._dp())
+            return
         if decode:   # the norms, the update and the output gate in one pass
             P.add(D.decode(ks, S), [self.convo, self.proj, L["da"], self.kv.delta[r], self.o, L["ssm_norm"]],
                   (1, hv, 1), f"{i}.delta", **self._dp())
