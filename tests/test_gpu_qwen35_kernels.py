@@ -72,7 +72,9 @@ def reference(proj, conv, da, M0, sh=TINY):
     return dn.reference_float64(M0, q, k, v, g, beta)
 
 
-def test_conv_and_its_state(gpu, rng):
+@pytest.mark.parametrize("form", ["serial", "parallel"])
+def test_conv_and_its_state(gpu, rng, form):
+    """serial: a thread a channel over the tokens (decode's); parallel: conv_rows + conv_state (prefill's)."""
     dev, ks = gpu
     w = rng.standard_normal((CH, KCONV)).astype(np.float32)
     st0 = rng.standard_normal((KCONV - 1, CH)).astype(np.float32)
@@ -85,8 +87,12 @@ def test_conv_and_its_state(gpu, rng):
         want = dn.causal_conv(np.ascontiguousarray(proj[:, :CH]), ref_state, w)
         want = want / (1.0 + np.exp(-want))
         out = poisoned(dev, n * CH)
-        dispatch_once(dev, D.conv(ks, KCONV), [dev.upload(proj, "proj"), out, st_buf, wb], D.conv_groups(CH),
-                      **params(n, st_off=7))
+        bufs = [dev.upload(proj, "proj"), out, st_buf, wb]
+        if form == "serial":
+            dispatch_once(dev, D.conv(ks, KCONV), bufs, D.conv_groups(CH), **params(n, st_off=7))
+        else:
+            dispatch_once(dev, D.conv_rows(ks, KCONV), bufs, D.conv_rows_groups(n, CH), **params(n, st_off=7))
+            dispatch_once(dev, D.conv_state(ks, KCONV), bufs, D.conv_groups(CH), **params(n, st_off=7))
         np.testing.assert_allclose(read_f32(dev, out, n * CH).reshape(n, CH), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(read_f32(dev, st_buf, ref_state.size, 7).reshape(ref_state.shape), ref_state,
                                rtol=0, atol=0)

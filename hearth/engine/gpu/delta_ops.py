@@ -25,6 +25,26 @@ def conv(ks, d_conv: int):
     return ks.get("delta_conv.wgsl", ["r", "rw", "rw", "r"], DELTA_FIELDS, KM1=d_conv - 1)
 
 
+def conv_rows(ks, d_conv: int):
+    """Prefill's conv outputs, a thread a (token, channel); then conv_state. Bindings as conv."""
+    return ks.get("delta_conv.wgsl", ["r", "rw", "rw", "r"], DELTA_FIELDS, KM1=d_conv - 1, MODE="rows")
+
+
+def conv_state(ks, d_conv: int):
+    """The carried state after n tokens (conv_groups). Bindings as conv."""
+    return ks.get("delta_conv.wgsl", ["r", "rw", "rw", "r"], DELTA_FIELDS, KM1=d_conv - 1, MODE="state")
+
+
+def conv_rows_groups(n: int, ch: int):
+    gx, gy = grid(-(-(n * ch) // 64))
+    return gx, gy, 1
+
+
+def parallel_conv() -> bool:
+    """Prefill's conv as conv_rows + conv_state (default) or the serial conv (HEARTH_GPU_DELTA_CONV=old)."""
+    return os.environ.get("HEARTH_GPU_DELTA_CONV", "") != "old"
+
+
 def conv_groups(ch: int):
     gx, gy = grid(-(-ch // 64))
     return gx, gy, 1

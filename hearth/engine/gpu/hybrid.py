@@ -232,8 +232,13 @@ class GpuHybridBackend(GpuBackend):
         hc, ks = self.cfg.hybrid, self.ks
         S, hv, hk = hc.d_state, hc.n_v_heads, hc.n_k_heads
         r = self.kv.recurrent_slot[i]
-        P.add(D.conv(ks, hc.d_conv), [self.proj, self.convo, self.kv.conv[r], L["conv_w"]],
-              D.conv_groups(hc.conv_channels), f"{i}.conv", **self._dp())
+        conv_b = [self.proj, self.convo, self.kv.conv[r], L["conv_w"]]
+        if decode or not D.parallel_conv():
+            P.add(D.conv(ks, hc.d_conv), conv_b, D.conv_groups(hc.conv_channels), f"{i}.conv", **self._dp())
+        else:
+            P.add(D.conv_rows(ks, hc.d_conv), conv_b, lambda n, kv: D.conv_rows_groups(n, hc.conv_channels),
+                  f"{i}.conv", **self._dp())
+            P.add(D.conv_state(ks, hc.d_conv), conv_b, D.conv_groups(hc.conv_channels), f"{i}.conv", **self._dp())
         if decode and D.split_decode():
             P.add(D.step(ks, S), [self.convo, self.proj, L["da"], self.kv.delta[r], self.o],
                   D.step_groups(S, hv), f"{i}.delta", **self._dp())
