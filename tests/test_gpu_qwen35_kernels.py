@@ -125,9 +125,9 @@ def run_delta(dev, ks, proj, conv, da, M0, sh=TINY, form="solve"):
     if form == "old":
         dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.scan_groups(S, HV), **prm)
     else:
-        w = poisoned(dev, n * HV * S)
-        dispatch_once(dev, D.solve(ks, S), [cb, gb, mat, w, out], D.solve_groups(n, S, HV), **prm)
-        dispatch_once(dev, D.scan_u(ks, S), [cb, gb, mat, w, Mb, out], D.scan_u_groups(S, HV), **prm)
+        wt, qt = poisoned(dev, D.tw_floats(n, HV, S)), poisoned(dev, D.tw_floats(n, HV, S))
+        dispatch_once(dev, D.solve(ks, S), [cb, gb, mat, wt, qt, out], D.solve_groups(n, S, HV), **prm)
+        dispatch_once(dev, D.scan_u(ks, S), [cb, gb, mat, wt, qt, Mb, out], D.scan_u_groups(S, HV), **prm)
     o = read_f32(dev, out, n * HV * S).reshape(n, HV, S)
     M = read_f32(dev, Mb, HV * S * S, off).reshape(HV, S, S)
     assert np.isfinite(o).all() and np.isfinite(M).all()

@@ -125,9 +125,15 @@ def solve_scan() -> bool:
 
 
 def solve(ks, S: int):
-    """The chunks' triangular systems, all at once. Bindings: conv, gb, mat, w [n, hv, S] (W),
-    u [n, hv, S] (U0). One thread per right-hand column: 2 S of them per (chunk, head)."""
-    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="solve", S=S, C=CHUNK)
+    """The chunks' triangular systems, all at once. Bindings: conv, gb, mat, wt, qt (both
+    [chunks, hv, S, C]: W^T and the scaled Q^T, tw_floats), u [n, hv, S] (U0). One thread per
+    right-hand column: 2 S of them per (chunk, head)."""
+    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "rw", "rw", "rw"], DELTA_FIELDS, PASS="solve", S=S, C=CHUNK)
+
+
+def tw_floats(n: int, hv: int, S: int) -> int:
+    """float32 values of each of solve's transposed outputs for n tokens."""
+    return -(-n // CHUNK) * hv * S * CHUNK
 
 
 def solve_groups(n: int, S: int, hv: int):
@@ -142,8 +148,8 @@ def scan_u_block(S: int) -> int:
 
 
 def scan_u(ks, S: int):
-    """Bindings: conv, gb, mat, w (W), state M, u (U0 in, the delta rule's output o out)."""
-    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="scan", S=S, C=CHUNK,
+    """Bindings: conv, gb, mat, wt, qt, state M, u (U0 in, the delta rule's output o out)."""
+    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="scan", S=S, C=CHUNK,
                   VB=scan_u_block(S))
 
 

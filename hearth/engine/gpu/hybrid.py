@@ -78,7 +78,8 @@ class GpuHybridBackend(GpuBackend):
         self.o = buf(chunk * vd * 4, "delta-out")        # [chunk, hv, S]
         self.gb = buf(chunk * hv * 2 * 4, "g-beta")      # [chunk, hv, 2] cumulative decay, beta
         self.mat = buf(D.mat_floats(chunk, hv) * 4, "chunk-mats")   # [chunks, hv, C, C]
-        self.delta_w = buf(chunk * vd * 4, "delta-w")    # [chunk, hv, S] W = (I + L)^-1 beta exp(G) K
+        self.delta_wt = buf(D.tw_floats(chunk, hv, S) * 4, "delta-wt")   # [chunks, hv, S, C] W^T
+        self.delta_qt = buf(D.tw_floats(chunk, hv, S) * 4, "delta-qt")   # [chunks, hv, S, C] scaled Q^T
         self.qkv = buf(chunk * qkv_dim * 4, "qkv")       # [chunk, (nh + 2 nkv) hd]
         self.gate = buf(chunk * nh * hd * 4, "attn-gate")  # [chunk, nh hd]
         self.q = buf(chunk * nh * hd * 4, "q")           # [chunk, nh, hd] normed, rotated
@@ -252,9 +253,10 @@ class GpuHybridBackend(GpuBackend):
         P.add(D.prep(ks, S), [self.convo, self.proj, L["da"], self.gb, self.mat],
               lambda n, kv: D.prep_groups(n, hv), f"{i}.delta.prep", **self._dp())
         if D.solve_scan():
-            P.add(D.solve(ks, S), [self.convo, self.gb, self.mat, self.delta_w, self.o],
+            P.add(D.solve(ks, S), [self.convo, self.gb, self.mat, self.delta_wt, self.delta_qt, self.o],
                   lambda n, kv: D.solve_groups(n, S, hv), f"{i}.delta.solve", **self._dp())
-            P.add(D.scan_u(ks, S), [self.convo, self.gb, self.mat, self.delta_w, self.kv.delta[r], self.o],
+            P.add(D.scan_u(ks, S), [self.convo, self.gb, self.mat, self.delta_wt, self.delta_qt, self.kv.delta[r],
+                                    self.o],
                   D.scan_u_groups(S, hv), f"{i}.delta.scan", **self._dp())
         else:
             P.add(D.scan(ks, S), [self.convo, self.gb, self.mat, self.kv.delta[r], self.o],

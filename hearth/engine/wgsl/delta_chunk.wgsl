@@ -6,7 +6,9 @@
 // PASS:
 //   "solve"  workgroup (block of 64 of the 2 S right-hand columns, chunk, head), a thread a column,
 //            forward substitution down the chunk's rows with its column in workgroup memory;
-//            W -> w [n, hv, S_k], U0 -> u [n, hv, S_v] (the o buffer, overwritten by the scan)
+//            W^T -> wt and (exp(G) Q / sqrt(S))^T -> qt [chunks, hv, S_k, C] (transposed, so that the
+//            scan's threads, one a token, read them coalesced), U0 -> u [n, hv, S_v] (the o buffer,
+//            overwritten by the scan)
 //   "scan"   workgroup (VB value dims, head) walks the chunks in order with those rows of M^T in
 //            workgroup memory; thread t is token t: U = U0 - W M^T, o = exp(G) (Q M^T) / sqrt(S) + A U
 //            (o replaces U0 in u), then thread i is state row i: M^T <- exp(G_last) M^T +
@@ -22,8 +24,9 @@ struct Params {
 @group(0) @binding(2) var<storage, read> gb: array<f32>;      // [n, hv, 2] cumulative decay G, beta
 @group(0) @binding(3) var<storage, read> mat: array<f32>;     // [chunks, hv, C, C] A (lower), L^T (upper)
 {% if PASS == "solve" %}
-@group(0) @binding(4) var<storage, read_write> w: array<f32>; // [n, hv, S]
-@group(0) @binding(5) var<storage, read_write> u: array<f32>; // [n, hv, S]
+@group(0) @binding(4) var<storage, read_write> wt: array<f32>; // [chunks, hv, S, C]
+@group(0) @binding(5) var<storage, read_write> qt: array<f32>; // [chunks, hv, S, C]
+@group(0) @binding(6) var<storage, read_write> u: array<f32>;  // [n, hv, S]
 
 var<workgroup> col: array<f32, C * 64u>;   // [row, thread]: the solved column so far
 
@@ -57,13 +60,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (; s < r; s++) { a.x += mat[base + s * C + r] * col[s * 64u + t]; }
         x -= (a.x + a.y) + (a.z + a.w);
         col[r * 64u + t] = x;
-        if (is_k) { w[(tok * P.hv + h) * S + cj] = x; } else { u[(tok * P.hv + h) * S + cj - S] = x; }
+        if (is_k) {
+            let e = (c * P.hv + h) * S * C + cj * C + r;
+            wt[e] = x;
+            qt[e] = exp(g) * inverseSqrt(f32(S)) * conv[tok * P.ch + kh * S + cj];
+        } else {
+            u[(tok * P.hv + h) * S + cj - S] = x;
+        }
     }
 }
 {% elif PASS == "scan" %}
-@group(0) @binding(4) var<storage, read> w: array<f32>;       // [n, hv, S]
-@group(0) @binding(5) var<storage, read_write> M: array<f32>; // [hv, S_v, S_k] at m_off
-@group(0) @binding(6) var<storage, read_write> u: array<f32>; // [n, hv, S]: U0 in, o out
+@group(0) @binding(4) var<storage, read> wt: array<f32>;      // [chunks, hv, S, C]
+@group(0) @binding(5) var<storage, read> qt: array<f32>;      // [chunks, hv, S, C]
+@group(0) @binding(6) var<storage, read_write> M: array<f32>; // [hv, S_v, S_k] at m_off
+@group(0) @binding(7) var<storage, read_write> u: array<f32>; // [n, hv, S]: U0 in, o out
 const VB: u32 = {{VB}}u;
 var<workgroup> mb: array<f32, S * VB>;     // [S_k, VB]: rows j0 .. j0 + VB of M, transposed
 var<workgroup> ub: array<f32, C * VB>;     // [C, VB]: U, then U exp(G_last - G)
@@ -74,9 +84,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let h = wid.y;
     let j0 = wid.x * VB;
     let kh = h % P.hk;
-    let qb = kh * S;
     let kb = (P.hk + kh) * S;
-    let scale = 1.0 / sqrt(f32(S));
     for (var e = t; e < S * VB; e += C) {
         mb[(e % S) * VB + e / S] = M[P.m_off + (h * S + j0 + e / S) * S + e % S];
     }
@@ -96,16 +104,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         var wm: array<f32, VB>;
         for (var jj = 0u; jj < VB; jj++) { qm[jj] = 0.0; wm[jj] = 0.0; }
         if (live) {
+            let cb = (c * P.hv + h) * S * C + t;
             for (var i = 0u; i < S; i++) {
-                let wv = w[row + i];
-                let qv = conv[tok * P.ch + qb + i];
+                let wv = wt[cb + i * C];
+                let qv = qt[cb + i * C];
                 for (var jj = 0u; jj < VB; jj++) { wm[jj] += wv * mb[i * VB + jj]; qm[jj] += qv * mb[i * VB + jj]; }
             }
-            let eg = exp(G) * scale;
-            for (var jj = 0u; jj < VB; jj++) {
-                ub[t * VB + jj] = u[row + j0 + jj] - wm[jj];
-                qm[jj] *= eg;
-            }
+            for (var jj = 0u; jj < VB; jj++) { ub[t * VB + jj] = u[row + j0 + jj] - wm[jj]; }
         }
         workgroupBarrier();
         let last = gsh[nc - 1u];
