@@ -171,13 +171,29 @@ class GpuHybridBackend(GpuBackend):
         da = np.concatenate([self._vec(W, p + "ssm_dt.bias", hv), self._vec(W, p + "ssm_a", hv)])
         return dict(
             attn_norm=W.vector(p + "attn_norm.weight", d),
-            w_in=[W.matrix(p + "attn_qkv.weight", hc.conv_channels, d), W.matrix(p + "attn_gate.weight", hc.value_dim, d),
-                  W.matrix(p + "ssm_beta.weight", hv, d), W.matrix(p + "ssm_alpha.weight", hv, d)],
+            w_in=[W.matrix(p + "attn_qkv.weight", hc.conv_channels, d), W.matrix(p + "attn_gate.weight", hc.value_dim, d)]
+            + self._beta_alpha(W, p, hv, d),
             conv_w=W.vector(p + "ssm_conv1d.weight", hc.conv_channels * hc.d_conv),   # [ch, d_conv]
             da=W.floats(da, p + "dt_bias|a"),                                          # [2 hv]
             ssm_norm=W.vector(p + "ssm_norm.weight", hc.d_state),
             ssm_out=W.matrix(p + "ssm_out.weight", d, hc.value_dim),
             ffn=ffn_for(self, i))
+
+    def _beta_alpha(self, W, p: str, hv: int, d: int) -> list:
+        """ssm_beta and ssm_alpha ([hv, d] each), as one matrix of 2 hv rows where they have one GPU
+        type (their outputs sit side by side in proj), so that a decoded token's in-projections are
+        one matvec dispatch, not two; else the two matrices."""
+        names = [p + "ssm_beta.weight", p + "ssm_alpha.weight"]
+        ts = [W.g.tensors.get(n) for n in names]
+        if (os.environ.get("HEARTH_GPU_DELTA_DECODE", "") == "old" or any(t is None for t in ts)
+                or ts[0].type != ts[1].type or ts[0].type.name not in ops.GPU_TYPES
+                or any(tuple(t.shape) != (d, hv) for t in ts)):
+            return [W.matrix(n, hv, d) for n in names]
+        raw = np.concatenate([np.asarray(t.data).view(np.uint8).reshape(hv, -1) for t in ts])
+        b = self.dev.upload(np.ascontiguousarray(raw), p + "ssm_beta|alpha")
+        W.buffers.append(b)
+        W.nbytes += b.size
+        return [GpuMatrix(b, ts[0].type.name, 2 * hv, d)]
 
     @staticmethod
     def _vec(W, name: str, n: int) -> np.ndarray:
@@ -223,10 +239,12 @@ class GpuHybridBackend(GpuBackend):
                   [self.x, out] + [w.buffer for w in group] + [norm], ops.matvec_groups(sum(rows), lay), label,
                   **ops.matvec_params(types, c.n_embd, rows, eps=c.rms_eps, y_off=offs[a]))
 
-    def _in_offsets(self) -> list[int]:
-        hc = self.cfg.hybrid
-        ch, vd, hv = hc.conv_channels, hc.value_dim, hc.n_v_heads
-        return [0, ch, ch + vd, ch + vd + hv]
+    def _in_offsets(self, L: dict) -> list[int]:
+        """Where each of L's in-projection matrices writes in proj's row (beta and alpha side by side)."""
+        offs = [0]
+        for w in L["w_in"][:-1]:
+            offs.append(offs[-1] + w.rows)
+        return offs
 
     def _linear_tail(self, P: Plan, i: int, L: dict, decode: bool) -> None:
         """From proj to x += ssm_out o: conv, q/k norms, the delta rule, the output gate."""
@@ -265,7 +283,8 @@ class GpuHybridBackend(GpuBackend):
               f"{i}.gate", **self._dp())
 
     def _linear_decode(self, P: Plan, i: int, L: dict) -> None:
-        self._norm_matvecs(P, L["w_in"], L["attn_norm"], self.proj, self._in_offsets(), f"{i}.in")
+        self._norm_matvecs(P, L["w_in"], L["attn_norm"], self.proj, self._in_offsets(L), f"{i}.in",
+                           per=3 if len(L["w_in"]) == 3 else 2)
         self._linear_tail(P, i, L, decode=True)
         vd = self.cfg.hybrid.value_dim
         lay, q8 = self._layout([L["ssm_out"].qtype], vd, self.cfg.n_embd)
@@ -278,7 +297,7 @@ class GpuHybridBackend(GpuBackend):
               d=d, n=self.chunk, eps=c.rms_eps)
         if any(self._mm8(w.qtype) for w in L["w_in"]):
             self._quantize_src(P, self.xn, d, f"{i}.in")
-        for w, y_off in zip(L["w_in"], self._in_offsets()):
+        for w, y_off in zip(L["w_in"], self._in_offsets(L)):
             self._product(P, w, self.xn, d, w.rows, self.proj, self.ldp, y_off, f"{i}.in")
         self._linear_tail(P, i, L, decode=False)
         self._prefill_proj(P, L["ssm_out"], self.o, c.hybrid.value_dim, None, None, f"{i}.ssm_out")
