@@ -431,8 +431,12 @@ def attn_prefill_wide(head_dim: int) -> bool:
 
 
 def attn_prefill_bq(head_dim: int) -> int:
-    """Queries a prefill attention workgroup takes (HEARTH_GPU_ATTN_WIDE_BQ: the wide kernel's)."""
-    return int(os.environ.get("HEARTH_GPU_ATTN_WIDE_BQ", "16")) if attn_prefill_wide(head_dim) else ATTN_BQ
+    """Queries a prefill attention workgroup takes. The wide kernel's (16 threads a query):
+    HEARTH_GPU_ATTN_WIDE_BQ = 4, 8 or 16 (the default; 256 threads, WebGPU's guaranteed most)."""
+    if not attn_prefill_wide(head_dim):
+        return ATTN_BQ
+    bq = os.environ.get("HEARTH_GPU_ATTN_WIDE_BQ", "16")
+    return int(bq) if bq in ("4", "8", "16") else 16
 
 
 def attn_prefill(ks, head_dim: int, kv_f16: bool = False):
