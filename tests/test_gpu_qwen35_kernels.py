@@ -111,7 +111,7 @@ def test_l2norm_of_q_and_k_only(gpu, rng):
 
 
 def run_delta(dev, ks, proj, conv, da, M0, sh=TINY, form="solve"):
-    """The chunked form over all n tokens at once: (o [n, HV, S], M after them). form "solve": prep,
+    """The chunked form over all n tokens at once: (o [n, HV, S], M after them). form "solve": gram,
     solve (every chunk's triangular system) and scan_u; "old": prep and scan (the solve inside it)."""
     S, HV = sh.S, sh.HV
     n = proj.shape[0]
@@ -121,7 +121,8 @@ def run_delta(dev, ks, proj, conv, da, M0, sh=TINY, form="solve"):
     pb, cb, db = dev.upload(proj, "proj"), dev.upload(conv, "conv"), dev.upload(da, "da")
     prm = params(n, sh, m_off=off)
     gb, mat = poisoned(dev, n * HV * 2), poisoned(dev, D.mat_floats(n, HV))
-    dispatch_once(dev, D.prep(ks, S), [cb, pb, db, gb, mat], D.prep_groups(n, HV), **prm)
+    first = D.prep(ks, S) if form == "old" else D.gram(ks, S)
+    dispatch_once(dev, first, [cb, pb, db, gb, mat], D.prep_groups(n, HV), **prm)
     if form == "old":
         dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.scan_groups(S, HV), **prm)
     else:

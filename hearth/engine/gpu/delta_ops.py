@@ -2,7 +2,7 @@
 (recurrent and chunked) and the output gates (engine/wgsl/delta_conv.wgsl, delta_net.wgsl,
 gated_out.wgsl, delta_chunk.wgsl, delta_step.wgsl): a decoded token runs conv, step, gate
 (HEARTH_GPU_DELTA_DECODE=old: conv, then `decode`, a workgroup a head); a prefill chunk conv,
-l2norm, prep, solve, scan_u (HEARTH_GPU_DELTA_SCAN=old: prep, scan: the solve inside the sequential
+l2norm, gram, solve, scan_u (HEARTH_GPU_DELTA_SCAN=old: prep, scan: the solve inside the sequential
 scan), norm_silu. One parameter struct for all of them (DELTA_FIELDS); buffer order in each
 `access` tuple is the order of the kernel's bindings 1.. (as ops.py)."""
 
@@ -117,6 +117,12 @@ def scan(ks, S: int):
 
 def scan_groups(S: int, hv: int):
     return S // scan_block(S), hv, 1
+
+
+def gram(ks, S: int):
+    """solve's and scan_u's chunk matrices (A^T above, L below the diagonal) and gb, as a tiled
+    product. Bindings: conv, proj, da, gb [n, hv, 2], mat [chunks, hv, C, C]. Groups: prep_groups."""
+    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="gram", S=S, C=CHUNK)
 
 
 def solve_scan() -> bool:

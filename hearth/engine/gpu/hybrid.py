@@ -268,7 +268,7 @@ class GpuHybridBackend(GpuBackend):
                   (1, hv, 1), f"{i}.delta", **self._dp())
             return
         P.add(D.l2norm(ks, S), [self.convo], lambda n, kv: D.l2norm_groups(n, hk), f"{i}.l2norm", **self._dp())
-        P.add(D.prep(ks, S), [self.convo, self.proj, L["da"], self.gb, self.mat],
+        P.add(D.gram(ks, S) if D.solve_scan() else D.prep(ks, S), [self.convo, self.proj, L["da"], self.gb, self.mat],
               lambda n, kv: D.prep_groups(n, hv), f"{i}.delta.prep", **self._dp())
         if D.solve_scan():
             P.add(D.solve(ks, S), [self.convo, self.gb, self.mat, self.delta_wt, self.delta_qt, self.o],
