@@ -206,6 +206,9 @@ def test_output_gates(gpu, rng):
     normed = o / np.sqrt((o * o).mean(-1, keepdims=True) + 1e-6) * w
     want = z / (1 + np.exp(-z)) * normed
     np.testing.assert_allclose(read_f32(dev, ob, o.size).reshape(o.shape), want, rtol=1e-5, atol=1e-6)
+    ob = dev.upload(o, "o")                     # delta_step.wgsl's gate: a workgroup a (token, head)
+    dispatch_once(dev, D.gate(ks, S), [ob, dev.upload(proj, "proj"), dev.upload(w, "w")], (n, HV, 1), **params(n))
+    np.testing.assert_allclose(read_f32(dev, ob, o.size).reshape(o.shape), want, rtol=1e-5, atol=1e-6)
     y = rng.standard_normal((n, 40)).astype(np.float32)
     gate = rng.standard_normal((n, 40)).astype(np.float32)
     yb = dev.upload(y, "y")

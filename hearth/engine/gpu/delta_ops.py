@@ -89,8 +89,8 @@ def step_groups(S: int, hv: int):
 
 
 def gate(ks, S: int):
-    """One token's RMSNorm(o per head) * ssm_norm * silu(z), in place. Bindings: o [hv, S], proj,
-    ssm_norm [S]. Groups (1, hv, 1)."""
+    """RMSNorm(o per head) * ssm_norm * silu(z), in place, a workgroup a (token, head). Bindings:
+    o [n, hv, S], proj, ssm_norm [S]. Groups (n, hv, 1)."""
     return ks.get("delta_step.wgsl", ["rw", "r", "r"], DELTA_FIELDS, PASS="gate", S=S, LANES=step_lanes(S))
 
 

@@ -279,8 +279,11 @@ class GpuHybridBackend(GpuBackend):
         else:
             P.add(D.scan(ks, S), [self.convo, self.gb, self.mat, self.kv.delta[r], self.o],
                   D.scan_groups(S, hv), f"{i}.delta.scan", **self._dp())
-        P.add(D.norm_silu(ks), [self.o, self.proj, L["ssm_norm"]], lambda n, kv: D.threads_groups(n * hv),
-              f"{i}.gate", **self._dp())
+        if D.solve_scan():
+            P.add(D.gate(ks, S), [self.o, self.proj, L["ssm_norm"]], lambda n, kv: (n, hv, 1), f"{i}.gate", **self._dp())
+        else:
+            P.add(D.norm_silu(ks), [self.o, self.proj, L["ssm_norm"]], lambda n, kv: D.threads_groups(n * hv),
+                  f"{i}.gate", **self._dp())
 
     def _linear_decode(self, P: Plan, i: int, L: dict) -> None:
         self._norm_matvecs(P, L["w_in"], L["attn_norm"], self.proj, self._in_offsets(L), f"{i}.in",

@@ -9,7 +9,8 @@
 //           are applied as scale factors (M_j . k = |k|^-1 M_j . k_raw), so the three sums a row
 //           needs first (M_j . k_raw, |q_raw|^2, |k_raw|^2) share one pass through workgroup
 //           memory, and M_j . q another. o [hv, S] is written before its norm and gate.
-//   "gate"  o [hv, S] <- RMSNorm(o per head) * ssm_norm * silu(z): a workgroup of 64 a head.
+//   "gate"  o [n, hv, S] <- RMSNorm(o per head) * ssm_norm * silu(z): a workgroup of 64 a (token, head)
+//           (workgroup (token, head)), z at row token of proj.
 const S: u32 = {{S}}u;
 const LANES: u32 = {{LANES}}u;
 const E: u32 = S / LANES;
@@ -92,15 +93,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 {% elif PASS == "gate" %}
-@group(0) @binding(1) var<storage, read_write> o: array<f32>;     // [hv, S]
-@group(0) @binding(2) var<storage, read> proj: array<f32>;        // [ldp]: z at z_off
+@group(0) @binding(1) var<storage, read_write> o: array<f32>;     // [n, hv, S]
+@group(0) @binding(2) var<storage, read> proj: array<f32>;        // [n, ldp]: z at z_off
 @group(0) @binding(3) var<storage, read> w: array<f32>;           // [S] ssm_norm
 
 var<workgroup> red: array<f32, 64>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let b = wid.y * S;
+    let b = (wid.x * P.hv + wid.y) * S;
+    let zb = wid.x * P.ldp + P.z_off + wid.y * S;
     var ss = 0.0;
     for (var i = t; i < S; i += 64u) { ss += o[b + i] * o[b + i]; }
     red[t] = ss;
@@ -111,7 +113,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let inv = inverseSqrt(red[0] / f32(S) + P.eps);
     for (var i = t; i < S; i += 64u) {
-        let z = proj[P.z_off + b + i];
+        let z = proj[zb + i];
         o[b + i] = z / (1.0 + exp(-z)) * (o[b + i] * inv * w[i]);
     }
 }
