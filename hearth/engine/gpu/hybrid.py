@@ -5,8 +5,8 @@ A Gated DeltaNet layer, x [n, d]:
     proj = RMSNorm(x) * attn_norm @ [attn_qkv | attn_gate | ssm_beta | ssm_alpha]^T   [n, ch + vd + 2 hv]
     conv = silu(causal conv of proj[:, :ch]) (state: the last d_conv - 1 inputs)     [n, ch]
     q, k heads of conv L2-normalised; the delta rule -> o [n, hv, S]; o = RMSNorm(o per head) * ssm_norm
-    * silu(z): one token (decode) in one pass (delta_net.wgsl "decode": the recurrent update), more
-    tokens as l2norm, the chunked form ("prep" then "scan") and norm_silu; x += ssm_out o
+    * silu(z): one token (decode) as the recurrent update, more tokens in the chunked form (the
+    kernels: delta_plan.py); x += ssm_out o. ssm_beta|ssm_alpha of one type are one matrix.
 A gated attention layer: Q (the query half of attn_q's rows, uploaded apart from the gate half), K, V
 from RMSNorm(x); rope_store.wgsl's q/k norms, NeoX RoPE on the first n_rot dims and the K/V store;
 attention as the dense backend's; att *= sigmoid(gate); x += attn_output att.
@@ -31,6 +31,7 @@ from ..models.layers import Rope
 from . import delta_ops as D
 from . import ops
 from .backend import STEP_HEADER, GpuBackend, rope_table
+from .delta_plan import add_decode, add_prefill
 from .delta_state import GpuHybridState
 from .hybrid_ffn import ffn_for
 from .hybrid_moe import ffn_rows
@@ -185,7 +186,7 @@ class GpuHybridBackend(GpuBackend):
         one matvec dispatch, not two; else the two matrices."""
         names = [p + "ssm_beta.weight", p + "ssm_alpha.weight"]
         ts = [W.g.tensors.get(n) for n in names]
-        if (os.environ.get("HEARTH_GPU_DELTA_DECODE", "") == "old" or any(t is None for t in ts)
+        if (not D.split_decode() or any(t is None for t in ts)
                 or ts[0].type != ts[1].type or ts[0].type.name not in ops.GPU_TYPES
                 or any(tuple(t.shape) != (d, hv) for t in ts)):
             return [W.matrix(n, hv, d) for n in names]
@@ -247,43 +248,8 @@ class GpuHybridBackend(GpuBackend):
         return offs
 
     def _linear_tail(self, P: Plan, i: int, L: dict, decode: bool) -> None:
-        """From proj to x += ssm_out o: conv, q/k norms, the delta rule, the output gate."""
-        hc, ks = self.cfg.hybrid, self.ks
-        S, hv, hk = hc.d_state, hc.n_v_heads, hc.n_k_heads
-        r = self.kv.recurrent_slot[i]
-        conv_b = [self.proj, self.convo, self.kv.conv[r], L["conv_w"]]
-        if decode or not D.parallel_conv():
-            P.add(D.conv(ks, hc.d_conv), conv_b, D.conv_groups(hc.conv_channels), f"{i}.conv", **self._dp())
-        else:
-            P.add(D.conv_rows(ks, hc.d_conv), conv_b, lambda n, kv: D.conv_rows_groups(n, hc.conv_channels),
-                  f"{i}.conv", **self._dp())
-            P.add(D.conv_state(ks, hc.d_conv), conv_b, D.conv_groups(hc.conv_channels), f"{i}.conv", **self._dp())
-        if decode and D.split_decode():
-            P.add(D.step(ks, S), [self.convo, self.proj, L["da"], self.kv.delta[r], self.o],
-                  D.step_groups(S, hv), f"{i}.delta", **self._dp())
-            P.add(D.gate(ks, S), [self.o, self.proj, L["ssm_norm"]], (1, hv, 1), f"{i}.gate", **self._dp())
-            return
-        if decode:   # the norms, the update and the output gate in one pass
-            P.add(D.decode(ks, S), [self.convo, self.proj, L["da"], self.kv.delta[r], self.o, L["ssm_norm"]],
-                  (1, hv, 1), f"{i}.delta", **self._dp())
-            return
-        P.add(D.l2norm(ks, S), [self.convo], lambda n, kv: D.l2norm_groups(n, hk), f"{i}.l2norm", **self._dp())
-        P.add(D.gram(ks, S) if D.solve_scan() else D.prep(ks, S), [self.convo, self.proj, L["da"], self.gb, self.mat],
-              lambda n, kv: D.prep_groups(n, hv), f"{i}.delta.prep", **self._dp())
-        if D.solve_scan():
-            P.add(D.solve(ks, S), [self.convo, self.gb, self.mat, self.delta_wt, self.delta_qt, self.o],
-                  lambda n, kv: D.solve_groups(n, S, hv), f"{i}.delta.solve", **self._dp())
-            P.add(D.scan_u(ks, S), [self.convo, self.gb, self.mat, self.delta_wt, self.delta_qt, self.kv.delta[r],
-                                    self.o],
-                  D.scan_u_groups(S, hv), f"{i}.delta.scan", **self._dp())
-        else:
-            P.add(D.scan(ks, S), [self.convo, self.gb, self.mat, self.kv.delta[r], self.o],
-                  D.scan_groups(S, hv), f"{i}.delta.scan", **self._dp())
-        if D.solve_scan():
-            P.add(D.gate(ks, S), [self.o, self.proj, L["ssm_norm"]], lambda n, kv: (n, hv, 1), f"{i}.gate", **self._dp())
-        else:
-            P.add(D.norm_silu(ks), [self.o, self.proj, L["ssm_norm"]], lambda n, kv: D.threads_groups(n * hv),
-                  f"{i}.gate", **self._dp())
+        """From proj to the gated delta-rule output o: delta_plan.py's passes."""
+        (add_decode if decode else add_prefill)(self, P, i, L)
 
     def _linear_decode(self, P: Plan, i: int, L: dict) -> None:
         self._norm_matvecs(P, L["w_in"], L["attn_norm"], self.proj, self._in_offsets(L), f"{i}.in",

@@ -427,7 +427,13 @@ def attn_prefill_wide(head_dim: int) -> bool:
     (attn_prefill_wide.wgsl): from head dim 256 up, where a thread's whole row would spill.
     HEARTH_GPU_ATTN_WIDE_HD=N moves the threshold; =off keeps attn_prefill.wgsl everywhere."""
     v = os.environ.get("HEARTH_GPU_ATTN_WIDE_HD", "256")
-    return v != "off" and head_dim % 64 == 0 and head_dim >= int(v)
+    return v != "off" and head_dim % 16 == 0 and head_dim >= int(v)
+
+
+def attn_prefill_slices(head_dim: int) -> int:
+    """Threads sharing a query row in attn_prefill_wide.wgsl: 16, fewer for heads under 64 dims
+    (each keeps at least one vec4 of q and of o)."""
+    return 16 if head_dim % 64 == 0 else 8 if head_dim % 32 == 0 else 4
 
 
 def attn_prefill_bq(head_dim: int) -> int:
@@ -444,7 +450,8 @@ def attn_prefill(ks, head_dim: int, kv_f16: bool = False):
     Dispatch with attn_prefill_groups(..., head_dim): the two kernels tile queries differently."""
     if attn_prefill_wide(head_dim):
         return ks.get("attn_prefill_wide.wgsl", ["r", "r", "r", "rw", "r"], ATTN_PREFILL_FIELDS, HD=head_dim,
-                      BQ=attn_prefill_bq(head_dim), T=16, KT=8, KV_F16=bool(kv_f16))
+                      BQ=attn_prefill_bq(head_dim), T=attn_prefill_slices(head_dim),
+                      KT=min(8, attn_prefill_slices(head_dim)), KV_F16=bool(kv_f16))
     kt = max(4, min(32, 2048 // head_dim))
     return ks.get("attn_prefill.wgsl", ["r", "r", "r", "rw", "r"], ATTN_PREFILL_FIELDS, HD=head_dim,
                   BQ=ATTN_BQ, KT=kt, PASS="split", KV_F16=bool(kv_f16))
