@@ -74,7 +74,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let k_begin = first + wid.z * per;
     let k_end = min(k_begin + per, last_q + 1u);
     let row0 = kvh * P.max_ctx;
-    for (var k0 = k_begin; k0 < k_end; k0 += KT) {
+    // tiles at multiples of KT, so that a query's keys fall in the same tiles (and its softmax
+    // rescales at the same keys) whichever query tile and chunk it is computed in
+    for (var k0 = k_begin / KT * KT; k0 < k_end; k0 += KT) {
         for (var j = 0u; j < KT; j++) {
             var s = 0.0;
             if (k0 + j < k_end) {
@@ -90,7 +92,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var s = 0.0;
             for (var u = 0u; u < T; u++) { s += red[(u * KT + sl) * BQ + r]; }
             let kj = k0 + sl;
-            sc[sl * BQ + r] = select(-3.0e38, s, live && kj < k_end && kj <= qp && kj >= lo);
+            sc[sl * BQ + r] = select(-3.0e38, s, live && kj >= k_begin && kj < k_end && kj <= qp && kj >= lo);
         }
         workgroupBarrier();
         var mx = m;
