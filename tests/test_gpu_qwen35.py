@@ -170,13 +170,14 @@ def test_float16_kv_cache(files):
     assert np.abs(one - want).max() < 1e-3
 
 
-def test_beta_and_alpha_of_one_type_are_one_decode_dispatch(files, cpu_float, tmp_path):
+def test_beta_and_alpha_of_one_type_are_one_decode_dispatch(files, cpu_float, tmp_path, monkeypatch):
     """ssm_beta and ssm_alpha of one GPU type are uploaded as one matrix, so a decoded token's
     in-projections are one matvec (the tiny file mixes their types: rewritten here with both as their
     exact F32 values, the same model): one token at a time, the CPU float path's logits."""
     from hearth.engine.quants import dequantize
     from tests import gguf_rewrite as R
     d, m, g = files
+    monkeypatch.delenv("HEARTH_GPU_DELTA_DECODE", raising=False)     # =old keeps them apart
 
     def alpha_f32(name, t):
         if not name.endswith(("ssm_alpha.weight", "ssm_beta.weight")):
