@@ -136,11 +136,12 @@ def run_delta(dev, ks, proj, conv, da, M0, sh=TINY, form="solve"):
 
 
 @pytest.mark.parametrize("sh, n", [(TINY, 1), (TINY, 20), (REAL, 3), (ODD, 2)], ids=["1", "20", "S128", "S24"])
-@pytest.mark.parametrize("form", ["split", "old"])
+@pytest.mark.parametrize("form", ["split", "head", "old"])
 def test_decode_pass_equals_the_recurrence_with_norms_and_gate(gpu, sh, n, form):
     """Token after token, q/k L2 norms, the update, RMSNorm(o) * w * silu(z) against the float64
     recurrence on normalized q/k, then numpy's gate: "split" the step (rows over workgroups: 16 a
-    head at S 128) and gate passes, "old" the one fused pass (a workgroup a head)."""
+    head at S 128) and gate passes, "head" both in one workgroup of S x 8 threads a head, "old" the
+    one fused pass (a workgroup of S threads a head)."""
     dev, ks = gpu
     S, HK, HV = sh.S, sh.HK, sh.HV
     rng = np.random.default_rng(7 + n)
@@ -161,6 +162,8 @@ def test_decode_pass_equals_the_recurrence_with_norms_and_gate(gpu, sh, n, form)
         cb, pb = dev.upload(conv[t], "conv"), dev.upload(proj[t], "proj")
         if form == "old":
             dispatch_once(dev, D.decode(ks, S), [cb, pb, db, Mb, out, wb], (1, HV, 1), **params(1, sh, m_off=off))
+        elif form == "head":
+            dispatch_once(dev, D.head_step(ks, S), [cb, pb, db, Mb, out, wb], (1, HV, 1), **params(1, sh, m_off=off))
         else:
             dispatch_once(dev, D.step(ks, S), [cb, pb, db, Mb, out], D.step_groups(S, HV), **params(1, sh, m_off=off))
             dispatch_once(dev, D.gate(ks, S), [out, pb, wb], (1, HV, 1), **params(1, sh, m_off=off))

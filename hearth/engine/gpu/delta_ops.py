@@ -67,9 +67,26 @@ def decode(ks, S: int):
 
 
 def split_decode() -> bool:
-    """Whether a decoded token takes step + gate (rows over many workgroups, the default) rather
-    than the one-pass `decode` (a workgroup a head); HEARTH_GPU_DELTA_DECODE=old: the latter."""
+    """Whether a decoded token takes the new passes (the default: step + gate, rows over many
+    workgroups; HEARTH_GPU_DELTA_DECODE=head: head_step) rather than the one-pass `decode` (=old)."""
     return os.environ.get("HEARTH_GPU_DELTA_DECODE", "") != "old"
+
+
+def head_lanes(S: int) -> int:
+    return 8 if S * 8 <= 1024 else 4
+
+
+def head_decode(dev, S: int) -> bool:
+    """HEARTH_GPU_DELTA_DECODE=head, where the device runs workgroups of S x head_lanes threads."""
+    return (os.environ.get("HEARTH_GPU_DELTA_DECODE", "") == "head"
+            and S * head_lanes(S) <= int(dev.limits["max-compute-invocations-per-workgroup"]))
+
+
+def head_step(ks, S: int):
+    """step and gate in one pass, a workgroup of S x head_lanes threads a head (groups (1, hv, 1)).
+    Bindings: conv (not normalized), proj, da, state M, out [hv, S] (gated), ssm_norm [S]."""
+    return ks.get("delta_step.wgsl", ["r", "r", "r", "rw", "rw", "r"], DELTA_FIELDS, PASS="head", S=S,
+                  LANES=step_lanes(S), HL=head_lanes(S))
 
 
 def step_lanes(S: int) -> int:

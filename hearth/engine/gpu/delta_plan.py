@@ -3,6 +3,7 @@ in-projections' row proj [n, ch | vd (z) | hv (beta) | hv (alpha)] to the gated 
 that ssm_out reads. Which kernels (delta_ops.py), with the older forms kept for A/B runs:
 
     decode    conv, step (a head's state rows over 16 workgroups), gate
+              HEARTH_GPU_DELTA_DECODE=head: conv, head_step (step and gate, a 1,024-thread workgroup a head)
               HEARTH_GPU_DELTA_DECODE=old: conv, decode (norms, update and gate; a workgroup a head)
     prefill   conv_rows + conv_state (HEARTH_GPU_DELTA_CONV=old: the serial conv), l2norm, then
               gram, solve (every chunk's triangular system at once), scan_u (products only), gate
@@ -33,6 +34,10 @@ def add_decode(be, P, i: int, L: dict) -> None:
     _conv(be, P, i, L, decode=True)
     if not D.split_decode():
         P.add(D.decode(ks, S), [be.convo, be.proj, L["da"], M, be.o, L["ssm_norm"]], (1, hv, 1), f"{i}.delta",
+              **be._dp())
+        return
+    if D.head_decode(be.dev, S):
+        P.add(D.head_step(ks, S), [be.convo, be.proj, L["da"], M, be.o, L["ssm_norm"]], (1, hv, 1), f"{i}.delta",
               **be._dp())
         return
     P.add(D.step(ks, S), [be.convo, be.proj, L["da"], M, be.o], D.step_groups(S, hv), f"{i}.delta", **be._dp())
