@@ -102,7 +102,11 @@ def test_a_decode_chunk_too_small_for_the_head_is_refused(ks):
 
 
 @pytest.mark.parametrize("pos,n,window,splits", [(0, 20, 0, 1), (30, 40, 16, 2)])
-def test_prefill_attention_at_head_dim_512(dev, ks, rng, pos, n, window, splits):
+@pytest.mark.parametrize("kernel", ["rows", "wide"])
+def test_prefill_attention_at_head_dim_512(dev, ks, rng, pos, n, window, splits, kernel, monkeypatch):
+    """Both prefill kernels: a thread a query row (attn_prefill.wgsl), a row shared by threads
+    (attn_prefill_wide.wgsl; at hd 64 here too, its smallest slice)."""
+    monkeypatch.setenv("HEARTH_GPU_ATTN_WIDE_HD", "64" if kernel == "wide" else "off")
     hd, nh, nkv, max_ctx = 512, 2, 1, 96
     k_c, v_c = f32(rng, nkv, max_ctx, hd) * 0.1, f32(rng, nkv, max_ctx, hd)
     q = f32(rng, n, nh, hd)
@@ -111,7 +115,7 @@ def test_prefill_attention_at_head_dim_512(dev, ks, rng, pos, n, window, splits)
     p = dict(n_head=nh, n_kv=nkv, max_ctx=max_ctx, scale=1.0, window=window, n_splits=splits)
     dispatch_once(dev, ops.attn_prefill(ks, hd), [dev.upload(q), dev.upload(k_c), dev.upload(v_c), part,
                                                   dev.upload(np.array([pos, n], np.uint32))],
-                  ops.attn_prefill_groups(n, nh, splits), **p)
+                  ops.attn_prefill_groups(n, nh, splits, hd), **p)
     dispatch_once(dev, ops.attn_prefill_combine(ks, hd), [part, out], ops.rows_groups(n * nh), **p)
     assert rel_err(read_f32(dev, out, n * nh * hd).reshape(n, -1), ref) < RTOL
 

@@ -270,8 +270,13 @@ def test_attention_decode_in_one_split_writes_the_merged_output(dev, ks, rng, kv
 
 
 @pytest.mark.parametrize("pos,n,window,hd,splits", [(0, 70, 0, 64, 1), (33, 100, 0, 64, 3), (10, 90, 24, 64, 2),
-                                                   (5, 20, 0, 256, 1), (200, 64, 0, 64, 8)])
-def test_attention_prefill_causal_tiles(dev, ks, rng, pos, n, window, hd, splits):
+                                                   (5, 20, 0, 256, 1), (200, 64, 0, 64, 8), (12, 40, 0, 32, 2),
+                                                   (3, 30, 10, 16, 1)])
+@pytest.mark.parametrize("kernel", ["rows", "wide"])
+def test_attention_prefill_causal_tiles(dev, ks, rng, pos, n, window, hd, splits, kernel, monkeypatch):
+    """Both prefill kernels: a thread a query row (attn_prefill.wgsl), a row shared by threads
+    (attn_prefill_wide.wgsl, forced down to hd 16: 16, 8 and 4 threads a row)."""
+    monkeypatch.setenv("HEARTH_GPU_ATTN_WIDE_HD", "16" if kernel == "wide" else "off")
     nh, nkv, max_ctx = 4, 2, 288
     scale = 1.0 / np.sqrt(hd)
     k_c, v_c = _kv(rng, nkv, max_ctx, hd)
@@ -282,7 +287,7 @@ def test_attention_prefill_causal_tiles(dev, ks, rng, pos, n, window, hd, splits
     p = dict(n_head=nh, n_kv=nkv, max_ctx=max_ctx, scale=scale, window=window, n_splits=splits)
     dispatch_once(dev, ops.attn_prefill(ks, hd), [dev.upload(q), dev.upload(k_c), dev.upload(v_c), part,
                                                   dev.upload(np.array([pos, n], np.uint32))],
-                  ops.attn_prefill_groups(n, nh, splits), **p)
+                  ops.attn_prefill_groups(n, nh, splits, hd), **p)
     dispatch_once(dev, ops.attn_prefill_combine(ks, hd), [part, out], ops.rows_groups(n * nh), **p)
     assert rel_err(read_f32(dev, out, n * nh * hd).reshape(n, -1), ref) < RTOL
 

@@ -124,7 +124,11 @@ def test_attention_decode_reads_a_float16_cache(dev, ks, rng, kv_len, window, hd
 
 @pytest.mark.parametrize("pos,n,window,hd,splits", [(0, 70, 0, 64, 1), (33, 100, 0, 64, 3), (10, 90, 24, 64, 2),
                                                    (5, 20, 0, 256, 1)])
-def test_attention_prefill_reads_a_float16_cache(dev, ks, rng, pos, n, window, hd, splits):
+@pytest.mark.parametrize("kernel", ["rows", "wide"])
+def test_attention_prefill_reads_a_float16_cache(dev, ks, rng, pos, n, window, hd, splits, kernel, monkeypatch):
+    """Both prefill kernels: a thread a query row (attn_prefill.wgsl), a row shared by threads
+    (attn_prefill_wide.wgsl; at hd 64 here too, its smallest slice)."""
+    monkeypatch.setenv("HEARTH_GPU_ATTN_WIDE_HD", "64" if kernel == "wide" else "off")
     nh, nkv, max_ctx = 4, 2, 288
     scale = 1.0 / np.sqrt(hd)
     k16, v16 = _kv16(rng, nkv, max_ctx, hd)
@@ -134,7 +138,7 @@ def test_attention_prefill_reads_a_float16_cache(dev, ks, rng, pos, n, window, h
     p = dict(n_head=nh, n_kv=nkv, max_ctx=max_ctx, scale=scale, window=window, n_splits=splits)
     dispatch_once(dev, ops.attn_prefill(ks, hd, kv_f16=True),
                   [dev.upload(q), dev.upload(k16), dev.upload(v16), part, dev.upload(np.array([pos, n], np.uint32))],
-                  ops.attn_prefill_groups(n, nh, splits), **p)
+                  ops.attn_prefill_groups(n, nh, splits, hd), **p)
     dispatch_once(dev, ops.attn_prefill_combine(ks, hd), [part, out], ops.rows_groups(n * nh), **p)
     assert rel_err(read_f32(dev, out, n * nh * hd).reshape(n, -1), ref) < RTOL
 

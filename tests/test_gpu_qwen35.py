@@ -168,3 +168,30 @@ def test_float16_kv_cache(files):
         be.close()
     assert np.abs(batch - want).max() < 1e-3
     assert np.abs(one - want).max() < 1e-3
+
+
+def test_beta_and_alpha_of_one_type_are_one_decode_dispatch(files, cpu_float, tmp_path, monkeypatch):
+    """ssm_beta and ssm_alpha of one GPU type are uploaded as one matrix, so a decoded token's
+    in-projections are one matvec (the tiny file mixes their types: rewritten here with both as their
+    exact F32 values, the same model): one token at a time, the CPU float path's logits."""
+    from hearth.engine.quants import dequantize
+    from tests import gguf_rewrite as R
+    d, m, g = files
+    monkeypatch.delenv("HEARTH_GPU_DELTA_DECODE", raising=False)     # =old keeps them apart
+
+    def alpha_f32(name, t):
+        if not name.endswith(("ssm_alpha.weight", "ssm_beta.weight")):
+            return None
+        return [R.array_tensor(name, dequantize(t.data, t.type, t.shape, name).astype(np.float32))]
+
+    path = R.rewrite(d / m["file"], tmp_path / "alpha-f32.gguf", tensors=alpha_f32)
+    be = gpu_backend(GGUFFile.open(path))
+    try:
+        linear = [L for L in be.layers if "w_in" in L]
+        assert linear and all(len(L["w_in"]) == 3 and L["w_in"][2].rows == 2 * be.cfg.hybrid.n_v_heads
+                              for L in linear)
+        assert sum(op["label"].endswith(".in") for op in be.decode_plan.ops) == len(linear)
+        ids = prompt_of(m, "chat")["ids"][:8]
+        assert np.abs(one_token_at_a_time(be, ids) - float_logits(cpu_float, ids)).max() < 1e-3
+    finally:
+        be.close()

@@ -72,7 +72,9 @@ def reference(proj, conv, da, M0, sh=TINY):
     return dn.reference_float64(M0, q, k, v, g, beta)
 
 
-def test_conv_and_its_state(gpu, rng):
+@pytest.mark.parametrize("form", ["serial", "parallel"])
+def test_conv_and_its_state(gpu, rng, form):
+    """serial: a thread a channel over the tokens (decode's); parallel: conv_rows + conv_state (prefill's)."""
     dev, ks = gpu
     w = rng.standard_normal((CH, KCONV)).astype(np.float32)
     st0 = rng.standard_normal((KCONV - 1, CH)).astype(np.float32)
@@ -85,8 +87,12 @@ def test_conv_and_its_state(gpu, rng):
         want = dn.causal_conv(np.ascontiguousarray(proj[:, :CH]), ref_state, w)
         want = want / (1.0 + np.exp(-want))
         out = poisoned(dev, n * CH)
-        dispatch_once(dev, D.conv(ks, KCONV), [dev.upload(proj, "proj"), out, st_buf, wb], D.conv_groups(CH),
-                      **params(n, st_off=7))
+        bufs = [dev.upload(proj, "proj"), out, st_buf, wb]
+        if form == "serial":
+            dispatch_once(dev, D.conv(ks, KCONV), bufs, D.conv_groups(CH), **params(n, st_off=7))
+        else:
+            dispatch_once(dev, D.conv_rows(ks, KCONV), bufs, D.conv_rows_groups(n, CH), **params(n, st_off=7))
+            dispatch_once(dev, D.conv_state(ks, KCONV), bufs, D.conv_groups(CH), **params(n, st_off=7))
         np.testing.assert_allclose(read_f32(dev, out, n * CH).reshape(n, CH), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(read_f32(dev, st_buf, ref_state.size, 7).reshape(ref_state.shape), ref_state,
                                rtol=0, atol=0)
@@ -104,8 +110,9 @@ def test_l2norm_of_q_and_k_only(gpu, rng):
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
 
 
-def run_delta(dev, ks, proj, conv, da, M0, sh=TINY):
-    """The chunked form (prep + scan) over all n tokens at once: (o [n, HV, S], M after them)."""
+def run_delta(dev, ks, proj, conv, da, M0, sh=TINY, form="solve"):
+    """The chunked form over all n tokens at once: (o [n, HV, S], M after them). form "solve": gram,
+    solve (every chunk's triangular system) and scan_u; "old": prep and scan (the solve inside it)."""
     S, HV = sh.S, sh.HV
     n = proj.shape[0]
     off = 5 * S * S                                      # the layer's state after another layer's
@@ -114,8 +121,14 @@ def run_delta(dev, ks, proj, conv, da, M0, sh=TINY):
     pb, cb, db = dev.upload(proj, "proj"), dev.upload(conv, "conv"), dev.upload(da, "da")
     prm = params(n, sh, m_off=off)
     gb, mat = poisoned(dev, n * HV * 2), poisoned(dev, D.mat_floats(n, HV))
-    dispatch_once(dev, D.prep(ks, S), [cb, pb, db, gb, mat], D.prep_groups(n, HV), **prm)
-    dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.scan_groups(S, HV), **prm)
+    first = D.prep(ks, S) if form == "old" else D.gram(ks, S)
+    dispatch_once(dev, first, [cb, pb, db, gb, mat], D.prep_groups(n, HV), **prm)
+    if form == "old":
+        dispatch_once(dev, D.scan(ks, S), [cb, gb, mat, Mb, out], D.scan_groups(S, HV), **prm)
+    else:
+        wt, qt = poisoned(dev, D.tw_floats(n, HV, S)), poisoned(dev, D.tw_floats(n, HV, S))
+        dispatch_once(dev, D.solve(ks, S), [cb, gb, mat, wt, qt, out], D.solve_groups(n, S, HV), **prm)
+        dispatch_once(dev, D.scan_u(ks, S), [cb, gb, mat, wt, qt, Mb, out], D.scan_u_groups(S, HV), **prm)
     o = read_f32(dev, out, n * HV * S).reshape(n, HV, S)
     M = read_f32(dev, Mb, HV * S * S, off).reshape(HV, S, S)
     assert np.isfinite(o).all() and np.isfinite(M).all()
@@ -123,9 +136,12 @@ def run_delta(dev, ks, proj, conv, da, M0, sh=TINY):
 
 
 @pytest.mark.parametrize("sh, n", [(TINY, 1), (TINY, 20), (REAL, 3), (ODD, 2)], ids=["1", "20", "S128", "S24"])
-def test_decode_pass_equals_the_recurrence_with_norms_and_gate(gpu, sh, n):
-    """Token after token, the fused decode pass (q/k L2 norms, the update, RMSNorm(o) * w * silu(z))
-    against the float64 recurrence on normalized q/k, then numpy's gate."""
+@pytest.mark.parametrize("form", ["split", "head", "old"])
+def test_decode_pass_equals_the_recurrence_with_norms_and_gate(gpu, sh, n, form):
+    """Token after token, q/k L2 norms, the update, RMSNorm(o) * w * silu(z) against the float64
+    recurrence on normalized q/k, then numpy's gate: "split" the step (rows over workgroups: 16 a
+    head at S 128) and gate passes, "head" both in one workgroup of S x 8 threads a head, "old" the
+    one fused pass (a workgroup of S threads a head)."""
     dev, ks = gpu
     S, HK, HV = sh.S, sh.HK, sh.HV
     rng = np.random.default_rng(7 + n)
@@ -143,8 +159,14 @@ def test_decode_pass_equals_the_recurrence_with_norms_and_gate(gpu, sh, n):
     got = []
     for t in range(n):
         out = poisoned(dev, HV * S)
-        dispatch_once(dev, D.decode(ks, S), [dev.upload(conv[t], "conv"), dev.upload(proj[t], "proj"), db, Mb, out, wb],
-                      (1, HV, 1), **params(1, sh, m_off=off))
+        cb, pb = dev.upload(conv[t], "conv"), dev.upload(proj[t], "proj")
+        if form == "old":
+            dispatch_once(dev, D.decode(ks, S), [cb, pb, db, Mb, out, wb], (1, HV, 1), **params(1, sh, m_off=off))
+        elif form == "head":
+            dispatch_once(dev, D.head_step(ks, S), [cb, pb, db, Mb, out, wb], (1, HV, 1), **params(1, sh, m_off=off))
+        else:
+            dispatch_once(dev, D.step(ks, S), [cb, pb, db, Mb, out], D.step_groups(S, HV), **params(1, sh, m_off=off))
+            dispatch_once(dev, D.gate(ks, S), [out, pb, wb], (1, HV, 1), **params(1, sh, m_off=off))
         got.append(read_f32(dev, out, HV * S).reshape(HV, S))
     M = read_f32(dev, Mb, HV * S * S, off).reshape(HV, S, S)
     assert np.abs(np.stack(got) - want).max() < 2e-5     # outputs up to ~6 here; lavapipe's error ~2e-6
@@ -153,21 +175,23 @@ def test_decode_pass_equals_the_recurrence_with_norms_and_gate(gpu, sh, n):
 
 @pytest.mark.parametrize("sh, n", [(TINY, 1), (TINY, 2), (TINY, 63), (TINY, 64), (TINY, 65), (TINY, 150),
                                    (REAL, 70), (ODD, 70)], ids=["1", "2", "63", "64", "65", "150", "S128", "S24"])
-def test_chunked_equals_the_recurrence(gpu, sh, n):
+@pytest.mark.parametrize("form", ["solve", "old"])
+def test_chunked_equals_the_recurrence(gpu, sh, n, form):
     dev, ks = gpu
     proj, conv, da, M0 = layer_inputs(np.random.default_rng(100 + n), n, sh)
     want_o, want_M = reference(proj, conv, da, M0, sh)
-    o, M = run_delta(dev, ks, proj, conv, da, M0, sh=sh)
+    o, M = run_delta(dev, ks, proj, conv, da, M0, sh=sh, form=form)
     assert np.abs(o - want_o).max() < 5e-5
     assert np.abs(M - want_M).max() < 5e-5
 
 
-def test_chunked_strong_decay_stays_finite(gpu):
+@pytest.mark.parametrize("form", ["solve", "old"])
+def test_chunked_strong_decay_stays_finite(gpu, form):
     """exp of a chunk's cumulative decay underflows to 0: every exponent used is <= 0."""
     dev, ks = gpu
     proj, conv, da, M0 = layer_inputs(np.random.default_rng(9), 130, decay=40.0)
     want_o, want_M = reference(proj, conv, da, M0)
-    o, M = run_delta(dev, ks, proj, conv, da, M0)
+    o, M = run_delta(dev, ks, proj, conv, da, M0, form=form)
     assert np.abs(o - want_o).max() < 5e-5
     assert np.abs(M - want_M).max() < 5e-5
 
@@ -184,6 +208,9 @@ def test_output_gates(gpu, rng):
     z = proj[:, Z_OFF:Z_OFF + VD].reshape(n, HV, S)
     normed = o / np.sqrt((o * o).mean(-1, keepdims=True) + 1e-6) * w
     want = z / (1 + np.exp(-z)) * normed
+    np.testing.assert_allclose(read_f32(dev, ob, o.size).reshape(o.shape), want, rtol=1e-5, atol=1e-6)
+    ob = dev.upload(o, "o")                     # delta_step.wgsl's gate: a workgroup a (token, head)
+    dispatch_once(dev, D.gate(ks, S), [ob, dev.upload(proj, "proj"), dev.upload(w, "w")], (n, HV, 1), **params(n))
     np.testing.assert_allclose(read_f32(dev, ob, o.size).reshape(o.shape), want, rtol=1e-5, atol=1e-6)
     y = rng.standard_normal((n, 40)).astype(np.float32)
     gate = rng.standard_normal((n, 40)).astype(np.float32)

@@ -423,7 +423,7 @@ class GpuBackend(Backend):
         self.dense.after_rope(P, i, self.q, self.step)
         ap = dict(self._attn_params(window), n_splits=lambda n, kv: ops.attn_prefill_splits(kv))
         P.add(ops.attn_prefill(ks, hd, self.kv_f16), [self.q, self.kv.k[i], self.kv.v[i], self.ppart, self.step],
-              lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv)), f"{i}.attn", **ap)
+              lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv), hd), f"{i}.attn", **ap)
         if L["sinks"] is not None:
             P.add(gmoe.sink_combine(ks, hd, "prefill"), [self.ppart, self.att, L["sinks"]],
                   lambda n, kv: ops.rows_groups(n * nh), f"{i}.combine",

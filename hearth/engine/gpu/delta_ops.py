@@ -1,10 +1,14 @@
 """Builders of the hybrid (Qwen3.5) layers' kernels: Gated DeltaNet's convolution, delta rule
 (recurrent and chunked) and the output gates (engine/wgsl/delta_conv.wgsl, delta_net.wgsl,
-gated_out.wgsl): a decoded token runs conv, then `decode`; a prefill chunk conv, l2norm, prep, scan,
-norm_silu. One parameter struct for all of them (DELTA_FIELDS); buffer order in each
+gated_out.wgsl, delta_chunk.wgsl, delta_step.wgsl): a decoded token runs conv, step, gate
+(HEARTH_GPU_DELTA_DECODE=old: conv, then `decode`, a workgroup a head); a prefill chunk conv,
+l2norm, gram, solve, scan_u (HEARTH_GPU_DELTA_SCAN=old: prep, scan: the solve inside the sequential
+scan), norm_silu. One parameter struct for all of them (DELTA_FIELDS); buffer order in each
 `access` tuple is the order of the kernel's bindings 1.. (as ops.py)."""
 
 from __future__ import annotations
+
+import os
 
 from ..models.delta_net import CHUNK
 from .kernels import grid
@@ -19,6 +23,26 @@ MAX_STATE = 256
 def conv(ks, d_conv: int):
     """Bindings: proj (conv input at column 0, row stride ldp), out [n, ch], conv state, weights [ch, K]."""
     return ks.get("delta_conv.wgsl", ["r", "rw", "rw", "r"], DELTA_FIELDS, KM1=d_conv - 1)
+
+
+def conv_rows(ks, d_conv: int):
+    """Prefill's conv outputs, a thread a (token, channel); then conv_state. Bindings as conv."""
+    return ks.get("delta_conv.wgsl", ["r", "rw", "rw", "r"], DELTA_FIELDS, KM1=d_conv - 1, MODE="rows")
+
+
+def conv_state(ks, d_conv: int):
+    """The carried state after n tokens (conv_groups). Bindings as conv."""
+    return ks.get("delta_conv.wgsl", ["r", "rw", "rw", "r"], DELTA_FIELDS, KM1=d_conv - 1, MODE="state")
+
+
+def conv_rows_groups(n: int, ch: int):
+    gx, gy = grid(-(-(n * ch) // 64))
+    return gx, gy, 1
+
+
+def parallel_conv() -> bool:
+    """Prefill's conv as conv_rows + conv_state (default) or the serial conv (HEARTH_GPU_DELTA_CONV=old)."""
+    return os.environ.get("HEARTH_GPU_DELTA_CONV", "") != "old"
 
 
 def conv_groups(ch: int):
@@ -40,6 +64,51 @@ def decode(ks, S: int):
     """One token, fused: q/k L2 norms, the update, RMSNorm(o) * ssm_norm * silu(z). Bindings: conv
     (not normalized), proj, da, state M, out [hv, S] (gated), ssm_norm [S]. A workgroup of S threads a head."""
     return ks.get("delta_net.wgsl", ["r", "r", "r", "rw", "rw", "r"], DELTA_FIELDS, PASS="decode", S=S, C=CHUNK)
+
+
+def split_decode() -> bool:
+    """Whether a decoded token takes the new passes (the default: step + gate, rows over many
+    workgroups; HEARTH_GPU_DELTA_DECODE=head: head_step) rather than the one-pass `decode` (=old)."""
+    return os.environ.get("HEARTH_GPU_DELTA_DECODE", "") != "old"
+
+
+def head_lanes(S: int) -> int:
+    return 8 if S * 8 <= 1024 else 4
+
+
+def head_decode(dev, S: int) -> bool:
+    """HEARTH_GPU_DELTA_DECODE=head, where the device runs workgroups of S x head_lanes threads."""
+    return (os.environ.get("HEARTH_GPU_DELTA_DECODE", "") == "head"
+            and S * head_lanes(S) <= int(dev.limits["max-compute-invocations-per-workgroup"]))
+
+
+def head_step(ks, S: int):
+    """step and gate in one pass, a workgroup of S x head_lanes threads a head (groups (1, hv, 1)).
+    Bindings: conv (not normalized), proj, da, state M, out [hv, S] (gated), ssm_norm [S]."""
+    return ks.get("delta_step.wgsl", ["r", "r", "r", "rw", "rw", "r"], DELTA_FIELDS, PASS="head", S=S,
+                  LANES=step_lanes(S), HL=head_lanes(S))
+
+
+def step_lanes(S: int) -> int:
+    return 32 if S % 32 == 0 else 8
+
+
+def step(ks, S: int):
+    """One token's update, its state rows spread over workgroups (delta_step.wgsl). Bindings: conv
+    (not normalized), proj, da, state M, out [hv, S] (o before its norm and gate: then `gate`)."""
+    return ks.get("delta_step.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="step", S=S,
+                  LANES=step_lanes(S))
+
+
+def step_groups(S: int, hv: int):
+    """256 // lanes rows a workgroup: 16 workgroups a head of 128 (512 on Qwen3.5-4B's 32 heads)."""
+    return -(-S // (256 // step_lanes(S))), hv, 1
+
+
+def gate(ks, S: int):
+    """RMSNorm(o per head) * ssm_norm * silu(z), in place, a workgroup a (token, head). Bindings:
+    o [n, hv, S], proj, ssm_norm [S]. Groups (n, hv, 1)."""
+    return ks.get("delta_step.wgsl", ["rw", "r", "r"], DELTA_FIELDS, PASS="gate", S=S, LANES=step_lanes(S))
 
 
 def prep(ks, S: int):
@@ -65,6 +134,50 @@ def scan(ks, S: int):
 
 def scan_groups(S: int, hv: int):
     return S // scan_block(S), hv, 1
+
+
+def gram(ks, S: int):
+    """solve's and scan_u's chunk matrices (A^T above, L below the diagonal) and gb, as a tiled
+    product. Bindings: conv, proj, da, gb [n, hv, 2], mat [chunks, hv, C, C]. Groups: prep_groups."""
+    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="gram", S=S, C=CHUNK)
+
+
+def solve_scan() -> bool:
+    """Whether prefill takes the solve out of the sequential scan (solve + scan_u, the default)."""
+    return os.environ.get("HEARTH_GPU_DELTA_SCAN", "") != "old"
+
+
+def solve(ks, S: int):
+    """The chunks' triangular systems, all at once. Bindings: conv, gb, mat, wt, qt (both
+    [chunks, hv, S, C]: W^T and the scaled Q^T, tw_floats), u [n, hv, S] (U0). One thread per
+    right-hand column: 2 S of them per (chunk, head)."""
+    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "rw", "rw", "rw"], DELTA_FIELDS, PASS="solve", S=S, C=CHUNK)
+
+
+def tw_floats(n: int, hv: int, S: int) -> int:
+    """float32 values of each of solve's transposed outputs for n tokens."""
+    return -(-n // CHUNK) * hv * S * CHUNK
+
+
+def solve_groups(n: int, S: int, hv: int):
+    return -(-2 * S // 64), -(-n // CHUNK), hv
+
+
+def scan_u_block(S: int) -> int:
+    """Value dims a scan_u workgroup takes: 8 gives S / 8 x hv workgroups (512 on Qwen3.5-4B's
+    32 heads of 128); HEARTH_GPU_DELTA_VB=4 or 16 (dividing S) trades workgroups for repeated reads."""
+    vb = int(os.environ.get("HEARTH_GPU_DELTA_VB", "8"))
+    return vb if vb in (4, 8, 16) and S % vb == 0 else 8
+
+
+def scan_u(ks, S: int):
+    """Bindings: conv, gb, mat, wt, qt, state M, u (U0 in, the delta rule's output o out)."""
+    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="scan", S=S, C=CHUNK,
+                  VB=scan_u_block(S))
+
+
+def scan_u_groups(S: int, hv: int):
+    return S // scan_u_block(S), hv, 1
 
 
 def mat_floats(n: int, hv: int) -> int:

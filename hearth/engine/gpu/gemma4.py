@@ -290,7 +290,7 @@ class Gemma4GpuBackend(GpuBackend):
         else:
             ap["n_splits"] = lambda n, kv: ops.attn_prefill_splits(kv)
             P.add(ops.attn_prefill(ks, hd, self.kv_f16), [self.q, kc, vc, self.ppart, self.step],
-                  lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv)), f"{i}.attn", **ap)
+                  lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv), hd), f"{i}.attn", **ap)
             P.add(ops.attn_prefill_combine(ks, hd), [self.ppart, self.att], lambda n, kv: ops.rows_groups(n * nh),
                   f"{i}.combine", **ap)
             self._prefill_proj(P, L["wo"], self.att, nh * hd, None, L["post_attn"], f"{i}.o")

@@ -5,8 +5,8 @@ A Gated DeltaNet layer, x [n, d]:
     proj = RMSNorm(x) * attn_norm @ [attn_qkv | attn_gate | ssm_beta | ssm_alpha]^T   [n, ch + vd + 2 hv]
     conv = silu(causal conv of proj[:, :ch]) (state: the last d_conv - 1 inputs)     [n, ch]
     q, k heads of conv L2-normalised; the delta rule -> o [n, hv, S]; o = RMSNorm(o per head) * ssm_norm
-    * silu(z): one token (decode) in one pass (delta_net.wgsl "decode": the recurrent update), more
-    tokens as l2norm, the chunked form ("prep" then "scan") and norm_silu; x += ssm_out o
+    * silu(z): one token (decode) as the recurrent update, more tokens in the chunked form (the
+    kernels: delta_plan.py); x += ssm_out o. ssm_beta|ssm_alpha of one type are one matrix.
 A gated attention layer: Q (the query half of attn_q's rows, uploaded apart from the gate half), K, V
 from RMSNorm(x); rope_store.wgsl's q/k norms, NeoX RoPE on the first n_rot dims and the K/V store;
 attention as the dense backend's; att *= sigmoid(gate); x += attn_output att.
@@ -31,6 +31,7 @@ from ..models.layers import Rope
 from . import delta_ops as D
 from . import ops
 from .backend import STEP_HEADER, GpuBackend, rope_table
+from .delta_plan import add_decode, add_prefill
 from .delta_state import GpuHybridState
 from .hybrid_ffn import ffn_for
 from .hybrid_moe import ffn_rows
@@ -78,6 +79,8 @@ class GpuHybridBackend(GpuBackend):
         self.o = buf(chunk * vd * 4, "delta-out")        # [chunk, hv, S]
         self.gb = buf(chunk * hv * 2 * 4, "g-beta")      # [chunk, hv, 2] cumulative decay, beta
         self.mat = buf(D.mat_floats(chunk, hv) * 4, "chunk-mats")   # [chunks, hv, C, C]
+        self.delta_wt = buf(D.tw_floats(chunk, hv, S) * 4, "delta-wt")   # [chunks, hv, S, C] W^T
+        self.delta_qt = buf(D.tw_floats(chunk, hv, S) * 4, "delta-qt")   # [chunks, hv, S, C] scaled Q^T
         self.qkv = buf(chunk * qkv_dim * 4, "qkv")       # [chunk, (nh + 2 nkv) hd]
         self.gate = buf(chunk * nh * hd * 4, "attn-gate")  # [chunk, nh hd]
         self.q = buf(chunk * nh * hd * 4, "q")           # [chunk, nh, hd] normed, rotated
@@ -169,13 +172,29 @@ class GpuHybridBackend(GpuBackend):
         da = np.concatenate([self._vec(W, p + "ssm_dt.bias", hv), self._vec(W, p + "ssm_a", hv)])
         return dict(
             attn_norm=W.vector(p + "attn_norm.weight", d),
-            w_in=[W.matrix(p + "attn_qkv.weight", hc.conv_channels, d), W.matrix(p + "attn_gate.weight", hc.value_dim, d),
-                  W.matrix(p + "ssm_beta.weight", hv, d), W.matrix(p + "ssm_alpha.weight", hv, d)],
+            w_in=[W.matrix(p + "attn_qkv.weight", hc.conv_channels, d), W.matrix(p + "attn_gate.weight", hc.value_dim, d)]
+            + self._beta_alpha(W, p, hv, d),
             conv_w=W.vector(p + "ssm_conv1d.weight", hc.conv_channels * hc.d_conv),   # [ch, d_conv]
             da=W.floats(da, p + "dt_bias|a"),                                          # [2 hv]
             ssm_norm=W.vector(p + "ssm_norm.weight", hc.d_state),
             ssm_out=W.matrix(p + "ssm_out.weight", d, hc.value_dim),
             ffn=ffn_for(self, i))
+
+    def _beta_alpha(self, W, p: str, hv: int, d: int) -> list:
+        """ssm_beta and ssm_alpha ([hv, d] each), as one matrix of 2 hv rows where they have one GPU
+        type (their outputs sit side by side in proj), so that a decoded token's in-projections are
+        one matvec dispatch, not two; else the two matrices."""
+        names = [p + "ssm_beta.weight", p + "ssm_alpha.weight"]
+        ts = [W.g.tensors.get(n) for n in names]
+        if (not D.split_decode() or any(t is None for t in ts)
+                or ts[0].type != ts[1].type or ts[0].type.name not in ops.GPU_TYPES
+                or any(tuple(t.shape) != (d, hv) for t in ts)):
+            return [W.matrix(n, hv, d) for n in names]
+        raw = np.concatenate([np.asarray(t.data).view(np.uint8).reshape(hv, -1) for t in ts])
+        b = self.dev.upload(np.ascontiguousarray(raw), p + "ssm_beta|alpha")
+        W.buffers.append(b)
+        W.nbytes += b.size
+        return [GpuMatrix(b, ts[0].type.name, 2 * hv, d)]
 
     @staticmethod
     def _vec(W, name: str, n: int) -> np.ndarray:
@@ -221,32 +240,20 @@ class GpuHybridBackend(GpuBackend):
                   [self.x, out] + [w.buffer for w in group] + [norm], ops.matvec_groups(sum(rows), lay), label,
                   **ops.matvec_params(types, c.n_embd, rows, eps=c.rms_eps, y_off=offs[a]))
 
-    def _in_offsets(self) -> list[int]:
-        hc = self.cfg.hybrid
-        ch, vd, hv = hc.conv_channels, hc.value_dim, hc.n_v_heads
-        return [0, ch, ch + vd, ch + vd + hv]
+    def _in_offsets(self, L: dict) -> list[int]:
+        """Where each of L's in-projection matrices writes in proj's row (beta and alpha side by side)."""
+        offs = [0]
+        for w in L["w_in"][:-1]:
+            offs.append(offs[-1] + w.rows)
+        return offs
 
     def _linear_tail(self, P: Plan, i: int, L: dict, decode: bool) -> None:
-        """From proj to x += ssm_out o: conv, q/k norms, the delta rule, the output gate."""
-        hc, ks = self.cfg.hybrid, self.ks
-        S, hv, hk = hc.d_state, hc.n_v_heads, hc.n_k_heads
-        r = self.kv.recurrent_slot[i]
-        P.add(D.conv(ks, hc.d_conv), [self.proj, self.convo, self.kv.conv[r], L["conv_w"]],
-              D.conv_groups(hc.conv_channels), f"{i}.conv", **self._dp())
-        if decode:   # the norms, the update and the output gate in one pass
-            P.add(D.decode(ks, S), [self.convo, self.proj, L["da"], self.kv.delta[r], self.o, L["ssm_norm"]],
-                  (1, hv, 1), f"{i}.delta", **self._dp())
-            return
-        P.add(D.l2norm(ks, S), [self.convo], lambda n, kv: D.l2norm_groups(n, hk), f"{i}.l2norm", **self._dp())
-        P.add(D.prep(ks, S), [self.convo, self.proj, L["da"], self.gb, self.mat],
-              lambda n, kv: D.prep_groups(n, hv), f"{i}.delta.prep", **self._dp())
-        P.add(D.scan(ks, S), [self.convo, self.gb, self.mat, self.kv.delta[r], self.o],
-              D.scan_groups(S, hv), f"{i}.delta.scan", **self._dp())
-        P.add(D.norm_silu(ks), [self.o, self.proj, L["ssm_norm"]], lambda n, kv: D.threads_groups(n * hv),
-              f"{i}.gate", **self._dp())
+        """From proj to the gated delta-rule output o: delta_plan.py's passes."""
+        (add_decode if decode else add_prefill)(self, P, i, L)
 
     def _linear_decode(self, P: Plan, i: int, L: dict) -> None:
-        self._norm_matvecs(P, L["w_in"], L["attn_norm"], self.proj, self._in_offsets(), f"{i}.in")
+        self._norm_matvecs(P, L["w_in"], L["attn_norm"], self.proj, self._in_offsets(L), f"{i}.in",
+                           per=3 if len(L["w_in"]) == 3 else 2)
         self._linear_tail(P, i, L, decode=True)
         vd = self.cfg.hybrid.value_dim
         lay, q8 = self._layout([L["ssm_out"].qtype], vd, self.cfg.n_embd)
@@ -259,7 +266,7 @@ class GpuHybridBackend(GpuBackend):
               d=d, n=self.chunk, eps=c.rms_eps)
         if any(self._mm8(w.qtype) for w in L["w_in"]):
             self._quantize_src(P, self.xn, d, f"{i}.in")
-        for w, y_off in zip(L["w_in"], self._in_offsets()):
+        for w, y_off in zip(L["w_in"], self._in_offsets(L)):
             self._product(P, w, self.xn, d, w.rows, self.proj, self.ldp, y_off, f"{i}.in")
         self._linear_tail(P, i, L, decode=False)
         self._prefill_proj(P, L["ssm_out"], self.o, c.hybrid.value_dim, None, None, f"{i}.ssm_out")
@@ -310,7 +317,7 @@ class GpuHybridBackend(GpuBackend):
         self._rope(P, i, L, lambda n, kv: ops.rope_groups(n, nh, nkv))
         ap = dict(self._attn_params(0), n_splits=lambda n, kv: ops.attn_prefill_splits(kv))
         P.add(ops.attn_prefill(ks, hd, self.kv_f16), [self.q, self.kv.kv.k[s], self.kv.kv.v[s], self.ppart, self.step],
-              lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv)), f"{i}.attn", **ap)
+              lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv), hd), f"{i}.attn", **ap)
         P.add(ops.attn_prefill_combine(ks, hd), [self.ppart, self.att], lambda n, kv: ops.rows_groups(n * nh),
               f"{i}.combine", **ap)
         self._sigmoid_gate(P, i)

@@ -430,8 +430,36 @@ ATTN_BQ = 64
 ATTN_MAX_SPLITS = 8
 
 
+def attn_prefill_wide(head_dim: int) -> bool:
+    """Whether prefill attention at this head dim shares each query row among threads
+    (attn_prefill_wide.wgsl): from head dim 256 up, where a thread's whole row would spill.
+    HEARTH_GPU_ATTN_WIDE_HD=N moves the threshold; =off keeps attn_prefill.wgsl everywhere."""
+    v = os.environ.get("HEARTH_GPU_ATTN_WIDE_HD", "256")
+    return v != "off" and head_dim % 16 == 0 and head_dim >= int(v)
+
+
+def attn_prefill_slices(head_dim: int) -> int:
+    """Threads sharing a query row in attn_prefill_wide.wgsl: 16, fewer for heads under 64 dims
+    (each keeps at least one vec4 of q and of o)."""
+    return 16 if head_dim % 64 == 0 else 8 if head_dim % 32 == 0 else 4
+
+
+def attn_prefill_bq(head_dim: int) -> int:
+    """Queries a prefill attention workgroup takes. The wide kernel's (16 threads a query):
+    HEARTH_GPU_ATTN_WIDE_BQ = 4, 8 or 16 (the default; 256 threads, WebGPU's guaranteed most)."""
+    if not attn_prefill_wide(head_dim):
+        return ATTN_BQ
+    bq = os.environ.get("HEARTH_GPU_ATTN_WIDE_BQ", "16")
+    return int(bq) if bq in ("4", "8", "16") else 16
+
+
 def attn_prefill(ks, head_dim: int, kv_f16: bool = False):
-    """Bindings: q, k_cache, v_cache, partials, step. Then attn_prefill_combine. kv_f16: a float16 cache."""
+    """Bindings: q, k_cache, v_cache, partials, step. Then attn_prefill_combine. kv_f16: a float16 cache.
+    Dispatch with attn_prefill_groups(..., head_dim): the two kernels tile queries differently."""
+    if attn_prefill_wide(head_dim):
+        return ks.get("attn_prefill_wide.wgsl", ["r", "r", "r", "rw", "r"], ATTN_PREFILL_FIELDS, HD=head_dim,
+                      BQ=attn_prefill_bq(head_dim), T=attn_prefill_slices(head_dim),
+                      KT=min(8, attn_prefill_slices(head_dim)), KV_F16=bool(kv_f16))
     kt = max(4, min(32, 2048 // head_dim))
     return ks.get("attn_prefill.wgsl", ["r", "r", "r", "rw", "r"], ATTN_PREFILL_FIELDS, HD=head_dim,
                   BQ=ATTN_BQ, KT=kt, PASS="split", KV_F16=bool(kv_f16))
@@ -448,8 +476,8 @@ def attn_prefill_splits(kv_len: int) -> int:
     return max(1, min(ATTN_MAX_SPLITS, kv_len // 256))
 
 
-def attn_prefill_groups(n: int, n_head: int, n_splits: int = 1):
-    return -(-n // ATTN_BQ), n_head, n_splits
+def attn_prefill_groups(n: int, n_head: int, n_splits: int, head_dim: int):
+    return -(-n // attn_prefill_bq(head_dim)), n_head, n_splits
 
 
 EMBED_FIELDS = (("d", "u"), ("row_bytes", "u"), ("scale", "f"), ("n", "u"), ("id_off", "u"),

@@ -24,7 +24,7 @@ struct Params {
 }
 @group(0) @binding(0) var<uniform> P: Params;
 {% if PASS == "l2norm" %}
-@group(0) @binding(1) var<storage, read_write> conv: array<f32>;
+@group(0) @binding(1) var<storage, read_write> conv: array<vec4<f32>>;   // whole heads: S and ch multiples of 4
 {% elif PASS == "prep" or PASS == "decode" %}
 @group(0) @binding(1) var<storage, read> conv: array<f32>;
 @group(0) @binding(2) var<storage, read> proj: array<f32>;
@@ -65,11 +65,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let r = (wid.x + wid.y * nwg.x) * 64u + t;       // (token, one of 2 hk heads)
     let heads = 2u * P.hk;
     if (r >= P.n * heads) { return; }
-    let b = (r / heads) * P.ch + (r % heads) * S;
+    let b = ((r / heads) * P.ch + (r % heads) * S) / 4u;
     var ss = 0.0;
-    for (var i = 0u; i < S; i++) { ss += conv[b + i] * conv[b + i]; }
+    for (var i = 0u; i < S / 4u; i++) { ss += dot(conv[b + i], conv[b + i]); }
     let inv = 1.0 / sqrt(ss + P.eps);
-    for (var i = 0u; i < S; i++) { conv[b + i] = conv[b + i] * inv; }
+    for (var i = 0u; i < S / 4u; i++) { conv[b + i] = conv[b + i] * inv; }
 }
 {% elif PASS == "decode" %}
 var<workgroup> sq: array<f32, S>;

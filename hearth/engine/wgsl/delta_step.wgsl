@@ -1,0 +1,195 @@
+// One decoded token of Gated DeltaNet with the state's rows spread over many workgroups (the
+// recurrence as delta_net.wgsl's "decode"; models/delta_net.py recurrent_step is the reference).
+// The state M [hv, S_v, S_k] at float offset m_off: row j of head h is value dim j, and the update
+// of a row needs only that row: M_j <- M_j exp(g); d_j = beta (v_j - M_j . k); M_j += d_j k;
+// o_j = M_j . q / sqrt(S).
+// PASS:
+//   "step"  workgroup (R rows, head): LANES threads a row, each owning E = S / LANES of its columns
+//           (i = lane + LANES e: a row's threads read it in one coalesced sweep). The q/k L2 norms
+//           are applied as scale factors (M_j . k = |k|^-1 M_j . k_raw), so the three sums a row
+//           needs first (M_j . k_raw, |q_raw|^2, |k_raw|^2) share one pass through workgroup
+//           memory, and M_j . q another. o [hv, S] is written before its norm and gate.
+//   "head"  step and gate in one pass, a workgroup a head (below)
+//   "gate"  o [n, hv, S] <- RMSNorm(o per head) * ssm_norm * silu(z): a workgroup of 64 a (token, head)
+//           (workgroup (token, head)), z at row token of proj.
+const S: u32 = {{S}}u;
+const LANES: u32 = {{LANES}}u;
+const E: u32 = S / LANES;
+const R: u32 = 256u / LANES;
+{% if S % LANES or 256 % LANES %}{{ raise("delta_step.wgsl: LANES must divide S and 256") }}{% endif %}
+struct Params {
+    S: u32, hv: u32, hk: u32, ch: u32, ldp: u32, a_off: u32, b_off: u32, z_off: u32,
+    n: u32, st_off: u32, m_off: u32, K: u32, eps: f32, _a: u32, _b: u32, _c: u32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
+{% if PASS == "step" or PASS == "head" %}
+fn softplus(x: f32) -> f32 {
+    if (x > 20.0) { return x; }
+    return log(1.0 + exp(x));
+}
+{% endif %}
+{% if PASS == "step" %}
+@group(0) @binding(1) var<storage, read> conv: array<f32>;        // [ch] q | k | v heads, not normalized
+@group(0) @binding(2) var<storage, read> proj: array<f32>;        // [ldp]: beta at b_off, alpha at a_off
+@group(0) @binding(3) var<storage, read> da: array<f32>;          // [dt_bias (hv); a (hv)]
+@group(0) @binding(4) var<storage, read_write> M: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;   // [hv, S]
+
+var<workgroup> r_mk: array<f32, 256>;    // [row, lane] partial sums
+var<workgroup> r_qq: array<f32, 256>;
+var<workgroup> r_kk: array<f32, 256>;
+var<workgroup> r_o: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let h = wid.y;
+    let lane = t % LANES;
+    let j = wid.x * R + t / LANES;            // this thread's row (value dim)
+    let live = j < S;
+    let kh = h % P.hk;
+    let g = softplus(proj[P.a_off + h] + da[h]) * da[P.hv + h];
+    let beta = 1.0 / (1.0 + exp(-proj[P.b_off + h]));
+    let e = exp(g);
+    let row = P.m_off + (h * S + min(j, S - 1u)) * S;
+{% for c in range(S // LANES) %}
+    let q{{c}} = conv[kh * S + lane + {{c}}u * LANES];
+    let k{{c}} = conv[(P.hk + kh) * S + lane + {{c}}u * LANES];
+    var m{{c}} = M[row + lane + {{c}}u * LANES] * e;
+{% endfor %}
+    var mk = 0.0;
+    var qq = 0.0;
+    var kk = 0.0;
+{% for c in range(S // LANES) %}
+    mk += m{{c}} * k{{c}};
+    qq += q{{c}} * q{{c}};
+    kk += k{{c}} * k{{c}};
+{% endfor %}
+    r_mk[t] = mk;
+    r_qq[t] = qq;
+    r_kk[t] = kk;
+    workgroupBarrier();
+    let r0 = t - lane;
+    mk = 0.0;
+    qq = 0.0;
+    kk = 0.0;
+    for (var l = 0u; l < LANES; l++) { mk += r_mk[r0 + l]; qq += r_qq[r0 + l]; kk += r_kk[r0 + l]; }
+    let kn = 1.0 / sqrt(kk + P.eps);
+    let qn = 1.0 / sqrt(qq + P.eps);
+    let d = (conv[2u * P.hk * S + h * S + min(j, S - 1u)] - mk * kn) * beta;
+    var o = 0.0;
+{% for c in range(S // LANES) %}
+    m{{c}} += d * (k{{c}} * kn);
+    o += m{{c}} * q{{c}};
+{% endfor %}
+    if (live) {
+{% for c in range(S // LANES) %}
+        M[row + lane + {{c}}u * LANES] = m{{c}};
+{% endfor %}
+    }
+    r_o[t] = o;
+    workgroupBarrier();
+    if (live && lane == 0u) {
+        o = 0.0;
+        for (var l = 0u; l < LANES; l++) { o += r_o[r0 + l]; }
+        out[h * S + j] = o * qn / sqrt(f32(S));
+    }
+}
+{% elif PASS == "head" %}
+// "head": the step and the gate in one pass, a workgroup of S x HL threads a head (1,024 at S 128:
+// devices that allow it), HL threads a row, each owning S / HL of its columns.
+const HL: u32 = {{HL}}u;
+@group(0) @binding(1) var<storage, read> conv: array<f32>;
+@group(0) @binding(2) var<storage, read> proj: array<f32>;
+@group(0) @binding(3) var<storage, read> da: array<f32>;
+@group(0) @binding(4) var<storage, read_write> M: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;   // [hv, S] gated
+@group(0) @binding(6) var<storage, read> nw: array<f32>;          // [S] ssm_norm
+
+var<workgroup> r_mk: array<f32, S * HL>;   // [row, lane] partial sums; later the rows' o partials
+var<workgroup> r_qq: array<f32, S * HL>;
+var<workgroup> r_kk: array<f32, S * HL>;
+var<workgroup> so: array<f32, S>;
+
+@compute @workgroup_size({{S * HL}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let h = wid.y;
+    let lane = t % HL;
+    let j = t / HL;
+    let kh = h % P.hk;
+    let g = softplus(proj[P.a_off + h] + da[h]) * da[P.hv + h];
+    let beta = 1.0 / (1.0 + exp(-proj[P.b_off + h]));
+    let e = exp(g);
+    let row = P.m_off + (h * S + j) * S;
+{% for c in range(S // HL) %}
+    let q{{c}} = conv[kh * S + lane + {{c}}u * HL];
+    let k{{c}} = conv[(P.hk + kh) * S + lane + {{c}}u * HL];
+    var m{{c}} = M[row + lane + {{c}}u * HL] * e;
+{% endfor %}
+    var mk = 0.0;
+    var qq = 0.0;
+    var kk = 0.0;
+{% for c in range(S // HL) %}
+    mk += m{{c}} * k{{c}};
+    qq += q{{c}} * q{{c}};
+    kk += k{{c}} * k{{c}};
+{% endfor %}
+    r_mk[t] = mk;
+    r_qq[t] = qq;
+    r_kk[t] = kk;
+    workgroupBarrier();
+    let r0 = t - lane;
+    mk = 0.0;
+    qq = 0.0;
+    kk = 0.0;
+    for (var l = 0u; l < HL; l++) { mk += r_mk[r0 + l]; qq += r_qq[r0 + l]; kk += r_kk[r0 + l]; }
+    let kn = 1.0 / sqrt(kk + P.eps);
+    let qn = 1.0 / sqrt(qq + P.eps);
+    let d = (conv[2u * P.hk * S + h * S + j] - mk * kn) * beta;
+    var o = 0.0;
+{% for c in range(S // HL) %}
+    m{{c}} += d * (k{{c}} * kn);
+    M[row + lane + {{c}}u * HL] = m{{c}};
+    o += m{{c}} * q{{c}};
+{% endfor %}
+    workgroupBarrier();
+    r_mk[t] = o;
+    workgroupBarrier();
+    if (lane == 0u) {
+        o = 0.0;
+        for (var l = 0u; l < HL; l++) { o += r_mk[r0 + l]; }
+        so[j] = o * qn / sqrt(f32(S));
+    }
+    workgroupBarrier();
+    var ss = 0.0;
+    for (var i = 0u; i < S; i++) { ss += so[i] * so[i]; }
+    if (lane == 0u) {
+        let z = proj[P.z_off + h * S + j];
+        out[h * S + j] = z / (1.0 + exp(-z)) * (so[j] * inverseSqrt(ss / f32(S) + P.eps) * nw[j]);
+    }
+}
+{% elif PASS == "gate" %}
+@group(0) @binding(1) var<storage, read_write> o: array<f32>;     // [n, hv, S]
+@group(0) @binding(2) var<storage, read> proj: array<f32>;        // [n, ldp]: z at z_off
+@group(0) @binding(3) var<storage, read> w: array<f32>;           // [S] ssm_norm
+
+var<workgroup> red: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let b = (wid.x * P.hv + wid.y) * S;
+    let zb = wid.x * P.ldp + P.z_off + wid.y * S;
+    var ss = 0.0;
+    for (var i = t; i < S; i += 64u) { ss += o[b + i] * o[b + i]; }
+    red[t] = ss;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (t < s) { red[t] += red[t + s]; }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(red[0] / f32(S) + P.eps);
+    for (var i = t; i < S; i += 64u) {
+        let z = proj[zb + i];
+        o[b + i] = z / (1.0 + exp(-z)) * (o[b + i] * inv * w[i]);
+    }
+}
+{% else %}{{ raise("delta_step.wgsl: no pass " ~ PASS) }}{% endif %}
