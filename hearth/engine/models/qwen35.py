@@ -74,8 +74,9 @@ class DenseFFN:
     def matrices(self) -> list[W.Matrices]:
         return [self.w_gate_up, self.w_down]
 
-    def __call__(self, h, i8, work) -> np.ndarray:
-        gu = self.w_gate_up(Activations(h, i8), work)               # [n, 2 n_ff]
+    def __call__(self, h, i8, work, act: Activations | None = None) -> np.ndarray:
+        """act: h's Activations where the caller has them (quantized once)."""
+        gu = self.w_gate_up(act or Activations(h, i8), work)        # [n, 2 n_ff]
         return self.w_down(Activations(silu_mul(gu[:, :self.n_ff], gu[:, self.n_ff:]), i8), work)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cpu import expert_rows as ER
 from ..cpu.linear import KERNEL_TYPES, Activations, Linear
 from ..errors import UnsupportedModelError
 from ..quants import dequantize
@@ -48,6 +49,13 @@ class MoeFFN:
         self.shared = DenseFFN(_Renamed(ld, {"ffn_gate": "ffn_gate_shexp", "ffn_up": "ffn_up_shexp",
                                              "ffn_down": "ffn_down_shexp"}), p, d, moe.n_ff_shexp)
         self.shared_gate = W.tensor(g, p + "ffn_gate_inp_shexp.weight", (d,))          # [d]
+        # Decode: each expert tensor's chosen rows in one launch (engine/cpu/expert_rows.py), where
+        # all three have a quantized type of that kernel: uint8 [n_expert, rows, bytes per row] each
+        views = [g.tensors[p + f"ffn_{n}_exps.weight"] for n in ("gate", "up", "down")]
+        self.rows3 = None
+        if all(t.type.name in ER.QUANT_CODES for t in views):
+            self.rows3 = [t.data.reshape(E, (f, f, d)[i], -1) for i, t in enumerate(views)]
+            self.codes = np.array([ER.QUANT_CODES[t.type.name] for t in views], np.int64)   # gate, up, down
 
     def matrices(self) -> list[W.Matrices]:
         return [self.router] + [m for pair in self.experts for m in pair] + self.shared.matrices()
@@ -58,6 +66,8 @@ class MoeFFN:
         return softmax_top_k_normed(logits, self.moe.n_used)
 
     def __call__(self, h, i8, work) -> np.ndarray:
+        if h.shape[0] == 1 and i8 and self.rows3 is not None and self.experts[0][0].parts[0].int8:
+            return self._one(h, work)
         f = self.moe.n_ff_exp
         chosen, w = self.route(h, i8, work)
         out = np.zeros_like(h)
@@ -70,6 +80,28 @@ class MoeFFN:
         s = 1.0 / (1.0 + np.exp(-(h @ self.shared_gate)))                  # [n]
         out += self.shared(h, i8, work) * s[:, None].astype(np.float32)
         return out
+
+
+    def _one(self, h, work) -> np.ndarray:
+        """One token with 8-bit x: x quantized once for the router, the experts and the shared
+        expert; the chosen experts' gate and up rows in one launch, their down rows in another;
+        their outputs summed in slot order (llama.cpp's), then the shared expert's."""
+        f, k = self.moe.n_ff_exp, self.moe.n_used
+        act = Activations(h, True)
+        chosen, w = softmax_top_k_normed(self.router(act, work), k)
+        chosen = np.ascontiguousarray(chosen[0])
+        gate, up, down = self.rows3
+        c = self.codes
+        gu = ER.multiply((gate, up), c[:2], chosen, ER.quantized(h, c[:2]), False, np.empty((2, k, f), np.float32))
+        a = silu_mul(gu[0], gu[1])                                             # [k, f]
+        y = ER.multiply((down,), c[2:], chosen, ER.quantized(a, c[2:]), True,
+                        np.empty((1, k, h.shape[1]), np.float32))[0]          # [k, d]
+        out = y[0] * w[0, 0]
+        for s in range(1, k):
+            out += y[s] * w[0, s]
+        sg = 1.0 / (1.0 + np.exp(-(h @ self.shared_gate)))                   # [1]
+        out += self.shared(h, True, work, act)[0] * sg.astype(np.float32)
+        return out[None]
 
 
 class _Renamed:
