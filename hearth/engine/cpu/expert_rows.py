@@ -1,19 +1,20 @@
-"""A decoded token's chosen experts multiplied in one parallel launch per expert tensor.
+"""A decoded token's experts' rows in a few parallel launches.
 
-Why: a mixture-of-experts layer's decode ran two products per chosen expert (gate/up, then down),
-each its own launch of numba's threads over 512-2,048 rows, plus x quantized again for each: with 8
-experts of Qwen3.5-35B-A3B's shape that is ~19 launches and ~0.55 ms of a layer's ~0.9 ms beyond
-the weights' bytes (40 layers). Here the rows of every chosen expert of gate and up are one loop
-over the threads, and those of down another.
+Why: a mixture-of-experts layer's decode ran two products per chosen expert (gate/up, then down)
+and two for the shared expert, each its own launch of numba's threads over 512-2,048 rows, plus x
+quantized again for each: with 8 experts of Qwen3.5-35B-A3B's shape that is ~19 launches and
+~0.55 ms of a layer's ~0.9 ms beyond the weights' bytes (measured on a cut file; 40 layers). Here
+any set of experts' rows, of up to four tensors, is one loop over the threads.
 
-    expert_rows(ws, ts, n_parts, chosen, per_slot, q0, d0, s0, qk, dk, sk, out)
-        out[p, s, r] = row r of expert chosen[s] of matrix ws[p] . slot s's x, for p < n_parts:
-        ws a tuple of uint8 [n_expert, R, bytes per row] (the 3-D GGUF tensors as mapped), ts their
-        type codes (decode_layer.TYPE_CODES, quantized types only), chosen int64 [k]; x in 8 bits
-        as llama.cpp quantizes it: Q8_0/Q8_1 codes q0 int8 [nx, n], scales d0 and sums s0 float32
-        [nx, n / 32], and Q8_K codes qk int8 [nx, n], scales dk [nx, n / 256], sums sk int32 [nx, n / 16]
-        (only the kind the types read need be filled); slot s reads x row s where per_slot (down: each
-        expert its own input), else row 0 (gate and up: the token's); out float32 [>= n_parts, k, R].
+    expert_rows(ws, ts, jobs, q0, d0, s0, qk, dk, sk, out)
+        for each job (p, e, xi, o) of jobs int64 [n_jobs, 4]: out[o:o + R] = the R rows of expert e
+        of tensor ws[p] times x row xi; ws a tuple of 4 uint8 [n_expert, R, bytes per row] (the 3-D
+        GGUF tensors as mapped; a 2-D one, the shared expert's, as [1, R, bytes]), ts their type codes
+        (decode_layer.TYPE_CODES, quantized types only); x in 8 bits as llama.cpp quantizes it: Q8_0/Q8_1
+        codes q0 int8 [nx, n], scales d0 and sums s0 float32 [nx, n / 32], and Q8_K codes qk int8
+        [nx, n], scales dk [nx, n / 256], sums sk int32 [nx, n / 16] (only the kind the types read need
+        be filled). A decoded token makes two launches a layer: every chosen expert's gate and up rows
+        and the shared expert's (x row 0, the token's), then their down rows (x row s, slot s's input).
 
 Each row is decode_layer's `_dot_row`, the loop of kernels_int8's row kernels: the same bits as the
 expert's own matrix-vector product (tests/test_expert_rows.py), whatever thread runs it.
@@ -33,15 +34,19 @@ QUANT_CODES = {n: c for n, c in TYPE_CODES.items() if c < 10 or c >= _FIRST_IQ}
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def expert_rows(ws, ts, n_parts, chosen, per_slot, q0, d0, s0, qk, dk, sk, out):
-    k, R = chosen.shape[0], ws[0].shape[1]
+def expert_rows(ws, ts, jobs, q0, d0, s0, qk, dk, sk, out):
+    n = jobs.shape[0]
+    start = np.zeros(n + 1, np.int64)     # each job's first row among all
+    for j in range(n):
+        start[j + 1] = start[j] + ws[jobs[j, 0]].shape[1]
     xf = np.zeros(1, np.float32)          # float x: never read (quantized types only)
-    for g in prange(n_parts * k * R):
-        p = g // (k * R)
-        s = (g - p * k * R) // R
-        r = g - p * k * R - s * R
-        xi = s if per_slot else 0
-        out[p, s, r] = _dot_row(ts[p], ws[p][chosen[s], r], xf, q0[xi], d0[xi], s0[xi], qk[xi], dk[xi], sk[xi])
+    for g in prange(start[n]):
+        j = 0
+        while g >= start[j + 1]:
+            j += 1
+        p, e, xi = jobs[j, 0], jobs[j, 1], jobs[j, 2]
+        r = g - start[j]
+        out[jobs[j, 3] + r] = _dot_row(ts[p], ws[p][e, r], xf, q0[xi], d0[xi], s0[xi], qk[xi], dk[xi], sk[xi])
 
 
 def wants(codes) -> tuple[bool, bool]:
@@ -61,13 +66,10 @@ def quantized(x: np.ndarray, codes) -> tuple:
     return (*(K8.q8_0_rows(x) if w0 else _NONE8), *(K8.q8_k_rows(x) if wk else _NONEK))
 
 
-def multiply(ws: tuple, ts: np.ndarray, chosen: np.ndarray, xq: tuple, per_slot: bool, out: np.ndarray) -> np.ndarray:
-    """expert_rows over all of ws (a tuple of one or two tensors), under the kernels' launch lock."""
-    if len(ws) == 1:
-        ws, ts = (ws[0], ws[0]), np.array([ts[0], ts[0]], np.int64)
-        n = 1
-    else:
-        n = 2
+def multiply(ws: tuple, ts: np.ndarray, jobs: np.ndarray, xq: tuple, out: np.ndarray) -> np.ndarray:
+    """expert_rows under the kernels' launch lock; ws: up to 4 tensors (padded to 4 with the first)."""
+    ws = tuple(ws) + (ws[0],) * (4 - len(ws))
+    ts = np.array(list(ts) + [ts[0]] * (4 - len(ts)), np.int64)
     with _LAUNCH:
-        expert_rows(ws, ts, n, chosen, per_slot, *xq, out)
+        expert_rows(ws, ts, np.ascontiguousarray(jobs, np.int64), *xq, out)
     return out
