@@ -28,7 +28,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..cpu.delta_step import gdn_decode
-from ..cpu.linear import Activations
+from ..cpu.linear import _LAUNCH, Activations
 from . import compiled_layers
 from . import delta_net as dn
 from . import weights as W
@@ -161,8 +161,9 @@ class Qwen35(ModelBase):
         if h.shape[0] == 1 and compiled_layers.enabled():
             # decode: the whole step in one compiled call (engine/cpu/delta_step.py)
             o = np.empty((1, hc.value_dim), np.float32)
-            gdn_decode(proj[0], st.conv[r], b.conv_wt, b.dt_bias, b.a, b.ssm_norm, st.delta[r], hc.n_k_heads,
-                       c.rms_eps, o[0])
+            with _LAUNCH:   # a parallel launch, one at a time across engines (cpu/linear.py)
+                gdn_decode(proj[0], st.conv[r], b.conv_wt, b.dt_bias, b.a, b.ssm_norm, st.delta[r], hc.n_k_heads,
+                           c.rms_eps, o[0])
         else:
             o = dn.gated_delta_layer(proj, st.conv[r], st.delta[r], b.conv_w, b.dt_bias, b.a, b.ssm_norm,
                                      hc.n_k_heads, c.rms_eps, work)
