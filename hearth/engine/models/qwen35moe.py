@@ -6,7 +6,9 @@ FFN a mixture of experts plus a shared expert:
         + sigmoid(ffn_gate_inp_shexp . x) * down_sh(silu(gate_sh x) * up_sh x)
 Expert tensors are 3-D, numpy [n_expert, out, in]; each expert's rows are used from the file's
 blocks as one `Linear` (a type without a kernel: dequantized once). Tokens are grouped by expert so
-each chosen expert multiplies its tokens in one product.
+each chosen expert multiplies its tokens in one product. A decoded token (8-bit x, quantized types)
+takes two launches instead: every chosen expert's gate and up rows, then their down rows, with the
+shared expert's among them where its types allow (engine/cpu/expert_rows.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..cpu import expert_rows as ER
 from ..cpu.linear import KERNEL_TYPES, Activations, Linear
 from ..errors import UnsupportedModelError
 from ..quants import dequantize
+from . import compiled_layers
 from . import weights as W
 from .layers import silu_mul
 from .moe import softmax_top_k_normed
@@ -70,7 +73,8 @@ class MoeFFN:
         return softmax_top_k_normed(logits, self.moe.n_used)
 
     def __call__(self, h, i8, work) -> np.ndarray:
-        if h.shape[0] == 1 and i8 and self.rows3 is not None and self.experts[0][0].parts[0].int8:
+        if (h.shape[0] == 1 and i8 and self.rows3 is not None and self.experts[0][0].parts[0].int8
+                and compiled_layers.enabled()):   # HEARTH_CPU_COMPILED_LAYERS=0: per expert (comparisons)
             return self._one(h, work)
         f = self.moe.n_ff_exp
         chosen, w = self.route(h, i8, work)
