@@ -3,7 +3,7 @@
 Why: a mixture-of-experts layer's decode ran two products per chosen expert (gate/up, then down)
 and two for the shared expert, each its own launch of numba's threads over 512-2,048 rows, plus x
 quantized again for each: with 8 experts of Qwen3.5-35B-A3B's shape that is ~19 launches and
-~0.55 ms of a layer's ~0.9 ms beyond the weights' bytes (measured on a cut file; 40 layers). Here
+~0.9 ms a layer on a cut file where its weights' bytes take an estimated ~0.3 ms (40 layers). Here
 any set of experts' rows, of up to four tensors, is one loop over the threads.
 
     expert_rows(ws, ts, jobs, q0, d0, s0, qk, dk, sk, out)
