@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .layers import rms_norm, silu_mul
+
 # Tokens per chunk (llama.cpp uses 64 for this gate shape).
 CHUNK = 64
 
@@ -75,6 +77,33 @@ def recurrent_step(M: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     o = np.einsum("hji,hi->hj", M, q)
     o *= np.float32(1.0 / np.sqrt(S))
     return o
+
+
+def gated_delta_layer(proj: np.ndarray, conv_state: np.ndarray, M: np.ndarray, conv_w: np.ndarray,
+                      dt_bias: np.ndarray, a: np.ndarray, ssm_norm: np.ndarray, n_k_heads: int, eps: float,
+                      work=None) -> np.ndarray:
+    """A Qwen3.5 linear layer's work between its products (qwen35.py's docstring), n tokens:
+    proj float32 [n, ch + vd + 2 H_v] (qkv | z | beta | alpha) -> float32 [n, vd], what ssm_out
+    multiplies; conv_state [K - 1, ch] and M [H_v, S, S] updated. Decode runs it compiled
+    (engine/cpu/delta_step.py); this is that kernel's reference."""
+    n = proj.shape[0]
+    hv, S = M.shape[0], M.shape[1]
+    kd, vd = n_k_heads * S, hv * S
+    ch = 2 * kd + vd
+    conv = causal_conv(proj[:, :ch], conv_state, conv_w)         # [n, ch]
+    conv = conv / (1.0 + np.exp(-conv))                          # SiLU
+    q = heads_for_values(l2_norm(conv[:, :kd].reshape(n, n_k_heads, S), eps), hv)   # [n, hv, S]
+    k = heads_for_values(l2_norm(conv[:, kd:2 * kd].reshape(n, n_k_heads, S), eps), hv)
+    v = np.ascontiguousarray(conv[:, 2 * kd:].reshape(n, hv, S))
+    z = proj[:, ch:ch + vd]                                      # [n, vd]
+    beta = 1.0 / (1.0 + np.exp(-proj[:, ch + vd:ch + vd + hv]))  # [n, hv]
+    g = softplus(proj[:, ch + vd + hv:] + dt_bias) * a           # [n, hv] log-decay
+    if n == 1:
+        o = recurrent_step(M, q[0], k[0], v[0], g[0], beta[0])[None]
+    else:
+        o = chunked(M, q, k, v, g, beta, work=work)              # [n, hv, S]
+    o = rms_norm(np.ascontiguousarray(o, np.float32), ssm_norm, eps).reshape(n, vd)
+    return silu_mul(np.ascontiguousarray(z), o)
 
 
 # Value heads per piece of a prefill's delta rule: the pieces are fixed by the head count (not by the

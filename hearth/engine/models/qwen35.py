@@ -27,7 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ModelConfig
-from ..cpu.linear import Activations
+from ..cpu.delta_step import gdn_decode
+from ..cpu.linear import _LAUNCH, Activations
+from . import compiled_layers
 from . import delta_net as dn
 from . import weights as W
 from .layer_state import HybridState
@@ -46,6 +48,9 @@ class LinearBlock:
     ssm_out: W.Matrices            # value_dim -> d
     ffn_norm: np.ndarray           # [d]   post_attention_norm
     ffn: "DenseFFN"                # or qwen35moe's MoeFFN
+
+    def __post_init__(self):
+        self.conv_wt = np.ascontiguousarray(self.conv_w.T)   # [d_conv, conv_channels]: the compiled step's
 
 
 @dataclass
@@ -69,8 +74,9 @@ class DenseFFN:
     def matrices(self) -> list[W.Matrices]:
         return [self.w_gate_up, self.w_down]
 
-    def __call__(self, h, i8, work) -> np.ndarray:
-        gu = self.w_gate_up(Activations(h, i8), work)               # [n, 2 n_ff]
+    def __call__(self, h, i8, work, act: Activations | None = None) -> np.ndarray:
+        """act: h's Activations where the caller has them (quantized once)."""
+        gu = self.w_gate_up(act or Activations(h, i8), work)        # [n, 2 n_ff]
         return self.w_down(Activations(silu_mul(gu[:, :self.n_ff], gu[:, self.n_ff:]), i8), work)
 
 
@@ -151,23 +157,16 @@ class Qwen35(ModelBase):
 
     def _linear_attention(self, b: LinearBlock, h, r: int, st: HybridState, i8, work) -> np.ndarray:
         c, hc = self.cfg, self.hc
-        n, S, hk, hv = h.shape[0], hc.d_state, hc.n_k_heads, hc.n_v_heads
-        ch, kd, vd = hc.conv_channels, hc.key_dim, hc.value_dim
         proj = b.w_in(Activations(h, i8), work)                      # [n, ch + vd + 2 hv]
-        conv = dn.causal_conv(proj[:, :ch], st.conv[r], b.conv_w)    # [n, ch]
-        conv = conv / (1.0 + np.exp(-conv))                        # SiLU
-        q = dn.heads_for_values(dn.l2_norm(conv[:, :kd].reshape(n, hk, S), c.rms_eps), hv)   # [n, hv, S]
-        k = dn.heads_for_values(dn.l2_norm(conv[:, kd:2 * kd].reshape(n, hk, S), c.rms_eps), hv)
-        v = np.ascontiguousarray(conv[:, 2 * kd:].reshape(n, hv, S))
-        z = proj[:, ch:ch + vd]                                      # [n, vd]
-        beta = 1.0 / (1.0 + np.exp(-proj[:, ch + vd:ch + vd + hv]))  # [n, hv]
-        g = dn.softplus(proj[:, ch + vd + hv:] + b.dt_bias) * b.a    # [n, hv] log-decay
-        if n == 1:
-            o = dn.recurrent_step(st.delta[r], q[0], k[0], v[0], g[0], beta[0])[None]
+        if h.shape[0] == 1 and compiled_layers.enabled():
+            # decode: the whole step in one compiled call (engine/cpu/delta_step.py)
+            o = np.empty((1, hc.value_dim), np.float32)
+            with _LAUNCH:   # a parallel launch, one at a time across engines (cpu/linear.py)
+                gdn_decode(proj[0], st.conv[r], b.conv_wt, b.dt_bias, b.a, b.ssm_norm, st.delta[r], hc.n_k_heads,
+                           c.rms_eps, o[0])
         else:
-            o = dn.chunked(st.delta[r], q, k, v, g, beta, work=work)   # [n, hv, S]
-        o = rms_norm(np.ascontiguousarray(o, np.float32), b.ssm_norm, c.rms_eps).reshape(n, vd)
-        o = silu_mul(np.ascontiguousarray(z), o)
+            o = dn.gated_delta_layer(proj, st.conv[r], st.delta[r], b.conv_w, b.dt_bias, b.a, b.ssm_norm,
+                                     hc.n_k_heads, c.rms_eps, work)
         return b.ssm_out(Activations(o, i8), work)                   # [n, d]
 
     def _gated_attention(self, b: AttnBlock, h, slot: int, st: HybridState, pos, cs, i8, work) -> np.ndarray:
