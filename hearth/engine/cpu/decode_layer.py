@@ -41,11 +41,12 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from . import blocks_int8 as B8
+from . import kernels as K
 from . import kernels_iq as KQ
 from .attention import PARALLEL_ATTENTION_FROM, attend_heads, attend_serial
 from .kernels_int8 import quantize_q8_0, quantize_q8_k
 from .rows import rms_row, rope_head, silu_mul_row
-from .simd import F32, _ptr, fadd, fma_bf16, fma_f16, fma_f32, fma_i, fsum, fzero
+from .simd import F32, _ptr, fadd, fma_i, fsum, fzero
 
 jit = njit(nogil=True, cache=True)
 pjit = njit(nogil=True, cache=True, parallel=True)
@@ -149,21 +150,12 @@ def _dot_row(t, row, x, q0, d0, s0, qk, dk, sk):
         for b in range(row.shape[0] // 84):
             a0, a1 = B8.dot_q2_k(row, b * 84, qk, dk, sk, b, a0, a1)
             a0, a1 = a1, a0
-    elif t == 10:
-        for b in range(row.shape[0] // 64):
-            a0 = fma_f32(a0, row, b * 64, x, b * 16)
-            a1 = fma_f32(a1, row, b * 64 + 32, x, b * 16 + 8)
-        return fsum(a0) + fsum(a1)
+    elif t == 10:   # the float rows as the per-operation kernels (engine/cpu/kernels.py): the same bits
+        return K.row_f32(row, x)
     elif t == 11:
-        for b in range(row.shape[0] // 32):
-            a0 = fma_f16(a0, row, b * 32, x, b * 16)
-            a1 = fma_f16(a1, row, b * 32 + 16, x, b * 16 + 8)
-        return fsum(a0) + fsum(a1)
+        return K.row_f16(row, x)
     else:
-        for b in range(row.shape[0] // 32):
-            a0 = fma_bf16(a0, row, b * 32, x, b * 16)
-            a1 = fma_bf16(a1, row, b * 32 + 16, x, b * 16 + 8)
-        return fsum(a0) + fsum(a1)
+        return K.row_bf16(row, x)
     return fsum(fadd(a0, a1))
 
 

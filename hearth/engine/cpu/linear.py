@@ -40,6 +40,7 @@ from . import gemm_vnni as GV
 from . import kernels as K
 from . import kernels_int8 as K8
 from . import kernels_iq as KQ
+from . import kernels_mxfp4 as KM
 from . import simd_vnni
 from . import tiles_int8 as T8
 from . import tiles_vnni as TV
@@ -275,6 +276,8 @@ class Linear:
         rows = max(TILE_MIN_ROWS, TILE_FLOATS // n_in) if tile_floats is None else tile_floats // n_in
         self._tile = max(1, min(max(self.rows), rows))
         self._matvec8 = getattr(KQ, f"matvec8_{key}") if iq else getattr(K8, f"matvec_{key}", None)
+        if key == "mxfp4" and simd_vnni.lanes():   # one vpdpbusd a block, the same bits (engine/cpu/kernels_mxfp4.py)
+            self._matvec8 = KM.matvec8_mxfp4
         self._tile8 = getattr(T8, f"tile_{key}", None)   # the K-quants'
         self._vnni = gtype.name in TV.TYPES
         if self._vnni:
