@@ -69,6 +69,8 @@ def act_ref(g, u, act):
     with np.errstate(over="ignore"):
         if act == "swiglu_oai":
             return swiglu_oai(g.astype(np.float32), u.astype(np.float32)).astype(np.float64)
+        if act == "gelu":
+            return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3))) * u
         return g / (1 + np.exp(-g)) * u
 
 
@@ -80,6 +82,9 @@ def act_ref(g, u, act):
     ("Q4_0", "silu", False, "empty", (8, 4)),
     ("Q8_0", "silu", True, "random", (8, 2)),
     ("IQ4_NL", "silu", False, "random", (8, 2)),
+    ("IQ4_XS", "gelu", False, "random", (8, 2)),
+    ("IQ2_XXS", "silu", False, "random", (8, 2)),
+    ("IQ3_S", "gelu", False, "random", (8, 2)),
 ])
 def test_grouped_gate_up(ks, rng, qtype, act, bias, kind, tile):
     dev = ks.dev

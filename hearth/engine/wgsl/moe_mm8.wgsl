@@ -60,6 +60,8 @@ fn store_pair(j: u32, e: u32, r: u32, v0: f32) {
     let gc = min(g, 7.0);
     let uc = clamp(v, -7.0, 7.0);
     y[o] = gc / (1.0 + exp(-1.702 * gc)) * (uc + 1.0);
+{% elif ACT == "gelu" %}
+    y[o] = 0.5 * g * (1.0 + tanh(clamp(0.7978845608028654 * (g + 0.044715 * g * g * g), -15.0, 15.0))) * v;
 {% else %}
     {{ raise("moe_mm8 activation " ~ ACT) }}
 {% endif %}
