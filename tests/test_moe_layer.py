@@ -133,12 +133,14 @@ def naive_sink_attention(q, k, v, pos, window, sinks):
 
 @pytest.mark.parametrize("window", [0, 4])
 @pytest.mark.parametrize("f16", [False, True])
-def test_attention_with_sinks(window, f16):
+@pytest.mark.parametrize("nh, nkv, hd, T", [(4, 2, 8, 13), (16, 2, 64, 150)])
+def test_attention_with_sinks(window, f16, nh, nkv, hd, T):
+    """The batch (numpy) and the last query alone (decode: cpu/attention.py's compiled heads; the
+    larger shape takes its parallel launch and 64-column value sums) against float64."""
     rng = np.random.default_rng(11)
-    nh, nkv, hd, T = 4, 2, 8, 13
-    k = rng.standard_normal((nkv, 32, hd)).astype(np.float16 if f16 else np.float32)
-    v = rng.standard_normal((nkv, 32, hd)).astype(np.float16 if f16 else np.float32)
-    q = rng.standard_normal((T, nh, hd)).astype(np.float32)
+    k = rng.standard_normal((nkv, T + 19, hd)).astype(np.float16 if f16 else np.float32)
+    v = rng.standard_normal((nkv, T + 19, hd)).astype(np.float16 if f16 else np.float32)
+    q = (rng.standard_normal((T, nh, hd)) * hd ** -0.5).astype(np.float32)
     sinks = rng.standard_normal(nh).astype(np.float32) * 2
     want = naive_sink_attention(q, k.astype(np.float64), v.astype(np.float64), 0, window, sinks)
     np.testing.assert_allclose(attention_sinks(q, k, v, 0, window, sinks), want, atol=1e-5)
@@ -147,3 +149,5 @@ def test_attention_with_sinks(window, f16):
     # sinks of -inf are no sinks: the plain attention
     none = np.full(nh, -np.inf, np.float32)
     np.testing.assert_allclose(attention_sinks(q, k, v, 0, window, none), attention(q, k, v, 0, window), atol=1e-5)
+    np.testing.assert_allclose(attention_sinks(q[-1:], k, v, T - 1, window, none),
+                               attention(q[-1:], k, v, T - 1, window), atol=1e-5)

@@ -105,13 +105,19 @@ def _fma_row(acc, row, off, w, f16):
 
 
 @inline
-def _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out):
-    """Query head h (q at h * hd) over keys [start, start + T) of KV head h // rep -> out[h*hd:]."""
+def _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out, sinks, has_sink):
+    """Query head h (q at h * hd) over keys [start, start + T) of KV head h // rep -> out[h*hd:].
+    has_sink: sinks[h] is one more logit in the softmax (its max and its sum) that adds no value
+    (gpt-oss; ggml_soft_max_ext's sinks): the head's scores hold T + 1 entries, the last the sink."""
     kvh = h // rep
-    so = h * T
+    so = h * (T + 1) if has_sink else h * T
     for j in range(T):
         scores[so + j] = _score(kl[kvh, start + j], q, h * hd, hd, f16)
-    total = softmax_at(scores, so, T)
+    if has_sink:
+        scores[so + T] = sinks[h]
+        total = softmax_at(scores, so, T + 1)
+    else:
+        total = softmax_at(scores, so, T)
     es = 2 if f16 else 4              # bytes per cached value
     oo = h * hd
     if hd % 64 == 0:
@@ -152,13 +158,25 @@ def _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out):
 @njit(nogil=True, cache=True, parallel=True)
 def attend_heads(q, kl, vl, f16, start, T, nh, rep, hd, scores, out):
     for h in prange(nh):
-        _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out)
+        _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out, scores, False)
 
 
 @njit(nogil=True, cache=True)
 def attend_serial(q, kl, vl, f16, start, T, nh, rep, hd, scores, out):
     for h in range(nh):
-        _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out)
+        _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out, scores, False)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def attend_heads_sinks(q, kl, vl, f16, start, T, nh, rep, hd, scores, out, sinks):
+    for h in prange(nh):
+        _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out, sinks, True)
+
+
+@njit(nogil=True, cache=True)
+def attend_serial_sinks(q, kl, vl, f16, start, T, nh, rep, hd, scores, out, sinks):
+    for h in range(nh):
+        _head(h, q, kl, vl, f16, start, T, rep, hd, scores, out, sinks, True)
 
 
 # Below this many multiply-adds of attention (heads x keys x head dim, scores and values) the heads
@@ -167,17 +185,24 @@ PARALLEL_ATTENTION_FROM = 1 << 16
 
 
 def attend_one(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, start: int, n_keys: int,
-               parallel: bool = True) -> np.ndarray:
+               parallel: bool = True, sinks: np.ndarray | None = None) -> np.ndarray:
     """Softmax attention of one token's queries q float32 [nh * hd] (head h uses KV head h // (nh /
     nkv)) over keys [start, start + n_keys) of a cache layer (k_cache, v_cache float16 or float32
     [nkv, max_ctx, hd], hd a multiple of 8): float32 [nh * hd]. The compiled layers' attention, for
-    the per-operation path (engine/models/layers.py), so that both give the same bits."""
+    the per-operation path (engine/models/layers.py), so that both give the same bits. `sinks`
+    float32 [nh]: one sink logit per query head (engine/models/attention_sinks.py's arithmetic)."""
     nkv, _, hd = k_cache.shape
     qf = np.ascontiguousarray(q, dtype=np.float32).reshape(-1)
     nh = qf.size // hd
     out = np.empty(nh * hd, np.float32)
-    scores = np.empty(nh * n_keys, np.float32)
     f16 = k_cache.dtype == np.float16
-    fn = attend_heads if parallel and nh * n_keys * hd * 2 >= PARALLEL_ATTENTION_FROM else attend_serial
-    fn(qf, k_cache.view(np.uint8), v_cache.view(np.uint8), f16, start, n_keys, nh, nh // nkv, hd, scores, out)
+    par = parallel and nh * n_keys * hd * 2 >= PARALLEL_ATTENTION_FROM
+    args = (qf, k_cache.view(np.uint8), v_cache.view(np.uint8), f16, start, n_keys, nh, nh // nkv, hd)
+    if sinks is None:
+        scores = np.empty(nh * n_keys, np.float32)
+        (attend_heads if par else attend_serial)(*args, scores, out)
+    else:
+        scores = np.empty(nh * (n_keys + 1), np.float32)
+        sk = np.ascontiguousarray(sinks, dtype=np.float32)
+        (attend_heads_sinks if par else attend_serial_sinks)(*args, scores, out, sk)
     return out
