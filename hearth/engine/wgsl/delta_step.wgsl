@@ -9,7 +9,8 @@
 //           are applied as scale factors (M_j . k = |k|^-1 M_j . k_raw), so the three sums a row
 //           needs first (M_j . k_raw, |q_raw|^2, |k_raw|^2) share one pass through workgroup
 //           memory, and M_j . q another. o [hv, S] is written before its norm and gate.
-//   "head"  step and gate in one pass, a workgroup a head (below)
+//   "head"  step and gate in one pass, a workgroup a head (below); its first half and step's, up to
+//           the row's d, are one macro, row_sums
 //   "gate"  o [n, hv, S] <- RMSNorm(o per head) * ssm_norm * silu(z): a workgroup of 64 a (token, head)
 //           (workgroup (token, head)), z at row token of proj.
 const S: u32 = {{S}}u;
@@ -28,6 +29,42 @@ fn softplus(x: f32) -> f32 {
     return log(1.0 + exp(x));
 }
 {% endif %}
+// Both passes' first half: thread (row j, lane) loads its columns of q, k and the decayed row of M
+// (stride L, the threads a row), then the row's M_j . k_raw, |q_raw|^2, |k_raw|^2 summed over its
+// L threads through workgroup memory, the norms kn, qn and the row's d. jr: j, clamped to a row of
+// the state where the workgroup runs past S.
+{% macro row_sums(L, n, jr) %}
+    let kh = h % P.hk;
+    let g = softplus(proj[P.a_off + h] + da[h]) * da[P.hv + h];
+    let beta = 1.0 / (1.0 + exp(-proj[P.b_off + h]));
+    let e = exp(g);
+    let row = P.m_off + (h * S + {{jr}}) * S;
+{% for c in range(n) %}
+    let q{{c}} = conv[kh * S + lane + {{c}}u * {{L}}];
+    let k{{c}} = conv[(P.hk + kh) * S + lane + {{c}}u * {{L}}];
+    var m{{c}} = M[row + lane + {{c}}u * {{L}}] * e;
+{% endfor %}
+    var mk = 0.0;
+    var qq = 0.0;
+    var kk = 0.0;
+{% for c in range(n) %}
+    mk += m{{c}} * k{{c}};
+    qq += q{{c}} * q{{c}};
+    kk += k{{c}} * k{{c}};
+{% endfor %}
+    r_mk[t] = mk;
+    r_qq[t] = qq;
+    r_kk[t] = kk;
+    workgroupBarrier();
+    let r0 = t - lane;
+    mk = 0.0;
+    qq = 0.0;
+    kk = 0.0;
+    for (var l = 0u; l < {{L}}; l++) { mk += r_mk[r0 + l]; qq += r_qq[r0 + l]; kk += r_kk[r0 + l]; }
+    let kn = 1.0 / sqrt(kk + P.eps);
+    let qn = 1.0 / sqrt(qq + P.eps);
+    let d = (conv[2u * P.hk * S + h * S + {{jr}}] - mk * kn) * beta;
+{% endmacro %}
 {% if PASS == "step" %}
 @group(0) @binding(1) var<storage, read> conv: array<f32>;        // [ch] q | k | v heads, not normalized
 @group(0) @binding(2) var<storage, read> proj: array<f32>;        // [ldp]: beta at b_off, alpha at a_off
@@ -46,36 +83,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lane = t % LANES;
     let j = wid.x * R + t / LANES;            // this thread's row (value dim)
     let live = j < S;
-    let kh = h % P.hk;
-    let g = softplus(proj[P.a_off + h] + da[h]) * da[P.hv + h];
-    let beta = 1.0 / (1.0 + exp(-proj[P.b_off + h]));
-    let e = exp(g);
-    let row = P.m_off + (h * S + min(j, S - 1u)) * S;
-{% for c in range(S // LANES) %}
-    let q{{c}} = conv[kh * S + lane + {{c}}u * LANES];
-    let k{{c}} = conv[(P.hk + kh) * S + lane + {{c}}u * LANES];
-    var m{{c}} = M[row + lane + {{c}}u * LANES] * e;
-{% endfor %}
-    var mk = 0.0;
-    var qq = 0.0;
-    var kk = 0.0;
-{% for c in range(S // LANES) %}
-    mk += m{{c}} * k{{c}};
-    qq += q{{c}} * q{{c}};
-    kk += k{{c}} * k{{c}};
-{% endfor %}
-    r_mk[t] = mk;
-    r_qq[t] = qq;
-    r_kk[t] = kk;
-    workgroupBarrier();
-    let r0 = t - lane;
-    mk = 0.0;
-    qq = 0.0;
-    kk = 0.0;
-    for (var l = 0u; l < LANES; l++) { mk += r_mk[r0 + l]; qq += r_qq[r0 + l]; kk += r_kk[r0 + l]; }
-    let kn = 1.0 / sqrt(kk + P.eps);
-    let qn = 1.0 / sqrt(qq + P.eps);
-    let d = (conv[2u * P.hk * S + h * S + min(j, S - 1u)] - mk * kn) * beta;
+{{ row_sums("LANES", S // LANES, "min(j, S - 1u)") }}
     var o = 0.0;
 {% for c in range(S // LANES) %}
     m{{c}} += d * (k{{c}} * kn);
@@ -115,36 +123,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let h = wid.y;
     let lane = t % HL;
     let j = t / HL;
-    let kh = h % P.hk;
-    let g = softplus(proj[P.a_off + h] + da[h]) * da[P.hv + h];
-    let beta = 1.0 / (1.0 + exp(-proj[P.b_off + h]));
-    let e = exp(g);
-    let row = P.m_off + (h * S + j) * S;
-{% for c in range(S // HL) %}
-    let q{{c}} = conv[kh * S + lane + {{c}}u * HL];
-    let k{{c}} = conv[(P.hk + kh) * S + lane + {{c}}u * HL];
-    var m{{c}} = M[row + lane + {{c}}u * HL] * e;
-{% endfor %}
-    var mk = 0.0;
-    var qq = 0.0;
-    var kk = 0.0;
-{% for c in range(S // HL) %}
-    mk += m{{c}} * k{{c}};
-    qq += q{{c}} * q{{c}};
-    kk += k{{c}} * k{{c}};
-{% endfor %}
-    r_mk[t] = mk;
-    r_qq[t] = qq;
-    r_kk[t] = kk;
-    workgroupBarrier();
-    let r0 = t - lane;
-    mk = 0.0;
-    qq = 0.0;
-    kk = 0.0;
-    for (var l = 0u; l < HL; l++) { mk += r_mk[r0 + l]; qq += r_qq[r0 + l]; kk += r_kk[r0 + l]; }
-    let kn = 1.0 / sqrt(kk + P.eps);
-    let qn = 1.0 / sqrt(qq + P.eps);
-    let d = (conv[2u * P.hk * S + h * S + j] - mk * kn) * beta;
+{{ row_sums("HL", S // HL, "j") }}
     var o = 0.0;
 {% for c in range(S // HL) %}
     m{{c}} += d * (k{{c}} * kn);
