@@ -1,5 +1,7 @@
 // The chunked delta rule with the triangular solve out of the sequential scan (models/delta_net.py
-// derives the form; delta_net.wgsl holds the same passes with the solve inside the scan).
+// derives the form; delta_net.wgsl holds the same passes with the solve inside the scan). What the two
+// share (the chunk's cumulative decay, the scan's state block, its load, store and end-of-chunk update)
+// is delta_common.wgsl's macros.
 // (I + L) U = beta V - (beta exp(G) K) M0^T splits into what does not depend on the state,
 //     U0 = (I + L)^-1 (beta V)    W = (I + L)^-1 (beta exp(G) K)
 // solved for every chunk at once, and what does: U = U0 - W M0^T, a product the scan does per chunk.
@@ -20,6 +22,7 @@
 //            workgroup memory; thread t is token t: U = U0 - W M^T, o = exp(G) (Q M^T) / sqrt(S) + A U
 //            (o replaces U0 in u), then thread i is state row i: M^T <- exp(G_last) M^T +
 //            K^T (exp(G_last - G) U)
+{% from "delta_common.wgsl" import cumulative_decay, scan_memory, state_in, state_out, chunk_rows, state_update %}
 const S: u32 = {{S}}u;
 const C: u32 = {{C}}u;
 struct Params {
@@ -63,10 +66,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         bs[t] = beta;
     }
     workgroupBarrier();
-    if (t == 0u) {
-        var acc = 0.0;
-        for (var s = 0u; s < C; s++) { acc += gs[s]; gs[s] = acc; }
-    }
+{{ cumulative_decay() }}
     workgroupBarrier();
     if (t < nc) {
         gb[((c0 + t) * P.hv + h) * 2u] = gs[t];
@@ -175,10 +175,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 @group(0) @binding(5) var<storage, read> qt: array<f32>;      // [chunks, hv, S, C]
 @group(0) @binding(6) var<storage, read_write> M: array<f32>; // [hv, S_v, S_k] at m_off
 @group(0) @binding(7) var<storage, read_write> u: array<f32>; // [n, hv, S]: U0 in, o out
-const VB: u32 = {{VB}}u;
-var<workgroup> mb: array<f32, S * VB>;     // [S_k, VB]: rows j0 .. j0 + VB of M, transposed
-var<workgroup> ub: array<f32, C * VB>;     // [C, VB]: U, then U exp(G_last - G)
-var<workgroup> gsh: array<f32, C>;
+{{ scan_memory(VB) }}
 
 @compute @workgroup_size(C)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -186,17 +183,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let j0 = wid.x * VB;
     let kh = h % P.hk;
     let kb = (P.hk + kh) * S;
-    for (var e = t; e < S * VB; e += C) {
-        mb[(e % S) * VB + e / S] = M[P.m_off + (h * S + j0 + e / S) * S + e % S];
-    }
+{{ state_in() }}
     workgroupBarrier();
     let chunks = (P.n + C - 1u) / C;
     for (var c = 0u; c < chunks; c++) {
-        let c0 = c * C;
-        let nc = min(C, P.n - c0);
-        let base = (c * P.hv + h) * C * C;
-        let tok = c0 + t;
-        let live = t < nc;
+{{ chunk_rows() }}
         let row = (tok * P.hv + h) * S;
         var G = 0.0;
         if (live) { G = gb[(tok * P.hv + h) * 2u]; }
@@ -223,25 +214,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var jj = 0u; jj < VB; jj++) { u[row + j0 + jj] = qm[jj]; }
         }
         workgroupBarrier();
-        if (live) {
-            let f = exp(last - G);
-            for (var jj = 0u; jj < VB; jj++) { ub[t * VB + jj] *= f; }
-        }
-        workgroupBarrier();
-        let el = exp(last);
-        for (var i = t; i < S; i += C) {
-            var acc: array<f32, VB>;
-            for (var jj = 0u; jj < VB; jj++) { acc[jj] = el * mb[i * VB + jj]; }
-            for (var t2 = 0u; t2 < nc; t2++) {
-                let kv = conv[(c0 + t2) * P.ch + kb + i];
-                for (var jj = 0u; jj < VB; jj++) { acc[jj] += kv * ub[t2 * VB + jj]; }
-            }
-            for (var jj = 0u; jj < VB; jj++) { mb[i * VB + jj] = acc[jj]; }
-        }
-        workgroupBarrier();
+{{ state_update() }}
     }
-    for (var e = t; e < S * VB; e += C) {
-        M[P.m_off + (h * S + j0 + e / S) * S + e % S] = mb[(e % S) * VB + e / S];
-    }
+{{ state_out() }}
 }
 {% elif PASS != "gram" %}{{ raise("delta_chunk.wgsl: no pass " ~ PASS) }}{% endif %}

@@ -1,6 +1,7 @@
 // Gated DeltaNet on the GPU (engine/models/delta_net.py is the numpy reference and derives the
-// chunked form). Rows of the conv output `conv` [n, ch]: q (hk heads of S) | k (hk heads) | v (hv heads);
-// value head h reads q/k head h % hk. proj [n, ldp] holds the raw alpha (column a_off + h) and beta
+// chunked form; delta_chunk.wgsl, the default prefill, takes the solve out of the scan; what prep and
+// scan share with it is delta_common.wgsl's macros). Rows of the conv output `conv` [n, ch]:
+// q (hk heads of S) | k (hk heads) | v (hv heads); value head h reads q/k head h % hk. proj [n, ldp] holds the raw alpha (column a_off + h) and beta
 // (b_off + h); da = [dt_bias (hv); a (hv)]: g = softplus(alpha + dt_bias) * a, beta = sigmoid(beta).
 // The state M [hv, S_v, S_k] at float offset m_off: row j of head h is value dim j.
 // PASS:
@@ -16,6 +17,7 @@
 //   "scan"      the chunks in order for each (VB value dims, head), those rows of M in workgroup
 //               memory: (I + L) U = beta (v - exp(G) K M^T) by forward substitution, o = exp(G)
 //               (Q M^T) / sqrt(S) + A U, M^T <- exp(G_last) M^T + K^T (exp(G_last - G) U)
+{% from "delta_common.wgsl" import cumulative_decay, scan_memory, state_in, state_out, chunk_rows, state_update %}
 const S: u32 = {{S}}u;
 const C: u32 = {{C}}u;
 struct Params {
@@ -123,10 +125,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (live) { gbt = gate(tok, h); }
     gs[t] = gbt.x;
     workgroupBarrier();
-    if (t == 0u) {
-        var acc = 0.0;
-        for (var s = 0u; s < C; s++) { acc += gs[s]; gs[s] = acc; }
-    }
+{{ cumulative_decay() }}
     workgroupBarrier();
     if (!live) { return; }
     let G = gs[t];
@@ -148,10 +147,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 {% elif PASS == "scan" %}
-const VB: u32 = {{VB}}u;
-var<workgroup> mb: array<f32, S * VB>;     // [S_k, VB]: rows j0 .. j0 + VB of M, transposed
-var<workgroup> ub: array<f32, C * VB>;     // [C, VB]: the right side, solved into U in place, then U exp(G_last - G)
-var<workgroup> gsh: array<f32, C>;
+{{ scan_memory(VB) }}
 
 // A workgroup per (VB value dims, head) walks the chunks in order; in each, thread t is token t
 // (products with the state block, the outputs) or state row t (the state update), and VB threads
@@ -165,16 +161,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let kb = (P.hk + kh) * S;
     let vb = 2u * P.hk * S + h * S + j0;
     let scale = 1.0 / sqrt(f32(S));
-    for (var e = t; e < S * VB; e += C) {
-        mb[(e % S) * VB + e / S] = M[P.m_off + (h * S + j0 + e / S) * S + e % S];
-    }
+{{ state_in() }}
     let chunks = (P.n + C - 1u) / C;
     for (var c = 0u; c < chunks; c++) {
-        let c0 = c * C;
-        let nc = min(C, P.n - c0);
-        let base = (c * P.hv + h) * C * C;
-        let tok = c0 + t;
-        let live = t < nc;
+{{ chunk_rows() }}
         var G = 0.0;
         var beta = 0.0;
         if (live) {
@@ -216,25 +206,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var jj = 0u; jj < VB; jj++) { out[(tok * P.hv + h) * S + j0 + jj] = qm[jj]; }
         }
         workgroupBarrier();
-        if (live) {
-            let w = exp(last - G);
-            for (var jj = 0u; jj < VB; jj++) { ub[t * VB + jj] *= w; }
-        }
-        workgroupBarrier();
-        let el = exp(last);
-        for (var i = t; i < S; i += C) {
-            var acc: array<f32, VB>;
-            for (var jj = 0u; jj < VB; jj++) { acc[jj] = el * mb[i * VB + jj]; }
-            for (var t2 = 0u; t2 < nc; t2++) {
-                let kv = conv[(c0 + t2) * P.ch + kb + i];
-                for (var jj = 0u; jj < VB; jj++) { acc[jj] += kv * ub[t2 * VB + jj]; }
-            }
-            for (var jj = 0u; jj < VB; jj++) { mb[i * VB + jj] = acc[jj]; }
-        }
-        workgroupBarrier();
+{{ state_update() }}
     }
-    for (var e = t; e < S * VB; e += C) {
-        M[P.m_off + (h * S + j0 + e / S) * S + e % S] = mb[(e % S) * VB + e / S];
-    }
+{{ state_out() }}
 }
 {% endif %}
