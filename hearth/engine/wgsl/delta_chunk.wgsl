@@ -22,14 +22,11 @@
 //            workgroup memory; thread t is token t: U = U0 - W M^T, o = exp(G) (Q M^T) / sqrt(S) + A U
 //            (o replaces U0 in u), then thread i is state row i: M^T <- exp(G_last) M^T +
 //            K^T (exp(G_last - G) U)
-{% from "delta_common.wgsl" import cumulative_decay, scan_memory, state_in, state_out, chunk_rows, state_update %}
+{% from "delta_common.wgsl" import params, softplus, cumulative_decay, scan_memory, state_in, state_out,
+   chunk_rows, state_update %}
 const S: u32 = {{S}}u;
 const C: u32 = {{C}}u;
-struct Params {
-    S: u32, hv: u32, hk: u32, ch: u32, ldp: u32, a_off: u32, b_off: u32, z_off: u32,
-    n: u32, st_off: u32, m_off: u32, K: u32, eps: f32, _a: u32, _b: u32, _c: u32,
-}
-@group(0) @binding(0) var<uniform> P: Params;
+{{ params() }}
 @group(0) @binding(1) var<storage, read> conv: array<f32>;    // [n, ch] q | k | v heads, q/k normalized
 {% if PASS == "gram" %}
 @group(0) @binding(2) var<storage, read> proj: array<f32>;    // [n, ldp]: beta at b_off, alpha at a_off
@@ -42,10 +39,7 @@ var<workgroup> kT: array<f32, PD * C>;
 var<workgroup> gs: array<f32, C>;
 var<workgroup> bs: array<f32, C>;
 
-fn softplus(x: f32) -> f32 {
-    if (x > 20.0) { return x; }
-    return log(1.0 + exp(x));
-}
+{{ softplus() }}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {

@@ -1,6 +1,10 @@
 {#
-The pieces of the chunked delta rule that delta_net.wgsl (HEARTH_GPU_DELTA_SCAN=old: the solve
-inside the scan) and delta_chunk.wgsl (the default: the solve out of it) share, as macros:
+What the Gated DeltaNet kernels share, as macros, each with one owner here:
+  params            the parameter struct of every one of them (delta_ops.DELTA_FIELDS, in its order)
+  softplus          the function of the decay g = softplus(alpha + dt_bias) * a (delta_step, delta_net,
+                    delta_chunk)
+and the pieces of the chunked delta rule that delta_net.wgsl (HEARTH_GPU_DELTA_SCAN=old: the solve
+inside the scan) and delta_chunk.wgsl (the default: the solve out of it) share:
   cumulative_decay  gs[0 .. C) <- its running sum (G: the cumulative log-decay in the chunk), by thread 0
   scan_memory       a scan workgroup's block of the state and of U
   state_in, state_out  rows j0 .. j0 + VB of head h's state M [hv, S_v, S_k] to and from mb, transposed
@@ -10,6 +14,21 @@ inside the scan) and delta_chunk.wgsl (the default: the solve out of it) share, 
 Macros emit WGSL only: the names they read (t, h, j0, c, G, last, nc, c0, kb, P, M, conv) are the
 calling kernel's.
 #}
+{% macro params() %}
+struct Params {
+    S: u32, hv: u32, hk: u32, ch: u32, ldp: u32, a_off: u32, b_off: u32, z_off: u32,
+    n: u32, st_off: u32, m_off: u32, K: u32, eps: f32, _a: u32, _b: u32, _c: u32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
+{% endmacro %}
+
+{% macro softplus() %}
+fn softplus(x: f32) -> f32 {
+    if (x > 20.0) { return x; }
+    return log(1.0 + exp(x));
+}
+{% endmacro %}
+
 {% macro cumulative_decay() %}
     if (t == 0u) {
         var acc = 0.0;
@@ -20,7 +39,8 @@ calling kernel's.
 {% macro scan_memory(VB) %}
 const VB: u32 = {{VB}}u;
 var<workgroup> mb: array<f32, S * VB>;     // [S_k, VB]: rows j0 .. j0 + VB of M, transposed
-var<workgroup> ub: array<f32, C * VB>;     // [C, VB]: U (delta_net.wgsl: the right side, solved into U in place), then U exp(G_last - G)
+var<workgroup> ub: array<f32, C * VB>;     // [C, VB]: U (delta_net.wgsl: the right side, solved into U
+                                           // in place), then U exp(G_last - G)
 var<workgroup> gsh: array<f32, C>;
 {% endmacro %}
 

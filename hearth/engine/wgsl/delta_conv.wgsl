@@ -6,14 +6,12 @@
 // MODE "serial" (decode): one thread per channel walks the tokens in order (channels are
 // independent); prefill: "rows" (a thread per (token, channel), the state only read) then "state"
 // (a thread per channel moves the state on), so that no output waits on the token before it.
+// Params: delta_common.wgsl's, as every Gated DeltaNet kernel's.
 {% set MODE = MODE | default("serial") %}
 const KM1: u32 = {{KM1}}u;
 const K: u32 = KM1 + 1u;
-struct Params {
-    S: u32, hv: u32, hk: u32, ch: u32, ldp: u32, a_off: u32, b_off: u32, z_off: u32,
-    n: u32, st_off: u32, m_off: u32, K: u32, eps: f32, _a: u32, _b: u32, _c: u32,
-}
-@group(0) @binding(0) var<uniform> P: Params;
+{% from "delta_common.wgsl" import params %}
+{{ params() }}
 @group(0) @binding(1) var<storage, read> proj: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<storage, read_write> state: array<f32>;

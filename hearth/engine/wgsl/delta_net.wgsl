@@ -1,8 +1,8 @@
 // Gated DeltaNet on the GPU (engine/models/delta_net.py is the numpy reference and derives the
 // chunked form; delta_chunk.wgsl, the default prefill, takes the solve out of the scan; what prep and
 // scan share with it is delta_common.wgsl's macros). Rows of the conv output `conv` [n, ch]:
-// q (hk heads of S) | k (hk heads) | v (hv heads); value head h reads q/k head h % hk. proj [n, ldp] holds the raw alpha (column a_off + h) and beta
-// (b_off + h); da = [dt_bias (hv); a (hv)]: g = softplus(alpha + dt_bias) * a, beta = sigmoid(beta).
+// q (hk heads of S) | k (hk heads) | v (hv heads); value head h reads q/k head h % hk. proj [n, ldp]
+// holds the raw alpha (column a_off + h) and beta (b_off + h); da = [dt_bias (hv); a (hv)]: g = softplus(alpha + dt_bias) * a, beta = sigmoid(beta).
 // The state M [hv, S_v, S_k] at float offset m_off: row j of head h is value dim j.
 // PASS:
 //   "l2norm"    q and k rows of conv divided by sqrt(|x|^2 + eps), in place; a thread per (token, head)
@@ -17,14 +17,11 @@
 //   "scan"      the chunks in order for each (VB value dims, head), those rows of M in workgroup
 //               memory: (I + L) U = beta (v - exp(G) K M^T) by forward substitution, o = exp(G)
 //               (Q M^T) / sqrt(S) + A U, M^T <- exp(G_last) M^T + K^T (exp(G_last - G) U)
-{% from "delta_common.wgsl" import cumulative_decay, scan_memory, state_in, state_out, chunk_rows, state_update %}
+{% from "delta_common.wgsl" import params, softplus, cumulative_decay, scan_memory, state_in, state_out,
+   chunk_rows, state_update %}
 const S: u32 = {{S}}u;
 const C: u32 = {{C}}u;
-struct Params {
-    S: u32, hv: u32, hk: u32, ch: u32, ldp: u32, a_off: u32, b_off: u32, z_off: u32,
-    n: u32, st_off: u32, m_off: u32, K: u32, eps: f32, _a: u32, _b: u32, _c: u32,
-}
-@group(0) @binding(0) var<uniform> P: Params;
+{{ params() }}
 {% if PASS == "l2norm" %}
 @group(0) @binding(1) var<storage, read_write> conv: array<vec4<f32>>;   // whole heads: S and ch multiples of 4
 {% elif PASS == "prep" or PASS == "decode" %}
@@ -47,10 +44,7 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 {% else %}{{ raise("delta_net.wgsl: no pass " ~ PASS) }}{% endif %}
 
-fn softplus(x: f32) -> f32 {
-    if (x > 20.0) { return x; }
-    return log(1.0 + exp(x));
-}
+{{ softplus() }}
 
 {% if PASS == "prep" or PASS == "decode" %}
 fn gate(tok: u32, h: u32) -> vec2<f32> {   // (g, beta) of token tok, value head h

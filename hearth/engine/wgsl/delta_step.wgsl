@@ -13,21 +13,16 @@
 //           the row's d, are one macro, row_sums
 //   "gate"  o [n, hv, S] <- RMSNorm(o per head) * ssm_norm * silu(z): a workgroup of 64 a (token, head)
 //           (workgroup (token, head)), z at row token of proj.
+// Params and softplus: delta_common.wgsl's, as every Gated DeltaNet kernel's.
 const S: u32 = {{S}}u;
 const LANES: u32 = {{LANES}}u;
 const E: u32 = S / LANES;
 const R: u32 = 256u / LANES;
 {% if S % LANES or 256 % LANES %}{{ raise("delta_step.wgsl: LANES must divide S and 256") }}{% endif %}
-struct Params {
-    S: u32, hv: u32, hk: u32, ch: u32, ldp: u32, a_off: u32, b_off: u32, z_off: u32,
-    n: u32, st_off: u32, m_off: u32, K: u32, eps: f32, _a: u32, _b: u32, _c: u32,
-}
-@group(0) @binding(0) var<uniform> P: Params;
+{% from "delta_common.wgsl" import params, softplus %}
+{{ params() }}
 {% if PASS == "step" or PASS == "head" %}
-fn softplus(x: f32) -> f32 {
-    if (x > 20.0) { return x; }
-    return log(1.0 + exp(x));
-}
+{{ softplus() }}
 {% endif %}
 // Both passes' first half: thread (row j, lane) loads its columns of q, k and the decayed row of M
 // (stride L, the threads a row), then the row's M_j . k_raw, |q_raw|^2, |k_raw|^2 summed over its

@@ -2,11 +2,9 @@
 //   "norm_silu"  Gated DeltaNet's output: o [n, hv, S] <- RMSNorm(o per head) * w * silu(z),
 //                z = proj[t, z_off + h S + i] (row stride ldp); a thread per (token, head)
 //   "sigmoid"    gated attention: y [n, width] <- y * sigmoid(gate), gate [n, width]; a thread a value
-struct Params {
-    S: u32, hv: u32, hk: u32, ch: u32, ldp: u32, a_off: u32, b_off: u32, z_off: u32,
-    n: u32, st_off: u32, m_off: u32, K: u32, eps: f32, _a: u32, _b: u32, _c: u32,
-}
-@group(0) @binding(0) var<uniform> P: Params;
+// Params: delta_common.wgsl's, as every Gated DeltaNet kernel's.
+{% from "delta_common.wgsl" import params %}
+{{ params() }}
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 @group(0) @binding(2) var<storage, read> src: array<f32>;
 {% if PASS == "norm_silu" %}
