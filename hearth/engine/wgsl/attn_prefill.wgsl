@@ -8,15 +8,14 @@
 // and the `combine` pass merges them: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
 // q: [n, n_head, HD] rotated, not scaled; kc, vc: [n_kv, max_ctx, HD] float32, or float16 with KV_F16
 // (f16_kv.wgsl); out: [n, n_head * HD].
+// Params, the tile's setup (q and o in registers, the split's keys) and the store of o: the macros of
+// attn_prefill_common.wgsl, which attn_prefill_wide.wgsl shares.
+{% from "attn_prefill_common.wgsl" import params, tile_setup, store_o %}
 const HD: u32 = {{HD}}u;
 const BQ: u32 = {{BQ}}u;
 const KT: u32 = {{KT}}u;
 const PW: u32 = HD + 2u;
-struct Params {
-    n_head: u32, n_kv: u32, max_ctx: u32, scale: f32,
-    window: u32, n_splits: u32, _b: u32, _c: u32,
-}
-@group(0) @binding(0) var<uniform> P: Params;
+{{ params() }}
 {% if PASS == "combine" %}
 @group(0) @binding(1) var<storage, read> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
@@ -65,38 +64,7 @@ var<workgroup> vs: array<vec4<f32>, KT * HD / 4u>;
 
 @compute @workgroup_size(BQ)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let h = wid.y;
-    let kvh = h / (P.n_head / P.n_kv);
-    let pos = step[0];
-    let n = step[1];
-    let i = wid.x * BQ + t;                   // this thread's query
-    let live = i < n;
-    let qp = pos + i;                          // its position
-    // q and o live in registers: one variable per vec4 (unrolled by the template), since a private
-    // array indexed in a loop is placed in (slow) local memory by GPU compilers.
-{% for d in range(HD // 4) %}
-    var q{{d}} = vec4<f32>(0.0);
-    var o{{d}} = vec4<f32>(0.0);
-{% endfor %}
-    if (live) {
-        let qb = (i * P.n_head + h) * HD;
-{% for d in range(HD // 4) %}
-        q{{d}} = vec4<f32>(q[qb + {{4 * d}}u], q[qb + {{4 * d + 1}}u], q[qb + {{4 * d + 2}}u], q[qb + {{4 * d + 3}}u]) * P.scale;
-{% endfor %}
-    }
-    var m = -3.0e38;
-    var l = 0.0;
-    // keys any query of this tile may see
-    let last_q = min(pos + wid.x * BQ + BQ, pos + n) - 1u;
-    var first = 0u;
-    if (P.window > 0u && pos + wid.x * BQ + 1u > P.window) { first = pos + wid.x * BQ + 1u - P.window; }
-    var lo = 0u;
-    if (P.window > 0u && qp + 1u > P.window) { lo = qp + 1u - P.window; }
-    // this split's share of the keys, in whole tiles
-    let span = last_q + 1u - first;
-    let per = ((span + P.n_splits - 1u) / P.n_splits + KT - 1u) / KT * KT;
-    let k_begin = first + wid.z * per;
-    let k_end = min(k_begin + per, last_q + 1u);
+{{ tile_setup("t", HD // 4, "") }}
     for (var k0 = k_begin; k0 < k_end; k0 += KT) {
         workgroupBarrier();
         for (var e = t; e < KT * HD / 4u; e += BQ) {
@@ -135,11 +103,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     if (live) {
-        let ob = ((i * P.n_head + h) * P.n_splits + wid.z) * PW;
-{% for d in range(HD // 4) %}
-        part[ob + {{4 * d}}u] = o{{d}}.x; part[ob + {{4 * d + 1}}u] = o{{d}}.y;
-        part[ob + {{4 * d + 2}}u] = o{{d}}.z; part[ob + {{4 * d + 3}}u] = o{{d}}.w;
-{% endfor %}
+{{ store_o(HD // 4, "ob") }}
         part[ob + HD] = m;
         part[ob + HD + 1u] = l;
     }

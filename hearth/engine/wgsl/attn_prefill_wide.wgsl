@@ -9,6 +9,9 @@
 // step over the tile (one rescale a tile) on its slice of o. K and V are read from the cache
 // directly: the BQ queries of a workgroup read the same rows, which the cache serves.
 // q: [n, n_head, HD] rotated, not scaled; kc, vc: [n_kv, max_ctx, HD] float32, or float16 with KV_F16.
+// Params, the tile's setup (a slice's q and o in registers, the split's keys) and the store of o: the
+// macros of attn_prefill_common.wgsl, which attn_prefill.wgsl shares.
+{% from "attn_prefill_common.wgsl" import params, tile_setup, store_o %}
 const HD: u32 = {{HD}}u;
 const BQ: u32 = {{BQ}}u;
 const T: u32 = {{T}}u;
@@ -16,11 +19,7 @@ const KT: u32 = {{KT}}u;
 const D: u32 = HD / T;
 const PW: u32 = HD + 2u;
 {% if HD % (4 * T) or KT > T %}{{ raise("attn_prefill_wide.wgsl: HD a multiple of 4 T and KT <= T") }}{% endif %}
-struct Params {
-    n_head: u32, n_kv: u32, max_ctx: u32, scale: f32,
-    window: u32, n_splits: u32, _b: u32, _c: u32,
-}
-@group(0) @binding(0) var<uniform> P: Params;
+{{ params() }}
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 {% if KV_F16 %}
 @group(0) @binding(2) var<storage, read> kc: array<vec2<u32>>;
@@ -45,34 +44,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let r = tid % BQ;                          // this thread's query in the tile
     let sl = tid / BQ;                         // its slice of the head: dims d0 .. d0 + D
     let d0 = sl * D;
-    let h = wid.y;
-    let kvh = h / (P.n_head / P.n_kv);
-    let pos = step[0];
-    let n = step[1];
-    let i = wid.x * BQ + r;
-    let live = i < n;
-    let qp = pos + i;
-{% for d in range(HD // T // 4) %}
-    var q{{d}} = vec4<f32>(0.0);
-    var o{{d}} = vec4<f32>(0.0);
-{% endfor %}
-    if (live) {
-        let qb = (i * P.n_head + h) * HD + d0;
-{% for d in range(HD // T // 4) %}
-        q{{d}} = vec4<f32>(q[qb + {{4 * d}}u], q[qb + {{4 * d + 1}}u], q[qb + {{4 * d + 2}}u], q[qb + {{4 * d + 3}}u]) * P.scale;
-{% endfor %}
-    }
-    var m = -3.0e38;
-    var l = 0.0;
-    let last_q = min(pos + wid.x * BQ + BQ, pos + n) - 1u;
-    var first = 0u;
-    if (P.window > 0u && pos + wid.x * BQ + 1u > P.window) { first = pos + wid.x * BQ + 1u - P.window; }
-    var lo = 0u;
-    if (P.window > 0u && qp + 1u > P.window) { lo = qp + 1u - P.window; }
-    let span = last_q + 1u - first;
-    let per = ((span + P.n_splits - 1u) / P.n_splits + KT - 1u) / KT * KT;
-    let k_begin = first + wid.z * per;
-    let k_end = min(k_begin + per, last_q + 1u);
+{{ tile_setup("r", HD // T // 4, " + d0") }}
     let row0 = kvh * P.max_ctx;
     // tiles at multiples of KT, so that a query's keys fall in the same tiles (and its softmax
     // rescales at the same keys) whichever query tile and chunk it is computed in
@@ -116,11 +88,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         m = mx;
     }
     if (live) {
-        let ob = ((i * P.n_head + h) * P.n_splits + wid.z) * PW;
-{% for d in range(HD // T // 4) %}
-        part[ob + d0 + {{4 * d}}u] = o{{d}}.x; part[ob + d0 + {{4 * d + 1}}u] = o{{d}}.y;
-        part[ob + d0 + {{4 * d + 2}}u] = o{{d}}.z; part[ob + d0 + {{4 * d + 3}}u] = o{{d}}.w;
-{% endfor %}
+{{ store_o(HD // T // 4, "ob + d0") }}
         if (sl == 0u) {
             part[ob + HD] = m;
             part[ob + HD + 1u] = l;
