@@ -10,7 +10,7 @@
 // (f16_kv.wgsl); out: [n, n_head * HD].
 // Params, the tile's setup (q and o in registers, the split's keys) and the store of o: the macros of
 // attn_prefill_common.wgsl, which attn_prefill_wide.wgsl shares.
-{% from "attn_prefill_common.wgsl" import params, tile_setup, store_o %}
+{% from "attn_prefill_common.wgsl" import params, kv_bindings, tile_setup, store_o %}
 const HD: u32 = {{HD}}u;
 const BQ: u32 = {{BQ}}u;
 const KT: u32 = {{KT}}u;
@@ -42,22 +42,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 {% else %}
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-{% if KV_F16 | default(false) %}
-@group(0) @binding(2) var<storage, read> kc: array<vec2<u32>>;
-@group(0) @binding(3) var<storage, read> vc: array<vec2<u32>>;
-{% include "f16_kv.wgsl" %}
-// 4 values from element b (a multiple of 4)
-fn kload(b: u32) -> vec4<f32> { return unpack_f16x4(kc[b / 4u]); }
-fn vload(b: u32) -> vec4<f32> { return unpack_f16x4(vc[b / 4u]); }
-{% else %}
+{% call kv_bindings(KV_F16 | default(false)) %}
+// a float32 cache (kv_bindings declares the float16 one)
 @group(0) @binding(2) var<storage, read> kc: array<f32>;
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
 fn kload(b: u32) -> vec4<f32> { return vec4<f32>(kc[b], kc[b + 1u], kc[b + 2u], kc[b + 3u]); }
 fn vload(b: u32) -> vec4<f32> { return vec4<f32>(vc[b], vc[b + 1u], vc[b + 2u], vc[b + 3u]); }
-{% endif %}
-@group(0) @binding(4) var<storage, read_write> part: array<f32>;
-@group(0) @binding(5) var<storage, read> step: array<u32>;   // [pos, n]
+{% endcall %}
 
 var<workgroup> ks: array<vec4<f32>, KT * HD / 4u>;
 var<workgroup> vs: array<vec4<f32>, KT * HD / 4u>;

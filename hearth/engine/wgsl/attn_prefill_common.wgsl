@@ -2,6 +2,8 @@
 What attn_prefill.wgsl (a thread a query row) and attn_prefill_wide.wgsl (T threads a row, each a
 slice of D = HD / T dims at d0) share, as macros, each with one owner here:
   params      the parameter struct (ops.ATTN_PREFILL_FIELDS, in its order)
+  kv_bindings bindings 1 .. 5 (q, kc, vc, part, step); with f16 a float16 cache (f16_kv.wgsl) and
+              its kload / vload, else the caller's float32 kc, vc, kload and vload
   tile_setup  a thread's query i (wid.x * BQ + qi) and its position qp, its n4 vec4s of q (scaled;
               from dim off of the row) and of o in registers, the online softmax's m and l, and the
               keys its split walks: [k_begin, k_end), lo the first key its sliding window sees
@@ -58,4 +60,20 @@ struct Params {
         part[{{at}} + {{4 * d}}u] = o{{d}}.x; part[{{at}} + {{4 * d + 1}}u] = o{{d}}.y;
         part[{{at}} + {{4 * d + 2}}u] = o{{d}}.z; part[{{at}} + {{4 * d + 3}}u] = o{{d}}.w;
 {% endfor %}
+{% endmacro %}
+
+{% macro kv_bindings(f16) %}
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+{% if f16 %}
+@group(0) @binding(2) var<storage, read> kc: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read> vc: array<vec2<u32>>;
+{% include "f16_kv.wgsl" %}
+// 4 values from element b (a multiple of 4)
+fn kload(b: u32) -> vec4<f32> { return unpack_f16x4(kc[b / 4u]); }
+fn vload(b: u32) -> vec4<f32> { return unpack_f16x4(vc[b / 4u]); }
+{% else %}
+{{ caller() }}
+{% endif %}
+@group(0) @binding(4) var<storage, read_write> part: array<f32>;
+@group(0) @binding(5) var<storage, read> step: array<u32>;   // [pos, n]
 {% endmacro %}

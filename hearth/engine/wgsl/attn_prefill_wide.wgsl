@@ -11,7 +11,7 @@
 // q: [n, n_head, HD] rotated, not scaled; kc, vc: [n_kv, max_ctx, HD] float32, or float16 with KV_F16.
 // Params, the tile's setup (a slice's q and o in registers, the split's keys) and the store of o: the
 // macros of attn_prefill_common.wgsl, which attn_prefill.wgsl shares.
-{% from "attn_prefill_common.wgsl" import params, tile_setup, store_o %}
+{% from "attn_prefill_common.wgsl" import params, kv_bindings, tile_setup, store_o %}
 const HD: u32 = {{HD}}u;
 const BQ: u32 = {{BQ}}u;
 const T: u32 = {{T}}u;
@@ -20,21 +20,13 @@ const D: u32 = HD / T;
 const PW: u32 = HD + 2u;
 {% if HD % (4 * T) or KT > T %}{{ raise("attn_prefill_wide.wgsl: HD a multiple of 4 T and KT <= T") }}{% endif %}
 {{ params() }}
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-{% if KV_F16 %}
-@group(0) @binding(2) var<storage, read> kc: array<vec2<u32>>;
-@group(0) @binding(3) var<storage, read> vc: array<vec2<u32>>;
-{% include "f16_kv.wgsl" %}
-fn kload(b: u32) -> vec4<f32> { return unpack_f16x4(kc[b / 4u]); }
-fn vload(b: u32) -> vec4<f32> { return unpack_f16x4(vc[b / 4u]); }
-{% else %}
+{% call kv_bindings(KV_F16) %}
+// a float32 cache (kv_bindings declares the float16 one)
 @group(0) @binding(2) var<storage, read> kc: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> vc: array<vec4<f32>>;
 fn kload(b: u32) -> vec4<f32> { return kc[b / 4u]; }
 fn vload(b: u32) -> vec4<f32> { return vc[b / 4u]; }
-{% endif %}
-@group(0) @binding(4) var<storage, read_write> part: array<f32>;
-@group(0) @binding(5) var<storage, read> step: array<u32>;   // [pos, n]
+{% endcall %}
 
 var<workgroup> red: array<f32, T * KT * BQ>;   // [slice, key, query] partial scores
 var<workgroup> sc: array<f32, KT * BQ>;        // [key, query] scores, -3e38 where masked
