@@ -1,8 +1,8 @@
 """The experts' prefill products as grouped matrix products (moe_mm8.wgsl; llama.cpp's mul_mat_id).
 
 After the route, moe_sort.wgsl groups a chunk's (token, slot) pairs by expert and cuts each expert's
-run into tiles of TN = 16 RN pairs; then one dispatch a product runs matmul8.wgsl's tiling over all
-experts at once, workgroup (row tile, pair tile):
+run into tiles of TN = 16 RN pairs; then one dispatch a product runs matmul8.wgsl's tiling (mm8_tile.wgsl,
+which both kernels import) over all experts at once, workgroup (row tile, pair tile):
 
     sort      route -> order [n k], tiles [max_tiles, 2] (expert, first | count << 24)  (moe_sort.wgsl)
     gate      ffe[j] = Wg_e xn[t] (+ bg)                                                (moe_mm8.wgsl)

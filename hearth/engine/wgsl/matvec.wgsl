@@ -35,11 +35,11 @@
 // Q8OUT (glu, 32 rows a workgroup): the workgroup also writes its 32 outputs as one int8 block of
 // 32 to xo, in quantize_x.wgsl's layout and with its code (q8_block.wgsl), so the down product that
 // reads x pre-quantized (Q8G) needs no quantize_x pass: one dispatch less a layer.
-// SUBGROUPS: sums within a subgroup by shuffles, then one barrier to add the subgroups of a row group
-// (a barrier is costly on CPU rasterizers like lavapipe, which run invocations as coroutines);
-// without it, a shared-memory tree.
+// A row group's sums: row_sum.wgsl (shared with moe_matvec.wgsl): with SUBGROUPS by shuffles and one
+// barrier, without it a shared-memory tree.
 {% from "quant.wgsl" import quant_fns with context %}
 {% from "q8_block.wgsl" import q8_scale, q8_codes %}
+{% from "row_sum.wgsl" import row_sum %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
 {% set Q8X = Q8X | default(0) %}
@@ -334,54 +334,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 {% endfor %}
 {% endif %}
-    // the values to reduce over the row group, in a fixed order (unrolled: no indexed arrays)
+    // the values to reduce over the row group (row_sum.wgsl)
 {% set names = [] %}
 {% for j in range(RPT) %}
 {% set _ = names.append("acc" ~ j) %}
 {% if GLU %}{% set _ = names.append("acu" ~ j) %}{% endif %}
 {% endfor %}
 {% if NORM %}{% set _ = names.append("ss") %}{% endif %}
-{% if SUBGROUPS %}
-    let w = min(sg, LANES);
-    for (var o = 1u; o < w; o <<= 1u) {
-{% for n in names %}
-        {{n}} += subgroupShuffleXor({{n}}, o);
-{% endfor %}
-    }
-    if (tid % w == 0u) {
-{% for n in names %}
-        red[{{loop.index0 * 256}}u + tid / w] = {{n}};
-{% endfor %}
-    }
-    workgroupBarrier();
-    if (lane == 0u) {
-        let q0 = tid / w;
-{% for n in names %}
-        {{n}} = 0.0;
-{% endfor %}
-        for (var q = q0; q < q0 + LANES / w; q++) {
-{% for n in names %}
-            {{n}} += red[{{loop.index0 * 256}}u + q];
-{% endfor %}
-        }
-    }
-{% else %}
-{% for n in names %}
-    red[{{loop.index0 * 256}}u + tid] = {{n}};
-{% endfor %}
-    workgroupBarrier();
-    for (var s = LANES / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-{% for n in names %}
-            red[{{loop.index0 * 256}}u + tid] += red[{{loop.index0 * 256}}u + tid + s];
-{% endfor %}
-        }
-        workgroupBarrier();
-    }
-{% for n in names %}
-    {{n}} = red[{{loop.index0 * 256}}u + tid];
-{% endfor %}
-{% endif %}
+{{ row_sum(names, SUBGROUPS) }}
 {% if NORM %}
     let inv = inverseSqrt(ss / f32(P.K) + P.eps);
 {% else %}

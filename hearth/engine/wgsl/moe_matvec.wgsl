@@ -23,6 +23,7 @@
 // into workgroup memory (quantize_rows' layout and code, scales from word s_off there): no quantize
 // pass (decode: one dispatch less a layer).
 {% from "q8_block.wgsl" import q8_scale, q8_codes %}
+{% from "row_sum.wgsl" import row_sum %}
 {% from "quant.wgsl" import quant_fns with context %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
@@ -188,49 +189,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         acc += ws * part;
     }
 {% endif %}
-    // the row group's sums (lane 0's acc, acu): shuffles within a subgroup, then one barrier to add
-    // a row group's subgroups (as matvec.wgsl), else a tree in workgroup memory
+    // the row group's sums into lane 0's acc, acu (row_sum.wgsl, as matvec.wgsl's)
 {% set names = ["acc", "acu"] if GLU else ["acc"] %}
-{% if SUBGROUPS %}
-    let w = min(sg, LANES);
-    for (var o = 1u; o < w; o <<= 1u) {
-{% for n in names %}
-        {{n}} += subgroupShuffleXor({{n}}, o);
-{% endfor %}
-    }
-    if (tid % w == 0u) {
-{% for n in names %}
-        red[{{loop.index0 * 256}}u + tid / w] = {{n}};
-{% endfor %}
-    }
-    workgroupBarrier();
-    if (lane == 0u) {
-{% for n in names %}
-        {{n}} = 0.0;
-{% endfor %}
-        for (var q = tid / w; q < tid / w + LANES / w; q++) {
-{% for n in names %}
-            {{n}} += red[{{loop.index0 * 256}}u + q];
-{% endfor %}
-        }
-    }
-{% else %}
-{% for n in names %}
-    red[{{loop.index0 * 256}}u + tid] = {{n}};
-{% endfor %}
-    workgroupBarrier();
-    for (var s = LANES / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-{% for n in names %}
-            red[{{loop.index0 * 256}}u + tid] += red[{{loop.index0 * 256}}u + tid + s];
-{% endfor %}
-        }
-        workgroupBarrier();
-    }
-{% for n in names %}
-    {{n}} = red[{{loop.index0 * 256}}u + tid];
-{% endfor %}
-{% endif %}
+{{ row_sum(names, SUBGROUPS) }}
     if (lane != 0u || row >= P.M) { return; }
 {% if GLU %}
     var g = acc;

@@ -5,8 +5,10 @@
 //   "glu":  y[j, r] = act(Wg_e[r] . x[t] + bg[e, r]) * (Wu_e[r] . x[t] + bu[e, r])  (j = t SLOTS + s)
 //   "down": y[j, r] = w_s (Wd_e[r] . x[j] + bd[e, r])       (moe_sum.wgsl adds a token's slots)
 // Activations as moe_matvec.wgsl. Q8X: x is quantize_rows.wgsl's int8 blocks, read as their values
-// (code times scale, in f32: what the int8 products multiply), scales from word s_off.
+// (code times scale, in f32: what the int8 products multiply), scales from word s_off. A row group's
+// sums: row_sum.wgsl's tree (lane 0 reads them from red).
 {% from "quant.wgsl" import quant_fns with context %}
+{% from "row_sum.wgsl" import tree_sum %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
 {% set Q8 = Q8X | default(0) %}
@@ -104,18 +106,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 {% set names = [] %}
 {% for p in range(T) %}{% set _ = names.append("acc" ~ p) %}{% if GLU %}{% set _ = names.append("acu" ~ p) %}{% endif %}{% endfor %}
-{% for n in names %}
-    red[{{loop.index0 * 256}}u + tid] = {{n}};
-{% endfor %}
-    workgroupBarrier();
-    for (var s = LANES / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-{% for n in names %}
-            red[{{loop.index0 * 256}}u + tid] += red[{{loop.index0 * 256}}u + tid + s];
-{% endfor %}
-        }
-        workgroupBarrier();
-    }
+{{ tree_sum(names) }}
     if (lane != 0u || row >= P.M) { return; }
 {% for p in range(T) %}
     if ({{p}}u < cnt) {

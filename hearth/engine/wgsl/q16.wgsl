@@ -1,6 +1,6 @@
 // The int8 prefill products' weight decoder (matmul8.wgsl, moe_mm8.wgsl), included after quant.wgsl's
 // quant_fns("w0", QTYPE) (with Q8X = 1, C64 for kq_scale_min). Every type here has SCALE "one",
-// "min" or "two" in the including kernel (see matmul8.wgsl's arithmetic).
+// "min" or "two" in mm8_tile.wgsl's arithmetic (the main loop both kernels share).
 // 16 bytes from any byte offset: five word loads, no branch (a shift by 32 is avoided)
 fn w0_u32x4(off: u32) -> vec4<u32> {
     let i = off >> 2u;
