@@ -12,22 +12,15 @@ import pytest
 from hearth.engine.gpu import moe as gmoe
 from hearth.engine.gpu import moe_grouped as mg
 from hearth.engine.gpu import ops
-from hearth.engine.gpu.kernels import Kernels, dispatch_once
+from hearth.engine.gpu.kernels import dispatch_once
 from hearth.engine.models.moe import swiglu_oai
-from tests.gpu_fixtures import RTOL, make_test_device, poisoned, read_f32, rel_err
+from tests.gpu_fixtures import RTOL, kernels_fixture, poisoned, read_f32, rel_err
 from tests.gpu_fixtures import rng  # noqa: F401  (the fixture)
 from tests.test_gpu_matmul8 import q8_rows_ref, quantize
 from tests.test_gpu_moe_kernels import experts
 
 
-@pytest.fixture(scope="module")
-def ks():
-    dev = make_test_device()
-    if not dev.int8:
-        dev.destroy()
-        pytest.skip("the adapter has no int8 dot products")
-    yield Kernels(dev)
-    dev.destroy()
+ks = kernels_fixture("int8")
 
 
 def make_route(rng, n, E, k, kind):

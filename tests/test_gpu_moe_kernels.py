@@ -12,19 +12,15 @@ import pytest
 
 from hearth.engine.gpu import moe as gmoe
 from hearth.engine.gpu import ops
-from hearth.engine.gpu.kernels import Kernels, dispatch_once
+from hearth.engine.gpu.kernels import dispatch_once
 from hearth.engine.models.layers import gelu_tanh_mul
 from hearth.engine.models.moe import MIN_WEIGHT_SUM, swiglu_oai
-from tests.gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err
+from tests.gpu_fixtures import RTOL, dequant_reference, kernels_fixture, poisoned, random_rows, read_f32, rel_err
 from tests.gpu_fixtures import rng  # noqa: F401  (the fixture)
 from tests.test_gpu_matmul8 import q8_rows_ref, quantize
 
 
-@pytest.fixture(scope="module")
-def ks():
-    dev = make_test_device()
-    yield Kernels(dev)
-    dev.destroy()
+ks = kernels_fixture()
 
 
 def act_ref(act, g, u):

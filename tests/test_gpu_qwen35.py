@@ -21,7 +21,7 @@ import pytest
 from hearth.engine.config import ModelConfig
 from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
-from tests.gpu_fixtures import FLOAT_PATHS, make_test_device
+from tests.gpu_fixtures import float_backend
 from tests.tiny_next import PROMPTS, check_against_top64, check_greedy, one_token_at_a_time, prompt_of
 
 N_CTX = 160
@@ -37,11 +37,8 @@ def files(reference_dir):
 
 def gpu_backend(g, **kw):
     from hearth.engine.gpu.hybrid import GpuHybridBackend
-    dev = make_test_device()
-    adapter = dev.adapter
-    dev.destroy()
     # the float path unless kw says otherwise (test_real_gpu_paths)
-    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})
+    return float_backend(GpuHybridBackend, g, N_CTX, **kw)
 
 
 @pytest.fixture(scope="module")

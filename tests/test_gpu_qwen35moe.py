@@ -8,7 +8,6 @@ where truncate(n) gives a fresh computation's next logits. The shared expert's g
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +17,8 @@ from hearth.engine import Engine
 from hearth.engine.config import ModelConfig
 from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
-from tests.gpu_fixtures import FLOAT_PATHS, float_path_env, make_test_device, read_f32
-from tests.tiny_next import check_against_top64, one_token_at_a_time
+from tests.gpu_fixtures import float_backend, float_path_env, make_test_device, read_f32
+from tests.tiny_next import check_against_top64, checked_reference, one_token_at_a_time, top64
 from tests.tiny_qwen35moe import make
 
 REF = Path(__file__).parent / "data" / "tiny_qwen35moe_ref.npz"
@@ -29,20 +28,14 @@ N_CTX = 128
 
 @pytest.fixture(scope="module")
 def tiny(reference_dir, tmp_path_factory):
-    path = make(reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf", tmp_path_factory.mktemp("moe") / "m.gguf")
-    ref = np.load(REF)
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == str(ref["sha256"]), "the maker no longer makes that file"
-    return path, ref
+    return checked_reference(make(reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf",
+                                  tmp_path_factory.mktemp("moe") / "m.gguf"), REF)
 
 
 def gpu_backend(path, **kw):
     from hearth.engine.gpu.hybrid import GpuHybridBackend
-    dev = make_test_device()
-    adapter = dev.adapter
-    dev.destroy()
-    g = GGUFFile.open(path)
     # the float path unless kw says otherwise (test_real_gpu_paths)
-    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})
+    return float_backend(GpuHybridBackend, GGUFFile.open(path), N_CTX, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +43,6 @@ def gpu(tiny):
     be = gpu_backend(tiny[0])
     yield be
     be.close()
-
-
-def top64(ref, name):
-    return {"ids": ref[f"{name}_top_ids"], "logits": ref[f"{name}_top_logits"]}
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -4,7 +4,9 @@ same top-1 where llama.cpp's top-2 gap is >= 0.5; greedy runs compared up to the
 
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +27,19 @@ def load(reference_dir, arch: str):
 
 def prompt_of(manifest, name):
     return next(p for p in manifest["prompts"] if p["name"] == name)
+
+
+def checked_reference(path: Path, ref_file: Path):
+    """(path, ref_file's arrays), once path is the very file the reference was computed on (a maker's
+    output: its sha256 in the reference)."""
+    ref = np.load(ref_file)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == str(ref["sha256"]), "the maker no longer makes that file"
+    return path, ref
+
+
+def top64(ref, name):
+    """llama.cpp's top 64 of prompt `name` in a reference's arrays, as check_against_top64 takes them."""
+    return {"ids": ref[f"{name}_top_ids"], "logits": ref[f"{name}_top_logits"]}
 
 
 def check_against_top64(got, ref):
