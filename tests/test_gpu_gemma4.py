@@ -27,7 +27,7 @@ from hearth.engine.gpu.backend import GpuBackend  # noqa: E402
 from hearth.engine.gpu.gemma4 import Gemma4GpuBackend, GpuSplitKV  # noqa: E402
 from tests.gpu_fixtures import float_path_env, pick_adapter  # noqa: E402
 from tests.tiny_next import (  # noqa: E402
-    PROMPTS, check_against_top64, check_greedy, checked_reference, one_token_at_a_time, prompt_of, top64)
+    PROMPTS, check_both_ways, check_greedy, checked_reference, one_token_at_a_time, prompt_of, top64)
 
 pytestmark = pytest.mark.gpu
 
@@ -81,11 +81,7 @@ def test_every_position_as_one_batch_and_one_token_at_a_time(tiny, name):
     d, m, be = tiny
     ids = prompt_of(m, name)["ids"]
     ref = np.load(d / f"top64_{name}.npz")
-    be.kv.clear()
-    batch = be.forward(ids, 0, all_logits=True)
-    check_against_top64(batch, ref)
-    one = one_token_at_a_time(be, ids)
-    check_against_top64(one, ref)
+    batch, one = check_both_ways(be, ids, ref)
     if not (be.f16 or be.mm8):
         # exact products: the matvec and matmul paths agree far closer than with llama.cpp (1e-4 here;
         # a float16 cache rounds their 1e-5 differences in K/V to whole f16 steps: 1.1e-3). With the
@@ -148,10 +144,7 @@ def test_shared_kv_against_llama_cpp(shared, paths):
         assert be.kv.kv_of(2) == be.kv.kv_of(0) and be.kv.kv_of(3) == be.kv.kv_of(1)
         for name in PROMPTS:
             ids = ref[f"{name}_ids"].tolist()
-            top = top64(ref, name)
-            be.kv.clear()
-            check_against_top64(be.forward(ids, 0, all_logits=True), top)
-            check_against_top64(one_token_at_a_time(be, ids), top)
+            check_both_ways(be, ids, top64(ref, name))
     finally:
         be.close()
 

@@ -36,12 +36,12 @@ from hearth.engine.models.layers import rms_norm  # noqa: E402
 from hearth.engine.quants import dequantize  # noqa: E402
 from tests.gpu_fixtures import check_greedy_steps, float_backend, float_path_env, kernels_fixture  # noqa: E402
 from tests.gpu_fixtures import read_f32, rng  # noqa: E402, F401  (rng: the fixture)
-from tests.tiny_next import check_against_top64, checked_reference, one_token_at_a_time, top64  # noqa: E402
+from tests.tiny_next import (  # noqa: E402
+    PROMPTS, batch_and_one_token, check_both_ways, checked_reference, cpu_float_logits, top64)
 
 pytestmark = pytest.mark.gpu
 
 REF = Path(__file__).parent / "data" / "tiny_gemma4_moe_ref.npz"
-NAMES = ("chat", "english")
 N_CTX = 128
 
 
@@ -68,17 +68,12 @@ def test_the_experts_are_built_on_the_gpu(gpu):
     assert gpu.layers[3]["moe"].experts.down_scale is not None and gpu.layers[1]["moe"].experts.down_scale is None
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", PROMPTS)
 def test_every_position_batch_and_one_token_at_a_time_against_the_cpu(tiny, gpu, name):
     path, ref = tiny
     ids = ref[f"{name}_ids"].tolist()
-    gpu.kv.clear()
-    batch = gpu.forward(ids, 0, all_logits=True)
-    one = one_token_at_a_time(gpu, ids)
-    g = GGUFFile.open(path)
-    cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=N_CTX, int8=False)
-    with cpu.float_activations():
-        want = cpu.forward(ids, 0, all_logits=True)
+    batch, one = batch_and_one_token(gpu, ids)
+    want = cpu_float_logits(path, ids, N_CTX)
     assert np.abs(batch - want).max() < 1e-3
     assert np.abs(one - want).max() < 1e-3
     # llama.cpp on the all-F32 copy (the same weights, no rounding of activations), last position
@@ -98,11 +93,8 @@ def test_every_position_against_llama_cpp(tiny):
     path, ref = tiny
     be = gpu_backend(path, kv_dtype="f16")
     try:
-        for name in NAMES:
-            ids = ref[f"{name}_ids"].tolist()
-            be.kv.clear()
-            check_against_top64(be.forward(ids, 0, all_logits=True), top64(ref, name))
-            check_against_top64(one_token_at_a_time(be, ids), top64(ref, name))
+        for name in PROMPTS:
+            check_both_ways(be, ref[f"{name}_ids"].tolist(), top64(ref, name))
     finally:
         be.close()
 
@@ -121,15 +113,12 @@ def test_int8_x_in_the_experts_products(tiny, tmp_path):
         assert all(L["moe"].experts.q8_gate_up and L["moe"].experts.q8_down for L in be.layers if L["moe"])
         g = GGUFFile.open(path)
         cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=N_CTX, int8=True)
-        for name in NAMES:
+        for name in PROMPTS:
             ids = tiny[1][f"{name}_ids"].tolist()
             want = cpu.forward(ids, 0, all_logits=True)
             cpu.kv.clear()
             top = np.argsort(-want, axis=1, kind="stable")[:, :64]
-            ref = {"ids": top, "logits": np.take_along_axis(want, top, 1)}
-            be.kv.clear()
-            check_against_top64(be.forward(ids, 0, all_logits=True), ref)
-            check_against_top64(one_token_at_a_time(be, ids), ref)
+            check_both_ways(be, ids, {"ids": top, "logits": np.take_along_axis(want, top, 1)})
     finally:
         be.close()
 

@@ -22,7 +22,7 @@ from hearth.engine.config import ModelConfig
 from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
 from tests.gpu_fixtures import float_backend
-from tests.tiny_next import PROMPTS, check_against_top64, check_greedy, one_token_at_a_time, prompt_of
+from tests.tiny_next import PROMPTS, check_both_ways, check_greedy, one_token_at_a_time, prompt_of
 
 N_CTX = 160
 
@@ -71,11 +71,7 @@ def test_every_position_batch_and_one_token_at_a_time(files, gpu, cpu_float, nam
     d, m, _ = files
     ids = prompt_of(m, name)["ids"]
     ref = np.load(d / f"top64_{name}.npz")
-    gpu.kv.clear()
-    batch = gpu.forward(ids, 0, all_logits=True)
-    check_against_top64(batch, ref)
-    one = one_token_at_a_time(gpu, ids)
-    check_against_top64(one, ref)
+    batch, one = check_both_ways(gpu, ids, ref)
     want = float_logits(cpu_float, ids)
     assert np.abs(batch - want).max() < 1e-3
     assert np.abs(one - want).max() < 1e-3
@@ -140,11 +136,7 @@ def test_real_gpu_paths(files):
         for name in PROMPTS:
             ids = prompt_of(m, name)["ids"]
             ref = np.load(d / f"top64_{name}.npz")
-            be.kv.clear()
-            batch = be.forward(ids, 0, all_logits=True)
-            check_against_top64(batch, ref)
-            one = one_token_at_a_time(be, ids)
-            check_against_top64(one, ref)
+            check_both_ways(be, ids, ref)
     finally:
         be.close()
 

@@ -55,6 +55,29 @@ def one_token_at_a_time(be, ids):
     return np.stack([be.forward([t], i) for i, t in enumerate(ids)])
 
 
+def batch_and_one_token(be, ids):
+    """be's logits at every position of ids, as one batch and one token at a time, each from an empty cache."""
+    be.kv.clear()
+    return be.forward(ids, 0, all_logits=True), one_token_at_a_time(be, ids)
+
+
+def check_both_ways(be, ids, top):
+    """batch_and_one_token's two answers, each against the top 64 ids `top`; returns them."""
+    batch, one = batch_and_one_token(be, ids)
+    check_against_top64(batch, top)
+    check_against_top64(one, top)
+    return batch, one
+
+
+def cpu_float_logits(path: Path, ids, n_ctx: int):
+    """The CPU backend's float path (float32 x, exact dequantized weights) on the file at path: the
+    logits at every position of ids."""
+    g = GGUFFile.open(path)
+    cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=n_ctx, int8=False)
+    with cpu.float_activations():
+        return cpu.forward(ids, 0, all_logits=True)
+
+
 def check_greedy(be, p):
     be.kv.clear()
     ids = list(p["ids"])
