@@ -47,7 +47,7 @@ from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import GpuBackend, ops  # noqa: E402
 from hearth.engine.gpu.dense_next import TensorView, tensor_view  # noqa: E402
 from tests.gpu_fixtures import FLOAT_PATHS, check_greedy_steps, pick_adapter  # noqa: E402
-from tests.tiny_next import assert_agrees, prompt_of  # noqa: E402
+from tests.tiny_next import assert_agrees, batch_logits, one_token_at_a_time, prompt_of  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 DATA = Path(__file__).parent / "data" / "tiny-next"
@@ -72,16 +72,6 @@ def tiny(request):
     be.close()
 
 
-def _batch(be, ids):
-    be.kv.clear()
-    return be.forward(np.asarray(ids, np.int32), 0, all_logits=True)
-
-
-def _one_at_a_time(be, ids):
-    be.kv.clear()
-    return np.stack([be.forward(np.array([t], np.int32), j) for j, t in enumerate(ids)])
-
-
 def test_they_run_on_the_gpu(tiny):
     _, _, _, be = tiny
     assert be.cfg.arch not in CPU_ONLY_ARCHS and not be.cfg.cpu_only
@@ -92,7 +82,7 @@ def test_they_run_on_the_gpu(tiny):
 def test_every_position_as_one_batch(tiny, name):
     d, m, _, be = tiny
     ids = prompt_of(m, name)["ids"]
-    got = _batch(be, ids)
+    got = batch_logits(be, ids)
     assert got.shape == (len(ids), be.cfg.n_vocab)
     assert_agrees(got, np.load(d / f"top64_{name}.npz"))
 
@@ -100,7 +90,7 @@ def test_every_position_as_one_batch(tiny, name):
 @pytest.mark.parametrize("name", PROMPTS)
 def test_every_position_one_token_at_a_time(tiny, name):
     d, m, _, be = tiny
-    assert_agrees(_one_at_a_time(be, prompt_of(m, name)["ids"]), np.load(d / f"top64_{name}.npz"))
+    assert_agrees(one_token_at_a_time(be, prompt_of(m, name)["ids"]), np.load(d / f"top64_{name}.npz"))
 
 
 @pytest.mark.parametrize("name", PROMPTS)
@@ -139,8 +129,8 @@ def test_phi3_takes_the_long_factors_beyond_the_original_context():
     try:
         ids = prompt_of(m, "english")["ids"]
         ref = np.load(d / "top64_english_long.npz")
-        assert_agrees(_batch(be, ids), ref)
-        assert_agrees(_one_at_a_time(be, ids), ref)
+        assert_agrees(batch_logits(be, ids), ref)
+        assert_agrees(one_token_at_a_time(be, ids), ref)
     finally:
         be.close()
 
@@ -160,8 +150,8 @@ def test_the_real_gpu_paths_forced(arch, monkeypatch):
         name = FORCED_PROMPT[arch]
         ids = prompt_of(m, name)["ids"]
         ref = np.load(d / f"top64_{name}.npz")
-        assert_agrees(_batch(be, ids), ref)
-        assert_agrees(_one_at_a_time(be, ids), ref)
+        assert_agrees(batch_logits(be, ids), ref)
+        assert_agrees(one_token_at_a_time(be, ids), ref)
     finally:
         be.close()
 

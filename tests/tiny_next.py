@@ -55,10 +55,15 @@ def one_token_at_a_time(be, ids):
     return np.stack([be.forward([t], i) for i, t in enumerate(ids)])
 
 
+def batch_logits(be, ids):
+    """be's logits at every position of ids as one batch, from an empty cache."""
+    be.kv.clear()
+    return be.forward(ids, 0, all_logits=True)
+
+
 def batch_and_one_token(be, ids):
     """be's logits at every position of ids, as one batch and one token at a time, each from an empty cache."""
-    be.kv.clear()
-    return be.forward(ids, 0, all_logits=True), one_token_at_a_time(be, ids)
+    return batch_logits(be, ids), one_token_at_a_time(be, ids)
 
 
 def check_both_ways(be, ids, top):
