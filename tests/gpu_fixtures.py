@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hearth.engine.gpu.device import Device, select_adapter
+from hearth.engine.gpu.kernels import Kernels
 from hearth.engine.quants import TYPE_BY_NAME
 
 # Kernels accumulate in float32 in another order than numpy (and lavapipe/NVIDIA may fuse multiply-adds):
@@ -42,10 +43,16 @@ def float_path_env():
         yield
 
 
-def make_test_device() -> Device:
-    """lavapipe when present (what CI runs), else HEARTH_GPU_ADAPTER's choice or the best adapter."""
+def pick_adapter():
+    """lavapipe when present (what CI runs), else HEARTH_GPU_ADAPTER's choice or the best adapter; None
+    where wgpu finds none."""
     want = os.environ.get("HEARTH_GPU_ADAPTER")
-    a = select_adapter(want) if want else (select_adapter("llvmpipe") or select_adapter())
+    return select_adapter(want) if want else (select_adapter("llvmpipe") or select_adapter())
+
+
+def make_test_device() -> Device:
+    """A device on pick_adapter()'s adapter; skips where there is none."""
+    a = pick_adapter()
     if a is None:
         pytest.skip("no wgpu adapter")
     return Device(a)
@@ -67,6 +74,76 @@ def subgroup_device(mode: str) -> Device:
         d.destroy()
         pytest.skip("the adapter has no subgroup operations")
     return d
+
+
+# What device_needing's `need` names: the Device flag, and the skip's reason where it is off.
+_LACKS = {"int8": "the adapter has no 4-way int8 dot products", "f16": "the adapter has no shader-f16"}
+
+
+def device_needing(need: str | None = None, mode: str | None = None) -> Device:
+    """The test device (subgroup_device(mode) where a mode is given); skips where it lacks `need`
+    ("int8": the 4-way int8 dot products, "f16": shader-f16)."""
+    d = subgroup_device(mode) if mode else make_test_device()
+    if need and not getattr(d, need):
+        d.destroy()
+        pytest.skip(_LACKS[need])
+    return d
+
+
+def gpu_adapter(need: str | None = None):
+    """device_needing(need)'s adapter, the device released: for a backend that opens its own."""
+    d = device_needing(need)
+    a = d.adapter
+    d.destroy()
+    return a
+
+
+def float_backend(cls, g, n_ctx: int, **kw):
+    """Backend class `cls` on GGUF g over gpu_adapter(), on FLOAT_PATHS unless kw says otherwise."""
+    from hearth.engine.config import ModelConfig  # noqa: PLC0415
+    return cls(ModelConfig.from_gguf(g), g, n_ctx, adapter=gpu_adapter(), **{**FLOAT_PATHS, **kw})
+
+
+def check_greedy_steps(be, ids, n: int) -> None:
+    """greedy_steps after prompt ids (step k+1 submitted before step k's id is read back, as
+    Engine.generate runs greedy decode) gives the n ids forward_argmax gives step by step."""
+    ids = np.asarray(ids, np.int32)
+    be.kv.clear()
+    tok = be.forward_argmax(ids, 0)
+    chained = list(be.greedy_steps(tok, len(ids), n))
+    be.kv.clear()
+    be.forward_argmax(ids, 0)
+    stepped, t = [], tok
+    for j in range(n):
+        t = be.forward_argmax(np.array([t], np.int32), len(ids) + j)
+        stepped.append(t)
+    assert chained == stepped
+
+
+def kernels_fixture(need: str | None = None, subgroup_modes: bool = False):
+    """A module-scoped fixture (assign it to the name tests ask for, `ks`): Kernels on
+    device_needing(need), the device destroyed after the module; with subgroup_modes, once for each
+    of subgroup_device's modes (params "subgroups", "no-subgroups")."""
+    @pytest.fixture(scope="module", params=["subgroups", "no-subgroups"] if subgroup_modes else None)
+    def ks(request):
+        d = device_needing(need, getattr(request, "param", None))
+        yield Kernels(d)
+        d.destroy()
+    return ks
+
+
+def device_and_kernels_fixtures():
+    """Module-scoped fixtures (dev, ks) for tests that ask for both: the test device, Kernels on it."""
+    @pytest.fixture(scope="module")
+    def dev():
+        d = make_test_device()
+        yield d
+        d.destroy()
+
+    @pytest.fixture(scope="module")
+    def ks(dev):
+        return Kernels(dev)
+    return dev, ks
 
 
 @pytest.fixture

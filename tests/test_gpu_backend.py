@@ -14,7 +14,6 @@ max <= 2e-2 — 20x margin over what the rounding gives, and 100x below what any
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -28,17 +27,12 @@ from hearth.engine.config import ModelConfig  # noqa: E402
 from hearth.engine.cpu_backend import CpuBackend  # noqa: E402
 from hearth.engine.errors import ContextFullError  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
-from hearth.engine.gpu import GpuBackend, select_adapter  # noqa: E402
-from tests.gpu_fixtures import FLOAT_PATHS  # noqa: E402
+from hearth.engine.gpu import GpuBackend  # noqa: E402
+from tests.gpu_fixtures import FLOAT_PATHS, pick_adapter  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 MEAN_TOL, MAX_TOL = 1e-3, 2e-2
 N_PROMPT, N_GREEDY = 6, 2
-
-
-def adapter():
-    want = os.environ.get("HEARTH_GPU_ADAPTER")
-    return select_adapter(want) if want else (select_adapter("llvmpipe") or select_adapter())
 
 
 def centered(a, b):
@@ -58,7 +52,7 @@ def run_both(path, ids, n_greedy, n_ctx=64):
     g = GGUFFile.open(path)
     cfg = ModelConfig.from_gguf(g)
     cpu = CpuBackend(cfg, g, n_ctx, int8=False)
-    gpu = GpuBackend(cfg, g, n_ctx, adapter=adapter(), **FLOAT_PATHS)   # the bounds above: f32 products
+    gpu = GpuBackend(cfg, g, n_ctx, adapter=pick_adapter(), **FLOAT_PATHS)   # the bounds above: f32 products
     r = {"cfg": cfg, "cpu": cpu, "gpu": gpu, "ids": list(ids)}
     r["cpu_all"] = cpu.forward(np.asarray(ids, np.int32), 0, all_logits=True)
     r["gpu_all"] = gpu.forward(np.asarray(ids, np.int32), 0, all_logits=True)
@@ -134,7 +128,7 @@ def test_prefix_roundtrip_is_bit_exact_and_resumes(smollm2, default_model_path):
     gpu = smollm2["gpu"]
     n = gpu.kv.n_tokens
     g = GGUFFile.open(default_model_path)
-    fresh = GpuBackend(smollm2["cfg"], g, 64, adapter=adapter())
+    fresh = GpuBackend(smollm2["cfg"], g, 64, adapter=pick_adapter())
     try:
         saved = [gpu.kv.read_prefix(i, n) for i in range(gpu.kv.n_layers)]
         for i, (k, v) in enumerate(saved):
@@ -152,7 +146,7 @@ def test_prefix_roundtrip_is_bit_exact_and_resumes(smollm2, default_model_path):
 def test_write_at_uploads_a_span_and_leaves_the_rest(smollm2, default_model_path):
     """A restore writes each part at its positions (write_at); what was resident before stays."""
     g = GGUFFile.open(default_model_path)
-    gpu = GpuBackend(smollm2["cfg"], g, 64, adapter=adapter())
+    gpu = GpuBackend(smollm2["cfg"], g, 64, adapter=pick_adapter())
     try:
         kv = gpu.kv
         rng = np.random.default_rng(3)
@@ -177,7 +171,7 @@ def test_a_warm_up_leaves_nothing_resident_and_changes_no_result(smollm2, defaul
     """The Engine runs `warm_up` on its background thread after a load; what is computed after it
     is bit-identical to what a backend that never warmed up computes."""
     g = GGUFFile.open(default_model_path)
-    warmed, cold = (GpuBackend(smollm2["cfg"], g, 64, adapter=adapter()) for _ in range(2))
+    warmed, cold = (GpuBackend(smollm2["cfg"], g, 64, adapter=pick_adapter()) for _ in range(2))
     try:
         warmed.forward(np.array([7, 8, 9], np.int32), 0)   # something resident: the warm-up forgets it
         warmed.warm_up()
@@ -222,7 +216,7 @@ def test_tiny_model_matches_numpy(reference_dir, arch):
     g = GGUFFile.open(d / m["file"])
     cfg = ModelConfig.from_gguf(g)
     cpu = CpuBackend(cfg, g, 64, int8=False)
-    gpu = GpuBackend(cfg, g, 64, adapter=adapter(), **FLOAT_PATHS)
+    gpu = GpuBackend(cfg, g, 64, adapter=pick_adapter(), **FLOAT_PATHS)
     try:
         # prefill in two calls (matmul path, then the decode path at the end) so both plans run
         lc = cpu.forward(np.asarray(ids[:-1], np.int32), 0)
@@ -322,7 +316,7 @@ def test_gemma3_270m_matches_numpy():
     g = GGUFFile.open(path)
     cfg = ModelConfig.from_gguf(g)
     cpu = CpuBackend(cfg, g, 32, int8=False)
-    gpu = GpuBackend(cfg, g, 32, adapter=adapter(), **FLOAT_PATHS)
+    gpu = GpuBackend(cfg, g, 32, adapter=pick_adapter(), **FLOAT_PATHS)
     try:
         ids = np.array([2, 651, 6037, 529, 7001], np.int32)       # <bos> and four ordinary tokens
         lc, lg = cpu.forward(ids, 0), gpu.forward(ids, 0)
@@ -342,7 +336,7 @@ def test_prefill_in_several_chunks_with_all_logits(reference_dir):
     g = GGUFFile.open(d / m["file"])
     cfg = ModelConfig.from_gguf(g)
     cpu = CpuBackend(cfg, g, 64, int8=False)
-    gpu = GpuBackend(cfg, g, 64, adapter=adapter(), chunk=16, **FLOAT_PATHS)
+    gpu = GpuBackend(cfg, g, 64, adapter=pick_adapter(), chunk=16, **FLOAT_PATHS)
     try:
         assert len(ids) > 2 * gpu.chunk
         lc = cpu.forward(ids, 0, all_logits=True)

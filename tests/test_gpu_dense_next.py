@@ -46,9 +46,8 @@ from hearth.engine.errors import UnsupportedModelError  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import GpuBackend, ops  # noqa: E402
 from hearth.engine.gpu.dense_next import TensorView, tensor_view  # noqa: E402
-from test_gpu_backend import adapter  # noqa: E402
-from tests.gpu_fixtures import FLOAT_PATHS  # noqa: E402
-from tests.tiny_next import assert_agrees, prompt_of  # noqa: E402
+from tests.gpu_fixtures import FLOAT_PATHS, check_greedy_steps, pick_adapter  # noqa: E402
+from tests.tiny_next import assert_agrees, batch_logits, one_token_at_a_time, prompt_of  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 DATA = Path(__file__).parent / "data" / "tiny-next"
@@ -68,19 +67,9 @@ def _open(arch: str):
 @pytest.fixture(scope="module", params=ARCHS)
 def tiny(request):
     d, m, g, cfg = _open(request.param)
-    be = GpuBackend(cfg, g, 128, adapter=adapter(), **FLOAT_PATHS)
+    be = GpuBackend(cfg, g, 128, adapter=pick_adapter(), **FLOAT_PATHS)
     yield d, m, g, be
     be.close()
-
-
-def _batch(be, ids):
-    be.kv.clear()
-    return be.forward(np.asarray(ids, np.int32), 0, all_logits=True)
-
-
-def _one_at_a_time(be, ids):
-    be.kv.clear()
-    return np.stack([be.forward(np.array([t], np.int32), j) for j, t in enumerate(ids)])
 
 
 def test_they_run_on_the_gpu(tiny):
@@ -93,7 +82,7 @@ def test_they_run_on_the_gpu(tiny):
 def test_every_position_as_one_batch(tiny, name):
     d, m, _, be = tiny
     ids = prompt_of(m, name)["ids"]
-    got = _batch(be, ids)
+    got = batch_logits(be, ids)
     assert got.shape == (len(ids), be.cfg.n_vocab)
     assert_agrees(got, np.load(d / f"top64_{name}.npz"))
 
@@ -101,7 +90,7 @@ def test_every_position_as_one_batch(tiny, name):
 @pytest.mark.parametrize("name", PROMPTS)
 def test_every_position_one_token_at_a_time(tiny, name):
     d, m, _, be = tiny
-    assert_agrees(_one_at_a_time(be, prompt_of(m, name)["ids"]), np.load(d / f"top64_{name}.npz"))
+    assert_agrees(one_token_at_a_time(be, prompt_of(m, name)["ids"]), np.load(d / f"top64_{name}.npz"))
 
 
 @pytest.mark.parametrize("name", PROMPTS)
@@ -136,12 +125,12 @@ def test_greedy_run(tiny, name):
 def test_phi3_takes_the_long_factors_beyond_the_original_context():
     """n_ctx 512 > rope.scaling.original_context_length 256: rope_factors_long, as llama.cpp."""
     d, m, g, cfg = _open("phi3")
-    be = GpuBackend(cfg, g, 512, adapter=adapter(), **FLOAT_PATHS)
+    be = GpuBackend(cfg, g, 512, adapter=pick_adapter(), **FLOAT_PATHS)
     try:
         ids = prompt_of(m, "english")["ids"]
         ref = np.load(d / "top64_english_long.npz")
-        assert_agrees(_batch(be, ids), ref)
-        assert_agrees(_one_at_a_time(be, ids), ref)
+        assert_agrees(batch_logits(be, ids), ref)
+        assert_agrees(one_token_at_a_time(be, ids), ref)
     finally:
         be.close()
 
@@ -154,15 +143,15 @@ def test_the_real_gpu_paths_forced(arch, monkeypatch):
     monkeypatch.setattr(ops, "INT8_K_MIN", 32)
     monkeypatch.setattr(ops, "INT8_PRE_K_MIN", 128)
     d, m, g, cfg = _open(arch)
-    be = GpuBackend(cfg, g, 128, adapter=adapter(), int8=True, f16=True, mm8=True)
+    be = GpuBackend(cfg, g, 128, adapter=pick_adapter(), int8=True, f16=True, mm8=True)
     try:
         if not (be.f16 and be.mm8):
             pytest.skip("the adapter lacks shader-f16 or the integer dot products")
         name = FORCED_PROMPT[arch]
         ids = prompt_of(m, name)["ids"]
         ref = np.load(d / f"top64_{name}.npz")
-        assert_agrees(_batch(be, ids), ref)
-        assert_agrees(_one_at_a_time(be, ids), ref)
+        assert_agrees(batch_logits(be, ids), ref)
+        assert_agrees(one_token_at_a_time(be, ids), ref)
     finally:
         be.close()
 
@@ -177,7 +166,7 @@ def test_phi3_with_separate_qkv_gives_the_fused_files_logits(tmp_path):
     ids = np.asarray(prompt_of(m, "english")["ids"], np.int32)
     outs = []
     for gg in (g, apart):
-        be = GpuBackend(ModelConfig.from_gguf(gg), gg, 128, adapter=adapter())
+        be = GpuBackend(ModelConfig.from_gguf(gg), gg, 128, adapter=pick_adapter())
         try:
             outs.append(be.forward(ids, 0, all_logits=True))
         finally:
@@ -253,16 +242,8 @@ def test_mistral3_greedy_steps_across_the_temperature_floor():
     _, m, g, cfg = _open("mistral3")
     ids = np.asarray(prompt_of(m, "chat")["ids"], np.int32)
     assert len(ids) < cfg.attn_temp_floor < len(ids) + 10
-    be = GpuBackend(cfg, g, 64, adapter=adapter())
+    be = GpuBackend(cfg, g, 64, adapter=pick_adapter())
     try:
-        tok = be.forward_argmax(ids, 0)
-        chained = list(be.greedy_steps(tok, len(ids), 10))
-        be.kv.clear()
-        be.forward_argmax(ids, 0)
-        stepped, t = [], tok
-        for j in range(10):
-            t = be.forward_argmax(np.array([t], np.int32), len(ids) + j)
-            stepped.append(t)
-        assert chained == stepped
+        check_greedy_steps(be, ids, 10)
     finally:
         be.close()

@@ -9,9 +9,7 @@ through the Engine. The experts variant: tests/test_gpu_gemma4_moe.py."""
 
 from __future__ import annotations
 
-import hashlib
 import io
-import os
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +24,10 @@ from hearth.engine.config import ModelConfig  # noqa: E402
 from hearth.engine.cpu_backend import CpuBackend  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu.backend import GpuBackend  # noqa: E402
-from hearth.engine.gpu.device import select_adapter  # noqa: E402
 from hearth.engine.gpu.gemma4 import Gemma4GpuBackend, GpuSplitKV  # noqa: E402
-from tests.gpu_fixtures import float_path_env  # noqa: E402
-from tests.tiny_next import PROMPTS, check_against_top64, check_greedy, one_token_at_a_time, prompt_of  # noqa: E402
+from tests.gpu_fixtures import float_path_env, pick_adapter  # noqa: E402
+from tests.tiny_next import (  # noqa: E402
+    PROMPTS, check_both_ways, check_greedy, checked_reference, one_token_at_a_time, prompt_of, top64)
 
 pytestmark = pytest.mark.gpu
 
@@ -42,18 +40,13 @@ INT8_K_MIN_TINY = 32
 SHARED_REF = Path(__file__).parent / "data" / "tiny_gemma4_shared_ref.npz"
 
 
-def adapter():
-    want = os.environ.get("HEARTH_GPU_ADAPTER")
-    return select_adapter(want) if want else (select_adapter("llvmpipe") or select_adapter())
-
-
 def gpu(path, paths="exact", n_ctx=128):
     from hearth.engine.gpu import ops
     g = GGUFFile.open(path)
     floor = ops.INT8_K_MIN
     ops.INT8_K_MIN = INT8_K_MIN_TINY if paths == "forced" else floor
     try:
-        return GpuBackend(ModelConfig.from_gguf(g), g, n_ctx, adapter=adapter(), **PATHS[paths])
+        return GpuBackend(ModelConfig.from_gguf(g), g, n_ctx, adapter=pick_adapter(), **PATHS[paths])
     finally:
         ops.INT8_K_MIN = floor
 
@@ -88,11 +81,7 @@ def test_every_position_as_one_batch_and_one_token_at_a_time(tiny, name):
     d, m, be = tiny
     ids = prompt_of(m, name)["ids"]
     ref = np.load(d / f"top64_{name}.npz")
-    be.kv.clear()
-    batch = be.forward(ids, 0, all_logits=True)
-    check_against_top64(batch, ref)
-    one = one_token_at_a_time(be, ids)
-    check_against_top64(one, ref)
+    batch, one = check_both_ways(be, ids, ref)
     if not (be.f16 or be.mm8):
         # exact products: the matvec and matmul paths agree far closer than with llama.cpp (1e-4 here;
         # a float16 cache rounds their 1e-5 differences in K/V to whole f16 steps: 1.1e-3). With the
@@ -143,10 +132,8 @@ def test_truncate_then_continue_equals_a_fresh_computation(manifest):
 @pytest.fixture(scope="module")
 def shared(reference_dir, tmp_path_factory):
     from tests.tiny_gemma4_shared import make
-    path = make(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf", tmp_path_factory.mktemp("g4") / "s.gguf")
-    ref = np.load(SHARED_REF)
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == str(ref["sha256"]), "the maker no longer makes that file"
-    return path, ref
+    return checked_reference(make(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf",
+                                  tmp_path_factory.mktemp("g4") / "s.gguf"), SHARED_REF)
 
 
 @pytest.mark.parametrize("paths", ["exact", "forced"])
@@ -157,10 +144,7 @@ def test_shared_kv_against_llama_cpp(shared, paths):
         assert be.kv.kv_of(2) == be.kv.kv_of(0) and be.kv.kv_of(3) == be.kv.kv_of(1)
         for name in PROMPTS:
             ids = ref[f"{name}_ids"].tolist()
-            top = {"ids": ref[f"{name}_top_ids"], "logits": ref[f"{name}_top_logits"]}
-            be.kv.clear()
-            check_against_top64(be.forward(ids, 0, all_logits=True), top)
-            check_against_top64(one_token_at_a_time(be, ids), top)
+            check_both_ways(be, ids, top64(ref, name))
     finally:
         be.close()
 

@@ -16,24 +16,15 @@ if probe() is None:
 
 from hearth.engine.gpu import ops  # noqa: E402
 from hearth.engine.gpu.gemma4 import decode_attn_chunk, elementwise_groups, g4_kernel  # noqa: E402
-from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
 from hearth.engine.gpu.backend import rope_table  # noqa: E402
 from hearth.engine.models.layers import Rope, attention, gelu_tanh_mul, rms_norm  # noqa: E402
-from gpu_fixtures import RTOL, make_test_device, poisoned, read_f32, rel_err, rng  # noqa: E402,F401
+from gpu_fixtures import RTOL, device_and_kernels_fixtures, poisoned, read_f32, rel_err, rng  # noqa: E402,F401
 
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def dev():
-    d = make_test_device()
-    yield d
-    d.destroy()
-
-
-@pytest.fixture(scope="module")
-def ks(dev):
-    return Kernels(dev)
+dev, ks = device_and_kernels_fixtures()
 
 
 def f32(rng, *shape):

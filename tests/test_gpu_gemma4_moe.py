@@ -16,7 +16,6 @@ down scale), on lavapipe:
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -32,35 +31,29 @@ from hearth.engine.cpu_backend import CpuBackend  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import gemma4_moe as g4m  # noqa: E402
 from hearth.engine.gpu.gemma4 import Gemma4GpuBackend  # noqa: E402
-from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
 from hearth.engine.models.layers import rms_norm  # noqa: E402
 from hearth.engine.quants import dequantize  # noqa: E402
-from tests.gpu_fixtures import FLOAT_PATHS, float_path_env, make_test_device, read_f32  # noqa: E402
-from tests.gpu_fixtures import rng  # noqa: E402, F401  (the fixture)
-from tests.tiny_next import check_against_top64, one_token_at_a_time  # noqa: E402
+from tests.gpu_fixtures import check_greedy_steps, float_backend, float_path_env, kernels_fixture  # noqa: E402
+from tests.gpu_fixtures import read_f32, rng  # noqa: E402, F401  (rng: the fixture)
+from tests.tiny_next import (  # noqa: E402
+    PROMPTS, batch_and_one_token, check_both_ways, checked_reference, cpu_float_logits, top64)
 
 pytestmark = pytest.mark.gpu
 
 REF = Path(__file__).parent / "data" / "tiny_gemma4_moe_ref.npz"
-NAMES = ("chat", "english")
 N_CTX = 128
 
 
 @pytest.fixture(scope="module")
 def tiny(reference_dir, tmp_path_factory):
     from tests.tiny_gemma4_moe import make
-    path = make(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf", tmp_path_factory.mktemp("g4m") / "m.gguf")
-    ref = np.load(REF)
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == str(ref["sha256"]), "the maker no longer makes that file"
-    return path, ref
+    return checked_reference(make(reference_dir / "tiny-next" / "gemma4" / "tiny-gemma4.gguf",
+                                  tmp_path_factory.mktemp("g4m") / "m.gguf"), REF)
 
 
 def gpu_backend(path, **kw):
-    dev = make_test_device()
-    adapter = dev.adapter
-    dev.destroy()
-    g = GGUFFile.open(path)
-    return Gemma4GpuBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})
+    return float_backend(Gemma4GpuBackend, GGUFFile.open(path), N_CTX, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -70,26 +63,17 @@ def gpu(tiny):
     be.close()
 
 
-def top64(ref, name):
-    return {"ids": ref[f"{name}_top_ids"], "logits": ref[f"{name}_top_logits"]}
-
-
 def test_the_experts_are_built_on_the_gpu(gpu):
     assert [L["moe"] is not None for L in gpu.layers] == [False, True, False, True]
     assert gpu.layers[3]["moe"].experts.down_scale is not None and gpu.layers[1]["moe"].experts.down_scale is None
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", PROMPTS)
 def test_every_position_batch_and_one_token_at_a_time_against_the_cpu(tiny, gpu, name):
     path, ref = tiny
     ids = ref[f"{name}_ids"].tolist()
-    gpu.kv.clear()
-    batch = gpu.forward(ids, 0, all_logits=True)
-    one = one_token_at_a_time(gpu, ids)
-    g = GGUFFile.open(path)
-    cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=N_CTX, int8=False)
-    with cpu.float_activations():
-        want = cpu.forward(ids, 0, all_logits=True)
+    batch, one = batch_and_one_token(gpu, ids)
+    want = cpu_float_logits(path, ids, N_CTX)
     assert np.abs(batch - want).max() < 1e-3
     assert np.abs(one - want).max() < 1e-3
     # llama.cpp on the all-F32 copy (the same weights, no rounding of activations), last position
@@ -97,19 +81,8 @@ def test_every_position_batch_and_one_token_at_a_time_against_the_cpu(tiny, gpu,
 
 
 def test_greedy_steps_equal_one_step_at_a_time(tiny, gpu):
-    """greedy_steps (step k+1 submitted before step k's id is read back, as Engine.generate runs greedy
-    decode; the experts' scratch sum reused step after step): the ids of forward_argmax step by step."""
-    ids = np.asarray(tiny[1]["chat_ids"], np.int32)
-    gpu.kv.clear()
-    tok = gpu.forward_argmax(ids, 0)
-    chained = list(gpu.greedy_steps(tok, len(ids), 8))
-    gpu.kv.clear()
-    gpu.forward_argmax(ids, 0)
-    stepped, t = [], tok
-    for j in range(8):
-        t = gpu.forward_argmax(np.array([t], np.int32), len(ids) + j)
-        stepped.append(t)
-    assert chained == stepped
+    """check_greedy_steps, the experts' scratch sum reused step after step."""
+    check_greedy_steps(gpu, tiny[1]["chat_ids"], 8)
 
 
 def test_every_position_against_llama_cpp(tiny):
@@ -120,11 +93,8 @@ def test_every_position_against_llama_cpp(tiny):
     path, ref = tiny
     be = gpu_backend(path, kv_dtype="f16")
     try:
-        for name in NAMES:
-            ids = ref[f"{name}_ids"].tolist()
-            be.kv.clear()
-            check_against_top64(be.forward(ids, 0, all_logits=True), top64(ref, name))
-            check_against_top64(one_token_at_a_time(be, ids), top64(ref, name))
+        for name in PROMPTS:
+            check_both_ways(be, ref[f"{name}_ids"].tolist(), top64(ref, name))
     finally:
         be.close()
 
@@ -143,15 +113,12 @@ def test_int8_x_in_the_experts_products(tiny, tmp_path):
         assert all(L["moe"].experts.q8_gate_up and L["moe"].experts.q8_down for L in be.layers if L["moe"])
         g = GGUFFile.open(path)
         cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=N_CTX, int8=True)
-        for name in NAMES:
+        for name in PROMPTS:
             ids = tiny[1][f"{name}_ids"].tolist()
             want = cpu.forward(ids, 0, all_logits=True)
             cpu.kv.clear()
             top = np.argsort(-want, axis=1, kind="stable")[:, :64]
-            ref = {"ids": top, "logits": np.take_along_axis(want, top, 1)}
-            be.kv.clear()
-            check_against_top64(be.forward(ids, 0, all_logits=True), ref)
-            check_against_top64(one_token_at_a_time(be, ids), ref)
+            check_both_ways(be, ids, {"ids": top, "logits": np.take_along_axis(want, top, 1)})
     finally:
         be.close()
 
@@ -186,11 +153,7 @@ def test_auto_takes_the_gpu_for_it_where_a_real_gpu_is_found(tiny, monkeypatch):
 
 # ------------------------------------------------------------------ kernels
 
-@pytest.fixture(scope="module")
-def ks():
-    dev = make_test_device()
-    yield Kernels(dev)
-    dev.destroy()
+ks = kernels_fixture()
 
 
 @pytest.mark.parametrize("n, d", [(1, 32), (5, 2816)])

@@ -19,7 +19,7 @@ from hearth.engine.config import ModelConfig  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import GpuBackend  # noqa: E402
 
-from test_gpu_backend import adapter  # noqa: E402
+from gpu_fixtures import pick_adapter  # noqa: E402
 
 pytestmark = [pytest.mark.gpu]
 N_STEPS = 6
@@ -31,7 +31,7 @@ def tiny(reference_dir):
     m = json.loads((d / "manifest.json").read_text())
     ids = next(p for p in m["prompts"] if p["name"] == "english")["ids"][:12]
     g = GGUFFile.open(d / m["file"])
-    gpu = GpuBackend(ModelConfig.from_gguf(g), g, 32, adapter=adapter())
+    gpu = GpuBackend(ModelConfig.from_gguf(g), g, 32, adapter=pick_adapter())
     yield gpu, np.asarray(ids, np.int32)
     gpu.close()
 

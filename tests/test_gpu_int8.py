@@ -21,10 +21,10 @@ if probe() is None:
     pytest.skip("wgpu finds no adapter", allow_module_level=True)
 
 from hearth.engine.gpu import ops  # noqa: E402
-from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
 from gpu_fixtures import (  # noqa: E402, F401 (rng: a fixture)
-    RTOL, dequant_reference, make_test_device, poisoned, q8_blocks, random_rows, read_f32, rel_err, rng,
-    safe_x, subgroup_device)
+    RTOL, dequant_reference, gpu_adapter, kernels_fixture, poisoned, q8_blocks, random_rows, read_f32, rel_err,
+    rng, safe_x)
 
 pytestmark = pytest.mark.gpu
 
@@ -37,14 +37,7 @@ Q8_ERR = 2e-2
 INT8_MEAN, INT8_MAX = 0.2, 1.5
 
 
-@pytest.fixture(scope="module", params=["subgroups", "no-subgroups"])
-def ks(request):
-    d = subgroup_device(request.param)
-    if not d.int8:
-        d.destroy()
-        pytest.skip("the adapter has no 4-way int8 dot products")
-    yield Kernels(d)
-    d.destroy()
+ks = kernels_fixture("int8", subgroup_modes=True)
 
 
 
@@ -167,12 +160,7 @@ def test_whole_model_with_int8_x_stays_close_to_numpy(default_model_path, smollm
     from hearth.engine.cpu_backend import CpuBackend  # noqa: PLC0415
     from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
     from hearth.engine.gpu import GpuBackend  # noqa: PLC0415
-    dev = make_test_device()
-    if not dev.int8:
-        dev.destroy()
-        pytest.skip("the adapter has no 4-way int8 dot products")
-    adapter = dev.adapter
-    dev.destroy()
+    adapter = gpu_adapter("int8")
     monkeypatch.setattr(ops, "INT8_K_MIN", 32)
     monkeypatch.setattr(ops, "INT8_K_MAX", 1 << 20)
     if pre_down:          # the down products (K = n_ff = 1,536) read x quantized once a layer
@@ -271,8 +259,12 @@ PRE_LAYOUTS = [(32, 1), (256, 4, 2), (128, 2, 2), (64, 4, 1)]
 def test_prequantized_x_residual(ks, rng, layout, qtype):
     """The down product's path: quantize_x, then the matvec reading those blocks (q8g), residual
     added; against numpy's product with x quantized the same way, the f32 kernels' RTOL."""
+    check_prequantized_x_residual(ks, rng, layout, qtype, 2048, 2 * ops.matvec_rows(layout) + 3)
+
+
+def check_prequantized_x_residual(ks, rng, layout, qtype: str, k: int, m: int) -> None:
+    """quantize_x of x [k], then the matvec of m rows reading those blocks (q8g), residual added."""
     dev = ks.dev
-    k, m = 2048, 2 * ops.matvec_rows(layout) + 3
     raw = random_rows(rng, qtype, m, k)
     x = safe_x(rng, k)
     y0 = gauss(rng, m)
@@ -314,17 +306,8 @@ def test_64_weight_chunks_concat_with_norm_and_bias(ks, rng, layout, types):
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q8_0"])
 def test_64_weight_chunks_prequantized_x(ks, rng, layout, qtype):
     """The down product's path (quantize_x, matvec q8g) with 64-weight chunks, residual added."""
-    dev = ks.dev
-    k, m = 8192, ops.matvec_rows(layout) + 3
-    assert ops.int8_c64([qtype], k, layout[0])
-    raw = random_rows(rng, qtype, m, k)
-    x = safe_x(rng, k)
-    y0 = gauss(rng, m)
-    xg, ybuf = dev.buffer(ops.q8_words(k) * 4), dev.upload(y0)
-    dispatch_once(dev, ops.quantize_x(ks), [dev.upload(x), xg], ops.quantize_x_groups(k), K=k)
-    dispatch_once(dev, ops.matvec(ks, [qtype], residual=True, layout=layout, q8x=k, q8g=True),
-                  [xg, ybuf, dev.upload(raw)], ops.matvec_groups(m, layout), **ops.matvec_params([qtype], k, [m]))
-    assert rel_err(read_f32(dev, ybuf, m), y0 + dequant_reference(raw, qtype, k) @ q8_ref(x)) < RTOL
+    assert ops.int8_c64([qtype], 8192, layout[0])
+    check_prequantized_x_residual(ks, rng, layout, qtype, 8192, ops.matvec_rows(layout) + 3)
 
 
 def test_64_weight_chunks_only_where_every_lane_has_one(monkeypatch):

@@ -14,23 +14,15 @@ if probe() is None:
     pytest.skip("wgpu finds no adapter", allow_module_level=True)
 
 from hearth.engine.gpu import ops  # noqa: E402
-from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
-from gpu_fixtures import (  # noqa: E402, F401 (rng: a fixture)
-    RTOL, dequant_reference, make_test_device, random_rows, read_f32, rel_err, rng, safe_x)
-from test_gpu_int8 import check_concat_with_norm_and_bias, check_glu_q8out, gauss, q8_ref  # noqa: E402
+from gpu_fixtures import kernels_fixture, rng  # noqa: E402, F401 (rng: a fixture)
+from test_gpu_int8 import (  # noqa: E402
+    check_concat_with_norm_and_bias, check_glu_q8out, check_prequantized_x_residual)
 
 pytestmark = pytest.mark.gpu
 LOOKUPS = pytest.mark.parametrize("lut", [False, True], ids=["selects", "pair-table"])
 
 
-@pytest.fixture(scope="module")
-def ks():
-    d = make_test_device()
-    if not d.int8:
-        d.destroy()
-        pytest.skip("the adapter has no 4-way int8 dot products")
-    yield Kernels(d)
-    d.destroy()
+ks = kernels_fixture("int8")
 
 
 @pytest.fixture
@@ -72,15 +64,6 @@ def test_glu_writes_the_down_products_int8_blocks(ks, rng, lookup):
 @pytest.mark.parametrize("qtype", ["IQ4_XS", "IQ4_NL"])
 def test_prequantized_x_with_residual(ks, rng, lookup, qtype):
     """The down product's path (quantize_x, matvec q8g) in its layout."""
-    dev = ks.dev
     layout = ops.INT8_PRE_LAYOUT
-    k, m = 8192, ops.matvec_rows(layout) + 3
-    assert ops.int8_c64([qtype], k, layout[0])
-    raw = random_rows(rng, qtype, m, k)
-    x = safe_x(rng, k)
-    y0 = gauss(rng, m)
-    xg, ybuf = dev.buffer(ops.q8_words(k) * 4), dev.upload(y0)
-    dispatch_once(dev, ops.quantize_x(ks), [dev.upload(x), xg], ops.quantize_x_groups(k), K=k)
-    dispatch_once(dev, ops.matvec(ks, [qtype], residual=True, layout=layout, q8x=k, q8g=True),
-                  [xg, ybuf, dev.upload(raw)], ops.matvec_groups(m, layout), **ops.matvec_params([qtype], k, [m]))
-    assert rel_err(read_f32(dev, ybuf, m), y0 + dequant_reference(raw, qtype, k) @ q8_ref(x)) < RTOL
+    assert ops.int8_c64([qtype], 8192, layout[0])
+    check_prequantized_x_residual(ks, rng, layout, qtype, 8192, ops.matvec_rows(layout) + 3)

@@ -58,19 +58,15 @@ if probe() is None:
     pytest.skip("wgpu finds no adapter", allow_module_level=True)
 
 from hearth.engine.gpu import ops  # noqa: E402
-from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
 from gpu_fixtures import (  # noqa: E402, F401 (rng: a fixture)
-    RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err, rng, safe_x)
+    RTOL, dequant_reference, kernels_fixture, poisoned, random_rows, read_f32, rel_err, rng, safe_x)
 from test_gpu_int8 import check_concat_with_norm_and_bias  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def ks():
-    d = make_test_device()
-    yield Kernels(d)
-    d.destroy()
+ks = kernels_fixture()
 
 
 def test_every_iquant_has_kernels():

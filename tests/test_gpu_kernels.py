@@ -15,24 +15,15 @@ if probe() is None:
 
 from hearth.engine.config import RopeScaling  # noqa: E402
 from hearth.engine.gpu import ops  # noqa: E402
-from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
 from hearth.engine.models.layers import Rope, attention, gelu_tanh_mul, rms_norm, silu_mul  # noqa: E402
 from gpu_fixtures import (RTOL, dequant_reference, poisoned, random_rows, read_f32, rel_err,  # noqa: E402
-                          make_test_device)
+                          device_and_kernels_fixtures)
 
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def dev():
-    d = make_test_device()
-    yield d
-    d.destroy()
-
-
-@pytest.fixture(scope="module")
-def ks(dev):
-    return Kernels(dev)
+dev, ks = device_and_kernels_fixtures()
 
 
 @pytest.fixture

@@ -15,24 +15,15 @@ if probe() is None:
 
 from hearth.engine.config import RopeScaling  # noqa: E402
 from hearth.engine.gpu import ops  # noqa: E402
-from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
 from hearth.engine.gpu.kv import GpuKVCache  # noqa: E402
 from hearth.engine.models.layers import Rope, attention  # noqa: E402
-from gpu_fixtures import RTOL, make_test_device, poisoned, read_f32, rel_err  # noqa: E402
+from gpu_fixtures import RTOL, device_and_kernels_fixtures, poisoned, read_f32, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def dev():
-    d = make_test_device()
-    yield d
-    d.destroy()
-
-
-@pytest.fixture(scope="module")
-def ks(dev):
-    return Kernels(dev)
+dev, ks = device_and_kernels_fixtures()
 
 
 @pytest.fixture

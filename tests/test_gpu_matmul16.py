@@ -23,9 +23,9 @@ if probe() is None:
     pytest.skip("wgpu finds no adapter", allow_module_level=True)
 
 from hearth.engine.gpu import ops  # noqa: E402
-from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
 from hearth.engine.models.layers import gelu_tanh_mul, silu_mul  # noqa: E402
-from gpu_fixtures import dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err  # noqa: E402
+from gpu_fixtures import dequant_reference, kernels_fixture, poisoned, random_rows, read_f32, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -38,14 +38,7 @@ TILES = [(8, 8), (8, 4), (4, 8), (4, 4), (4, 2)]
 F16_MODEL_MEAN, F16_MODEL_MAX, F16_MODEL_KV = 0.05, 0.3, 0.15
 
 
-@pytest.fixture(scope="module")
-def ks():
-    d = make_test_device()
-    if not d.f16:
-        d.destroy()
-        pytest.skip("the adapter has no shader-f16")
-    yield Kernels(d)
-    d.destroy()
+ks = kernels_fixture("f16")
 
 
 @pytest.fixture

@@ -23,10 +23,10 @@ if probe() is None:
     pytest.skip("wgpu finds no adapter", allow_module_level=True)
 
 from hearth.engine.gpu import ops  # noqa: E402
-from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
 from hearth.engine.models.layers import gelu_tanh_mul, silu_mul  # noqa: E402
 from gpu_fixtures import (  # noqa: E402, F401 (rng: a fixture)
-    RTOL, dequant_reference, make_test_device, poisoned, q8_blocks, random_rows, read_f32, rel_err, rng,
+    RTOL, dequant_reference, kernels_fixture, poisoned, q8_blocks, random_rows, read_f32, rel_err, rng,
     safe_x)
 
 pytestmark = pytest.mark.gpu
@@ -39,14 +39,7 @@ Q8_ERR = 2e-2
 I8_MODEL_MEAN, I8_MODEL_MAX, I8_MODEL_KV = 0.3, 1.5, 1.0
 
 
-@pytest.fixture(scope="module")
-def ks():
-    d = make_test_device()
-    if not d.int8:
-        d.destroy()
-        pytest.skip("the adapter has no 4-way int8 dot products")
-    yield Kernels(d)
-    d.destroy()
+ks = kernels_fixture("int8")
 
 
 

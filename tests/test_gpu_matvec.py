@@ -19,21 +19,17 @@ if probe() is None:
 from hearth.engine.config import ModelConfig  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import GpuBackend, ops  # noqa: E402
-from hearth.engine.gpu.kernels import Kernels, dispatch_once  # noqa: E402
+from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
 from hearth.engine.models.layers import rms_norm  # noqa: E402
 from gpu_fixtures import (  # noqa: E402
-    RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err, subgroup_device)
+    RTOL, dequant_reference, gpu_adapter, kernels_fixture, poisoned, random_rows, read_f32, rel_err)
 
 pytestmark = pytest.mark.gpu
 
 LAYOUTS = [(32, 1), (64, 2), (128, 4), (256, 4), (256, 1), (32, 1, 4), (64, 2, 2), (256, 2, 4)]
 
 
-@pytest.fixture(scope="module", params=["subgroups", "no-subgroups"])
-def ks(request):
-    d = subgroup_device(request.param)
-    yield Kernels(d)
-    d.destroy()
+ks = kernels_fixture(subgroup_modes=True)
 
 
 @pytest.fixture
@@ -182,9 +178,7 @@ def test_attention_merge_fused_or_separate_gives_the_same_model(reference_dir, m
     g = GGUFFile.open(d / man["file"])
     cfg = ModelConfig.from_gguf(g)
     prompt = np.resize(ids, 60)
-    dev = make_test_device()
-    adapter = dev.adapter
-    dev.destroy()
+    adapter = gpu_adapter()
 
     def run(fuse_bytes):
         monkeypatch.setattr(ops, "ATTN_FUSE_BYTES", fuse_bytes)

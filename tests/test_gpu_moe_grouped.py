@@ -12,66 +12,19 @@ import pytest
 from hearth.engine.gpu import moe as gmoe
 from hearth.engine.gpu import moe_grouped as mg
 from hearth.engine.gpu import ops
-from hearth.engine.gpu.kernels import Kernels, dispatch_once
-from hearth.engine.models.moe import swiglu_oai
-from tests.gpu_fixtures import RTOL, make_test_device, poisoned, read_f32, rel_err
+from hearth.engine.gpu.kernels import dispatch_once
+from tests.gpu_fixtures import RTOL, kernels_fixture, poisoned, read_f32, rel_err
 from tests.gpu_fixtures import rng  # noqa: F401  (the fixture)
+from tests.gpu_moe_refs import checked_tiles, down_ref, experts, glu_ref, routes
 from tests.test_gpu_matmul8 import q8_rows_ref, quantize
-from tests.test_gpu_moe_kernels import experts
 
 
-@pytest.fixture(scope="module")
-def ks():
-    dev = make_test_device()
-    if not dev.int8:
-        dev.destroy()
-        pytest.skip("the adapter has no int8 dot products")
-    yield Kernels(dev)
-    dev.destroy()
-
-
-def make_route(rng, n, E, k, kind):
-    """u32 [n, 2k] (ids, then weights as bits) and the ids / weights: "random" over all E experts,
-    "empty" leaving experts 1 and E - 1 without a pair, "all" giving expert 2 every token (slot 0)."""
-    pool = {"random": np.arange(E), "empty": np.array([e for e in range(E) if e not in (1, E - 1)]),
-            "all": np.array([e for e in range(E) if e != 2])}[kind]
-    ids = np.stack([rng.permutation(pool)[:k] for _ in range(n)]).astype(np.uint32)
-    if kind == "all":
-        ids[:, 0] = 2
-    w = rng.random((n, k)).astype(np.float32)
-    w /= w.sum(1, keepdims=True)
-    return ids, w, np.concatenate([ids, w.view(np.uint32)], axis=1)
+ks = kernels_fixture("int8")
 
 
 def sorted_tiles(ks, route, n, E, k, tile):
-    """moe_sort.wgsl's order and tiles for the grouped products, checked: each tile holds up to TN
-    consecutive pairs of its expert, together every pair once; the rest count 0."""
-    dev = ks.dev
-    tn = 16 * tile[1]
-    mt = mg.mm_max_tiles(n, k, E, tile)
-    order = dev.upload(np.full(n * k, 0xFFFFFFFF, np.uint32))
-    tiles = dev.upload(np.full(mt * 2, 0xFFFFFFFF, np.uint32))
-    dispatch_once(dev, gmoe.sort_kernel(ks, E, k, tn), [dev.upload(route), order, tiles], (1, 1, 1), n=n, max_tiles=mt)
-    o = dev.read([(order, 0, n * k * 4)]).view(np.uint32).astype(np.int64)
-    t = dev.read([(tiles, 0, mt * 8)]).view(np.uint32).reshape(mt, 2).astype(np.int64)
-    experts_of = route[:, :k].reshape(-1).astype(np.int64)
-    covered = []
-    for e, info in t:
-        start, cnt = info & 0xFFFFFF, info >> 24
-        assert cnt <= tn
-        covered += o[start:start + cnt].tolist()
-        assert (experts_of[o[start:start + cnt]] == e).all()
-    assert sorted(covered) == list(range(n * k))
-    return order, tiles
-
-
-def act_ref(g, u, act):
-    with np.errstate(over="ignore"):
-        if act == "swiglu_oai":
-            return swiglu_oai(g.astype(np.float32), u.astype(np.float32)).astype(np.float64)
-        if act == "gelu":
-            return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3))) * u
-        return g / (1 + np.exp(-g)) * u
+    """moe_sort.wgsl's order and tiles for the grouped products (TN = 16 tile[1] pairs a tile), checked."""
+    return checked_tiles(ks, route, n, E, k, 16 * tile[1], mg.mm_max_tiles(n, k, E, tile))
 
 
 @pytest.mark.parametrize("qtype, act, bias, kind, tile", [
@@ -92,7 +45,7 @@ def test_grouped_gate_up(ks, rng, qtype, act, bias, kind, tile):
     rg, wg = experts(rng, qtype, E, ff, d)
     ru, wu = experts(rng, qtype, E, ff, d)
     x = (rng.standard_normal((n, d)) * 0.2).astype(np.float32)
-    ids, _, route = make_route(rng, n, E, k, kind)
+    ids, _, route = routes(rng, n, E, k, kind)
     bg, bu = (rng.standard_normal((E, ff)).astype(np.float32) for _ in range(2))
     xq, s_off = quantize(ks, x)
     xr = q8_rows_ref(x)
@@ -105,13 +58,7 @@ def test_grouped_gate_up(ks, rng, qtype, act, bias, kind, tile):
                       mg.mm_groups(n, k, E, ff, tile), n=n,
                       **mg.mm_params(qtype, d, ff, ops.row_bytes(qtype, d) * ff, s_off))
     got = read_f32(dev, y, n * k * ff).reshape(n, k, ff)
-    ref = np.zeros((n, k, ff))
-    for t in range(n):
-        for s in range(k):
-            e = ids[t, s]
-            g = wg[e] @ xr[t] + (bg[e] if bias else 0)
-            u = wu[e] @ xr[t] + (bu[e] if bias else 0)
-            ref[t, s] = act_ref(g, u, act)
+    ref = glu_ref(ids, xr, wg, wu, act, *((bg, bu) if bias else ()))
     assert rel_err(got, ref) < RTOL * 5
 
 
@@ -128,7 +75,7 @@ def test_grouped_down_and_the_slot_sum(ks, rng, qtype, bias, kind, tile):
     rd, wd = experts(rng, qtype, E, d, ff)
     h = rng.standard_normal((n * k, ff)).astype(np.float32)
     x0 = rng.standard_normal((n, d)).astype(np.float32)
-    ids, w, route = make_route(rng, n, E, k, kind)
+    ids, w, route = routes(rng, n, E, k, kind)
     bd = rng.standard_normal((E, d)).astype(np.float32)
     hq, s_off = quantize(ks, h)
     hr = q8_rows_ref(h)
@@ -139,12 +86,7 @@ def test_grouped_down_and_the_slot_sum(ks, rng, qtype, bias, kind, tile):
                   mg.mm_groups(n, k, E, d, tile), n=n, **mg.mm_params(qtype, ff, d, ops.row_bytes(qtype, ff) * d, s_off))
     dispatch_once(dev, gmoe.sum_kernel(ks, k), [yd, y], gmoe.sum_groups(n, d), d=d, n=n)
     got = read_f32(dev, y, n * d).reshape(n, d)
-    ref = x0.astype(np.float64).copy()
-    for t in range(n):
-        for s in range(k):
-            e = ids[t, s]
-            ref[t] += w[t, s] * (wd[e] @ hr[t * k + s] + (bd[e] if bias else 0))
-    assert rel_err(got - x0, ref - x0) < RTOL
+    assert rel_err(got - x0, down_ref(ids, w, hr, wd, bd if bias else None)) < RTOL
 
 
 def test_tile_choice_follows_the_pairs_an_expert_gets():
@@ -167,7 +109,7 @@ def test_down_by_pair_quantizing_its_row_in_workgroup_memory(ks, rng, qtype, bia
     rd, wd = experts(rng, qtype, E, d, ff)
     h = rng.standard_normal((n * k, ff)).astype(np.float32)
     x0 = rng.standard_normal((n, d)).astype(np.float32)
-    ids, w, route = make_route(rng, n, E, k, "random")
+    ids, w, route = routes(rng, n, E, k)
     bd = rng.standard_normal((E, d)).astype(np.float32)
     rows, c64 = gmoe.expert_layout([qtype], ff, True)
     yd, y = poisoned(dev, n * k * d), dev.upload(x0)
@@ -179,7 +121,5 @@ def test_down_by_pair_quantizing_its_row_in_workgroup_memory(ks, rng, qtype, bia
                   gmoe.expert_groups(d, n * k, rows, order=True),
                   K=ff, M=d, rb0=rb, eb0=rb * d, n=n, s_off=ops.q8_rows_scales(1, ff))
     dispatch_once(dev, gmoe.sum_kernel(ks, k), [yd, y], gmoe.sum_groups(n, d), d=d, n=n)
-    hr = q8_rows_ref(h)
-    ref = np.stack([sum(w[t, s] * (wd[ids[t, s]] @ hr[t * k + s] + (bd[ids[t, s]] if bias else 0))
-                        for s in range(k)) for t in range(n)])
+    ref = down_ref(ids, w, q8_rows_ref(h), wd, bd if bias else None)
     assert rel_err(read_f32(dev, y, n * d).reshape(n, d) - x0, ref) < RTOL

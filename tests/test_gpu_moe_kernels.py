@@ -12,28 +12,15 @@ import pytest
 
 from hearth.engine.gpu import moe as gmoe
 from hearth.engine.gpu import ops
-from hearth.engine.gpu.kernels import Kernels, dispatch_once
-from hearth.engine.models.layers import gelu_tanh_mul
-from hearth.engine.models.moe import MIN_WEIGHT_SUM, swiglu_oai
-from tests.gpu_fixtures import RTOL, dequant_reference, make_test_device, poisoned, random_rows, read_f32, rel_err
+from hearth.engine.gpu.kernels import dispatch_once
+from hearth.engine.models.moe import MIN_WEIGHT_SUM
+from tests.gpu_fixtures import RTOL, kernels_fixture, poisoned, read_f32, rel_err
 from tests.gpu_fixtures import rng  # noqa: F401  (the fixture)
+from tests.gpu_moe_refs import checked_tiles, down_ref, experts, glu_ref, routes
 from tests.test_gpu_matmul8 import q8_rows_ref, quantize
 
 
-@pytest.fixture(scope="module")
-def ks():
-    dev = make_test_device()
-    yield Kernels(dev)
-    dev.destroy()
-
-
-def act_ref(act, g, u):
-    """The experts' activation of gate g times up u (float64 products; swiglu_oai and gelu in float32)."""
-    if act == "swiglu_oai":
-        return swiglu_oai(g.astype(np.float32), u.astype(np.float32))
-    if act == "gelu":
-        return gelu_tanh_mul(g.astype(np.float32), u.astype(np.float32))
-    return g / (1 + np.exp(-g)) * u
+ks = kernels_fixture()
 
 
 def route_ref(xn, wr, br, k, gating, norm_w):
@@ -95,19 +82,6 @@ def test_router_ties_go_to_the_lower_expert(ks, rng, gating):
     np.testing.assert_allclose(w, 1 / 3, rtol=1e-5)
 
 
-def experts(rng, qtype, E, m, k):
-    """uint8 [E, m, row bytes] and float64 [E, m, k] from gguf-py."""
-    raw = np.stack([random_rows(rng, qtype, m, k) for _ in range(E)])
-    return raw, dequant_reference(raw.reshape(E * m, -1), qtype, k).reshape(E, m, k)
-
-
-def routes(rng, n, E, k):
-    ids = np.stack([rng.permutation(E)[:k] for _ in range(n)]).astype(np.uint32)
-    w = rng.random((n, k)).astype(np.float32)
-    w /= w.sum(1, keepdims=True)
-    return ids, w, np.concatenate([ids, w.view(np.uint32)], axis=1)        # u32 [n, 2k]
-
-
 TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "MXFP4", "IQ2_XS"]
 # (type, int8 x): float weights keep f32 x (moe.MoeFfn), quantized ones take both paths
 CASES = [(t, q8) for t in TYPES for q8 in (False, True) if not (q8 and t in ("F32", "F16"))]
@@ -161,14 +135,7 @@ def test_expert_gate_up(ks, rng, qtype, q8, act, bias, order):
                   gmoe.expert_groups(ff, n * k, order=order), K=d, M=ff, rb0=rb, rb1=rb, eb0=rb * ff, eb1=rb * ff, n=n,
                   s_off=s_off)
     got = read_f32(dev, y, n * k * ff).reshape(n, k, ff)
-    ref = np.zeros((n, k, ff))
-    for t in range(n):
-        for s in range(k):
-            e = ids[t, s]
-            g = wg[e] @ xr[t] + (bg[e] if bias else 0)
-            u = wu[e] @ xr[t] + (bu[e] if bias else 0)
-            with np.errstate(over="ignore"):        # exp(-g) of a large negative g: silu(g) = 0
-                ref[t, s] = act_ref(act, g, u)
+    ref = glu_ref(ids, xr, wg, wu, act, bg, bu)
     assert rel_err(got, ref) < RTOL * 5      # the activation's exp of f32 products on top of RTOL
 
 
@@ -204,12 +171,7 @@ def test_expert_down_weighted_sum_into_the_residual(ks, rng, qtype, q8, bias, or
         dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype], k, bias=bias, q8=q8), bufs + [y] + wb,
                       gmoe.expert_groups(d, n), **prm)
     got = read_f32(dev, y, n * d).reshape(n, d)
-    ref = x0.astype(np.float64).copy()
-    for t in range(n):
-        for s in range(k):
-            e = ids[t, s]
-            ref[t] += w[t, s] * (wd[e] @ hr[t * k + s] + (bd[e] if bias else 0))
-    assert rel_err(got - x0, ref - x0) < RTOL
+    assert rel_err(got - x0, down_ref(ids, w, hr, wd, bd)) < RTOL
 
 
 def test_int8_x_is_refused_for_float_weights(ks):
@@ -291,23 +253,7 @@ def test_route_with_the_norm_fused(ks, rng, q8):
 def tiles_of(ks, route, n, E, k):
     """moe_sort.wgsl's order and tiles buffers for route [n, 2k], the tiles checked: each covers up to
     MOE_TILE consecutive pairs of one expert, together every pair once, the rest count 0."""
-    dev = ks.dev
-    mt = gmoe.max_tiles(n, k, E)
-    order = dev.upload(np.full(n * k, 0xFFFFFFFF, np.uint32))
-    tiles = dev.upload(np.full(mt * 2, 0xFFFFFFFF, np.uint32))
-    dispatch_once(dev, gmoe.sort_kernel(ks, E, k, gmoe.MOE_TILE), [dev.upload(route), order, tiles], (1, 1, 1),
-                  n=n, max_tiles=mt)
-    o = dev.read([(order, 0, n * k * 4)]).view(np.uint32).astype(np.int64)
-    t = dev.read([(tiles, 0, mt * 8)]).view(np.uint32).reshape(mt, 2).astype(np.int64)
-    experts_of = route[:, :k].reshape(-1).astype(np.int64)
-    covered = []
-    for e, info in t:
-        start, cnt = info & 0xFFFFFF, info >> 24
-        assert cnt <= gmoe.MOE_TILE
-        covered += o[start:start + cnt].tolist()
-        assert (experts_of[o[start:start + cnt]] == e).all()
-    assert sorted(covered) == list(range(n * k))
-    return order, tiles
+    return checked_tiles(ks, route, n, E, k, gmoe.MOE_TILE, gmoe.max_tiles(n, k, E))
 
 
 @pytest.mark.parametrize("qtype, q8", [("F16", False), ("Q4_K", True), ("MXFP4", True), ("Q8_0", False),
@@ -332,14 +278,7 @@ def test_tiled_gate_up(ks, rng, qtype, q8, act, bias):
                   + ([dev.upload(bg), dev.upload(bu)] if bias else []) + [tiles, order],
                   gmoe.tile_groups(n, k, E, ff), K=d, M=ff, rb0=rb, rb1=rb, eb0=rb * ff, eb1=rb * ff, n=n, s_off=s_off)
     got = read_f32(dev, y, n * k * ff).reshape(n, k, ff)
-    ref = np.zeros((n, k, ff))
-    for t in range(n):
-        for s in range(k):
-            e = ids[t, s]
-            g = wg[e] @ xr[t] + (bg[e] if bias else 0)
-            u = wu[e] @ xr[t] + (bu[e] if bias else 0)
-            with np.errstate(over="ignore"):
-                ref[t, s] = act_ref(act, g, u)
+    ref = glu_ref(ids, xr, wg, wu, act, *((bg, bu) if bias else ()))
     assert rel_err(got, ref) < RTOL * 5
 
 
@@ -365,12 +304,7 @@ def test_tiled_down_and_the_slot_sum(ks, rng, qtype, q8, bias):
                   gmoe.tile_groups(n, k, E, d), K=ff, M=d, rb0=rb, eb0=rb * d, n=n, s_off=s_off)
     dispatch_once(dev, gmoe.sum_kernel(ks, k), [yd, y], gmoe.sum_groups(n, d), d=d, n=n)
     got = read_f32(dev, y, n * d).reshape(n, d)
-    ref = x0.astype(np.float64).copy()
-    for t in range(n):
-        for s in range(k):
-            e = ids[t, s]
-            ref[t] += w[t, s] * (wd[e] @ hr[t * k + s] + (bd[e] if bias else 0))
-    assert rel_err(got - x0, ref - x0) < RTOL
+    assert rel_err(got - x0, down_ref(ids, w, hr, wd, bd if bias else None)) < RTOL
 
 
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q4_0", "Q8_0", "Q5_K", "IQ4_XS", "IQ4_NL"])
@@ -395,10 +329,7 @@ def test_expert_products_with_64_weight_chunks(ks, rng, qtype, k_in):
                   [src, dev.upload(route), y, dev.upload(rg), dev.upload(ru)], gmoe.expert_groups(ff, n * k, rows),
                   K=d, M=ff, rb0=rb, rb1=rb, eb0=rb * ff, eb1=rb * ff, n=n, s_off=s_off)
     got = read_f32(dev, y, n * k * ff).reshape(n * k, ff)
-    g = np.stack([wg[ids[t, s]] @ xr[t] for t in range(n) for s in range(k)])
-    u = np.stack([wu[ids[t, s]] @ xr[t] for t in range(n) for s in range(k)])
-    with np.errstate(over="ignore"):
-        assert rel_err(got, g / (1 + np.exp(-g)) * u) < RTOL * 5
+    assert rel_err(got, glu_ref(ids, xr, wg, wu, "silu").reshape(n * k, ff)) < RTOL * 5
     # down: rows of ff = 256 weights (four 64-weight chunks: 8 lanes), d outputs
     rows_d, c64_d = gmoe.expert_layout([qtype], ff, True)
     assert c64_d and rows_d == 32
@@ -412,7 +343,7 @@ def test_expert_products_with_64_weight_chunks(ks, rng, qtype, k_in):
                   [hq, dev.upload(route), yb, dev.upload(rd)], gmoe.expert_groups(d, n, rows_d),
                   K=ff, M=d, rb0=rbd, eb0=rbd * d, n=n, s_off=h_off)
     hr = q8_rows_ref(h)
-    ref = np.stack([sum(w[t, s] * (wd[ids[t, s]] @ hr[t * k + s]) for s in range(k)) for t in range(n)])
+    ref = down_ref(ids, w, hr, wd)
     assert rel_err(read_f32(dev, yb, n * d).reshape(n, d) - x0, ref) < RTOL
 
 
@@ -457,5 +388,5 @@ def test_down_quantizing_its_x_in_workgroup_memory(ks, rng, qtype):
                   [dev.upload(h), dev.upload(route), y, dev.upload(rd)], gmoe.expert_groups(d, n, rows),
                   K=ff, M=d, rb0=rb, eb0=rb * d, n=n, s_off=ops.q8_rows_scales(k, ff))
     hr = q8_rows_ref(h)
-    ref = np.stack([sum(w[t, s] * (wd[ids[t, s]] @ hr[t * k + s]) for s in range(k)) for t in range(n)])
+    ref = down_ref(ids, w, hr, wd)
     assert rel_err(read_f32(dev, y, n * d).reshape(n, d) - x0, ref) < RTOL

@@ -30,19 +30,13 @@ from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.gpu import GpuBackend
 from hearth.engine.gpu import moe as gmoe
-from tests.gpu_fixtures import make_test_device
+from tests.gpu_fixtures import gpu_adapter
 from tests.moe_ties import assert_agrees_off_ties, router_margins
-from tests.tiny_next import assert_agrees, prompt_of
-
-PROMPTS = ["chat", "english"]
-
+from tests.tiny_next import PROMPTS, assert_agrees, batch_logits, one_token_at_a_time, prompt_of
 
 @pytest.fixture(scope="module")
 def adapter():
-    dev = make_test_device()
-    a = dev.adapter
-    yield a
-    dev.destroy()
+    return gpu_adapter()
 
 
 def model(reference_dir, arch):
@@ -59,16 +53,6 @@ def gpu(adapter, cfg, g, moe_int8=True, **kw):
         return GpuBackend(cfg, g, n_ctx=128, adapter=adapter, **kw)
 
 
-def batch(be, ids):
-    be.kv.clear()
-    return be.forward(ids, 0, all_logits=True)
-
-
-def one_at_a_time(be, ids):
-    be.kv.clear()
-    return np.stack([be.forward([t], j) for j, t in enumerate(ids)])
-
-
 # ---------------------------------------------------------------- qwen3moe
 
 @pytest.fixture(scope="module")
@@ -82,8 +66,8 @@ def test_qwen3moe_every_position_batch_and_one_token_at_a_time(qwen, name):
     d, m, _, _, be = qwen
     ids = prompt_of(m, name)["ids"]
     ref = np.load(d / f"top64_{name}.npz")
-    assert_agrees(batch(be, ids), ref)
-    assert_agrees(one_at_a_time(be, ids), ref)
+    assert_agrees(batch_logits(be, ids), ref)
+    assert_agrees(one_token_at_a_time(be, ids), ref)
 
 
 @pytest.mark.parametrize("paths", [dict(int8=True, mm8=True), dict(f16=True)], ids=["int8-mm8", "f16"])
@@ -95,9 +79,9 @@ def test_qwen3moe_on_the_real_gpu_paths(reference_dir, adapter, paths):
             pytest.skip("the adapter lacks the integer dot products or shader-f16")
         for name in PROMPTS:
             ids = prompt_of(m, name)["ids"]
-            assert_agrees(batch(be, ids), np.load(d / f"top64_{name}.npz"))
+            assert_agrees(batch_logits(be, ids), np.load(d / f"top64_{name}.npz"))
         ids = prompt_of(m, "chat")["ids"]
-        assert_agrees(one_at_a_time(be, ids), np.load(d / "top64_chat.npz"))
+        assert_agrees(one_token_at_a_time(be, ids), np.load(d / "top64_chat.npz"))
     finally:
         be.close()
 
@@ -105,7 +89,7 @@ def test_qwen3moe_on_the_real_gpu_paths(reference_dir, adapter, paths):
 @pytest.mark.parametrize("name", PROMPTS)
 def test_qwen3moe_last_position_matches_the_float_path(qwen, name):
     d, m, _, _, be = qwen
-    got = batch(be, prompt_of(m, name)["ids"])[-1]
+    got = batch_logits(be, prompt_of(m, name)["ids"])[-1]
     f32 = np.load(d / f"logits_f32path_last_{name}.npy")
     assert np.abs(got - f32).mean() <= 0.01 and np.abs(got - f32).max() <= 0.05
 
@@ -139,7 +123,7 @@ def test_gpt_oss_every_position_with_8bit_x(oss, oss_cpu, adapter, paths):
         if not be.mm8 or (paths.get("f16") and not be.f16):
             pytest.skip("the adapter lacks the integer dot products or shader-f16")
         for name in PROMPTS:
-            assert_agrees_off_ties(batch(be, prompt_of(m, name)["ids"]), np.load(d / f"top64_{name}.npz"),
+            assert_agrees_off_ties(batch_logits(be, prompt_of(m, name)["ids"]), np.load(d / f"top64_{name}.npz"),
                                    oss_cpu[1][name])
     finally:
         be.close()
@@ -177,7 +161,8 @@ def test_gpt_oss_float_path_every_position_batch_and_one_token_at_a_time(oss_flo
     d, m, _, _, be, cpu, margins = oss_float
     ids = prompt_of(m, name)["ids"]
     ref = np.load(d / f"top64_{name}.npz")
-    for got in (batch(be, ids), one_at_a_time(be, ids), batch(cpu, ids), one_at_a_time(cpu, ids)):
+    for got in (batch_logits(be, ids), one_token_at_a_time(be, ids),
+                batch_logits(cpu, ids), one_token_at_a_time(cpu, ids)):
         np.testing.assert_allclose(*at_f32path(got, f32path, name), atol=1e-3)
         assert_agrees_off_ties(got, ref, margins[name])
 
@@ -186,13 +171,13 @@ def test_gpt_oss_prefill_in_chunks_of_8_agrees_with_one_chunk(oss_float, adapter
     """The sliding window and the experts' routing across chunk boundaries."""
     d, m, g, cfg, be, _, _ = oss_float
     ids = prompt_of(m, "english")["ids"]
-    whole = batch(be, ids)
+    whole = batch_logits(be, ids)
     small = gpu(adapter, cfg, g, moe_int8=False, chunk=8)
     try:
         assert small.chunk == 8
         small.kv.clear()
         np.testing.assert_allclose(small.forward(ids, 0), whole[-1], atol=1e-3)
-        np.testing.assert_allclose(batch(small, ids), whole, atol=1e-3)
+        np.testing.assert_allclose(batch_logits(small, ids), whole, atol=1e-3)
     finally:
         small.close()
 
@@ -222,9 +207,9 @@ def test_gpt_oss_with_a_float16_cache(oss, adapter):
     try:
         cpu = CpuBackend(cfg, g, n_ctx=128, int8=False, kv_dtype="f16")
         ids = prompt_of(m, "english")["ids"]
-        want = batch(cpu, ids)
-        np.testing.assert_allclose(batch(be, ids), want, atol=1e-3)
-        np.testing.assert_allclose(one_at_a_time(be, ids)[-8:], want[-8:], atol=1e-3)
+        want = batch_logits(cpu, ids)
+        np.testing.assert_allclose(batch_logits(be, ids), want, atol=1e-3)
+        np.testing.assert_allclose(one_token_at_a_time(be, ids)[-8:], want[-8:], atol=1e-3)
     finally:
         be.close()
 
@@ -241,6 +226,6 @@ def test_gpt_oss_int8_experts_one_token_at_a_time_agree_with_the_batch(oss, adap
             pytest.skip("the adapter has no int8 dot products")
         assert "0.experts.down.q8" not in [op["label"] for op in be.decode_plan.ops]
         ids = prompt_of(m, name)["ids"]
-        np.testing.assert_allclose(one_at_a_time(be, ids), batch(be, ids), atol=1e-3)
+        np.testing.assert_allclose(one_token_at_a_time(be, ids), batch_logits(be, ids), atol=1e-3)
     finally:
         be.close()

@@ -21,8 +21,8 @@ import pytest
 from hearth.engine.config import ModelConfig
 from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
-from tests.gpu_fixtures import FLOAT_PATHS, make_test_device
-from tests.tiny_next import PROMPTS, check_against_top64, check_greedy, one_token_at_a_time, prompt_of
+from tests.gpu_fixtures import float_backend
+from tests.tiny_next import PROMPTS, check_both_ways, check_greedy, one_token_at_a_time, prompt_of
 
 N_CTX = 160
 
@@ -37,11 +37,8 @@ def files(reference_dir):
 
 def gpu_backend(g, **kw):
     from hearth.engine.gpu.hybrid import GpuHybridBackend
-    dev = make_test_device()
-    adapter = dev.adapter
-    dev.destroy()
     # the float path unless kw says otherwise (test_real_gpu_paths)
-    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})
+    return float_backend(GpuHybridBackend, g, N_CTX, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +71,7 @@ def test_every_position_batch_and_one_token_at_a_time(files, gpu, cpu_float, nam
     d, m, _ = files
     ids = prompt_of(m, name)["ids"]
     ref = np.load(d / f"top64_{name}.npz")
-    gpu.kv.clear()
-    batch = gpu.forward(ids, 0, all_logits=True)
-    check_against_top64(batch, ref)
-    one = one_token_at_a_time(gpu, ids)
-    check_against_top64(one, ref)
+    batch, one = check_both_ways(gpu, ids, ref)
     want = float_logits(cpu_float, ids)
     assert np.abs(batch - want).max() < 1e-3
     assert np.abs(one - want).max() < 1e-3
@@ -143,11 +136,7 @@ def test_real_gpu_paths(files):
         for name in PROMPTS:
             ids = prompt_of(m, name)["ids"]
             ref = np.load(d / f"top64_{name}.npz")
-            be.kv.clear()
-            batch = be.forward(ids, 0, all_logits=True)
-            check_against_top64(batch, ref)
-            one = one_token_at_a_time(be, ids)
-            check_against_top64(one, ref)
+            check_both_ways(be, ids, ref)
     finally:
         be.close()
 

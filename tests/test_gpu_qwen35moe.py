@@ -8,41 +8,31 @@ where truncate(n) gives a fresh computation's next logits. The shared expert's g
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from hearth.engine import Engine
-from hearth.engine.config import ModelConfig
-from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
-from tests.gpu_fixtures import FLOAT_PATHS, float_path_env, make_test_device, read_f32
-from tests.tiny_next import check_against_top64, one_token_at_a_time
+from tests.gpu_fixtures import float_backend, float_path_env, make_test_device, read_f32
+from tests.tiny_next import PROMPTS, check_both_ways, checked_reference, cpu_float_logits, top64
 from tests.tiny_qwen35moe import make
 
 REF = Path(__file__).parent / "data" / "tiny_qwen35moe_ref.npz"
-NAMES = ("chat", "english")
 N_CTX = 128
 
 
 @pytest.fixture(scope="module")
 def tiny(reference_dir, tmp_path_factory):
-    path = make(reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf", tmp_path_factory.mktemp("moe") / "m.gguf")
-    ref = np.load(REF)
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == str(ref["sha256"]), "the maker no longer makes that file"
-    return path, ref
+    return checked_reference(make(reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf",
+                                  tmp_path_factory.mktemp("moe") / "m.gguf"), REF)
 
 
 def gpu_backend(path, **kw):
     from hearth.engine.gpu.hybrid import GpuHybridBackend
-    dev = make_test_device()
-    adapter = dev.adapter
-    dev.destroy()
-    g = GGUFFile.open(path)
     # the float path unless kw says otherwise (test_real_gpu_paths)
-    return GpuHybridBackend(ModelConfig.from_gguf(g), g, N_CTX, adapter=adapter, **{**FLOAT_PATHS, **kw})
+    return float_backend(GpuHybridBackend, GGUFFile.open(path), N_CTX, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -52,23 +42,12 @@ def gpu(tiny):
     be.close()
 
 
-def top64(ref, name):
-    return {"ids": ref[f"{name}_top_ids"], "logits": ref[f"{name}_top_logits"]}
-
-
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", PROMPTS)
 def test_every_position_batch_and_one_token_at_a_time(tiny, gpu, name):
     path, ref = tiny
     ids = ref[f"{name}_ids"].tolist()
-    gpu.kv.clear()
-    batch = gpu.forward(ids, 0, all_logits=True)
-    check_against_top64(batch, top64(ref, name))
-    one = one_token_at_a_time(gpu, ids)
-    check_against_top64(one, top64(ref, name))
-    g = GGUFFile.open(path)
-    cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=N_CTX, int8=False)
-    with cpu.float_activations():
-        want = cpu.forward(ids, 0, all_logits=True)
+    batch, one = check_both_ways(gpu, ids, top64(ref, name))
+    want = cpu_float_logits(path, ids, N_CTX)
     assert np.abs(batch - want).max() < 1e-3
     assert np.abs(one - want).max() < 1e-3
 
@@ -86,11 +65,8 @@ def test_real_gpu_paths(tiny, monkeypatch, short_int8):
     try:
         if not (be.int8 or be.f16 or be.mm8):
             pytest.skip("the adapter has neither the integer dot products nor shader-f16")
-        for name in NAMES:
-            ids = ref[f"{name}_ids"].tolist()
-            be.kv.clear()
-            check_against_top64(be.forward(ids, 0, all_logits=True), top64(ref, name))
-            check_against_top64(one_token_at_a_time(be, ids), top64(ref, name))
+        for name in PROMPTS:
+            check_both_ways(be, ref[f"{name}_ids"].tolist(), top64(ref, name))
     finally:
         be.close()
 

@@ -24,7 +24,8 @@ from hearth.engine.config import ModelConfig  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import GpuBackend  # noqa: E402
 from model_paths import QWEN_MISSING, qwen_coder_model_path  # noqa: E402
-from test_gpu_backend import adapter, centered  # noqa: E402
+from gpu_fixtures import pick_adapter  # noqa: E402
+from test_gpu_backend import centered  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 DATA = Path(__file__).parent / "data" / "qwen_coder"
@@ -40,7 +41,7 @@ def test_prefill_and_one_decode_step_match_llama_cpp():
     d = np.load(DATA / "logits_code.npz")
     top_ids, top = d["top_ids"], d["top_logits"].astype(np.float64)      # [n_pos, 64]
     g = GGUFFile.open(path)
-    gpu = GpuBackend(ModelConfig.from_gguf(g), g, 32, adapter=adapter())
+    gpu = GpuBackend(ModelConfig.from_gguf(g), g, 32, adapter=pick_adapter())
     try:
         got = gpu.forward(np.asarray(ref["ids"][:N_PROMPT], np.int32), 0, all_logits=True)   # [5, vocab]
         at_top = np.take_along_axis(got.astype(np.float64), top_ids[:N_PROMPT], axis=1)

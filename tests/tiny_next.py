@@ -4,7 +4,9 @@ same top-1 where llama.cpp's top-2 gap is >= 0.5; greedy runs compared up to the
 
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -27,6 +29,19 @@ def prompt_of(manifest, name):
     return next(p for p in manifest["prompts"] if p["name"] == name)
 
 
+def checked_reference(path: Path, ref_file: Path):
+    """(path, ref_file's arrays), once path is the very file the reference was computed on (a maker's
+    output: its sha256 in the reference)."""
+    ref = np.load(ref_file)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == str(ref["sha256"]), "the maker no longer makes that file"
+    return path, ref
+
+
+def top64(ref, name):
+    """llama.cpp's top 64 of prompt `name` in a reference's arrays, as check_against_top64 takes them."""
+    return {"ids": ref[f"{name}_top_ids"], "logits": ref[f"{name}_top_logits"]}
+
+
 def check_against_top64(got, ref):
     at = np.take_along_axis(got, ref["ids"].astype(np.int64), axis=1)
     diff = np.abs(at - ref["logits"])
@@ -38,6 +53,34 @@ def check_against_top64(got, ref):
 def one_token_at_a_time(be, ids):
     be.kv.clear()
     return np.stack([be.forward([t], i) for i, t in enumerate(ids)])
+
+
+def batch_logits(be, ids):
+    """be's logits at every position of ids as one batch, from an empty cache."""
+    be.kv.clear()
+    return be.forward(ids, 0, all_logits=True)
+
+
+def batch_and_one_token(be, ids):
+    """be's logits at every position of ids, as one batch and one token at a time, each from an empty cache."""
+    return batch_logits(be, ids), one_token_at_a_time(be, ids)
+
+
+def check_both_ways(be, ids, top):
+    """batch_and_one_token's two answers, each against the top 64 ids `top`; returns them."""
+    batch, one = batch_and_one_token(be, ids)
+    check_against_top64(batch, top)
+    check_against_top64(one, top)
+    return batch, one
+
+
+def cpu_float_logits(path: Path, ids, n_ctx: int):
+    """The CPU backend's float path (float32 x, exact dequantized weights) on the file at path: the
+    logits at every position of ids."""
+    g = GGUFFile.open(path)
+    cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=n_ctx, int8=False)
+    with cpu.float_activations():
+        return cpu.forward(ids, 0, all_logits=True)
 
 
 def check_greedy(be, p):
