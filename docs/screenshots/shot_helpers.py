@@ -36,6 +36,16 @@ def spin(pred=lambda: False, seconds=600.0):
         time.sleep(0.005)
 
 
+def send_and_wait(w, text):
+    """Type `text` into the window's message box, send it and wait for the reply to finish."""
+    done = []
+    c = w.conversation.replyFinished.connect(done.append)
+    w.messageInput.setPlainText(text)
+    w.send()
+    spin(lambda: done)
+    w.conversation.replyFinished.disconnect(c)
+
+
 def shot(name, widget=None):
     """Capture the display to docs/screenshots/<name>.png, cropped to `widget`'s frame if given."""
     spin(seconds=0.8)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from shot_helpers import open_window, shot, spin, use_temp_dirs
+from shot_helpers import open_window, send_and_wait, shot, spin, use_temp_dirs
 
 
 def main() -> int:
@@ -23,12 +23,7 @@ def main() -> int:
     spin(lambda: not w.client.busy)
 
     def send(text):
-        done = []
-        c = w.conversation.replyFinished.connect(done.append)
-        w.messageInput.setPlainText(text)
-        w.send()
-        spin(lambda: done)
-        w.conversation.replyFinished.disconnect(c)
+        send_and_wait(w, text)
         spin(lambda: not w.client.busy)
 
     w.new_chat()

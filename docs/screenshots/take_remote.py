@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from shot_helpers import ROOT, open_window, shot, spin, use_temp_dirs
+from shot_helpers import ROOT, open_window, send_and_wait, shot, spin, use_temp_dirs
 
 
 def main() -> int:
@@ -45,12 +45,7 @@ def shoot(url: str) -> int:
         p.sampling.update({"max_tokens": max_tokens, "temperature": 0.0})
         w.presets.update(p)
         w._show_sampling()
-        done = []
-        w.conversation.replyFinished.connect(done.append)
-        w.messageInput.setPlainText(text)
-        w.send()
-        spin(lambda: done)
-        w.conversation.replyFinished.disconnect(done.append)
+        send_and_wait(w, text)
 
     w.select_preset("assistant")
     w.new_chat()

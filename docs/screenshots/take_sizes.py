@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from shot_helpers import open_window, shot, spin, use_temp_dirs
+from shot_helpers import open_window, send_and_wait, shot, spin, use_temp_dirs
 
 
 def main() -> int:
@@ -24,12 +24,7 @@ def main() -> int:
         p.sampling.update({"max_tokens": max_tokens, "temperature": 0.0})
         w.presets.update(p)
         spin(lambda: not w.client.busy)
-        done = []
-        c = w.conversation.replyFinished.connect(done.append)
-        w.messageInput.setPlainText(text)
-        w.send()
-        spin(lambda: done)
-        w.conversation.replyFinished.disconnect(c)
+        send_and_wait(w, text)
 
     w.new_chat()
     ask("Give me three tips for sleeping better.", 60)

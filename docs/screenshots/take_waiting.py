@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from shot_helpers import ROOT, open_window, shot, spin, use_temp_dirs
+from shot_helpers import ROOT, open_window, send_and_wait, shot, spin, use_temp_dirs
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -24,12 +24,7 @@ def main() -> int:
     from hearth.app.window import MIN_SIZE
 
     def ask(text):
-        done = []
-        w.conversation.replyFinished.connect(done.append)
-        w.messageInput.setPlainText(text)
-        w.send()
-        spin(lambda: done)
-        w.conversation.replyFinished.disconnect(done.append)
+        send_and_wait(w, text)
         spin(lambda: not w.client.busy)
 
     # The cache panel: a preset image and a chat with two versions of a reply.
