@@ -403,7 +403,9 @@ def test_restart_finds_chats_and_presets_and_quit_during_generation_is_clean(qtb
         w2.client.worker.delta.connect(lambda rid, t: deltas.append(t))
         qtbot.keyClicks(w2.messageInput, "Tell me a long story about the sea.")
         qtbot.keyClick(w2.messageInput, Qt.Key.Key_Return)
-        wait_until(lambda: len(deltas) >= 2)
+        # The lambda runs in the worker's thread, ahead of the window's queued slot: wait until the
+        # window shows streamed text, which is what must survive the quit.
+        wait_until(lambda: len(deltas) >= 2 and w2.conversation.model.message(1).content)
         cid = w2.conversation.chat_id
         t0 = time.monotonic()
         w2.close()
