@@ -1,5 +1,6 @@
 """IQ4_XS and IQ4_NL in the int8-x decode matvec's 64-weight chunks (quant.wgsl `_dq64`, `iq4_codes`):
-with both code lookups (selects on constants; HEARTH_GPU_IQ4_LUT=1's pair table), in the forms the
+with every code lookup (selects on constants; the pair table in a storage buffer or in workgroup
+memory: HEARTH_GPU_IQ4_LUT=0 / tab / the default), in the forms the
 8B IQ4_XS runs (Q|K|V with RMSNorm and bias; gate/up writing the down product's int8 blocks; the down
 product on pre-quantized x), against float64 references on gguf-py's weights with x quantized as
 the kernel does (test_gpu_int8.py's helpers and bounds). Runs on lavapipe in CI."""
@@ -19,7 +20,7 @@ from test_gpu_int8 import (  # noqa: E402
     check_concat_with_norm_and_bias, check_glu_q8out, check_prequantized_x_residual)
 
 pytestmark = pytest.mark.gpu
-LOOKUPS = pytest.mark.parametrize("lut", [False, True], ids=["selects", "pair-table"])
+LOOKUPS = pytest.mark.parametrize("lut", ["", "tab", "wg"], ids=["selects", "pair-table", "workgroup-table"])
 
 
 ks = kernels_fixture("int8")
@@ -50,7 +51,7 @@ def test_concat_with_norm_and_bias(ks, rng, lookup, layout):
     """IQ4_XS and IQ4_NL chunks beside MXFP4's eight-8-weight fallback in one kernel."""
     types = ["IQ4_XS", "IQ4_NL", "MXFP4"]
     assert ops.int8_c64(types, 4096, layout[0])
-    assert ops.matvec(ks, types, norm=True, bias=True, layout=layout, q8x=4096).tables == lookup
+    assert ops.matvec(ks, types, norm=True, bias=True, layout=layout, q8x=4096).tables == (lookup == "tab")
     rpw = ops.matvec_rows(layout)
     check_concat_with_norm_and_bias(ks, rng, layout, types, 4096, [rpw, rpw, rpw + 3])
 

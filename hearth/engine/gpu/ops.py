@@ -110,10 +110,10 @@ def int8_ok(dev, qtypes, k: int) -> bool:
 _KSUB = os.environ.get("HEARTH_GPU_KSUB", "")
 # IQ4_XS / IQ4_NL take them too (a sub-block's scale decoded once, the codes read as aligned words and
 # looked up 8 a word), unless HEARTH_GPU_IQ4_C64=0 (their 8-weight `_dq8` chunks). The lookup: selects
-# on constants, or HEARTH_GPU_IQ4_LUT=1 reads of the pair table (gpu/iq_grids.py; quant.wgsl
-# `iq4_codes`). Neither measured on the H200 yet: both switches are there for that A/B.
+# on constants (HEARTH_GPU_IQ4_LUT=0), reads of the pair table (=tab; gpu/iq_grids.py) or, in the dense
+# matvec, of that table in workgroup memory (=wg; quant.wgsl `iq4_codes`). Other kernels use the selects.
 IQ4_C64 = os.environ.get("HEARTH_GPU_IQ4_C64", "") != "0"
-IQ4_LUT = os.environ.get("HEARTH_GPU_IQ4_LUT", "") == "1"
+IQ4_LUT = {"0": "", "1": "tab", "tab": "tab"}.get(os.environ.get("HEARTH_GPU_IQ4_LUT", ""), "wg")
 C64_TYPES = (("Q4_K", "Q5_K", "Q6_K") + (() if _KSUB == "k" else ("Q4_0", "Q8_0"))
              + (("IQ4_XS", "IQ4_NL") if IQ4_C64 else ()))
 INT8_C64 = _KSUB != "0"
@@ -149,7 +149,13 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
                   ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g),
-                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4, IQ4_LUT=IQ4_LUT)
+                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4, IQ4_LUT=iq4_lookup(qtypes, q8x, lanes))
+
+
+def iq4_lookup(qtypes, q8x: int, lanes: int) -> str:
+    """How a matvec's IQ4 64-weight chunks look their codes up (IQ4_LUT), "" where it has none."""
+    has = any(t in ("IQ4_XS", "IQ4_NL") for t in qtypes)
+    return IQ4_LUT if has and int8_c64(qtypes, q8x, lanes) else ""
 
 
 # Row lengths whose matvec reads x quantized once, to global memory, by a pass before it

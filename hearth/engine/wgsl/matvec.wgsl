@@ -236,6 +236,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let wg = wid.x + wid.y * nwg.x;
     let first = wg * RPW;                  // the workgroup's first dispatch row
     let d0 = first + grp * RPT;            // this thread's first dispatch row
+{% if IQ4_LUT == "wg" %}
+    iq4_wg_fill(tid);
+    workgroupBarrier();
+{% endif %}
 {% if ATTN_X %}
     {
         let hd = P.a0;

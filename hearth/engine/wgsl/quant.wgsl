@@ -103,7 +103,7 @@ fn e8m0_half(e: u32) -> f32 {
 }
 {% set _iq_used = (QTYPES | default([])) | list + [QTYPE | default("")] %}
 {% if ("IQ2_XXS" in _iq_used or "IQ2_XS" in _iq_used or "IQ2_S" in _iq_used or "IQ3_XXS" in _iq_used
-       or "IQ3_S" in _iq_used or (IQ4_LUT | default(False) and C64 | default(False)
+       or "IQ3_S" in _iq_used or (IQ4_LUT | default("") == "tab" and C64 | default(False)
                                   and ("IQ4_XS" in _iq_used or "IQ4_NL" in _iq_used))) %}
 // The i-quant grids and IQ4 pair table (gpu/iq_grids.py: a storage buffer, not WGSL constants, which a
 // run-time index would copy into every invocation), bound by Kernels / Plan; first words of each:
@@ -142,12 +142,22 @@ fn idot8(a: u32, b: u32, q: vec2<u32>) -> i32 {
 // the chunks' code sums and the two blocks' scales
 struct X64 { q: array<vec2<u32>, 8>, n: array<i32, 8>, s: vec2<f32> }
 // the 8 IQ4 codes of word w looked up in kvalues_iq4nl: (low nibbles, high nibbles) as 4 int8 each.
-// IQ4_LUT: two bytes' codes a read of the pair table (iq_tab, 4 reads a word); else by selects on the
-// constant KV_IQ4 (no memory, ~10 operations a code). Which is faster depends on the GPU.
+// IQ4_LUT "tab": two bytes' codes a read of the pair table (iq_tab, 4 reads a word); "wg": the same
+// table in workgroup memory; else by selects on the constant KV_IQ4 (no memory, ~10 operations a code,
+// which left the 8B IQ4_XS decode bound by arithmetic on an H100: bench/README.md).
+{% if IQ4_LUT | default("") == "wg" %}
+// the pair table in workgroup memory: the kernel calls iq4_wg_fill(its invocation index) and a
+// barrier before its first product (256 invocations a workgroup: an entry each)
+var<workgroup> iq4_wg: array<u32, 256>;
+fn iq4_wg_fill(t: u32) {
+    iq4_wg[t] = kv_byte(KV_IQ4, t & 15u) | (kv_byte(KV_IQ4, t >> 4u) << 16u);
+}
+{% endif %}
 fn iq4_codes(w: u32) -> vec2<u32> {
-{% if IQ4_LUT | default(False) %}
-    let a = iq_tab[IQ4_PAIRS + (w & 255u)] | (iq_tab[IQ4_PAIRS + ((w >> 8u) & 255u)] << 8u);
-    let b = iq_tab[IQ4_PAIRS + ((w >> 16u) & 255u)] | (iq_tab[IQ4_PAIRS + (w >> 24u)] << 8u);
+{% if IQ4_LUT | default("") in ("tab", "wg") %}
+{% set tab = "iq_tab[IQ4_PAIRS + " if IQ4_LUT == "tab" else "iq4_wg[" %}
+    let a = {{tab}}(w & 255u)] | ({{tab}}((w >> 8u) & 255u)] << 8u);
+    let b = {{tab}}((w >> 16u) & 255u)] | ({{tab}}(w >> 24u)] << 8u);
     return vec2<u32>((a & 0xFFFFu) | (b << 16u), (a >> 16u) | (b & 0xFFFF0000u));
 {% else %}
     return vec2<u32>(kv_pack4(KV_IQ4, w, 0u), kv_pack4(KV_IQ4, w, 4u));
