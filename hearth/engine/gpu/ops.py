@@ -163,7 +163,8 @@ def iq4_lookup(qtypes, q8x: int, lanes: int) -> str:
 # all of x itself cost more than it saved (above). Measured on the H200 (bench.gpu, same call): 8B
 # Q4_K_M decode 1.12x, Q4_0 1.01x; the 1B's (K 8,192) 0.96x (its Q6_K down rows gain nothing and the
 # pass is one dispatch more a layer), so it keeps f32 x.
-INT8_PRE_K_MIN = 12288
+# HEARTH_GPU_PRE_K_MIN=n moves the bound (bench.gpu comparisons at the hybrids' 9,216-10,240 rows).
+INT8_PRE_K_MIN = int(os.environ.get("HEARTH_GPU_PRE_K_MIN", "12288"))
 QUANTIZE_X_FIELDS = (("K", "u"), ("x_off", "u"))
 
 
