@@ -174,6 +174,15 @@ def test_expert_down_weighted_sum_into_the_residual(ks, rng, qtype, q8, bias, or
     assert rel_err(got - x0, down_ref(ids, w, hr, wd, bd)) < RTOL
 
 
+@pytest.mark.parametrize("lut", ["", "wg"], ids=["arithmetic", "workgroup-table"])
+def test_mxfp4_codes_by_either_lookup(ks, rng, monkeypatch, lut):
+    """fp4_pack4's arithmetic (HEARTH_GPU_FP4_LUT=0) and the codebook in workgroup memory (kv_wg4)."""
+    monkeypatch.setattr(ops, "FP4_LUT", lut)
+    assert ops.fp4_lookup(["MXFP4"], 1) == lut and ops.fp4_lookup(["Q4_K"], 1) == ""
+    test_expert_gate_up(ks, rng, "MXFP4", True, "swiglu_oai", True, False)
+    test_expert_down_weighted_sum_into_the_residual(ks, rng, "MXFP4", True, True, False)
+
+
 def test_int8_x_is_refused_for_float_weights(ks):
     with pytest.raises(ValueError, match="int8-x expert product"):
         gmoe.expert_kernel(ks, "down", ["F16"], 2, q8=True)

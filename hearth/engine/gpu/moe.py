@@ -130,7 +130,7 @@ def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bo
     access = ["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else []) + (["r"] if order else [])
     return ks.get("moe_matvec.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots),
                   ACT=act, BIAS=bool(bias), ROWS=int(rows), Q8X=int(bool(q8)),
-                  ORDER=bool(order), C64=bool(c64), QIN=int(qin))
+                  ORDER=bool(order), C64=bool(c64), QIN=int(qin), FP4_LUT=ops.fp4_lookup(qtypes, q8))
 
 
 def expert_layout(qtypes, k: int, q8: bool) -> tuple[int, bool]:

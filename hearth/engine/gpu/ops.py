@@ -152,6 +152,16 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
                   Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4, IQ4_LUT=iq4_lookup(qtypes, q8x, lanes))
 
 
+# MXFP4's codes in the int8-x products: fp4_pack4's arithmetic (HEARTH_GPU_FP4_LUT=0), which bound
+# gpt-oss's expert products on an H100 (bench/README.md), or the codebook in workgroup memory (kv_wg4).
+FP4_LUT = "" if os.environ.get("HEARTH_GPU_FP4_LUT", "") == "0" else "wg"
+
+
+def fp4_lookup(qtypes, q8x) -> str:
+    """How an int8-x product's MXFP4 codes are looked up (quant.wgsl FP4_LUT), "" where it has none."""
+    return FP4_LUT if q8x and "MXFP4" in qtypes else ""
+
+
 def iq4_lookup(qtypes, q8x: int, lanes: int) -> str:
     """How a matvec's IQ4 64-weight chunks look their codes up (IQ4_LUT), "" where it has none."""
     has = any(t in ("IQ4_XS", "IQ4_NL") for t in qtypes)

@@ -37,7 +37,7 @@
 // reads x pre-quantized (Q8G) needs no quantize_x pass: one dispatch less a layer.
 // A row group's sums: row_sum.wgsl (shared with moe_matvec.wgsl): with SUBGROUPS by shuffles and one
 // barrier, without it a shared-memory tree.
-{% from "quant.wgsl" import quant_fns with context %}
+{% from "quant.wgsl" import quant_fns, kv_wg_init with context %}
 {% from "q8_block.wgsl" import q8_scale, q8_codes %}
 {% from "row_sum.wgsl" import row_sum %}
 {% include "quant.wgsl" %}
@@ -236,10 +236,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let wg = wid.x + wid.y * nwg.x;
     let first = wg * RPW;                  // the workgroup's first dispatch row
     let d0 = first + grp * RPT;            // this thread's first dispatch row
-{% if IQ4_LUT == "wg" %}
-    iq4_wg_fill(tid);
-    workgroupBarrier();
-{% endif %}
+{{ kv_wg_init("tid") }}
 {% if ATTN_X %}
     {
         let hd = P.a0;

@@ -24,7 +24,7 @@
 // pass (decode: one dispatch less a layer).
 {% from "q8_block.wgsl" import q8_scale, q8_codes %}
 {% from "row_sum.wgsl" import row_sum %}
-{% from "quant.wgsl" import quant_fns with context %}
+{% from "quant.wgsl" import quant_fns, kv_wg_init with context %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
 {% set Q8 = Q8X | default(0) %}
@@ -107,6 +107,7 @@ fn fdot8(a: Deq8, xb: u32, c: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32{% if SUBGROUPS %}, @builtin(subgroup_size) sg: u32{% endif %}) {
+{{ kv_wg_init("tid") }}
 {% if QIN %}
     {
 {% if ORDER %}

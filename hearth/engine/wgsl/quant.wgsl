@@ -97,6 +97,29 @@ fn fp4_pack4(w: u32, sh: u32) -> u32 {
     let s = ((n >> 3u) & 0x01010101u) * 255u;           // 0xFF in the bytes whose sign bit is set
     return (v & ~s) | (neg & s);
 }
+{% if IQ4_LUT | default("") == "wg" or FP4_LUT | default("") == "wg" %}
+// The codebooks in workgroup memory, for kernels bound by kv_pack4's / fp4_pack4's arithmetic:
+// [book: IQ4 0..63, MXFP4 64..127][byte k of the packed word][code] = the code's int8 value << 8k.
+// Each lookup reads one 16-entry table, one entry a bank: no bank conflicts whatever the codes.
+// The kernel runs kv_wg_init(its invocation index) at its start (a barrier: uniform control flow).
+var<workgroup> kv_wg: array<u32, 128>;
+fn kv_wg_fill(t: u32) {
+    if (t < 128u) {
+        kv_wg[t] = kv_byte(select(KV_IQ4, KV_FP4, t >= 64u), t & 15u) << (8u * ((t >> 4u) & 3u));
+    }
+}
+// kv_pack4(book, w, sh) from the tables (book 0u: IQ4, 64u: MXFP4)
+fn kv_wg4(book: u32, w: u32, sh: u32) -> u32 {
+    return kv_wg[book + ((w >> sh) & 15u)] | kv_wg[book + 16u + ((w >> (sh + 8u)) & 15u)]
+         | kv_wg[book + 32u + ((w >> (sh + 16u)) & 15u)] | kv_wg[book + 48u + ((w >> (sh + 24u)) & 15u)];
+}
+{% endif %}
+{% macro kv_wg_init(tid) %}
+{% if IQ4_LUT | default("") == "wg" or FP4_LUT | default("") == "wg" %}
+    kv_wg_fill({{tid}});
+    workgroupBarrier();
+{% endif %}
+{% endmacro %}
 // MXFP4's scale byte as 2^(e - 128) (llama.cpp's ggml_e8m0_to_fp32_half; subnormal below e = 2)
 fn e8m0_half(e: u32) -> f32 {
     return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
@@ -142,23 +165,16 @@ fn idot8(a: u32, b: u32, q: vec2<u32>) -> i32 {
 // the chunks' code sums and the two blocks' scales
 struct X64 { q: array<vec2<u32>, 8>, n: array<i32, 8>, s: vec2<f32> }
 // the 8 IQ4 codes of word w looked up in kvalues_iq4nl: (low nibbles, high nibbles) as 4 int8 each.
-// IQ4_LUT "tab": two bytes' codes a read of the pair table (iq_tab, 4 reads a word); "wg": the same
-// table in workgroup memory; else by selects on the constant KV_IQ4 (no memory, ~10 operations a code,
+// IQ4_LUT "tab": two bytes' codes a read of the pair table (iq_tab, 4 reads a word); "wg": the
+// codebook's tables in workgroup memory (kv_wg4, 8 reads a word); else by selects on the constant KV_IQ4 (no memory, ~10 operations a code,
 // which left the 8B IQ4_XS decode bound by arithmetic on an H100: bench/README.md).
-{% if IQ4_LUT | default("") == "wg" %}
-// the pair table in workgroup memory: the kernel calls iq4_wg_fill(its invocation index) and a
-// barrier before its first product (256 invocations a workgroup: an entry each)
-var<workgroup> iq4_wg: array<u32, 256>;
-fn iq4_wg_fill(t: u32) {
-    iq4_wg[t] = kv_byte(KV_IQ4, t & 15u) | (kv_byte(KV_IQ4, t >> 4u) << 16u);
-}
-{% endif %}
 fn iq4_codes(w: u32) -> vec2<u32> {
-{% if IQ4_LUT | default("") in ("tab", "wg") %}
-{% set tab = "iq_tab[IQ4_PAIRS + " if IQ4_LUT == "tab" else "iq4_wg[" %}
-    let a = {{tab}}(w & 255u)] | ({{tab}}((w >> 8u) & 255u)] << 8u);
-    let b = {{tab}}((w >> 16u) & 255u)] | ({{tab}}(w >> 24u)] << 8u);
+{% if IQ4_LUT | default("") == "tab" %}
+    let a = iq_tab[IQ4_PAIRS + (w & 255u)] | (iq_tab[IQ4_PAIRS + ((w >> 8u) & 255u)] << 8u);
+    let b = iq_tab[IQ4_PAIRS + ((w >> 16u) & 255u)] | (iq_tab[IQ4_PAIRS + (w >> 24u)] << 8u);
     return vec2<u32>((a & 0xFFFFu) | (b << 16u), (a >> 16u) | (b & 0xFFFF0000u));
+{% elif IQ4_LUT | default("") == "wg" %}
+    return vec2<u32>(kv_wg4(0u, w, 0u), kv_wg4(0u, w, 4u));
 {% else %}
     return vec2<u32>(kv_pack4(KV_IQ4, w, 0u), kv_pack4(KV_IQ4, w, 4u));
 {% endif %}
@@ -547,7 +563,9 @@ fn {{buf}}_dq8(rowbase: u32, c: u32, q: vec2<u32>, qsum: i32) -> f32 {
 {% else %}
     let d = e8m0_half({{buf}}_u8(base));
 {% endif %}
-{% if qtype == "MXFP4" %}
+{% if qtype == "MXFP4" and FP4_LUT | default("") == "wg" %}
+    return d * f32(idot8(kv_wg4(64u, w.x, sh), kv_wg4(64u, w.y, sh), q));
+{% elif qtype == "MXFP4" %}
     return d * f32(idot8(fp4_pack4(w.x, sh), fp4_pack4(w.y, sh), q));
 {% else %}
     return d * f32(idot8(kv_pack4({{tab}}, w.x, sh), kv_pack4({{tab}}, w.y, sh), q));
