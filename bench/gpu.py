@@ -113,6 +113,9 @@ def run(kind, cfg, g, ids512, ids2000, a):
     if a.decode16_only:
         r["decode after 16 tok/s"] = decode_tps(be, ids512[:16], a.decode_tokens, rep)
         r["decode after 16 tok/s (pipelined)"] = decode_tps(be, ids512[:16], a.decode_tokens, rep, pipelined=True)
+        if kind == "gpu":
+            be.forward_argmax(np.array([1], np.int32), 20)
+            r["dispatches per token"] = be.last_dispatches
         r["describe"] = be.describe()
         be.close()
         return r
