@@ -100,6 +100,28 @@ def step(ks, S: int):
                   LANES=step_lanes(S))
 
 
+def fuse_conv() -> bool:
+    """Whether a decoded token's conv runs inside step_conv (each workgroup the channels it reads) and
+    its state update inside gate_shift: two dispatches less a layer than conv, step, gate
+    (HEARTH_GPU_DELTA_FUSE=0 keeps the conv pass)."""
+    return os.environ.get("HEARTH_GPU_DELTA_FUSE", "") != "0"
+
+
+def step_conv(ks, S: int, d_conv: int):
+    """step with the conv + SiLU of its channels computed in it from the carried state (only read).
+    Bindings: proj, da, state M, out [hv, S] (before the gate), conv state, conv weights [ch, d_conv].
+    Groups: step_groups. Then gate_shift."""
+    return ks.get("delta_step.wgsl", ["r", "r", "rw", "rw", "r", "r"], DELTA_FIELDS, PASS="step", S=S,
+                  LANES=step_lanes(S), CONV=True, KM1=d_conv - 1)
+
+
+def gate_shift(ks, S: int, d_conv: int):
+    """gate for one token, with the conv state moved on by proj's conv input (after step_conv).
+    Bindings: o [hv, S], proj, ssm_norm [S], conv state. Groups (1, hv, 1)."""
+    return ks.get("delta_step.wgsl", ["rw", "r", "r", "rw"], DELTA_FIELDS, PASS="gate", S=S, LANES=step_lanes(S),
+                  SHIFT=True, KM1=d_conv - 1)
+
+
 def step_groups(S: int, hv: int):
     """256 // lanes rows a workgroup: 16 workgroups a head of 128 (512 on Qwen3.5-4B's 32 heads)."""
     return -(-S // (256 // step_lanes(S))), hv, 1

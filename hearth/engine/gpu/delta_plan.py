@@ -2,7 +2,9 @@
 in-projections' row proj [n, ch | vd (z) | hv (beta) | hv (alpha)] to the gated output o [n, hv, S]
 that ssm_out reads. Which kernels (delta_ops.py), with the older forms kept for A/B runs:
 
-    decode    conv, step (a head's state rows over 16 workgroups), gate
+    decode    step_conv (a head's state rows over 16 workgroups, each computing the conv of the
+              channels it reads), gate_shift (the gate, and the conv state moved on)
+              HEARTH_GPU_DELTA_FUSE=0: conv, step, gate
               HEARTH_GPU_DELTA_DECODE=head: conv, head_step (step and gate, a 1,024-thread workgroup a head)
               HEARTH_GPU_DELTA_DECODE=old: conv, decode (norms, update and gate; a workgroup a head)
     prefill   conv_rows + conv_state (HEARTH_GPU_DELTA_CONV=old: the serial conv), l2norm, then
@@ -31,13 +33,22 @@ def add_decode(be, P, i: int, L: dict) -> None:
     hc, ks = be.cfg.hybrid, be.ks
     S, hv = hc.d_state, hc.n_v_heads
     M = be.kv.delta[be.kv.recurrent_slot[i]]
-    _conv(be, P, i, L, decode=True)
+    fused = D.split_decode() and not D.head_decode(be.dev, S) and D.fuse_conv()
+    if not fused:
+        _conv(be, P, i, L, decode=True)
     if not D.split_decode():
         P.add(D.decode(ks, S), [be.convo, be.proj, L["da"], M, be.o, L["ssm_norm"]], (1, hv, 1), f"{i}.delta",
               **be._dp())
         return
     if D.head_decode(be.dev, S):
         P.add(D.head_step(ks, S), [be.convo, be.proj, L["da"], M, be.o, L["ssm_norm"]], (1, hv, 1), f"{i}.delta",
+              **be._dp())
+        return
+    if fused:
+        cst = be.kv.conv[be.kv.recurrent_slot[i]]
+        P.add(D.step_conv(ks, S, hc.d_conv), [be.proj, L["da"], M, be.o, cst, L["conv_w"]], D.step_groups(S, hv),
+              f"{i}.delta", **be._dp())
+        P.add(D.gate_shift(ks, S, hc.d_conv), [be.o, be.proj, L["ssm_norm"], cst], (1, hv, 1), f"{i}.gate",
               **be._dp())
         return
     P.add(D.step(ks, S), [be.convo, be.proj, L["da"], M, be.o], D.step_groups(S, hv), f"{i}.delta", **be._dp())

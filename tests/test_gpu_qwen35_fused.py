@@ -1,0 +1,72 @@
+"""A decoded token's fused Gated DeltaNet passes (delta_ops.step_conv + gate_shift: the causal conv
+inside the step, the conv state moved on in the gate) against the float64 recurrence on numpy's
+conv, token after token from a non-zero conv and delta state; and the tiny qwen35 model decoded one
+token at a time with the fusion on and off (HEARTH_GPU_DELTA_FUSE=0), both against llama.cpp's
+logits and the CPU float path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hearth.engine.gpu import delta_ops as D
+from hearth.engine.gpu.kernels import dispatch_once
+from hearth.engine.models import delta_net as dn
+from tests.gpu_fixtures import poisoned, read_f32
+from tests.test_gpu_qwen35 import cpu_float, files, float_logits, gpu_backend  # noqa: F401  (fixtures)
+from tests.test_gpu_qwen35_kernels import KCONV, ODD, REAL, TINY, gpu, layer_inputs, params, reference  # noqa: F401
+from tests.tiny_next import check_both_ways, prompt_of
+
+
+@pytest.mark.parametrize("sh", [TINY, REAL, ODD], ids=["S16", "S128", "S24"])
+def test_step_conv_and_gate_shift_equal_conv_step_gate(gpu, sh):
+    dev, ks = gpu
+    S, HK, HV, CH = sh.S, sh.HK, sh.HV, sh.CH
+    n = 3
+    rng = np.random.default_rng(31 + S)
+    proj, _, da, M0 = layer_inputs(rng, n, sh)
+    cw = rng.standard_normal((CH, KCONV)).astype(np.float32)
+    st0 = rng.standard_normal((KCONV - 1, CH)).astype(np.float32)
+    nw = rng.standard_normal(S).astype(np.float32)
+    conv = dn.causal_conv(np.ascontiguousarray(proj[:, :CH]), st0.copy(), cw)
+    conv = conv / (1.0 + np.exp(-conv))
+    normed = conv.copy()
+    normed[:, :2 * HK * S] = dn.l2_norm(conv[:, :2 * HK * S].reshape(n, 2 * HK, S), 1e-6).reshape(n, -1)
+    want_o, want_M = reference(proj, normed, da, M0, sh)
+    z = proj[:, sh.Z_OFF:sh.Z_OFF + sh.VD].reshape(n, HV, S).astype(np.float64)
+    want = z / (1 + np.exp(-z)) * (want_o / np.sqrt((want_o ** 2).mean(-1, keepdims=True) + 1e-6) * nw)
+    m_off, st_off = 3 * S * S, 5                         # the layer's state after another layer's
+    Mb = dev.upload(np.concatenate([np.zeros(m_off, np.float32), M0.ravel()]), "M")
+    stb = dev.upload(np.concatenate([np.zeros(st_off, np.float32), st0.ravel()]), "conv-state")
+    db, wb, cwb = dev.upload(da, "da"), dev.upload(nw, "w"), dev.upload(cw, "cw")
+    prm = params(1, sh, m_off=m_off, st_off=st_off)
+    got = []
+    for t in range(n):
+        out = poisoned(dev, HV * S)
+        pb = dev.upload(proj[t], "proj")
+        dispatch_once(dev, D.step_conv(ks, S, KCONV), [pb, db, Mb, out, stb, cwb], D.step_groups(S, HV), **prm)
+        dispatch_once(dev, D.gate_shift(ks, S, KCONV), [out, pb, wb, stb], (1, HV, 1), **prm)
+        got.append(read_f32(dev, out, HV * S).reshape(HV, S))
+    M = read_f32(dev, Mb, HV * S * S, m_off).reshape(HV, S, S)
+    state = read_f32(dev, stb, st0.size, st_off).reshape(st0.shape)
+    np.testing.assert_array_equal(state, np.concatenate([st0, proj[:, :CH]])[-(KCONV - 1):])
+    assert np.abs(np.stack(got) - want).max() < 2e-5
+    assert np.abs(M - want_M).max() < 2e-5
+
+
+@pytest.mark.parametrize("fuse", ["1", "0"])
+def test_decode_with_the_fusion_on_and_off(files, cpu_float, monkeypatch, fuse):  # noqa: F811
+    d, m, g = files
+    monkeypatch.setenv("HEARTH_GPU_DELTA_FUSE", fuse)
+    monkeypatch.delenv("HEARTH_GPU_DELTA_DECODE", raising=False)
+    be = gpu_backend(g)
+    try:
+        labels = [op["label"] for op in be.decode_plan.ops]
+        linear = sum(1 for L in be.layers if "w_in" in L)
+        assert sum(lb.endswith(".conv") for lb in labels) == (0 if fuse == "1" else linear)
+        ids = prompt_of(m, "chat")["ids"][:10]
+        ref = np.load(d / "top64_chat.npz")
+        _, one = check_both_ways(be, ids, {"ids": ref["ids"][:10], "logits": ref["logits"][:10]})
+        assert np.abs(one - float_logits(cpu_float, ids)).max() < 1e-3
+    finally:
+        be.close()
