@@ -1,8 +1,8 @@
 """A decoded token's fused Gated DeltaNet passes (delta_ops.step_conv + gate_shift: the causal conv
 inside the step, the conv state moved on in the gate) against the float64 recurrence on numpy's
 conv, token after token from a non-zero conv and delta state; and the tiny qwen35 model decoded one
-token at a time with the fusion on and off (HEARTH_GPU_DELTA_FUSE=0), both against llama.cpp's
-logits and the CPU float path."""
+token at a time with the fusions on and off (HEARTH_GPU_DELTA_FUSE=0, HEARTH_GPU_HYBRID_QG=0: the
+attention layers' Q|gate|K|V matvec), both against llama.cpp's logits and the CPU float path."""
 
 from __future__ import annotations
 
@@ -56,14 +56,18 @@ def test_step_conv_and_gate_shift_equal_conv_step_gate(gpu, sh):
 
 @pytest.mark.parametrize("fuse", ["1", "0"])
 def test_decode_with_the_fusion_on_and_off(files, cpu_float, monkeypatch, fuse):  # noqa: F811
+    """On: no conv pass (DeltaNet layers) and no gate matvec (attention layers: Q|gate|K|V one matvec)."""
     d, m, g = files
     monkeypatch.setenv("HEARTH_GPU_DELTA_FUSE", fuse)
+    monkeypatch.setenv("HEARTH_GPU_HYBRID_QG", fuse)
     monkeypatch.delenv("HEARTH_GPU_DELTA_DECODE", raising=False)
     be = gpu_backend(g)
     try:
         labels = [op["label"] for op in be.decode_plan.ops]
         linear = sum(1 for L in be.layers if "w_in" in L)
+        attn = len(be.layers) - linear
         assert sum(lb.endswith(".conv") for lb in labels) == (0 if fuse == "1" else linear)
+        assert sum(lb.endswith(".gate") for lb in labels) == linear + (0 if fuse == "1" else attn)
         ids = prompt_of(m, "chat")["ids"][:10]
         ref = np.load(d / "top64_chat.npz")
         _, one = check_both_ways(be, ids, {"ids": ref["ids"][:10], "logits": ref["logits"][:10]})

@@ -213,7 +213,7 @@ def norm_silu(ks):
 
 
 def sigmoid_gate(ks):
-    """Bindings: y [n, ch] (in place), gate [n, ch]."""
+    """Bindings: y [n, ch] (in place), gate [n, ch] at float offset z_off."""
     return ks.get("gated_out.wgsl", ["rw", "r"], DELTA_FIELDS, PASS="sigmoid")
 
 
