@@ -2,7 +2,8 @@
 inside the step, the conv state moved on in the gate) against the float64 recurrence on numpy's
 conv, token after token from a non-zero conv and delta state; and the tiny qwen35 model decoded one
 token at a time with the fusions on and off (HEARTH_GPU_DELTA_FUSE=0, HEARTH_GPU_HYBRID_QG=0: the
-attention layers' Q|gate|K|V matvec), both against llama.cpp's logits and the CPU float path."""
+attention layers' Q|gate|K|V matvec, HEARTH_GPU_HYBRID_ATTN_GATE=0: the sigmoid gate inside decode
+attention), both against llama.cpp's logits and the CPU float path."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def test_decode_with_the_fusion_on_and_off(files, cpu_float, monkeypatch, fuse):
     d, m, g = files
     monkeypatch.setenv("HEARTH_GPU_DELTA_FUSE", fuse)
     monkeypatch.setenv("HEARTH_GPU_HYBRID_QG", fuse)
+    monkeypatch.setenv("HEARTH_GPU_HYBRID_ATTN_GATE", fuse)
     monkeypatch.delenv("HEARTH_GPU_DELTA_DECODE", raising=False)
     be = gpu_backend(g)
     try:
@@ -68,9 +70,17 @@ def test_decode_with_the_fusion_on_and_off(files, cpu_float, monkeypatch, fuse):
         attn = len(be.layers) - linear
         assert sum(lb.endswith(".conv") for lb in labels) == (0 if fuse == "1" else linear)
         assert sum(lb.endswith(".gate") for lb in labels) == linear + (0 if fuse == "1" else attn)
+        assert sum(lb.endswith(".attn_gate") for lb in labels) == (0 if fuse == "1" else attn)
         ids = prompt_of(m, "chat")["ids"][:10]
         ref = np.load(d / "top64_chat.npz")
         _, one = check_both_ways(be, ids, {"ids": ref["ids"][:10], "logits": ref["logits"][:10]})
         assert np.abs(one - float_logits(cpu_float, ids)).max() < 1e-3
+        # past one attention split (64 keys): the split and combine passes, not the direct one
+        long = (prompt_of(m, "english")["ids"] + prompt_of(m, "chat")["ids"]) * 3
+        be.kv.clear()
+        be.forward(long[:66], 0)
+        be.forward([long[66]], 66)
+        got = be.forward([long[67]], 67)
+        assert np.abs(got - float_logits(cpu_float, long[:68], all_logits=False)).max() < 1e-3
     finally:
         be.close()

@@ -314,11 +314,16 @@ class GpuHybridBackend(GpuBackend):
         nsp = ops.attn_splits
         P.add(ops.attn_split(ks, hd, self.kv_f16), [self.q, kc, vc, self.part, self.step],
               lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.attn", **ap)
-        P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True), [self.q, kc, vc, self.att, self.step],
+        fold = D.gate_in_attention()
+        direct, combine = ((D.gated_attn(ks, hd, self.kv_f16, gate_off, True), D.gated_attn(ks, hd, False, gate_off, False))
+                           if fold else (ops.attn_split(ks, hd, self.kv_f16, direct=True), ops.attn_combine(ks, hd)))
+        extra = [gate] if fold else []
+        P.add(direct, [self.q, kc, vc, self.att, self.step] + extra,
               lambda n, kv: (1, nh, 1) if nsp(kv) == 1 else (0, 0, 0), f"{i}.attn", **ap)
-        P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step],
+        P.add(combine, [self.part, self.att, self.step] + extra,
               lambda n, kv: (nh, 1, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.combine", **ap)
-        self._sigmoid_gate(P, i, gate, gate_off)
+        if not fold:
+            self._sigmoid_gate(P, i, gate, gate_off)
         lay, q8 = self._layout([L["wo"].qtype], nh * hd, c.n_embd)
         self._decode_proj(P, L["wo"], self.att, nh * hd, None, None, f"{i}.o", layout=lay, q8=q8)
 
