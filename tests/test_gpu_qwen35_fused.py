@@ -3,7 +3,7 @@ inside the step, the conv state moved on in the gate) against the float64 recurr
 conv, token after token from a non-zero conv and delta state; and the tiny qwen35 model decoded one
 token at a time with the fusions on and off (HEARTH_GPU_DELTA_FUSE=0, HEARTH_GPU_HYBRID_QG=0: the
 attention layers' Q|gate|K|V matvec, HEARTH_GPU_HYBRID_ATTN_GATE=0: the sigmoid gate inside decode
-attention), both against llama.cpp's logits and the CPU float path."""
+attention, HEARTH_GPU_DELTA_GATE=0: the DeltaNet gate inside ssm_out's matvec), both against llama.cpp's logits and the CPU float path."""
 
 from __future__ import annotations
 
@@ -57,11 +57,13 @@ def test_step_conv_and_gate_shift_equal_conv_step_gate(gpu, sh):
 
 @pytest.mark.parametrize("fuse", ["1", "0"])
 def test_decode_with_the_fusion_on_and_off(files, cpu_float, monkeypatch, fuse):  # noqa: F811
-    """On: no conv pass (DeltaNet layers) and no gate matvec (attention layers: Q|gate|K|V one matvec)."""
+    """On: no conv or gate pass (DeltaNet layers: in, step_conv, ssm_out gating its x) and no gate
+    matvec or sigmoid pass (attention layers: Q|gate|K|V one matvec, the gate applied by attention)."""
     d, m, g = files
     monkeypatch.setenv("HEARTH_GPU_DELTA_FUSE", fuse)
     monkeypatch.setenv("HEARTH_GPU_HYBRID_QG", fuse)
     monkeypatch.setenv("HEARTH_GPU_HYBRID_ATTN_GATE", fuse)
+    monkeypatch.setenv("HEARTH_GPU_DELTA_GATE", fuse)
     monkeypatch.delenv("HEARTH_GPU_DELTA_DECODE", raising=False)
     be = gpu_backend(g)
     try:
@@ -69,7 +71,7 @@ def test_decode_with_the_fusion_on_and_off(files, cpu_float, monkeypatch, fuse):
         linear = sum(1 for L in be.layers if "w_in" in L)
         attn = len(be.layers) - linear
         assert sum(lb.endswith(".conv") for lb in labels) == (0 if fuse == "1" else linear)
-        assert sum(lb.endswith(".gate") for lb in labels) == linear + (0 if fuse == "1" else attn)
+        assert sum(lb.endswith(".gate") for lb in labels) == (0 if fuse == "1" else linear + attn)
         assert sum(lb.endswith(".attn_gate") for lb in labels) == (0 if fuse == "1" else attn)
         ids = prompt_of(m, "chat")["ids"][:10]
         ref = np.load(d / "top64_chat.npz")

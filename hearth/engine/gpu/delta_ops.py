@@ -107,6 +107,12 @@ def fuse_conv() -> bool:
     return os.environ.get("HEARTH_GPU_DELTA_FUSE", "") != "0"
 
 
+def gate_in_out() -> bool:
+    """Whether a decoded token's gate (and, with fuse_conv, the conv state's update) runs inside the
+    ssm_out matvec as it reads o (ops.matvec gated): no gate pass (HEARTH_GPU_DELTA_GATE=0 keeps it)."""
+    return os.environ.get("HEARTH_GPU_DELTA_GATE", "") != "0"
+
+
 def step_conv(ks, S: int, d_conv: int):
     """step with the conv + SiLU of its channels computed in it from the carried state (only read).
     Bindings: proj, da, state M, out [hv, S] (before the gate), conv state, conv weights [ch, d_conv].

@@ -31,7 +31,7 @@ from ..models.layers import Rope
 from . import delta_ops as D
 from . import ops
 from .backend import STEP_HEADER, GpuBackend, rope_table
-from .delta_plan import add_decode, add_prefill
+from .delta_plan import add_decode, add_prefill, decode_gated_out
 from .delta_state import GpuHybridState
 from .hybrid_ffn import ffn_for
 from .hybrid_moe import ffn_rows
@@ -260,9 +260,18 @@ class GpuHybridBackend(GpuBackend):
         self._norm_matvecs(P, L["w_in"], L["attn_norm"], self.proj, self._in_offsets(L), f"{i}.in",
                            per=3 if len(L["w_in"]) == 3 else 2)
         self._linear_tail(P, i, L, decode=True)
-        vd = self.cfg.hybrid.value_dim
-        lay, q8 = self._layout([L["ssm_out"].qtype], vd, self.cfg.n_embd)
-        self._decode_proj(P, L["ssm_out"], self.o, vd, None, None, f"{i}.ssm_out", layout=lay, q8=q8)
+        hc, w = self.cfg.hybrid, L["ssm_out"]
+        vd, d = hc.value_dim, self.cfg.n_embd
+        lay, q8 = self._layout([w.qtype], vd, d)
+        gated, shift = decode_gated_out(self, hc.d_state)
+        if not gated:
+            self._decode_proj(P, w, self.o, vd, None, None, f"{i}.ssm_out", layout=lay, q8=q8)
+            return
+        cst = [self.kv.conv[self.kv.recurrent_slot[i]]] if shift else []
+        P.add(ops.matvec(self.ks, [w.qtype], residual=True, layout=lay, q8x=q8,
+                         gated=(hc.d_state, hc.n_v_heads, hc.conv_channels if shift else 0, hc.d_conv - 1 if shift else 0)),
+              [self.o, self.x, w.buffer, self.proj, L["ssm_norm"]] + cst, ops.matvec_groups(d, lay), f"{i}.ssm_out",
+              **dict(ops.matvec_params([w.qtype], vd, [d], eps=self.cfg.rms_eps), a1=hc.conv_channels))
 
     def _linear_prefill(self, P: Plan, i: int, L: dict) -> None:
         c = self.cfg
