@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from hearth.engine.gpu import delta_ops as D
+from hearth.engine.gpu import ops
 from hearth.engine.gpu.kernels import dispatch_once
 from hearth.engine.models import delta_net as dn
-from tests.gpu_fixtures import poisoned, read_f32
+from tests.gpu_fixtures import dequant_reference, kernels_fixture, poisoned, random_rows, read_f32, rel_err
 from tests.test_gpu_qwen35 import cpu_float, files, float_logits, gpu_backend  # noqa: F401  (fixtures)
 from tests.test_gpu_qwen35_kernels import KCONV, ODD, REAL, TINY, gpu, layer_inputs, params, reference  # noqa: F401
 from tests.tiny_next import check_both_ways, prompt_of
@@ -86,3 +87,36 @@ def test_decode_with_the_fusion_on_and_off(files, cpu_float, monkeypatch, fuse):
         assert np.abs(got - float_logits(cpu_float, long[:68], all_logits=False)).max() < 1e-3
     finally:
         be.close()
+
+
+ks8 = kernels_fixture("int8")
+
+
+@pytest.mark.parametrize("q8", [True, False], ids=["int8-x", "f32-x"])
+@pytest.mark.parametrize("qtype, layout", [("Q4_K", (32, 1)), ("Q6_K", (128, 4))], ids=["Q4_K-c64", "Q6_K"])
+def test_ssm_out_matvec_gates_its_x_and_moves_the_conv_state(ks8, q8, qtype, layout):
+    """ops.matvec gated (Qwen3.5-4B's S 128, 32 heads): x += W (RMSNorm(o per head) * w * silu(z)),
+    against numpy's gate and gguf-py's weights; int8 x (64-weight chunks with Q4_K at 32 lanes) to
+    8-bit x's error, f32 x to the f32 kernels'; the conv state [3, ch] moved on by proj[:ch]."""
+    dev = ks8.dev
+    rng = np.random.default_rng(5)
+    S, HV, CH, KM1 = 128, 32, 96, 3
+    k, m = S * HV, 2 * ops.matvec_rows(layout) + 8
+    z_off = CH + 4
+    raw = random_rows(rng, qtype, m, k)
+    o = (rng.standard_normal((HV, S)) * rng.uniform(0.1, 5.0, (HV, 1))).astype(np.float32)
+    proj = rng.standard_normal(z_off + k).astype(np.float32)
+    nw = rng.uniform(0.5, 1.5, S).astype(np.float32)
+    st0 = rng.standard_normal((KM1, CH)).astype(np.float32)
+    y0 = rng.standard_normal(m).astype(np.float32)
+    ybuf, stb = dev.upload(y0), dev.upload(st0)
+    z = proj[z_off:].reshape(HV, S).astype(np.float64)
+    xg = z / (1 + np.exp(-z)) * (o / np.sqrt((o.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6) * nw)
+    dispatch_once(dev, ops.matvec(ks8, [qtype], residual=True, layout=layout, q8x=k if q8 else 0,
+                                  gated=(S, HV, CH, KM1)),
+                  [dev.upload(o), ybuf, dev.upload(raw), dev.upload(proj), dev.upload(nw), stb],
+                  ops.matvec_groups(m, layout), **dict(ops.matvec_params([qtype], k, [m], eps=1e-6), a1=z_off))
+    want = y0 + dequant_reference(raw, qtype, k) @ xg.reshape(-1)
+    assert rel_err(read_f32(dev, ybuf, m) - y0, want - y0) < (2e-2 if q8 else 1e-4)
+    np.testing.assert_array_equal(read_f32(dev, stb, st0.size).reshape(st0.shape),
+                                  np.concatenate([st0, proj[None, :CH]])[1:])
