@@ -56,24 +56,28 @@ def test_step_conv_and_gate_shift_equal_conv_step_gate(gpu, sh):
     assert np.abs(M - want_M).max() < 2e-5
 
 
-@pytest.mark.parametrize("fuse", ["1", "0"])
-def test_decode_with_the_fusion_on_and_off(files, cpu_float, monkeypatch, fuse):  # noqa: F811
-    """On: no conv or gate pass (DeltaNet layers: in, step_conv, ssm_out gating its x) and no gate
-    matvec or sigmoid pass (attention layers: Q|gate|K|V one matvec, the gate applied by attention)."""
+SWITCHES = ("HEARTH_GPU_DELTA_FUSE", "HEARTH_GPU_DELTA_GATE", "HEARTH_GPU_HYBRID_QG", "HEARTH_GPU_HYBRID_ATTN_GATE")
+
+
+@pytest.mark.parametrize("on", ["1111", "0000", "1001", "0110"])
+def test_decode_with_the_fusions_on_and_off(files, cpu_float, monkeypatch, on):  # noqa: F811
+    """All on: no conv or gate pass (DeltaNet layers: in, step_conv, ssm_out gating its x) and no gate
+    matvec or sigmoid pass (attention layers: Q|gate|K|V one matvec, the gate applied by attention);
+    all off; and two mixes (the conv fused with the gate pass that then moves its state, and the
+    other way round)."""
     d, m, g = files
-    monkeypatch.setenv("HEARTH_GPU_DELTA_FUSE", fuse)
-    monkeypatch.setenv("HEARTH_GPU_HYBRID_QG", fuse)
-    monkeypatch.setenv("HEARTH_GPU_HYBRID_ATTN_GATE", fuse)
-    monkeypatch.setenv("HEARTH_GPU_DELTA_GATE", fuse)
+    fuse, gate, qg, attn_gate = (c == "1" for c in on)
+    for name, c in zip(SWITCHES, on):
+        monkeypatch.setenv(name, c)
     monkeypatch.delenv("HEARTH_GPU_DELTA_DECODE", raising=False)
     be = gpu_backend(g)
     try:
         labels = [op["label"] for op in be.decode_plan.ops]
         linear = sum(1 for L in be.layers if "w_in" in L)
         attn = len(be.layers) - linear
-        assert sum(lb.endswith(".conv") for lb in labels) == (0 if fuse == "1" else linear)
-        assert sum(lb.endswith(".gate") for lb in labels) == (0 if fuse == "1" else linear + attn)
-        assert sum(lb.endswith(".attn_gate") for lb in labels) == (0 if fuse == "1" else attn)
+        assert sum(lb.endswith(".conv") for lb in labels) == (0 if fuse else linear)
+        assert sum(lb.endswith(".gate") for lb in labels) == (0 if gate else linear) + (0 if qg else attn)
+        assert sum(lb.endswith(".attn_gate") for lb in labels) == (0 if attn_gate else attn)
         ids = prompt_of(m, "chat")["ids"][:10]
         ref = np.load(d / "top64_chat.npz")
         _, one = check_both_ways(be, ids, {"ids": ref["ids"][:10], "logits": ref["logits"][:10]})

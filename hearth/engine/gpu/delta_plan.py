@@ -52,8 +52,8 @@ def add_decode(be, P, i: int, L: dict) -> None:
               f"{i}.delta", **be._dp())
     else:
         P.add(D.step(ks, S), [be.convo, be.proj, L["da"], M, be.o], D.step_groups(S, hv), f"{i}.delta", **be._dp())
-    if D.gate_in_out():
-        return                  # in ssm_out's matvec (decode_gated_out)
+    if decode_gated_out(be, S)[0]:
+        return                  # in ssm_out's matvec
     if fused:
         P.add(D.gate_shift(ks, S, hc.d_conv), [be.o, be.proj, L["ssm_norm"], cst], (1, hv, 1), f"{i}.gate",
               **be._dp())
@@ -65,7 +65,7 @@ def decode_gated_out(be, S: int) -> tuple[bool, bool]:
     """(whether ssm_out's matvec gates o itself, whether it also moves the conv state on): add_decode's
     choice for a decoded token."""
     split = D.split_decode() and not D.head_decode(be.dev, S)
-    gated = split and D.gate_in_out()
+    gated = split and D.gate_in_out() and be.cfg.hybrid.n_v_heads <= 256     # ops.matvec's bound
     return gated, gated and D.fuse_conv()
 
 
