@@ -215,7 +215,7 @@ def test_output_gates(gpu, rng):
     y = rng.standard_normal((n, 40)).astype(np.float32)
     gate = rng.standard_normal((n, 40)).astype(np.float32)
     yb = dev.upload(y, "y")
-    dispatch_once(dev, D.sigmoid_gate(ks), [yb, dev.upload(gate, "gate")], D.threads_groups(y.size),
-                  **params(n, ch=40))
+    gb = dev.upload(np.concatenate([np.full(5, 9.0, np.float32), gate.ravel()]), "gate")   # at an offset
+    dispatch_once(dev, D.sigmoid_gate(ks), [yb, gb], D.threads_groups(y.size), **params(n, ch=40, z_off=5))
     np.testing.assert_allclose(read_f32(dev, yb, y.size).reshape(y.shape), y / (1 + np.exp(-gate)), rtol=1e-5,
                                atol=1e-7)

@@ -100,6 +100,34 @@ def step(ks, S: int):
                   LANES=step_lanes(S))
 
 
+def fuse_conv() -> bool:
+    """Whether a decoded token's conv runs inside step_conv (each workgroup the channels it reads) and
+    its state update inside gate_shift: two dispatches less a layer than conv, step, gate
+    (HEARTH_GPU_DELTA_FUSE=0 keeps the conv pass)."""
+    return os.environ.get("HEARTH_GPU_DELTA_FUSE", "") != "0"
+
+
+def gate_in_out() -> bool:
+    """Whether a decoded token's gate (and, with fuse_conv, the conv state's update) runs inside the
+    ssm_out matvec as it reads o (ops.matvec gated): no gate pass (HEARTH_GPU_DELTA_GATE=0 keeps it)."""
+    return os.environ.get("HEARTH_GPU_DELTA_GATE", "") != "0"
+
+
+def step_conv(ks, S: int, d_conv: int):
+    """step with the conv + SiLU of its channels computed in it from the carried state (only read).
+    Bindings: proj, da, state M, out [hv, S] (before the gate), conv state, conv weights [ch, d_conv].
+    Groups: step_groups. Then gate_shift."""
+    return ks.get("delta_step.wgsl", ["r", "r", "rw", "rw", "r", "r"], DELTA_FIELDS, PASS="step", S=S,
+                  LANES=step_lanes(S), CONV=True, KM1=d_conv - 1)
+
+
+def gate_shift(ks, S: int, d_conv: int):
+    """gate for one token, with the conv state moved on by proj's conv input (after step_conv).
+    Bindings: o [hv, S], proj, ssm_norm [S], conv state. Groups (1, hv, 1)."""
+    return ks.get("delta_step.wgsl", ["rw", "r", "r", "rw"], DELTA_FIELDS, PASS="gate", S=S, LANES=step_lanes(S),
+                  SHIFT=True, KM1=d_conv - 1)
+
+
 def step_groups(S: int, hv: int):
     """256 // lanes rows a workgroup: 16 workgroups a head of 128 (512 on Qwen3.5-4B's 32 heads)."""
     return -(-S // (256 // step_lanes(S))), hv, 1
@@ -191,8 +219,25 @@ def norm_silu(ks):
 
 
 def sigmoid_gate(ks):
-    """Bindings: y [n, ch] (in place), gate [n, ch]."""
+    """Bindings: y [n, ch] (in place), gate [n, ch] at float offset z_off."""
     return ks.get("gated_out.wgsl", ["rw", "r"], DELTA_FIELDS, PASS="sigmoid")
+
+
+def gated_attn(ks, head_dim: int, kv_f16: bool, gate_off: int, direct: bool):
+    """ops.attn_split(direct=True) (direct) or ops.attn_combine writing att * sigmoid(gate), gate
+    [n_head * head_dim] at float offset gate_off of a binding after theirs: no sigmoid pass."""
+    from . import ops  # noqa: PLC0415
+    if direct:
+        return ks.get("attn_decode.wgsl", ["r", "r", "r", "rw", "r", "r"], ops.ATTN_DECODE_FIELDS, HD=head_dim,
+                      CHUNK=ops.ATTN_CHUNK, PASS="split", KV_F16=bool(kv_f16), DIRECT=True, GATE_OFF=gate_off)
+    return ks.get("attn_decode.wgsl", ["r", "rw", "r", "r"], ops.ATTN_DECODE_FIELDS, HD=head_dim,
+                  CHUNK=ops.ATTN_CHUNK, PASS="combine", GATE_OFF=gate_off)
+
+
+def gate_in_attention() -> bool:
+    """Whether decode attention applies Qwen3.5's sigmoid gate as it writes its output (gated_attn;
+    HEARTH_GPU_HYBRID_ATTN_GATE=0: the sigmoid pass after it)."""
+    return os.environ.get("HEARTH_GPU_HYBRID_ATTN_GATE", "") != "0"
 
 
 def threads_groups(count: int):

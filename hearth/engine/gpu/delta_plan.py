@@ -2,7 +2,10 @@
 in-projections' row proj [n, ch | vd (z) | hv (beta) | hv (alpha)] to the gated output o [n, hv, S]
 that ssm_out reads. Which kernels (delta_ops.py), with the older forms kept for A/B runs:
 
-    decode    conv, step (a head's state rows over 16 workgroups), gate
+    decode    step_conv (a head's state rows over 16 workgroups, each computing the conv of the
+              channels it reads); the gate and the conv state's update inside ssm_out's matvec
+              HEARTH_GPU_DELTA_GATE=0: step_conv, gate_shift (the gate, and the conv state moved on)
+              HEARTH_GPU_DELTA_FUSE=0: conv, step (and the gate pass with HEARTH_GPU_DELTA_GATE=0)
               HEARTH_GPU_DELTA_DECODE=head: conv, head_step (step and gate, a 1,024-thread workgroup a head)
               HEARTH_GPU_DELTA_DECODE=old: conv, decode (norms, update and gate; a workgroup a head)
     prefill   conv_rows + conv_state (HEARTH_GPU_DELTA_CONV=old: the serial conv), l2norm, then
@@ -31,7 +34,10 @@ def add_decode(be, P, i: int, L: dict) -> None:
     hc, ks = be.cfg.hybrid, be.ks
     S, hv = hc.d_state, hc.n_v_heads
     M = be.kv.delta[be.kv.recurrent_slot[i]]
-    _conv(be, P, i, L, decode=True)
+    split = D.split_decode() and not D.head_decode(be.dev, S)
+    fused = split and D.fuse_conv()
+    if not fused:
+        _conv(be, P, i, L, decode=True)
     if not D.split_decode():
         P.add(D.decode(ks, S), [be.convo, be.proj, L["da"], M, be.o, L["ssm_norm"]], (1, hv, 1), f"{i}.delta",
               **be._dp())
@@ -40,8 +46,27 @@ def add_decode(be, P, i: int, L: dict) -> None:
         P.add(D.head_step(ks, S), [be.convo, be.proj, L["da"], M, be.o, L["ssm_norm"]], (1, hv, 1), f"{i}.delta",
               **be._dp())
         return
-    P.add(D.step(ks, S), [be.convo, be.proj, L["da"], M, be.o], D.step_groups(S, hv), f"{i}.delta", **be._dp())
-    P.add(D.gate(ks, S), [be.o, be.proj, L["ssm_norm"]], (1, hv, 1), f"{i}.gate", **be._dp())
+    cst = be.kv.conv[be.kv.recurrent_slot[i]]
+    if fused:
+        P.add(D.step_conv(ks, S, hc.d_conv), [be.proj, L["da"], M, be.o, cst, L["conv_w"]], D.step_groups(S, hv),
+              f"{i}.delta", **be._dp())
+    else:
+        P.add(D.step(ks, S), [be.convo, be.proj, L["da"], M, be.o], D.step_groups(S, hv), f"{i}.delta", **be._dp())
+    if decode_gated_out(be, S)[0]:
+        return                  # in ssm_out's matvec
+    if fused:
+        P.add(D.gate_shift(ks, S, hc.d_conv), [be.o, be.proj, L["ssm_norm"], cst], (1, hv, 1), f"{i}.gate",
+              **be._dp())
+    else:
+        P.add(D.gate(ks, S), [be.o, be.proj, L["ssm_norm"]], (1, hv, 1), f"{i}.gate", **be._dp())
+
+
+def decode_gated_out(be, S: int) -> tuple[bool, bool]:
+    """(whether ssm_out's matvec gates o itself, whether it also moves the conv state on): add_decode's
+    choice for a decoded token."""
+    split = D.split_decode() and not D.head_decode(be.dev, S)
+    gated = split and D.gate_in_out() and be.cfg.hybrid.n_v_heads <= 256     # ops.matvec's bound
+    return gated, gated and D.fuse_conv()
 
 
 def add_prefill(be, P, i: int, L: dict) -> None:

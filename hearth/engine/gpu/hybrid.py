@@ -31,7 +31,7 @@ from ..models.layers import Rope
 from . import delta_ops as D
 from . import ops
 from .backend import STEP_HEADER, GpuBackend, rope_table
-from .delta_plan import add_decode, add_prefill
+from .delta_plan import add_decode, add_prefill, decode_gated_out
 from .delta_state import GpuHybridState
 from .hybrid_ffn import ffn_for
 from .hybrid_moe import ffn_rows
@@ -81,9 +81,11 @@ class GpuHybridBackend(GpuBackend):
         self.mat = buf(D.mat_floats(chunk, hv) * 4, "chunk-mats")   # [chunks, hv, C, C]
         self.delta_wt = buf(D.tw_floats(chunk, hv, S) * 4, "delta-wt")   # [chunks, hv, S, C] W^T
         self.delta_qt = buf(D.tw_floats(chunk, hv, S) * 4, "delta-qt")   # [chunks, hv, S, C] scaled Q^T
-        self.qkv = buf(chunk * qkv_dim * 4, "qkv")       # [chunk, (nh + 2 nkv) hd]
+        # [chunk, (nh + 2 nkv) hd]; a decoded token with fused_qg: [q | gate | k | v] (nh, nh, nkv, nkv heads)
+        self.fused_qg = os.environ.get("HEARTH_GPU_HYBRID_QG", "") != "0"
+        self.qkv = buf(max(chunk * qkv_dim, qkv_dim + nh * hd) * 4, "qkv")
         self.gate = buf(chunk * nh * hd * 4, "attn-gate")  # [chunk, nh hd]
-        self.q = buf(chunk * nh * hd * 4, "q")           # [chunk, nh, hd] normed, rotated
+        self.q = buf(max(chunk, 2) * nh * hd * 4, "q")   # [chunk, nh, hd] normed, rotated (decode: 2 nh, above)
         self.att = buf(chunk * nh * hd * 4, "att")       # [chunk, nh hd]
         self.ff = buf(chunk * nff * 4, "ff")             # [chunk, n_ff]
         self.ffq = buf(ops.q8_words(nff) * 4, "ff-q8")
@@ -205,12 +207,15 @@ class GpuHybridBackend(GpuBackend):
         c, p = self.cfg, f"blk.{i}."
         d, hd, nh, nkv = c.n_embd, c.head_dim, c.n_head, c.n_head_kv
         # attn_q's rows are [query(hd) | gate(hd)] head after head: the two halves as two matrices
+        # (decode with fused_qg: also both halves as one matrix of [query rows; gate rows], so that Q, gate,
+        # K and V are one matvec: attn_q's bytes twice on the GPU)
         heads = np.arange(nh)[:, None] * 2 * hd
         query = (heads + np.arange(hd)).reshape(-1)
         return dict(
             attn_norm=W.vector(p + "attn_norm.weight", d),
             wq=self._rows(W, p + "attn_q.weight", query, d),
             wg=self._rows(W, p + "attn_q.weight", query + hd, d),
+            wqg=self._rows(W, p + "attn_q.weight", np.concatenate([query, query + hd]), d) if self.fused_qg else None,
             wk=W.matrix(p + "attn_k.weight", nkv * hd, d),
             wv=W.matrix(p + "attn_v.weight", nkv * hd, d),
             q_norm=W.vector(p + "attn_q_norm.weight", hd),
@@ -255,9 +260,18 @@ class GpuHybridBackend(GpuBackend):
         self._norm_matvecs(P, L["w_in"], L["attn_norm"], self.proj, self._in_offsets(L), f"{i}.in",
                            per=3 if len(L["w_in"]) == 3 else 2)
         self._linear_tail(P, i, L, decode=True)
-        vd = self.cfg.hybrid.value_dim
-        lay, q8 = self._layout([L["ssm_out"].qtype], vd, self.cfg.n_embd)
-        self._decode_proj(P, L["ssm_out"], self.o, vd, None, None, f"{i}.ssm_out", layout=lay, q8=q8)
+        hc, w = self.cfg.hybrid, L["ssm_out"]
+        vd, d = hc.value_dim, self.cfg.n_embd
+        lay, q8 = self._layout([w.qtype], vd, d)
+        gated, shift = decode_gated_out(self, hc.d_state)
+        if not gated:
+            self._decode_proj(P, w, self.o, vd, None, None, f"{i}.ssm_out", layout=lay, q8=q8)
+            return
+        cst = [self.kv.conv[self.kv.recurrent_slot[i]]] if shift else []
+        P.add(ops.matvec(self.ks, [w.qtype], residual=True, layout=lay, q8x=q8,
+                         gated=(hc.d_state, hc.n_v_heads, hc.conv_channels if shift else 0, hc.d_conv - 1 if shift else 0)),
+              [self.o, self.x, w.buffer, self.proj, L["ssm_norm"]] + cst, ops.matvec_groups(d, lay), f"{i}.ssm_out",
+              **dict(ops.matvec_params([w.qtype], vd, [d], eps=self.cfg.rms_eps), a1=hc.conv_channels))
 
     def _linear_prefill(self, P: Plan, i: int, L: dict) -> None:
         c = self.cfg
@@ -271,35 +285,54 @@ class GpuHybridBackend(GpuBackend):
         self._linear_tail(P, i, L, decode=False)
         self._prefill_proj(P, L["ssm_out"], self.o, c.hybrid.value_dim, None, None, f"{i}.ssm_out")
 
-    def _rope(self, P: Plan, i: int, L: dict, groups) -> None:
+    def _rope(self, P: Plan, i: int, L: dict, groups, n_head: int) -> None:
         c, s = self.cfg, self.kv.attn_slot[i]
         P.add(ops.rope_store(self.ks, c.head_dim, True, self.kv_f16),
               [self.qkv, self.q, self.kv.kv.k[s], self.kv.kv.v[s], self.cs, self.step, L["q_norm"], L["k_norm"]],
-              groups, f"{i}.rope", n_head=c.n_head, n_kv=c.n_head_kv, n_rot=c.n_rot, max_ctx=self.kv.max_ctx,
+              groups, f"{i}.rope", n_head=n_head, n_kv=c.n_head_kv, n_rot=c.n_rot, max_ctx=self.kv.max_ctx,
               neox=1, eps=c.rms_eps)
 
-    def _sigmoid_gate(self, P: Plan, i: int) -> None:
+    def _sigmoid_gate(self, P: Plan, i: int, gate, gate_off: int) -> None:
         width = self.cfg.n_head * self.cfg.head_dim
-        P.add(D.sigmoid_gate(self.ks), [self.att, self.gate], lambda n, kv: D.threads_groups(n * width),
-              f"{i}.attn_gate", **self._dp(ch=width))
+        P.add(D.sigmoid_gate(self.ks), [self.att, gate], lambda n, kv: D.threads_groups(n * width),
+              f"{i}.attn_gate", **self._dp(ch=width, z_off=gate_off))
+
+    def _attn_decode_in(self, P: Plan, i: int, L: dict):
+        """Q, gate, K, V of one token and the rope/store pass; returns (gate buffer, its offset). With
+        wqg: one matvec writes [q | gate | k | v] and rope_store takes the gate heads as nh more query
+        heads (q rows nh .. 2 nh, which attention never reads), so K and V sit where it looks."""
+        c = self.cfg
+        hd, nh, nkv = c.head_dim, c.n_head, c.n_head_kv
+        if L["wqg"] is None:
+            self._norm_matvecs(P, [L["wq"], L["wk"], L["wv"]], L["attn_norm"], self.qkv,
+                               [0, nh * hd, (nh + nkv) * hd], f"{i}.qkv", per=3)
+            self._norm_matvecs(P, [L["wg"]], L["attn_norm"], self.gate, [0], f"{i}.gate")
+            self._rope(P, i, L, ops.rope_groups(1, nh, nkv), nh)
+            return self.gate, 0
+        self._norm_matvecs(P, [L["wqg"], L["wk"], L["wv"]], L["attn_norm"], self.qkv,
+                           [0, 2 * nh * hd, (2 * nh + nkv) * hd], f"{i}.qkv", per=3)
+        self._rope(P, i, L, ops.rope_groups(1, 2 * nh, nkv), 2 * nh)
+        return self.qkv, nh * hd
 
     def _attn_decode(self, P: Plan, i: int, L: dict) -> None:
         c, ks, s = self.cfg, self.ks, self.kv.attn_slot[i]
         hd, nh, nkv = c.head_dim, c.n_head, c.n_head_kv
-        self._norm_matvecs(P, [L["wq"], L["wk"], L["wv"]], L["attn_norm"], self.qkv,
-                           [0, nh * hd, (nh + nkv) * hd], f"{i}.qkv", per=3)
-        self._norm_matvecs(P, [L["wg"]], L["attn_norm"], self.gate, [0], f"{i}.gate")
-        self._rope(P, i, L, ops.rope_groups(1, nh, nkv))
+        gate, gate_off = self._attn_decode_in(P, i, L)
         kc, vc = self.kv.kv.k[s], self.kv.kv.v[s]
         ap = dict(self._attn_params(0), max_splits=self.max_splits)
         nsp = ops.attn_splits
         P.add(ops.attn_split(ks, hd, self.kv_f16), [self.q, kc, vc, self.part, self.step],
               lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.attn", **ap)
-        P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True), [self.q, kc, vc, self.att, self.step],
+        fold = D.gate_in_attention()
+        direct, combine = ((D.gated_attn(ks, hd, self.kv_f16, gate_off, True), D.gated_attn(ks, hd, False, gate_off, False))
+                           if fold else (ops.attn_split(ks, hd, self.kv_f16, direct=True), ops.attn_combine(ks, hd)))
+        extra = [gate] if fold else []
+        P.add(direct, [self.q, kc, vc, self.att, self.step] + extra,
               lambda n, kv: (1, nh, 1) if nsp(kv) == 1 else (0, 0, 0), f"{i}.attn", **ap)
-        P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step],
+        P.add(combine, [self.part, self.att, self.step] + extra,
               lambda n, kv: (nh, 1, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.combine", **ap)
-        self._sigmoid_gate(P, i)
+        if not fold:
+            self._sigmoid_gate(P, i, gate, gate_off)
         lay, q8 = self._layout([L["wo"].qtype], nh * hd, c.n_embd)
         self._decode_proj(P, L["wo"], self.att, nh * hd, None, None, f"{i}.o", layout=lay, q8=q8)
 
@@ -314,13 +347,13 @@ class GpuHybridBackend(GpuBackend):
         for w, y_off, name in ((L["wq"], 0, "q"), (L["wk"], nh * hd, "k"), (L["wv"], (nh + nkv) * hd, "v")):
             self._product(P, w, self.xn, d, w.rows, self.qkv, qkv_dim, y_off, f"{i}.{name}")
         self._product(P, L["wg"], self.xn, d, nh * hd, self.gate, nh * hd, 0, f"{i}.gate")
-        self._rope(P, i, L, lambda n, kv: ops.rope_groups(n, nh, nkv))
+        self._rope(P, i, L, lambda n, kv: ops.rope_groups(n, nh, nkv), nh)
         ap = dict(self._attn_params(0), n_splits=lambda n, kv: ops.attn_prefill_splits(kv))
         P.add(ops.attn_prefill(ks, hd, self.kv_f16), [self.q, self.kv.kv.k[s], self.kv.kv.v[s], self.ppart, self.step],
               lambda n, kv: ops.attn_prefill_groups(n, nh, ops.attn_prefill_splits(kv), hd), f"{i}.attn", **ap)
         P.add(ops.attn_prefill_combine(ks, hd), [self.ppart, self.att], lambda n, kv: ops.rows_groups(n * nh),
               f"{i}.combine", **ap)
-        self._sigmoid_gate(P, i)
+        self._sigmoid_gate(P, i, self.gate, 0)
         self._prefill_proj(P, L["wo"], self.att, nh * hd, None, None, f"{i}.o")
 
     # ------------------------------------------------------------------ running

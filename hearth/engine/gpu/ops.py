@@ -131,7 +131,7 @@ def int8_c64(qtypes, q8x: int, lanes: int) -> bool:
 
 
 def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
-           attn_ws=1, layout=None, q8x=0, q8g=False, q8out=False):
+           attn_ws=1, layout=None, q8x=0, q8g=False, q8out=False, gated=None):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
     attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
     params a0 = head dim, a1 = max splits), merged before the product; attn_ws = heads x max splits.
@@ -141,12 +141,22 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
     the kernel is then built for rows of exactly K weights. q8g (with q8x): x (binding 1) is
     already quantized, quantize_x's blocks (see int8_pre_ok); no norm, no attn_x. q8out (glu, 32 rows a
     workgroup: GLU_Q8OUT_LAYOUT; M a multiple of 32): y is also written as quantize_x's blocks to a
-    binding after the others (glu_q8out_ok)."""
+    binding after the others (glu_q8out_ok). gated = (S, heads, conv channels, conv kernel - 1 or 0):
+    x is Qwen3.5's delta-rule output, gated as it is read (two bindings after bias: proj with z at a1,
+    the norm [S]; with a conv state, a third: moved on, see matvec.wgsl GATE_S)."""
     lanes, rpt, *rest = layout or MATVEC_DEFAULT
+    gs, ghv, gch, gkm1 = gated or (0, 0, 0, 0)
+    tph = 1
+    while gs and ghv * tph * 2 <= 256 and gs % (tph * 2) == 0:
+        tph *= 2
     unroll = rest[0] if rest else 1
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
+              + (["r", "r"] if gs else []) + (["rw"] if gkm1 else [])
               + (["r"] if attn_x else []) + (["rw"] if q8out else []) + (["rw", "rw", "r", "r"] if rope else []))
+    if gs and ghv > 256:
+        raise ValueError(f"a gated x of {ghv} heads (at most 256)")
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
+                  GATE_S=gs, GATE_HV=ghv, GATE_TPH=tph, SHIFT_CH=gch, SHIFT_KM1=gkm1,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
                   ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g),
                   Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4, IQ4_LUT=iq4_lookup(qtypes, q8x, lanes))

@@ -4,6 +4,8 @@
 // merges the splits of each head with the usual rescaling: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
 // With DIRECT (a context of at most CHUNK keys: one split) pass 1 writes out = o / l itself and no
 // combine pass runs: one dispatch less a layer.
+// GATE_OFF (optional; Qwen3.5's gated attention): the merged output is written times sigmoid(gate),
+// gate [n_head * HD] at float offset GATE_OFF of a binding after step (the DIRECT split and combine).
 // q: [n_head, HD] (rotated, not scaled); kc, vc: [n_kv, max_ctx, HD] float32, or float16 with KV_F16
 // (f16_kv.wgsl: a vec2<u32> holds 4 values, so indices are the same); step: [pos, n] (kv_len = pos + 1).
 const HD: u32 = {{HD}}u;
@@ -14,6 +16,11 @@ struct Params {
     scale: f32, window: u32, _a: u32, _b: u32,
 }
 @group(0) @binding(0) var<uniform> P: Params;
+{% set GATE = GATE_OFF is defined %}
+{% if GATE %}
+const GATE_OFF: u32 = {{GATE_OFF}}u;
+fn gated(y: f32, g: f32) -> f32 { return y / (1.0 + exp(-g)); }   // as gated_out.wgsl's sigmoid pass
+{% endif %}
 {% if PASS == "split" %}
 // K and V are read as vec4 rows (16-byte loads). Scores: thread t takes key t of the chunk.
 // Values: thread t takes the vec4 column t % (HD/4) over the keys t / (HD/4), + G, ... (G = CHUNK / (HD/4)
@@ -37,6 +44,9 @@ fn vload(i: u32) -> vec4<f32> { return vc[i]; }
 {% endif %}
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 @group(0) @binding(5) var<storage, read> step: array<u32>;
+{% if GATE %}
+@group(0) @binding(6) var<storage, read> gate: array<f32>;
+{% endif %}
 
 var<workgroup> qs: array<vec4<f32>, HD4>;
 var<workgroup> p: array<f32, CHUNK>;
@@ -104,7 +114,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var g = 1u; g < G; g++) { o += acc4[g * HD4 + col]; }
         let l = red[0];
         let b = h * HD + 4u * col;
+{% if GATE %}
+        let gb = GATE_OFF + b;
+        part[b] = gated(o.x / l, gate[gb]); part[b + 1u] = gated(o.y / l, gate[gb + 1u]);
+        part[b + 2u] = gated(o.z / l, gate[gb + 2u]); part[b + 3u] = gated(o.w / l, gate[gb + 3u]);
+{% else %}
         part[b] = o.x / l; part[b + 1u] = o.y / l; part[b + 2u] = o.z / l; part[b + 3u] = o.w / l;
+{% endif %}
     }
 {% else %}
     let base = (h * P.max_splits + s) * PW;
@@ -123,6 +139,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 @group(0) @binding(1) var<storage, read> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<storage, read> step: array<u32>;
+{% if GATE %}
+@group(0) @binding(4) var<storage, read> gate: array<f32>;
+{% endif %}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -142,7 +161,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let b = (h * P.max_splits + s) * PW;
             o += exp(part[b + HD] - mx) * part[b + d];
         }
+{% if GATE %}
+        out[h * HD + d] = gated(o / l, gate[GATE_OFF + h * HD + d]);
+{% else %}
         out[h * HD + d] = o / l;
+{% endif %}
     }
 }
 {% endif %}

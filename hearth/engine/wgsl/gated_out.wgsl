@@ -1,7 +1,8 @@
 // The hybrid layers' output gates, in place:
 //   "norm_silu"  Gated DeltaNet's output: o [n, hv, S] <- RMSNorm(o per head) * w * silu(z),
 //                z = proj[t, z_off + h S + i] (row stride ldp); a thread per (token, head)
-//   "sigmoid"    gated attention: y [n, width] <- y * sigmoid(gate), gate [n, width]; a thread a value
+//   "sigmoid"    gated attention: y [n, width] <- y * sigmoid(gate), gate [n, width] at float offset
+//                z_off of src; a thread a value
 // Params: delta_common.wgsl's, as every Gated DeltaNet kernel's.
 {% from "delta_common.wgsl" import params %}
 {{ params() }}
@@ -33,6 +34,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) t: u32) {
     let i = (wid.x + wid.y * nwg.x) * 64u + t;        // P.ch: width of a row
     if (i >= P.n * P.ch) { return; }
-    y[i] = y[i] / (1.0 + exp(-src[i]));
+    y[i] = y[i] / (1.0 + exp(-src[P.z_off + i]));
 }
 {% else %}{{ raise("gated_out.wgsl: no pass " ~ PASS) }}{% endif %}

@@ -35,6 +35,11 @@
 // Q8OUT (glu, 32 rows a workgroup): the workgroup also writes its 32 outputs as one int8 block of
 // 32 to xo, in quantize_x.wgsl's layout and with its code (q8_block.wgsl), so the down product that
 // reads x pre-quantized (Q8G) needs no quantize_x pass: one dispatch less a layer.
+// GATE_S (= S, or 0; Qwen3.5's ssm_out): x is the delta rule's output o [K / S heads, S], gated as it
+// is read: RMSNorm(o per head) * gw * silu(z), z at a1 of gz (gated_out.wgsl's order of operations),
+// each head's norm computed by every workgroup first. SHIFT_KM1 (with it): the workgroups also move
+// the conv state [SHIFT_KM1, SHIFT_CH] on by gz's first SHIFT_CH values (delta_step.wgsl's SHIFT,
+// here for the plan's last reader of that state). Not with NORM, GLU, ATTN_X, ROPE or Q8G.
 // A row group's sums: row_sum.wgsl (shared with moe_matvec.wgsl): with SUBGROUPS by shuffles and one
 // barrier, without it a shared-memory tree.
 {% from "quant.wgsl" import quant_fns, kv_wg_init with context %}
@@ -51,6 +56,9 @@
 {% set V4_TYPES = ("Q4_K", "Q5_K") %}
 {% if Q8G and (not Q8X or NORM or ATTN_X) %}{{ raise("pre-quantized x needs Q8X and is built without NORM and ATTN_X") }}{% endif %}
 {% set RPT = RPT | default(1) %}
+{% set GATE_S = GATE_S | default(0) %}
+{% set SHIFT_KM1 = SHIFT_KM1 | default(0) %}
+{% if GATE_S and (NORM or GLU or ATTN_X or ROPE or Q8G) %}{{ raise("a gated x is built for plain products only") }}{% endif %}
 {% set Q8OUT = Q8OUT | default(False) %}
 {% if Q8OUT and (not GLU or ROWS != 32) %}{{ raise("int8 output blocks are built for glu with 32 rows a workgroup") }}{% endif %}
 {% set LANES = 256 * RPT // ROWS %}
@@ -92,6 +100,19 @@ const XG_SCALES: u32 = {{Q8X // 4 + Q8X // 8}}u;
 {% if BIAS %}
 @group(0) @binding({{nb}}) var<storage, read> b: array<f32>;
 {% set nb = nb + 1 %}
+{% endif %}
+{% if GATE_S %}
+@group(0) @binding({{nb}}) var<storage, read> gz: array<f32>;        // proj: conv input at 0, z at a1
+@group(0) @binding({{nb + 1}}) var<storage, read> gw: array<f32>;    // [S] ssm_norm
+{% set nb = nb + 2 %}
+const GS: u32 = {{GATE_S}}u;
+const GHV: u32 = {{GATE_HV}}u;
+const GTPH: u32 = {{GATE_TPH}}u;          // threads a head in the norms' pass (GHV * GTPH <= 256)
+var<workgroup> ginv: array<f32, GHV>;
+{% if SHIFT_KM1 %}
+@group(0) @binding({{nb}}) var<storage, read_write> cst: array<f32>;  // conv state [SHIFT_KM1, SHIFT_CH]
+{% set nb = nb + 1 %}
+{% endif %}
 {% endif %}
 {% if Q8OUT %}
 @group(0) @binding({{nb}}) var<storage, read_write> xo: array<u32>;   // y [M] as int8 blocks (ops.q8_words(M))
@@ -152,10 +173,22 @@ fn xin(c: u32) -> X8 {
     let i = c * 8u;
     return X8(vec4<f32>(xs[i], xs[i + 1u], xs[i + 2u], xs[i + 3u]),
               vec4<f32>(xs[i + 4u], xs[i + 5u], xs[i + 6u], xs[i + 7u]));
+{% elif GATE_S %}
+    return X8(gated4(c * 8u), gated4(c * 8u + 4u));
 {% else %}
     let i = (P.x_off >> 2u) + c * 2u;
     return X8(x[i], x[i + 1u]);
 {% endif %}
+}
+{% endif %}
+{% if GATE_S %}
+
+// x[e .. e + 4) gated (e a multiple of 4; S a multiple of 8, so one head)
+fn gated4(e: u32) -> vec4<f32> {
+    let z = vec4<f32>(gz[P.a1 + e], gz[P.a1 + e + 1u], gz[P.a1 + e + 2u], gz[P.a1 + e + 3u]);
+    let i = e % GS;
+    let w = vec4<f32>(gw[i], gw[i + 1u], gw[i + 2u], gw[i + 3u]);
+    return z / (1.0 + exp(-z)) * (x[e / 4u] * ginv[e / GS] * w);
 }
 {% endif %}
 
@@ -269,6 +302,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
     }
+{% endif %}
+{% if GATE_S %}
+    // each head's 1 / RMS (GTPH threads a head, S / GTPH values each), before any x is read
+    {
+        let gh = tid / GTPH;
+        let n = GS / GTPH;
+        var s2 = 0.0;
+        if (gh < GHV) {
+            let e0 = gh * GS + (tid % GTPH) * n;
+            for (var e = e0; e < e0 + n; e++) { let v = x[e / 4u][e % 4u]; s2 += v * v; }
+        }
+        red[tid] = s2;
+        workgroupBarrier();
+        if (tid % GTPH == 0u && gh < GHV) {
+            var t2 = 0.0;
+            for (var l = 0u; l < GTPH; l++) { t2 += red[tid + l]; }
+            ginv[gh] = inverseSqrt(t2 / f32(GS) + P.eps);
+        }
+        workgroupBarrier();
+    }
+{% if SHIFT_KM1 %}
+    for (var ch = wg * 256u + tid; ch < {{SHIFT_CH}}u; ch += nwg.x * nwg.y * 256u) {
+        for (var i = 0u; i + 1u < {{SHIFT_KM1}}u; i++) { cst[i * {{SHIFT_CH}}u + ch] = cst[(i + 1u) * {{SHIFT_CH}}u + ch]; }
+        cst[({{SHIFT_KM1}}u - 1u) * {{SHIFT_CH}}u + ch] = gz[ch];
+    }
+{% endif %}
 {% endif %}
 {% if Q8X and not Q8G %}
     // x (times g) to int8 blocks of 32 in workgroup memory, a block a thread
