@@ -58,6 +58,10 @@ MOE_ROWS = 8                     # rows a workgroup of the expert products (32 l
 # gpt-oss (MXFP4 experts) lands 0.24 mean from its logits on the english prompt, past the 0.15 its
 # README allows (0.08 with int8 x, as the CPU backend's). HEARTH_GPU_MOE_INT8=0 keeps f32 x.
 MOE_INT8 = os.environ.get("HEARTH_GPU_MOE_INT8", "") != "0"
+# Decode's route in one dispatch over many workgroups (moe_router.wgsl: norm, logits, xn's blocks)
+# with the top k taken inside the gate/up product (moe_matvec.wgsl TOPK): one dispatch a layer less
+# than the dense matvec's logits and moe_route.wgsl's top k. HEARTH_GPU_MOE_FUSE=0 keeps those two.
+MOE_FUSE = os.environ.get("HEARTH_GPU_MOE_FUSE", "") != "0"
 ROUTE_FIELDS = (("d", "u"), ("n", "u"), ("eps", "f"), ("s_off", "u"))
 MOE_FIELDS = (("K", "u"), ("M", "u"), ("rb0", "u"), ("rb1", "u"), ("eb0", "u"), ("eb1", "u"), ("n", "u"),
               ("s_off", "u"))
@@ -114,8 +118,28 @@ def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: boo
                   NORM_W=bool(norm_w), BIAS=bool(bias), NORM=bool(norm), Q8=bool(q8), LOGITS=bool(logits))
 
 
+def router_kernel(ks, n_expert: int, bias: bool, q8: bool):
+    """Decode's router over router_groups workgroups (moe_router.wgsl). Bindings: x [d] (the residual),
+    router [E, d], logits [E], g [d], xn out [d][, xq (q8)][, bias [E]]. Params d, n, eps, s_off."""
+    access = ["r", "r", "rw", "r", "rw"] + (["rw"] if q8 else []) + (["r"] if bias else [])
+    return ks.get("moe_router.wgsl", access, ROUTE_FIELDS, E=int(n_expert), EPW=router_epw(n_expert), BIAS=bool(bias),
+                  Q8=bool(q8))
+
+
+def router_epw(n_expert: int) -> int:
+    """Experts a workgroup of decode's router: at most 64 workgroups (each also takes the norm)."""
+    epw = 1
+    while n_expert // (2 * epw) >= 64 and n_expert % (2 * epw) == 0 and epw < 8:
+        epw *= 2
+    return epw
+
+
+def router_groups(n_expert: int):
+    return n_expert // router_epw(n_expert), 1, 1
+
+
 def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
-                  q8: bool = False, order: bool = False, c64: bool = False, qin: int = 0):
+                  q8: bool = False, order: bool = False, c64: bool = False, qin: int = 0, topk=None):
     """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up][, order]; "down": x, route, y (+=),
     w[, b][, order]. Params K, M, rb0, rb1, eb0, eb1, n, s_off (see moe_matvec.wgsl). q8: x is
     quantize_rows' int8 blocks (every weight type in ops.INT8_TYPES; s_off = ops.q8_rows_scales of
@@ -123,14 +147,18 @@ def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bo
     "down" then writes each pair's weighted output y [n k, M] (sum_kernel adds them up). c64 (with
     q8, K a multiple of 64): 64-weight chunks a lane (see expert_layout). qin ("down" per token, with
     q8): x is f32 and each workgroup quantizes its token's rows into workgroup memory first (qin =
-    ops.q8_rows_words(slots, K); s_off = ops.q8_rows_scales(slots, K))."""
+    ops.q8_rows_words(slots, K); s_off = ops.q8_rows_scales(slots, K)). topk = (n_expert, gating,
+    norm_w) ("glu" per token, one token): binding 1 (route) is the router's logits [E] and the kernel
+    takes the top k itself, workgroup 0 writing the route to one more binding after the others."""
     if q8 and not all(t in ops.INT8_TYPES for t in qtypes):
         raise ValueError(f"no int8-x expert product for weight types {qtypes}")
     nw = 2 if mode == "glu" else 1
-    access = ["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else []) + (["r"] if order else [])
+    access = (["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else []) + (["r"] if order else [])
+              + (["rw"] if topk else []))
+    tk = dict(TOPK=int(topk[0]), GATING=topk[1], NORM_W=bool(topk[2])) if topk else {}
     return ks.get("moe_matvec.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots),
                   ACT=act, BIAS=bool(bias), ROWS=int(rows), Q8X=int(bool(q8)),
-                  ORDER=bool(order), C64=bool(c64), QIN=int(qin))
+                  ORDER=bool(order), C64=bool(c64), QIN=int(qin), **tk)
 
 
 def expert_layout(qtypes, k: int, q8: bool) -> tuple[int, bool]:
@@ -271,11 +299,18 @@ class MoeFfn:
     def _add(self, P, n_of, rows_g, grouped: bool) -> None:
         """grouped (prefill): the tiled products (_add_tiled), or where their per-pair outputs do not
         fit one binding, the gate/up pairs sorted by expert (moe_sort.wgsl) and the down product per token."""
-        self._route(P, n_of, rows_g, grouped)
-        self._experts(P, n_of, grouped)
+        topk = self._route(P, n_of, rows_g, grouped)
+        self._experts(P, n_of, grouped, topk=bool(topk))
 
-    def _route(self, P, n_of, rows_g, grouped: bool) -> None:
-        """route [n, 2k] and xn = RMSNorm(x) * norm (+ its int8 blocks in xq) from the residual be.x."""
+    def _fused_route_ok(self) -> bool:
+        """Whether decode takes moe_router.wgsl and the gate/up product's own top k (see MOE_FUSE)."""
+        c = self.be.cfg
+        return MOE_FUSE and c.n_embd % 32 == 0 and c.n_expert_used <= min(c.n_expert, 256)
+
+    def _route(self, P, n_of, rows_g, grouped: bool) -> bool:
+        """route [n, 2k] and xn = RMSNorm(x) * norm (+ its int8 blocks in xq) from the residual be.x.
+        Returns True where it left the top k to the gate/up product (decode, _fused_route_ok): the
+        logits in bufs["logits"], the route written by that product."""
         be, c, ks = self.be, self.be.cfg, self.be.ks
         d, k, i = c.n_embd, c.n_expert_used, self.i
         route = self.bufs["route"]
@@ -286,6 +321,11 @@ class MoeFfn:
         if grouped:
             P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, bool(rb), norm=True, q8=q8),
                   [be.x, self.router] + rb + out, _groups(rows_g), f"{i}.ffn_norm+route", **rprm)
+        elif self._fused_route_ok():
+            P.add(router_kernel(ks, c.n_expert, bool(rb), q8),
+                  [be.x, self.router, self.bufs["logits"], self.norm, be.xn] + ([self.bufs["xq"]] if q8 else []) + rb,
+                  router_groups(c.n_expert), f"{i}.ffn_norm+router", **rprm)
+            return True
         else:    # decode: the router's logits by the dense matvec (RMSNorm fused), then the top k
             lay = ops.matvec_layout(d, c.n_expert)
             logits = self.bufs["logits"]
@@ -295,9 +335,11 @@ class MoeFfn:
             P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, False, norm=True, q8=q8,
                                logits=True),
                   [be.x, logits] + out, (1, 1, 1), f"{i}.ffn_norm+top_k", **rprm)
+        return False
 
-    def _experts(self, P, n_of, grouped: bool) -> None:
-        """The chosen experts' products from be.xn (or its int8 blocks) and route; their weighted sum added to be.x."""
+    def _experts(self, P, n_of, grouped: bool, topk: bool = False) -> None:
+        """The chosen experts' products from be.xn (or its int8 blocks) and route; their weighted sum
+        added to be.x. topk (decode): the gate/up product takes the top k from bufs["logits"] and writes route."""
         be, c, ks = self.be, self.be.cfg, self.be.ks
         d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, self.i
         route, ffe = self.bufs["route"], self.bufs["ffe"]
@@ -317,9 +359,11 @@ class MoeFfn:
         src = self.bufs["xq"] if q8 else be.xn           # the route kernel wrote xn (and its int8 blocks)
         gt = [self.gate.qtype, self.up.qtype]
         rows, c64 = expert_layout(gt, d, self.q8_gate_up)
+        tk = (c.n_expert, c.expert_gating, c.expert_weights_norm) if topk else None
         P.add(expert_kernel(ks, "glu", gt, k, act=act, bias=bool(gb), q8=self.q8_gate_up, order=grouped,
-                            rows=rows, c64=c64),
-              [src, route, ffe, self.gate.buffer, self.up.buffer] + gb + ob,
+                            rows=rows, c64=c64, topk=tk),
+              [src, self.bufs["logits"] if topk else route, ffe, self.gate.buffer, self.up.buffer] + gb + ob
+              + ([route] if topk else []),
               lambda n, kv: expert_groups(ff, n_of(n, kv) * k, rows, order=grouped), f"{i}.experts.gate_up",
               K=d, M=ff, rb0=self.gate.rb, rb1=self.up.rb, eb0=self.gate.eb, eb1=self.up.eb, n=n_of,
               s_off=ops.q8_rows_scales(be.chunk, d))

@@ -22,9 +22,14 @@
 // f32 and each workgroup first writes its token's SLOTS rows (ORDER: its pair's row) as int8 blocks
 // into workgroup memory (quantize_rows' layout and code, scales from word s_off there): no quantize
 // pass (decode: one dispatch less a layer).
+// TOPK ("glu", decode, one token): binding 2 holds the router's logits [E] (moe_router.wgsl) and
+// every workgroup takes the top k itself (moe_topk.wgsl; GATING, NORM_W as the route kernel's) for
+// its slot's expert; workgroup 0 also writes the route [2 SLOTS] (ids, weights) to a binding after
+// the others for the down product: no route dispatch (one dispatch less a layer).
 {% from "q8_block.wgsl" import q8_scale, q8_codes %}
 {% from "row_sum.wgsl" import row_sum %}
 {% from "quant.wgsl" import quant_fns with context %}
+{% from "moe_topk.wgsl" import topk, topk_decls %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
 {% set Q8 = Q8X | default(0) %}
@@ -32,6 +37,8 @@
 {% set QIN = QIN | default(0) %}
 {% if QIN and (not Q8 or GLU) %}{{ raise("x quantized in the workgroup is built for the down product") }}{% endif %}
 {% set QROWS = 1 if ORDER else SLOTS %}
+{% set TOPK = TOPK | default(0) %}
+{% if TOPK and (not GLU or ORDER) %}{{ raise("the top k is built into decode's gate/up product") }}{% endif %}
 {% if C64 and not Q8 %}{{ raise("64-weight chunks are built for int8 x only") }}{% endif %}
 {% if MODE not in ("glu", "down") %}{{ raise("moe_matvec mode " ~ MODE) }}{% endif %}
 const ROWS: u32 = {{ROWS}}u;
@@ -55,7 +62,11 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 {% else %}
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;       // glu [n, K]; down [n SLOTS, K]
 {% endif %}
+{% if TOPK %}
+@group(0) @binding(2) var<storage, read> logits: array<f32>;        // [E] the router's (bias included)
+{% else %}
 @group(0) @binding(2) var<storage, read> route: array<u32>;         // [n, 2 SLOTS]
+{% endif %}
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;       // glu [n SLOTS, M]; down [n, M] (+=)
 @group(0) @binding(4) var<storage, read> w0: array<u32>;
 {% if GLU %}
@@ -73,6 +84,10 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 {% endif %}
 {% if ORDER %}
 @group(0) @binding({{nb}}) var<storage, read> order: array<u32>;    // [n SLOTS] pairs grouped by expert
+{% endif %}
+{% if TOPK %}
+@group(0) @binding({{nb}}) var<storage, read_write> route: array<u32>; // [2 SLOTS] written by workgroup 0
+{{ topk_decls(TOPK, SLOTS) }}
 {% endif %}
 
 {{ quant_fns("w0", QTYPES[0]) }}
@@ -151,7 +166,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let j = wid.y;                               // token t's slot s
 {% endif %}
     let t = j / SLOTS;
+{% if TOPK %}
+    for (var f = tid; f < {{TOPK}}u; f += 256u) { lg[f] = logits[f]; }
+    workgroupBarrier();
+    let first = wid.x == 0u && wid.y == 0u;
+{{ topk(TOPK, SLOTS, GATING, NORM_W, "first") }}
+    if (first && tid < SLOTS) {
+        route[tid] = sid[tid];
+        route[SLOTS + tid] = bitcast<u32>(sel[tid]);
+    }
+    let e = sid[j];
+{% else %}
     let e = route[t * 2u * SLOTS + j % SLOTS];
+{% endif %}
     let ra = e * P.eb0 + r * P.rb0;
     let rb = e * P.eb1 + r * P.rb1;
     let xb = t * (P.K / 4u);
