@@ -1,0 +1,108 @@
+"""Decode's fused MoE route (engine/gpu/moe.py MOE_FUSE): moe_router.wgsl (the FFN norm, the router's
+logits and xn's int8 blocks over many workgroups) and the gate/up product taking the top k itself
+(moe_matvec.wgsl TOPK) against numpy; and gpt-oss / qwen3moe decode with the fusion on and off
+(HEARTH_GPU_MOE_FUSE) against llama.cpp's logits and each other."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hearth.engine.gpu import moe as gmoe
+from hearth.engine.gpu import ops
+from hearth.engine.gpu.kernels import dispatch_once
+from tests.gpu_fixtures import RTOL, gpu_adapter, kernels_fixture, poisoned, q8_blocks, read_f32, rel_err
+from tests.gpu_fixtures import rng  # noqa: F401  (the fixture)
+from tests.gpu_moe_refs import experts, glu_ref
+from tests.test_gpu_moe_kernels import route_ref
+from tests.test_gpu_moe_models import at_f32path, gpu, model
+from tests.test_gpu_moe_models import f32path, oss  # noqa: F401  (fixtures)
+from tests.tiny_next import assert_agrees, one_token_at_a_time, prompt_of
+
+ks = kernels_fixture()
+
+
+def norm_ref(x, g, eps):
+    x64 = x.astype(np.float64)
+    return x64 / np.sqrt((x64 * x64).mean() + eps) * g
+
+
+@pytest.mark.parametrize("E, bias, q8", [(32, True, True), (128, False, True), (8, False, False)])
+def test_router_writes_logits_xn_and_its_blocks(ks, rng, E, bias, q8):
+    if q8 and not ks.dev.int8:
+        pytest.skip("the adapter has no int8 dot products")
+    dev = ks.dev
+    d, eps = 288, 1e-5
+    x = (rng.standard_normal(d) * 3).astype(np.float32)
+    g = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    wr = (rng.standard_normal((E, d)) / np.sqrt(d)).astype(np.float32)
+    br = (rng.standard_normal(E) * 0.1).astype(np.float32)
+    logits, xo = poisoned(dev, E), poisoned(dev, d)
+    s_off = ops.q8_rows_scales(1, d)
+    xq = dev.upload(np.full(ops.q8_rows_words(1, d), 0xFFFFFFFF, np.uint32))
+    bufs = [dev.upload(x), dev.upload(wr), logits, dev.upload(g), xo] + ([xq] if q8 else []) + ([dev.upload(br)] if bias else [])
+    assert gmoe.router_groups(E)[0] == E // gmoe.router_epw(E) > 1
+    dispatch_once(dev, gmoe.router_kernel(ks, E, bias, q8), bufs, gmoe.router_groups(E), d=d, n=1, eps=eps, s_off=s_off)
+    xn = norm_ref(x, g, eps)
+    np.testing.assert_allclose(read_f32(dev, xo, d), xn, rtol=1e-5, atol=1e-6)
+    want = wr.astype(np.float64) @ xn + (br if bias else 0)
+    np.testing.assert_allclose(read_f32(dev, logits, E), want, rtol=1e-4, atol=1e-5)
+    if q8:
+        raw = dev.read([(xq, 0, ops.q8_rows_words(1, d) * 4)]).view(np.uint32)
+        codes = raw[:d // 4].view(np.int8).astype(np.float64).reshape(-1, 32)
+        scales = raw[s_off:s_off + 2 * (d // 32)].view(np.float32).reshape(-1, 2)
+        q, dq = q8_blocks(read_f32(dev, xo, d))
+        np.testing.assert_array_equal(codes, q.reshape(-1, 32))       # the codes of the xn it wrote
+        np.testing.assert_array_equal(scales[:, 0], dq)
+        np.testing.assert_allclose(scales[:, 1], dq * q.reshape(-1, 32).sum(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("gating, norm_w, E, k", [("softmax_weight", False, 32, 4), ("softmax", True, 128, 8),
+                                                  ("softmax", False, 16, 4)])
+def test_gate_up_takes_the_top_k_from_the_logits(ks, rng, gating, norm_w, E, k):
+    """Every workgroup's expert is its slot's of the top k; workgroup 0 writes the route as moe_route.wgsl."""
+    dev = ks.dev
+    d, ff = 64, 48
+    rg, wg = experts(rng, "F32", E, ff, d)
+    ru, wu = experts(rng, "F32", E, ff, d)
+    x = (rng.standard_normal((1, d)) * 0.2).astype(np.float32)
+    lg = rng.standard_normal(E).astype(np.float32)
+    lg[E // 2] = lg[3] = lg.max() + 0.5                 # a tie at the top: the lower id first
+    top, w = route_ref(lg[None], np.eye(E, dtype=np.float32), None, k, gating, norm_w)   # xn = lg, W = I
+    assert top[0, 0] == 3 and top[0, 1] == E // 2
+    y, route = poisoned(dev, k * ff), dev.upload(np.full(2 * k, 0xFFFFFFFF, np.uint32))
+    rb = ops.row_bytes("F32", d)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "glu", ["F32", "F32"], k, topk=(E, gating, norm_w)),
+                  [dev.upload(x), dev.upload(lg), y, dev.upload(rg), dev.upload(ru), route],
+                  gmoe.expert_groups(ff, k), K=d, M=ff, rb0=rb, rb1=rb, eb0=rb * ff, eb1=rb * ff, n=1, s_off=0)
+    r = dev.read([(route, 0, 2 * k * 4)]).view(np.uint32)
+    assert (r[:k] == top[0]).all()
+    np.testing.assert_allclose(r[k:].view(np.float32), w[0], rtol=1e-5, atol=1e-7)
+    got = read_f32(dev, y, k * ff).reshape(1, k, ff)
+    assert rel_err(got, glu_ref(top.astype(np.uint32), x.astype(np.float64), wg, wu, "silu")) < RTOL
+
+
+@pytest.mark.parametrize("arch", ["gpt-oss", "qwen3moe"])
+def test_decode_with_the_fusion_on_and_off(reference_dir, f32path, arch):
+    """One token at a time with the fused route and with the matvec logits + top-k pass, against
+    llama.cpp at every position (gpt-oss: its float path, the GPU's f32 x; qwen3moe: its 8-bit
+    top-64, lavapipe's int8 experts) and within float rounding of each other."""
+    d, m, g, cfg = model(reference_dir, arch)
+    name = "chat"
+    ids = prompt_of(m, name)["ids"]
+    got = {}
+    for fuse in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(gmoe, "MOE_FUSE", fuse)
+            be = gpu(gpu_adapter(), cfg, g, moe_int8=arch != "gpt-oss")
+        try:
+            labels = [op["label"] for op in be.decode_plan.ops]
+            assert ("0.ffn_norm+router" in labels) == fuse and ("0.ffn_norm+top_k" in labels) != fuse
+            got[fuse] = one_token_at_a_time(be, ids)
+        finally:
+            be.close()
+        if arch == "gpt-oss":
+            np.testing.assert_allclose(*at_f32path(got[fuse], f32path, name), atol=1e-3)
+        else:
+            assert_agrees(got[fuse], np.load(d / f"top64_{name}.npz"))
+    np.testing.assert_allclose(got[True], got[False], atol=1e-3)
