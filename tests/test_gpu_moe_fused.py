@@ -1,19 +1,24 @@
-"""Decode's fused MoE route (engine/gpu/moe.py MOE_FUSE): moe_router.wgsl (the FFN norm, the router's
-logits and xn's int8 blocks over many workgroups) and the gate/up product taking the top k itself
-(moe_matvec.wgsl TOPK) against numpy; and gpt-oss / qwen3moe decode with the fusion on and off
-(HEARTH_GPU_MOE_FUSE) against llama.cpp's logits and each other."""
+"""Decode's fused MoE passes against numpy: the route (engine/gpu/moe.py MOE_FUSE: moe_router.wgsl's
+FFN norm, router logits and xn's int8 blocks over many workgroups, and the gate/up product taking
+the top k itself, moe_matvec.wgsl TOPK) and the down product by rows summing a token's slots itself
+(moe_grouped.py DOWN_ROWS, moe_matvec.wgsl SPAR); and gpt-oss / qwen3moe decode with both on and both
+off (HEARTH_GPU_MOE_FUSE, HEARTH_GPU_MOE_DOWN_ROWS) against llama.cpp's logits and each other."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from types import SimpleNamespace
+
 from hearth.engine.gpu import moe as gmoe
+from hearth.engine.gpu import moe_grouped
 from hearth.engine.gpu import ops
 from hearth.engine.gpu.kernels import dispatch_once
 from tests.gpu_fixtures import RTOL, gpu_adapter, kernels_fixture, poisoned, q8_blocks, read_f32, rel_err
 from tests.gpu_fixtures import rng  # noqa: F401  (the fixture)
-from tests.gpu_moe_refs import experts, glu_ref
+from tests.gpu_moe_refs import down_ref, experts, glu_ref, routes
+from tests.test_gpu_matmul8 import q8_rows_ref
 from tests.test_gpu_moe_kernels import route_ref
 from tests.test_gpu_moe_models import at_f32path, gpu, model
 from tests.test_gpu_moe_models import f32path, oss  # noqa: F401  (fixtures)
@@ -82,6 +87,48 @@ def test_gate_up_takes_the_top_k_from_the_logits(ks, rng, gating, norm_w, E, k):
     assert rel_err(got, glu_ref(top.astype(np.uint32), x.astype(np.float64), wg, wu, "silu")) < RTOL
 
 
+class _Ffn:
+    """What moe_grouped.down_rows_layout reads of a MoeFfn."""
+
+    def __init__(self, qtype, k, ff, q8):
+        self.be = SimpleNamespace(cfg=SimpleNamespace(n_expert_used=k, n_ff_exp=ff))
+        self.down, self.q8_down = SimpleNamespace(qtype=qtype), q8
+
+
+def test_down_by_rows_layouts_of_the_full_size_models():
+    """gpt-oss-20b (MXFP4, k 4, rows of 2,880): 8 groups of 32 lanes, 2 rows; Qwen3-30B-A3B (Q4_K / Q6_K,
+    k 8, rows of 768: 64-weight chunks, 8 lanes): 32 groups, 4 rows; 8 lanes at least."""
+    assert moe_grouped.down_rows_layout(_Ffn("MXFP4", 4, 2880, True)) == (8, 2, False)
+    for t in ("Q4_K", "Q6_K"):
+        assert moe_grouped.down_rows_layout(_Ffn(t, 8, 768, True)) == (32, 4, True)
+    assert moe_grouped.down_rows_layout(_Ffn("Q4_0", 32, 256, False)) == (32, 1, False)
+
+
+@pytest.mark.parametrize("qtype, q8, k, ff", [("MXFP4", True, 4, 256), ("Q4_K", True, 8, 768), ("Q6_K", True, 3, 512),
+                                              ("Q8_0", False, 4, 256), ("F16", False, 2, 96)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_down_by_rows_sums_the_slots_into_the_residual(ks, rng, qtype, q8, k, ff, bias):
+    if q8 and not ks.dev.int8:
+        pytest.skip("the adapter has no int8 dot products")
+    dev = ks.dev
+    E, d = 10, 74                                       # d not a multiple of the rows a workgroup
+    rd, wd = experts(rng, qtype, E, d, ff)
+    h = rng.standard_normal((k, ff)).astype(np.float32)
+    x0 = rng.standard_normal((1, d)).astype(np.float32)
+    ids, w, route = routes(rng, 1, E, k)
+    bd = rng.standard_normal((E, d)).astype(np.float32) if bias else None
+    groups, rpw, c64 = moe_grouped.down_rows_layout(_Ffn(qtype, k, ff, q8))
+    qin = ops.q8_rows_words(k, ff) if q8 else 0
+    y = dev.upload(x0)
+    rb = ops.row_bytes(qtype, ff)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype], k, bias=bias, q8=q8, rows=groups, c64=c64, qin=qin,
+                                          spar=rpw),
+                  [dev.upload(h), dev.upload(route), y, dev.upload(rd)] + ([dev.upload(bd)] if bias else []),
+                  (-(-d // rpw), 1, 1), K=ff, M=d, rb0=rb, eb0=rb * d, n=1, s_off=ops.q8_rows_scales(k, ff) if q8 else 0)
+    hr = q8_rows_ref(h) if q8 else h.astype(np.float64)
+    assert rel_err(read_f32(dev, y, d).reshape(1, d) - x0, down_ref(ids, w, hr, wd, bd)) < RTOL
+
+
 @pytest.mark.parametrize("arch", ["gpt-oss", "qwen3moe"])
 def test_decode_with_the_fusion_on_and_off(reference_dir, f32path, arch):
     """One token at a time with the fused route and with the matvec logits + top-k pass, against
@@ -94,10 +141,12 @@ def test_decode_with_the_fusion_on_and_off(reference_dir, f32path, arch):
     for fuse in (True, False):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(gmoe, "MOE_FUSE", fuse)
+            mp.setattr(moe_grouped, "DOWN_ROWS", fuse)
             be = gpu(gpu_adapter(), cfg, g, moe_int8=arch != "gpt-oss")
         try:
             labels = [op["label"] for op in be.decode_plan.ops]
             assert ("0.ffn_norm+router" in labels) == fuse and ("0.ffn_norm+top_k" in labels) != fuse
+            assert "0.experts.sum" not in labels or not fuse
             got[fuse] = one_token_at_a_time(be, ids)
         finally:
             be.close()

@@ -139,7 +139,7 @@ def router_groups(n_expert: int):
 
 
 def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
-                  q8: bool = False, order: bool = False, c64: bool = False, qin: int = 0, topk=None):
+                  q8: bool = False, order: bool = False, c64: bool = False, qin: int = 0, topk=None, spar: int = 0):
     """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up][, order]; "down": x, route, y (+=),
     w[, b][, order]. Params K, M, rb0, rb1, eb0, eb1, n, s_off (see moe_matvec.wgsl). q8: x is
     quantize_rows' int8 blocks (every weight type in ops.INT8_TYPES; s_off = ops.q8_rows_scales of
@@ -149,7 +149,9 @@ def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bo
     q8): x is f32 and each workgroup quantizes its token's rows into workgroup memory first (qin =
     ops.q8_rows_words(slots, K); s_off = ops.q8_rows_scales(slots, K)). topk = (n_expert, gating,
     norm_w) ("glu" per token, one token): binding 1 (route) is the router's logits [E] and the kernel
-    takes the top k itself, workgroup 0 writing the route to one more binding after the others."""
+    takes the top k itself, workgroup 0 writing the route to one more binding after the others. spar
+    ("down" per token): `rows` is the thread groups (256 / lanes), spar rows a workgroup each with its
+    slots in parallel (moe_grouped.down_rows_layout; workgroups (ceil(M / spar), n))."""
     if q8 and not all(t in ops.INT8_TYPES for t in qtypes):
         raise ValueError(f"no int8-x expert product for weight types {qtypes}")
     nw = 2 if mode == "glu" else 1
@@ -158,7 +160,7 @@ def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bo
     tk = dict(TOPK=int(topk[0]), GATING=topk[1], NORM_W=bool(topk[2])) if topk else {}
     return ks.get("moe_matvec.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots),
                   ACT=act, BIAS=bool(bias), ROWS=int(rows), Q8X=int(bool(q8)),
-                  ORDER=bool(order), C64=bool(c64), QIN=int(qin), **tk)
+                  ORDER=bool(order), C64=bool(c64), QIN=int(qin), SPAR=int(spar), **tk)
 
 
 def expert_layout(qtypes, k: int, q8: bool) -> tuple[int, bool]:
@@ -371,6 +373,9 @@ class MoeFfn:
         # the tiled path do not fit one binding)
         db = [self.b_down] if self.b_down is not None else []
         nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
+        if not grouped and moe_grouped.down_by_rows_ok(self):
+            moe_grouped.add_down_by_rows(self, P, n_of)
+            return
         if not grouped and moe_grouped.down_by_pair_ok(self):
             moe_grouped.add_down_by_pair(self, P, n_of)
             return
