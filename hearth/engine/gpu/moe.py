@@ -6,15 +6,19 @@ float), and `add_decode(plan)` / `add_prefill(plan)` append its dispatches to a 
 
     route     RMSNorm x -> xn (ffn_norm; gpt-oss: post_attention_norm), xn's int8 blocks, router
               logits (+ bias), top k, weights -> route [n, 2k]                    (moe_route.wgsl)
-              (decode: the logits first by the dense matvec, spread over the GPU, then the top k)
+              (decode: norm, logits and xn's blocks over many workgroups (moe_router.wgsl), the
+              top k inside the gate/up product, whose workgroup 0 writes route (MOE_FUSE))
     [sort]    prefill: the (token, slot) pairs grouped by expert -> order       (moe_sort.wgsl)
               (prefill with int8 products: moe_grouped.py's tiled products from here on)
     glu       per (token, slot): act(gate_e xn (+b)) * (up_e xn (+b)) -> ffe [n, k, n_ff_exp]
     [q8]      prefill: ffe's rows as int8 blocks                             (quantize_rows.wgsl)
     down      decode: x += sum_s w_s (down_{e_s} ffe[t, s] (+b)), ffe quantized in workgroup memory
+              (by rows, the k slots in parallel in a workgroup: moe_grouped.add_down_by_rows)
               prefill: per pair (by expert) yd = w_s (down_e ffe (+b)), then x += sum_s yd (moe_sum.wgsl)
 
-Decode is 4 dispatches a layer (the dense FFN's 2; 5 where ffe's blocks do not fit workgroup memory). The expert ids never leave the GPU: the
+Decode is 3 dispatches a layer (the dense FFN's 2): router, gate/up (+ top k), down (+ sum); with
+HEARTH_GPU_MOE_FUSE=0 4 (the dense matvec's logits, then moe_route.wgsl's top k), and with
+HEARTH_GPU_MOE_DOWN_ROWS=0 one more (the down product by pair, then moe_sum.wgsl). The expert ids never leave the GPU: the
 products read them from the route buffer, so one dispatch covers every expert a token batch needs;
 in prefill the pairs run grouped by expert, so the workgroups in flight share few experts' rows
 (cache) instead of streaming an expert's matrix once per pair. Routing follows llama.cpp's
