@@ -155,3 +155,42 @@ def test_decode_with_the_fusion_on_and_off(reference_dir, f32path, arch):
         else:
             assert_agrees(got[fuse], np.load(d / f"top64_{name}.npz"))
     np.testing.assert_allclose(got[True], got[False], atol=1e-3)
+
+
+def window_ref(q, kc, vc, sinks, kv_len, window, scale):
+    """Decode attention with a sink logit a head over keys [max(0, kv_len - window), kv_len): q [nh, hd],
+    caches [n_kv, max_ctx, hd] (float64)."""
+    nh, hd = q.shape
+    grp = nh // kc.shape[0]
+    lo = max(0, kv_len - window)
+    out = np.zeros((nh, hd))
+    for h in range(nh):
+        k, v = kc[h // grp, lo:kv_len], vc[h // grp, lo:kv_len]
+        s = k @ q[h] * scale
+        m = max(s.max(), sinks[h])
+        e = np.exp(s - m)
+        out[h] = e @ v / (e.sum() + np.exp(sinks[h] - m))
+    return out
+
+
+@pytest.mark.parametrize("kv_f16", [False, True], ids=["f32", "f16"])
+@pytest.mark.parametrize("hd, window, kv_len", [(64, 128, 300), (64, 128, 77), (32, 8, 20), (64, 100, 101)])
+def test_windowed_attention_with_sinks_in_one_pass(ks, rng, hd, window, kv_len, kv_f16):
+    dev = ks.dev
+    nh, nkv, max_ctx, scale = 8, 2, 320, 0.125
+    ws = gmoe.sink_window_threads(window, hd)
+    assert ws >= window and ws % (hd // 4) == 0
+    q = rng.standard_normal((nh, hd)).astype(np.float32)
+    kc = rng.standard_normal((nkv, max_ctx, hd)).astype(np.float32)
+    vc = rng.standard_normal((nkv, max_ctx, hd)).astype(np.float32)
+    if kv_f16:
+        kc, vc = kc.astype(np.float16), vc.astype(np.float16)
+    sinks = (rng.standard_normal(nh) * 3).astype(np.float32)
+    out = poisoned(dev, nh * hd)
+    step = dev.upload(np.array([kv_len - 1, 1, 0, 0], np.uint32))
+    cfg = SimpleNamespace(n_head=nh, n_head_kv=nkv, attn_scale=scale)
+    dispatch_once(dev, gmoe.sink_window(ks, hd, ws, kv_f16),
+                  [dev.upload(q), dev.upload(kc), dev.upload(vc), out, dev.upload(sinks), step], (nh, 1, 1),
+                  **gmoe.sink_params(cfg, max_ctx, window))
+    ref = window_ref(q.astype(np.float64), kc.astype(np.float64), vc.astype(np.float64), sinks, kv_len, window, scale)
+    assert rel_err(read_f32(dev, out, nh * hd).reshape(nh, hd), ref) < RTOL

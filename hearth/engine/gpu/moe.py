@@ -235,6 +235,30 @@ def sink_combine(ks, head_dim: int, pas: str):
     return ks.get("attn_sinks.wgsl", access, SINK_FIELDS, HD=int(head_dim), PASS=pas, CHUNK=ops.ATTN_CHUNK)
 
 
+# Decode attention of a windowed gpt-oss layer in one dispatch (attn_sinks.wgsl "window": one
+# workgroup a head over the window's keys, the sink merge inside) where the window fits a workgroup:
+# the split pass over every key's values and the sinks merge otherwise (HEARTH_GPU_SINK_WINDOW=0).
+SINK_WINDOW = os.environ.get("HEARTH_GPU_SINK_WINDOW", "") != "0"
+
+
+def sink_window_threads(window: int, head_dim: int) -> int:
+    """Threads a workgroup of the windowed attention (a key each, a multiple of head_dim / 4); 0 where
+    it is not built (no window, past 256 keys, head dim not a power of two, or SINK_WINDOW off)."""
+    if not SINK_WINDOW or not 0 < window <= 256 or head_dim & (head_dim - 1) or head_dim < 4:
+        return 0
+    ws = max(32, head_dim // 4)
+    while ws < window:
+        ws *= 2
+    return ws if ws <= 256 else 0
+
+
+def sink_window(ks, head_dim: int, threads: int, kv_f16: bool = False):
+    """Bindings: q, k cache, v cache, out [n_head, head_dim], sinks [n_head], step. Params:
+    sink_params with a = the window. Workgroups: (n_head, 1, 1)."""
+    return ks.get("attn_sinks.wgsl", ["r", "r", "r", "rw", "r", "r"], SINK_FIELDS, HD=int(head_dim), PASS="window",
+                  WS=int(threads), KV_F16=bool(kv_f16))
+
+
 def sink_params(cfg, max_ctx: int, max_splits: int = 0) -> dict:
     return dict(n_head=cfg.n_head, n_kv=cfg.n_head_kv, max_ctx=max_ctx, a=max_splits, scale=cfg.attn_scale)
 
