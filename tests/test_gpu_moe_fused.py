@@ -1,8 +1,10 @@
 """Decode's fused MoE passes against numpy: the route (engine/gpu/moe.py MOE_FUSE: moe_router.wgsl's
 FFN norm, router logits and xn's int8 blocks over many workgroups, and the gate/up product taking
 the top k itself, moe_matvec.wgsl TOPK) and the down product by rows summing a token's slots itself
-(moe_grouped.py DOWN_ROWS, moe_matvec.wgsl SPAR); and gpt-oss / qwen3moe decode with both on and both
-off (HEARTH_GPU_MOE_FUSE, HEARTH_GPU_MOE_DOWN_ROWS) against llama.cpp's logits and each other."""
+(moe_grouped.py DOWN_ROWS, moe_matvec.wgsl SPAR), gpt-oss's windowed attention with its sinks in one
+pass (moe.py SINK_WINDOW, attn_sinks.wgsl "window"); and gpt-oss / qwen3moe decode with all on and
+all off (HEARTH_GPU_MOE_FUSE, HEARTH_GPU_MOE_DOWN_ROWS, HEARTH_GPU_SINK_WINDOW) against llama.cpp's
+logits and each other."""
 
 from __future__ import annotations
 
@@ -142,11 +144,13 @@ def test_decode_with_the_fusion_on_and_off(reference_dir, f32path, arch):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(gmoe, "MOE_FUSE", fuse)
             mp.setattr(moe_grouped, "DOWN_ROWS", fuse)
+            mp.setattr(gmoe, "SINK_WINDOW", fuse)
             be = gpu(gpu_adapter(), cfg, g, moe_int8=arch != "gpt-oss")
         try:
             labels = [op["label"] for op in be.decode_plan.ops]
             assert ("0.ffn_norm+router" in labels) == fuse and ("0.ffn_norm+top_k" in labels) != fuse
             assert "0.experts.sum" not in labels or not fuse
+            assert ("0.combine" in labels) == (arch == "gpt-oss" and not fuse)     # the tiny gpt-oss: layer 0 windowed
             got[fuse] = one_token_at_a_time(be, ids)
         finally:
             be.close()
