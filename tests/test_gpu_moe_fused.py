@@ -1,8 +1,8 @@
-"""Decode's fused MoE passes against numpy: the route (engine/gpu/moe.py MOE_FUSE: moe_router.wgsl's
+"""Decode's fused MoE passes against numpy: the route (engine/gpu/moe_decode.py MOE_FUSE: moe_router.wgsl's
 FFN norm, router logits and xn's int8 blocks over many workgroups, and the gate/up product taking
 the top k itself, moe_matvec.wgsl TOPK) and the down product by rows summing a token's slots itself
-(moe_grouped.py DOWN_ROWS, moe_matvec.wgsl SPAR), gpt-oss's windowed attention with its sinks in one
-pass (moe.py SINK_WINDOW, attn_sinks.wgsl "window"); and gpt-oss / qwen3moe decode with all on and
+(DOWN_ROWS, moe_matvec.wgsl SPAR), gpt-oss's windowed attention with its sinks in one
+pass (SINK_WINDOW, attn_sinks.wgsl "window"); and gpt-oss / qwen3moe decode with all on and
 all off (HEARTH_GPU_MOE_FUSE, HEARTH_GPU_MOE_DOWN_ROWS, HEARTH_GPU_SINK_WINDOW) against llama.cpp's
 logits and each other."""
 
@@ -14,7 +14,7 @@ import pytest
 from types import SimpleNamespace
 
 from hearth.engine.gpu import moe as gmoe
-from hearth.engine.gpu import moe_grouped
+from hearth.engine.gpu import moe_decode
 from hearth.engine.gpu import ops
 from hearth.engine.gpu.kernels import dispatch_once
 from tests.gpu_fixtures import RTOL, gpu_adapter, kernels_fixture, poisoned, q8_blocks, read_f32, rel_err
@@ -47,9 +47,11 @@ def test_router_writes_logits_xn_and_its_blocks(ks, rng, E, bias, q8):
     logits, xo = poisoned(dev, E), poisoned(dev, d)
     s_off = ops.q8_rows_scales(1, d)
     xq = dev.upload(np.full(ops.q8_rows_words(1, d), 0xFFFFFFFF, np.uint32))
-    bufs = [dev.upload(x), dev.upload(wr), logits, dev.upload(g), xo] + ([xq] if q8 else []) + ([dev.upload(br)] if bias else [])
-    assert gmoe.router_groups(E)[0] == E // gmoe.router_epw(E) > 1
-    dispatch_once(dev, gmoe.router_kernel(ks, E, bias, q8), bufs, gmoe.router_groups(E), d=d, n=1, eps=eps, s_off=s_off)
+    bufs = [dev.upload(x), dev.upload(wr), logits, dev.upload(g), xo] + ([xq] if q8 else [])
+    bufs += [dev.upload(br)] if bias else []
+    groups = moe_decode.router_groups(E)
+    assert groups[0] == E // moe_decode.router_epw(E) > 1
+    dispatch_once(dev, moe_decode.router_kernel(ks, E, bias, q8), bufs, groups, d=d, n=1, eps=eps, s_off=s_off)
     xn = norm_ref(x, g, eps)
     np.testing.assert_allclose(read_f32(dev, xo, d), xn, rtol=1e-5, atol=1e-6)
     want = wr.astype(np.float64) @ xn + (br if bias else 0)
@@ -90,7 +92,7 @@ def test_gate_up_takes_the_top_k_from_the_logits(ks, rng, gating, norm_w, E, k):
 
 
 class _Ffn:
-    """What moe_grouped.down_rows_layout reads of a MoeFfn."""
+    """What moe_decode.down_rows_layout reads of a MoeFfn."""
 
     def __init__(self, qtype, k, ff, q8):
         self.be = SimpleNamespace(cfg=SimpleNamespace(n_expert_used=k, n_ff_exp=ff))
@@ -100,10 +102,10 @@ class _Ffn:
 def test_down_by_rows_layouts_of_the_full_size_models():
     """gpt-oss-20b (MXFP4, k 4, rows of 2,880): 8 groups of 32 lanes, 2 rows; Qwen3-30B-A3B (Q4_K / Q6_K,
     k 8, rows of 768: 64-weight chunks, 8 lanes): 32 groups, 4 rows; 8 lanes at least."""
-    assert moe_grouped.down_rows_layout(_Ffn("MXFP4", 4, 2880, True)) == (8, 2, False)
+    assert moe_decode.down_rows_layout(_Ffn("MXFP4", 4, 2880, True)) == (8, 2, False)
     for t in ("Q4_K", "Q6_K"):
-        assert moe_grouped.down_rows_layout(_Ffn(t, 8, 768, True)) == (32, 4, True)
-    assert moe_grouped.down_rows_layout(_Ffn("Q4_0", 32, 256, False)) == (32, 1, False)
+        assert moe_decode.down_rows_layout(_Ffn(t, 8, 768, True)) == (32, 4, True)
+    assert moe_decode.down_rows_layout(_Ffn("Q4_0", 32, 256, False)) == (32, 1, False)
 
 
 @pytest.mark.parametrize("qtype, q8, k, ff", [("MXFP4", True, 4, 256), ("Q4_K", True, 8, 768), ("Q6_K", True, 3, 512),
@@ -119,7 +121,7 @@ def test_down_by_rows_sums_the_slots_into_the_residual(ks, rng, qtype, q8, k, ff
     x0 = rng.standard_normal((1, d)).astype(np.float32)
     ids, w, route = routes(rng, 1, E, k)
     bd = rng.standard_normal((E, d)).astype(np.float32) if bias else None
-    groups, rpw, c64 = moe_grouped.down_rows_layout(_Ffn(qtype, k, ff, q8))
+    groups, rpw, c64 = moe_decode.down_rows_layout(_Ffn(qtype, k, ff, q8))
     qin = ops.q8_rows_words(k, ff) if q8 else 0
     y = dev.upload(x0)
     rb = ops.row_bytes(qtype, ff)
@@ -142,9 +144,9 @@ def test_decode_with_the_fusion_on_and_off(reference_dir, f32path, arch):
     got = {}
     for fuse in (True, False):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(gmoe, "MOE_FUSE", fuse)
-            mp.setattr(moe_grouped, "DOWN_ROWS", fuse)
-            mp.setattr(gmoe, "SINK_WINDOW", fuse)
+            mp.setattr(moe_decode, "MOE_FUSE", fuse)
+            mp.setattr(moe_decode, "DOWN_ROWS", fuse)
+            mp.setattr(moe_decode, "SINK_WINDOW", fuse)
             be = gpu(gpu_adapter(), cfg, g, moe_int8=arch != "gpt-oss")
         try:
             labels = [op["label"] for op in be.decode_plan.ops]
@@ -182,7 +184,7 @@ def window_ref(q, kc, vc, sinks, kv_len, window, scale):
 def test_windowed_attention_with_sinks_in_one_pass(ks, rng, hd, window, kv_len, kv_f16):
     dev = ks.dev
     nh, nkv, max_ctx, scale = 8, 2, 320, 0.125
-    ws = gmoe.sink_window_threads(window, hd)
+    ws = moe_decode.sink_window_threads(window, hd)
     assert ws >= window and ws % (hd // 4) == 0
     q = rng.standard_normal((nh, hd)).astype(np.float32)
     kc = rng.standard_normal((nkv, max_ctx, hd)).astype(np.float32)
@@ -193,7 +195,7 @@ def test_windowed_attention_with_sinks_in_one_pass(ks, rng, hd, window, kv_len, 
     out = poisoned(dev, nh * hd)
     step = dev.upload(np.array([kv_len - 1, 1, 0, 0], np.uint32))
     cfg = SimpleNamespace(n_head=nh, n_head_kv=nkv, attn_scale=scale)
-    dispatch_once(dev, gmoe.sink_window(ks, hd, ws, kv_f16),
+    dispatch_once(dev, moe_decode.sink_window(ks, hd, ws, kv_f16),
                   [dev.upload(q), dev.upload(kc), dev.upload(vc), out, dev.upload(sinks), step], (nh, 1, 1),
                   **gmoe.sink_params(cfg, max_ctx, window))
     ref = window_ref(q.astype(np.float64), kc.astype(np.float64), vc.astype(np.float64), sinks, kv_len, window, scale)

@@ -7,21 +7,21 @@ float), and `add_decode(plan)` / `add_prefill(plan)` append its dispatches to a 
     route     RMSNorm x -> xn (ffn_norm; gpt-oss: post_attention_norm), xn's int8 blocks, router
               logits (+ bias), top k, weights -> route [n, 2k]                    (moe_route.wgsl)
               (decode: norm, logits and xn's blocks over many workgroups (moe_router.wgsl), the
-              top k inside the gate/up product, whose workgroup 0 writes route (MOE_FUSE))
+              top k inside the gate/up product, whose workgroup 0 writes route: gpu/moe_decode.py)
     [sort]    prefill: the (token, slot) pairs grouped by expert -> order       (moe_sort.wgsl)
               (prefill with int8 products: moe_grouped.py's tiled products from here on)
     glu       per (token, slot): act(gate_e xn (+b)) * (up_e xn (+b)) -> ffe [n, k, n_ff_exp]
     [q8]      prefill: ffe's rows as int8 blocks                             (quantize_rows.wgsl)
     down      decode: x += sum_s w_s (down_{e_s} ffe[t, s] (+b)), ffe quantized in workgroup memory
-              (by rows, the k slots in parallel in a workgroup: moe_grouped.add_down_by_rows)
+              (by rows, the k slots in parallel in a workgroup: moe_decode.add_down_by_rows)
               prefill: per pair (by expert) yd = w_s (down_e ffe (+b)), then x += sum_s yd (moe_sum.wgsl)
 
 Decode is 3 dispatches a layer (the dense FFN's 2): router, gate/up (+ top k), down (+ sum); with
 HEARTH_GPU_MOE_FUSE=0 4 (the dense matvec's logits, then moe_route.wgsl's top k), and with
-HEARTH_GPU_MOE_DOWN_ROWS=0 one more (the down product by pair, then moe_sum.wgsl). The expert ids never leave the GPU: the
-products read them from the route buffer, so one dispatch covers every expert a token batch needs;
-in prefill the pairs run grouped by expert, so the workgroups in flight share few experts' rows
-(cache) instead of streaming an expert's matrix once per pair. Routing follows llama.cpp's
+HEARTH_GPU_MOE_DOWN_ROWS=0 one more (the down product by pair, then moe_sum.wgsl). The expert ids
+never leave the GPU: the products read them from the route buffer, so one dispatch covers every
+expert a token batch needs; in prefill the pairs run grouped by expert, so the workgroups in flight
+share few experts' rows (cache) instead of streaming an expert's matrix once per pair. Routing follows llama.cpp's
 build_moe_ffn as the CPU's engine/models/moe.py does (its docstring has the two gatings).
 
 Other MoE architectures can reuse it: `MoeFfn(backend, i, norm="...", prefix="blk.{i}.")` needs
@@ -44,7 +44,7 @@ import numpy as np
 
 from ..errors import EngineError, UnsupportedModelError
 from ..quants import dequantize
-from . import moe_grouped, ops
+from . import moe_decode, moe_grouped, ops
 from .kernels import grid
 
 log = logging.getLogger(__name__)
@@ -62,10 +62,6 @@ MOE_ROWS = 8                     # rows a workgroup of the expert products (32 l
 # gpt-oss (MXFP4 experts) lands 0.24 mean from its logits on the english prompt, past the 0.15 its
 # README allows (0.08 with int8 x, as the CPU backend's). HEARTH_GPU_MOE_INT8=0 keeps f32 x.
 MOE_INT8 = os.environ.get("HEARTH_GPU_MOE_INT8", "") != "0"
-# Decode's route in one dispatch over many workgroups (moe_router.wgsl: norm, logits, xn's blocks)
-# with the top k taken inside the gate/up product (moe_matvec.wgsl TOPK): one dispatch a layer less
-# than the dense matvec's logits and moe_route.wgsl's top k. HEARTH_GPU_MOE_FUSE=0 keeps those two.
-MOE_FUSE = os.environ.get("HEARTH_GPU_MOE_FUSE", "") != "0"
 ROUTE_FIELDS = (("d", "u"), ("n", "u"), ("eps", "f"), ("s_off", "u"))
 MOE_FIELDS = (("K", "u"), ("M", "u"), ("rb0", "u"), ("rb1", "u"), ("eb0", "u"), ("eb1", "u"), ("n", "u"),
               ("s_off", "u"))
@@ -122,26 +118,6 @@ def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: boo
                   NORM_W=bool(norm_w), BIAS=bool(bias), NORM=bool(norm), Q8=bool(q8), LOGITS=bool(logits))
 
 
-def router_kernel(ks, n_expert: int, bias: bool, q8: bool):
-    """Decode's router over router_groups workgroups (moe_router.wgsl). Bindings: x [d] (the residual),
-    router [E, d], logits [E], g [d], xn out [d][, xq (q8)][, bias [E]]. Params d, n, eps, s_off."""
-    access = ["r", "r", "rw", "r", "rw"] + (["rw"] if q8 else []) + (["r"] if bias else [])
-    return ks.get("moe_router.wgsl", access, ROUTE_FIELDS, E=int(n_expert), EPW=router_epw(n_expert), BIAS=bool(bias),
-                  Q8=bool(q8))
-
-
-def router_epw(n_expert: int) -> int:
-    """Experts a workgroup of decode's router: at most 64 workgroups (each also takes the norm)."""
-    epw = 1
-    while n_expert // (2 * epw) >= 64 and n_expert % (2 * epw) == 0 and epw < 8:
-        epw *= 2
-    return epw
-
-
-def router_groups(n_expert: int):
-    return n_expert // router_epw(n_expert), 1, 1
-
-
 def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
                   q8: bool = False, order: bool = False, c64: bool = False, qin: int = 0, topk=None, spar: int = 0):
     """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up][, order]; "down": x, route, y (+=),
@@ -155,7 +131,7 @@ def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bo
     norm_w) ("glu" per token, one token): binding 1 (route) is the router's logits [E] and the kernel
     takes the top k itself, workgroup 0 writing the route to one more binding after the others. spar
     ("down" per token): `rows` is the thread groups (256 / lanes), spar rows a workgroup each with its
-    slots in parallel (moe_grouped.down_rows_layout; workgroups (ceil(M / spar), n))."""
+    slots in parallel (moe_decode.down_rows_layout; workgroups (ceil(M / spar), n))."""
     if q8 and not all(t in ops.INT8_TYPES for t in qtypes):
         raise ValueError(f"no int8-x expert product for weight types {qtypes}")
     nw = 2 if mode == "glu" else 1
@@ -235,30 +211,6 @@ def sink_combine(ks, head_dim: int, pas: str):
     return ks.get("attn_sinks.wgsl", access, SINK_FIELDS, HD=int(head_dim), PASS=pas, CHUNK=ops.ATTN_CHUNK)
 
 
-# Decode attention of a windowed gpt-oss layer in one dispatch (attn_sinks.wgsl "window": one
-# workgroup a head over the window's keys, the sink merge inside) where the window fits a workgroup:
-# the split pass over every key's values and the sinks merge otherwise (HEARTH_GPU_SINK_WINDOW=0).
-SINK_WINDOW = os.environ.get("HEARTH_GPU_SINK_WINDOW", "") != "0"
-
-
-def sink_window_threads(window: int, head_dim: int) -> int:
-    """Threads a workgroup of the windowed attention (a key each, a multiple of head_dim / 4); 0 where
-    it is not built (no window, past 256 keys, head dim not a power of two, or SINK_WINDOW off)."""
-    if not SINK_WINDOW or not 0 < window <= 256 or head_dim & (head_dim - 1) or head_dim < 4:
-        return 0
-    ws = max(32, head_dim // 4)
-    while ws < window:
-        ws *= 2
-    return ws if ws <= 256 else 0
-
-
-def sink_window(ks, head_dim: int, threads: int, kv_f16: bool = False):
-    """Bindings: q, k cache, v cache, out [n_head, head_dim], sinks [n_head], step. Params:
-    sink_params with a = the window. Workgroups: (n_head, 1, 1)."""
-    return ks.get("attn_sinks.wgsl", ["r", "r", "r", "rw", "r", "r"], SINK_FIELDS, HD=int(head_dim), PASS="window",
-                  WS=int(threads), KV_F16=bool(kv_f16))
-
-
 def sink_params(cfg, max_ctx: int, max_splits: int = 0) -> dict:
     return dict(n_head=cfg.n_head, n_kv=cfg.n_head_kv, max_ctx=max_ctx, a=max_splits, scale=cfg.attn_scale)
 
@@ -333,9 +285,9 @@ class MoeFfn:
         self._experts(P, n_of, grouped, topk=bool(topk))
 
     def _fused_route_ok(self) -> bool:
-        """Whether decode takes moe_router.wgsl and the gate/up product's own top k (see MOE_FUSE)."""
+        """Whether decode takes moe_router.wgsl and the gate/up product's own top k (moe_decode.MOE_FUSE)."""
         c = self.be.cfg
-        return MOE_FUSE and c.n_embd % 32 == 0 and c.n_expert_used <= min(c.n_expert, 256)
+        return moe_decode.MOE_FUSE and c.n_embd % 32 == 0 and c.n_expert_used <= min(c.n_expert, 256)
 
     def _route(self, P, n_of, rows_g, grouped: bool) -> bool:
         """route [n, 2k] and xn = RMSNorm(x) * norm (+ its int8 blocks in xq) from the residual be.x.
@@ -352,9 +304,9 @@ class MoeFfn:
             P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, bool(rb), norm=True, q8=q8),
                   [be.x, self.router] + rb + out, _groups(rows_g), f"{i}.ffn_norm+route", **rprm)
         elif self._fused_route_ok():
-            P.add(router_kernel(ks, c.n_expert, bool(rb), q8),
+            P.add(moe_decode.router_kernel(ks, c.n_expert, bool(rb), q8),
                   [be.x, self.router, self.bufs["logits"], self.norm, be.xn] + ([self.bufs["xq"]] if q8 else []) + rb,
-                  router_groups(c.n_expert), f"{i}.ffn_norm+router", **rprm)
+                  moe_decode.router_groups(c.n_expert), f"{i}.ffn_norm+router", **rprm)
             return True
         else:    # decode: the router's logits by the dense matvec (RMSNorm fused), then the top k
             lay = ops.matvec_layout(d, c.n_expert)
@@ -401,8 +353,8 @@ class MoeFfn:
         # the tiled path do not fit one binding)
         db = [self.b_down] if self.b_down is not None else []
         nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
-        if not grouped and moe_grouped.down_by_rows_ok(self):
-            moe_grouped.add_down_by_rows(self, P, n_of)
+        if not grouped and moe_decode.down_by_rows_ok(self):
+            moe_decode.add_down_by_rows(self, P, n_of)
             return
         if not grouped and moe_grouped.down_by_pair_ok(self):
             moe_grouped.add_down_by_pair(self, P, n_of)

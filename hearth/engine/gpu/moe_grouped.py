@@ -21,15 +21,7 @@ products, each quantizing its pair's row in workgroup memory, writing yd; then m
 per-token product runs one workgroup a row group for all k slots in turn: Qwen3-30B-A3B's (2,048
 rows of 768, 32 rows a workgroup) is 64 workgroups on a GPU that holds a thousand; by pair it is
 k times as many, for one more (tiny) dispatch. HEARTH_GPU_MOE_DOWN_PAIRS=0 keeps the per-token one.
-
-Decode's down product by rows (`add_down_by_rows`, ahead of both): the per-token product with the
-token's k slots in parallel inside a workgroup (moe_matvec.wgsl SPAR: thread groups (row, slot) of
-the expert layout's lanes, at most 256 / k lanes a group), each workgroup quantizing the token's k
-rows in workgroup memory, summing its rows' k weighted products there and adding them to the
-residual: as many workgroups as by pair (gpt-oss-20b: 2 rows x 4 slots x 32 lanes, 1,440;
-Qwen3-30B-A3B: 4 x 8 x 8, 512) with no yd buffer and no moe_sum pass (one dispatch less a layer),
-for k times the quantizing a workgroup (one pass of its 256 threads for Qwen3-30B's 8 rows of 768,
-two for gpt-oss's 4 of 2,880). HEARTH_GPU_MOE_DOWN_ROWS=0 keeps the by-pair product and moe_sum.
+Decode takes neither unless HEARTH_GPU_MOE_DOWN_ROWS=0: moe_decode.add_down_by_rows comes first.
 """
 
 from __future__ import annotations
@@ -42,7 +34,6 @@ from . import ops
 MM_TYPES = ops.INT8_MM_TYPES + ("MXFP4",)
 MOE_MM = os.environ.get("HEARTH_GPU_MOE_MM", "") != "0"
 DOWN_PAIRS = os.environ.get("HEARTH_GPU_MOE_DOWN_PAIRS", "") != "0"
-DOWN_ROWS = os.environ.get("HEARTH_GPU_MOE_DOWN_ROWS", "") != "0"
 MM_FIELDS = (("K", "u"), ("M", "u"), ("rb0", "u"), ("eb0", "u"), ("s_off4", "u"), ("n", "u"), ("pad0", "u"),
              ("pad1", "u"))
 # Tiles (rows, pairs a thread: 16 RM x 16 RN a workgroup) by the pairs an expert gets on average in a
@@ -150,39 +141,3 @@ def add_down_by_pair(ffn, P, n_of) -> None:
     P.add(sum_kernel(ks, k), [ffn.bufs["yd"], be.x], lambda n, kv: sum_groups(n_of(n, kv), d), f"{i}.experts.sum",
           d=d, n=n_of)
 
-
-def down_rows_layout(ffn) -> tuple[int, int, bool]:
-    """(thread groups a workgroup, rows a workgroup, c64) of decode's down product by rows: the expert
-    layout's lanes a (row, slot), halved until a row's k slots fit 256 threads."""
-    from .moe import expert_layout
-
-    k, ff = ffn.be.cfg.n_expert_used, ffn.be.cfg.n_ff_exp
-    rows, c64 = expert_layout([ffn.down.qtype], ff, ffn.q8_down)
-    lanes = 256 // rows
-    while lanes * k > 256 and lanes > 8:
-        lanes //= 2
-    return 256 // lanes, 256 // (lanes * k), c64
-
-
-def down_by_rows_ok(ffn) -> bool:
-    """Whether decode's down product runs by rows (k slots fit a workgroup's thread groups; with int8
-    x, the token's k rows of blocks fit workgroup memory beside the reduction)."""
-    c = ffn.be.cfg
-    q8_fits = not ffn.q8_down or ffn._fits(ops.q8_rows_words(c.n_expert_used, c.n_ff_exp) + 32)
-    return DOWN_ROWS and q8_fits and 8 * c.n_expert_used <= 256
-
-
-def add_down_by_rows(ffn, P, n_of) -> None:
-    """Decode's down product by rows with the slots in parallel, summed into x (see the docstring)."""
-    from .moe import expert_kernel
-
-    be, c, ks = ffn.be, ffn.be.cfg, ffn.be.ks
-    d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, ffn.i
-    db = [ffn.b_down] if ffn.b_down is not None else []
-    groups, rpw, c64 = down_rows_layout(ffn)
-    qin = ops.q8_rows_words(k, ff) if ffn.q8_down else 0
-    P.add(expert_kernel(ks, "down", [ffn.down.qtype], k, bias=bool(db), q8=ffn.q8_down, rows=groups, c64=c64, qin=qin,
-                        spar=rpw),
-          [ffn.bufs["ffe"], ffn.bufs["route"], be.x, ffn.down.buffer] + db,
-          lambda n, kv: (-(-d // rpw), n_of(n, kv), 1), f"{i}.experts.down",
-          K=ff, M=d, rb0=ffn.down.rb, eb0=ffn.down.eb, n=n_of, s_off=ops.q8_rows_scales(k, ff) if qin else 0)
