@@ -30,9 +30,10 @@ current one's id is read back (the id goes from the argmax into the next step's 
 the whole head), gemma3 two post-norm dispatches per layer. A float16 KV cache (`kv_dtype="f16"`)
 adds the RoPE dispatch too (rope_store.wgsl writes its words of two values whole).
 Mixture-of-experts layers (qwen3moe, gpt-oss; gpu/moe.py) replace the FFN's two decode dispatches
-with four: RMSNorm + router logits, top k, all chosen experts' gate/up, their down + weighted sum
-+ residual; gpt-oss's attention sinks make
-decode attention always a split pass and a merge with the sinks (no direct or fused-merge variant).
+with three: RMSNorm + router logits (+ xn's int8 blocks), all chosen experts' gate/up (+ the top k),
+their down + weighted sum + residual; gpt-oss's attention sinks make decode attention a split pass
+and a merge with the sinks (no direct or fused-merge variant), or in its windowed layers one pass
+over the window's keys with the sinks merge inside (moe_decode.sink_window).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from .dense_next import DenseHooks, tensor_view
 from .device import Device, select_adapter
 from .kernels import Kernels
 from . import moe as gmoe
+from . import moe_decode
 from .kv import GpuKVCache
 from .plan import Plan
 from .weights import GpuWeights
@@ -293,23 +295,31 @@ class GpuBackend(Backend):
         # output itself; longer: split partials, then the merge. The plan holds every variant and the
         # step's kv_len picks (ops whose workgroup count is 0 are not dispatched).
         nsp = ops.attn_splits
-        sinks = L["sinks"]     # gpt-oss: always split partials, then the merge with the sinks (moe.sink_combine)
-        P.add(ops.attn_split(ks, hd, self.kv_f16), [self.q, self.kv.k[i], self.kv.v[i], self.part, self.step],
-              lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 or sinks is not None else (0, 0, 0), f"{i}.attn", **ap)
-        P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True), [self.q, self.kv.k[i], self.kv.v[i], self.att, self.step],
-              lambda n, kv: (1, nh, 1) if nsp(kv) == 1 and sinks is None else (0, 0, 0), f"{i}.attn", **ap)
+        sinks = L["sinks"]     # gpt-oss: split partials, then the merge with the sinks (moe.sink_combine)
+        ws = moe_decode.sink_window_threads(window, hd) if sinks is not None else 0
+        if ws:                 # a windowed gpt-oss layer: the window's keys and the sinks merge in one pass
+            P.add(moe_decode.sink_window(ks, hd, ws, self.kv_f16),
+                  [self.q, self.kv.k[i], self.kv.v[i], self.att, sinks, self.step], (nh, 1, 1), f"{i}.attn",
+                  **gmoe.sink_params(c, self.kv.max_ctx, window))
+        else:
+            P.add(ops.attn_split(ks, hd, self.kv_f16), [self.q, self.kv.k[i], self.kv.v[i], self.part, self.step],
+                  lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 or sinks is not None else (0, 0, 0), f"{i}.attn", **ap)
+            P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True), [self.q, self.kv.k[i], self.kv.v[i], self.att, self.step],
+                  lambda n, kv: (1, nh, 1) if nsp(kv) == 1 and sinks is None else (0, 0, 0), f"{i}.attn", **ap)
         # The split merge fused into the O projection while that is cheap (short contexts: one
         # dispatch less), else a combine pass first.
         wo = [L["wo"].qtype]
         o_lay, o_q8 = self._layout(wo, nh * hd, d)
         fuse = 0
-        if sinks is not None:
+        if ws:
+            pass
+        elif sinks is not None:
             P.add(gmoe.sink_combine(ks, hd, "decode"), [self.part, self.att, sinks, self.step], (nh, 1, 1),
                   f"{i}.combine", **gmoe.sink_params(c, self.kv.max_ctx, self.max_splits))
         elif nh * hd <= ops.ATTN_X_MAX and nh * self.max_splits <= ops.ATTN_WS_MAX and nh <= 256:
             o_lay_x, o_q8x = self._layout(wo, nh * hd, d, attn_x=True)
             fuse = min(self.max_splits, ops.attn_fuse_splits(ops.matvec_groups(d, o_lay_x)[0], nh * hd))
-        if fuse < self.max_splits and sinks is None:
+        if fuse < self.max_splits and sinks is None and not ws:
             P.add(ops.attn_combine(ks, hd), [self.part, self.att, self.step],
                   lambda n, kv: (nh, 1, 1) if nsp(kv) > max(fuse, 1) else (0, 0, 0), f"{i}.combine", **ap)
         self._decode_proj(P, L["wo"], self.att, nh * hd, L["bo"], L["post_attn"], f"{i}.o", layout=o_lay,

@@ -6,18 +6,22 @@ float), and `add_decode(plan)` / `add_prefill(plan)` append its dispatches to a 
 
     route     RMSNorm x -> xn (ffn_norm; gpt-oss: post_attention_norm), xn's int8 blocks, router
               logits (+ bias), top k, weights -> route [n, 2k]                    (moe_route.wgsl)
-              (decode: the logits first by the dense matvec, spread over the GPU, then the top k)
+              (decode: norm, logits and xn's blocks over many workgroups (moe_router.wgsl), the
+              top k inside the gate/up product, whose workgroup 0 writes route: gpu/moe_decode.py)
     [sort]    prefill: the (token, slot) pairs grouped by expert -> order       (moe_sort.wgsl)
               (prefill with int8 products: moe_grouped.py's tiled products from here on)
     glu       per (token, slot): act(gate_e xn (+b)) * (up_e xn (+b)) -> ffe [n, k, n_ff_exp]
     [q8]      prefill: ffe's rows as int8 blocks                             (quantize_rows.wgsl)
     down      decode: x += sum_s w_s (down_{e_s} ffe[t, s] (+b)), ffe quantized in workgroup memory
+              (by rows, the k slots in parallel in a workgroup: moe_decode.add_down_by_rows)
               prefill: per pair (by expert) yd = w_s (down_e ffe (+b)), then x += sum_s yd (moe_sum.wgsl)
 
-Decode is 4 dispatches a layer (the dense FFN's 2; 5 where ffe's blocks do not fit workgroup memory). The expert ids never leave the GPU: the
-products read them from the route buffer, so one dispatch covers every expert a token batch needs;
-in prefill the pairs run grouped by expert, so the workgroups in flight share few experts' rows
-(cache) instead of streaming an expert's matrix once per pair. Routing follows llama.cpp's
+Decode is 3 dispatches a layer (the dense FFN's 2): router, gate/up (+ top k), down (+ sum); with
+HEARTH_GPU_MOE_FUSE=0 4 (the dense matvec's logits, then moe_route.wgsl's top k), and with
+HEARTH_GPU_MOE_DOWN_ROWS=0 one more (the down product by pair, then moe_sum.wgsl). The expert ids
+never leave the GPU: the products read them from the route buffer, so one dispatch covers every
+expert a token batch needs; in prefill the pairs run grouped by expert, so the workgroups in flight
+share few experts' rows (cache) instead of streaming an expert's matrix once per pair. Routing follows llama.cpp's
 build_moe_ffn as the CPU's engine/models/moe.py does (its docstring has the two gatings).
 
 Other MoE architectures can reuse it: `MoeFfn(backend, i, norm="...", prefix="blk.{i}.")` needs
@@ -40,7 +44,7 @@ import numpy as np
 
 from ..errors import EngineError, UnsupportedModelError
 from ..quants import dequantize
-from . import moe_grouped, ops
+from . import moe_decode, moe_grouped, ops
 from .kernels import grid
 
 log = logging.getLogger(__name__)
@@ -115,7 +119,7 @@ def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: boo
 
 
 def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
-                  q8: bool = False, order: bool = False, c64: bool = False, qin: int = 0):
+                  q8: bool = False, order: bool = False, c64: bool = False, qin: int = 0, topk=None, spar: int = 0):
     """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up][, order]; "down": x, route, y (+=),
     w[, b][, order]. Params K, M, rb0, rb1, eb0, eb1, n, s_off (see moe_matvec.wgsl). q8: x is
     quantize_rows' int8 blocks (every weight type in ops.INT8_TYPES; s_off = ops.q8_rows_scales of
@@ -123,14 +127,21 @@ def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bo
     "down" then writes each pair's weighted output y [n k, M] (sum_kernel adds them up). c64 (with
     q8, K a multiple of 64): 64-weight chunks a lane (see expert_layout). qin ("down" per token, with
     q8): x is f32 and each workgroup quantizes its token's rows into workgroup memory first (qin =
-    ops.q8_rows_words(slots, K); s_off = ops.q8_rows_scales(slots, K))."""
+    ops.q8_rows_words(slots, K); s_off = ops.q8_rows_scales(slots, K)). topk = (n_expert, gating,
+    norm_w) ("glu" per token, one token): binding 1 (route) is the router's logits [E] and the kernel
+    takes the top k itself, workgroup 0 writing the route to one more binding after the others. spar
+    ("down" per token): `rows` is the thread groups (256 / lanes), spar rows a workgroup each with its
+    slots in parallel (moe_decode.down_rows_layout; workgroups (ceil(M / spar), n))."""
     if q8 and not all(t in ops.INT8_TYPES for t in qtypes):
         raise ValueError(f"no int8-x expert product for weight types {qtypes}")
     nw = 2 if mode == "glu" else 1
-    access = ["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else []) + (["r"] if order else [])
+    access = (["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else []) + (["r"] if order else [])
+              + (["rw"] if topk else []))
+    tk = dict(TOPK=int(topk[0]), GATING=topk[1], NORM_W=bool(topk[2])) if topk else {}
     return ks.get("moe_matvec.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots),
                   ACT=act, BIAS=bool(bias), ROWS=int(rows), Q8X=int(bool(q8)),
-                  ORDER=bool(order), C64=bool(c64), QIN=int(qin), FP4_LUT=ops.fp4_lookup(qtypes, q8))
+                  ORDER=bool(order), C64=bool(c64), QIN=int(qin), SPAR=int(spar),
+                  FP4_LUT=ops.fp4_lookup(qtypes, q8), **tk)
 
 
 def expert_layout(qtypes, k: int, q8: bool) -> tuple[int, bool]:
@@ -271,11 +282,18 @@ class MoeFfn:
     def _add(self, P, n_of, rows_g, grouped: bool) -> None:
         """grouped (prefill): the tiled products (_add_tiled), or where their per-pair outputs do not
         fit one binding, the gate/up pairs sorted by expert (moe_sort.wgsl) and the down product per token."""
-        self._route(P, n_of, rows_g, grouped)
-        self._experts(P, n_of, grouped)
+        topk = self._route(P, n_of, rows_g, grouped)
+        self._experts(P, n_of, grouped, topk=bool(topk))
 
-    def _route(self, P, n_of, rows_g, grouped: bool) -> None:
-        """route [n, 2k] and xn = RMSNorm(x) * norm (+ its int8 blocks in xq) from the residual be.x."""
+    def _fused_route_ok(self) -> bool:
+        """Whether decode takes moe_router.wgsl and the gate/up product's own top k (moe_decode.MOE_FUSE)."""
+        c = self.be.cfg
+        return moe_decode.MOE_FUSE and c.n_embd % 32 == 0 and c.n_expert_used <= min(c.n_expert, 256)
+
+    def _route(self, P, n_of, rows_g, grouped: bool) -> bool:
+        """route [n, 2k] and xn = RMSNorm(x) * norm (+ its int8 blocks in xq) from the residual be.x.
+        Returns True where it left the top k to the gate/up product (decode, _fused_route_ok): the
+        logits in bufs["logits"], the route written by that product."""
         be, c, ks = self.be, self.be.cfg, self.be.ks
         d, k, i = c.n_embd, c.n_expert_used, self.i
         route = self.bufs["route"]
@@ -286,6 +304,11 @@ class MoeFfn:
         if grouped:
             P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, bool(rb), norm=True, q8=q8),
                   [be.x, self.router] + rb + out, _groups(rows_g), f"{i}.ffn_norm+route", **rprm)
+        elif self._fused_route_ok():
+            P.add(moe_decode.router_kernel(ks, c.n_expert, bool(rb), q8),
+                  [be.x, self.router, self.bufs["logits"], self.norm, be.xn] + ([self.bufs["xq"]] if q8 else []) + rb,
+                  moe_decode.router_groups(c.n_expert), f"{i}.ffn_norm+router", **rprm)
+            return True
         else:    # decode: the router's logits by the dense matvec (RMSNorm fused), then the top k
             lay = ops.matvec_layout(d, c.n_expert)
             logits = self.bufs["logits"]
@@ -295,9 +318,11 @@ class MoeFfn:
             P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, False, norm=True, q8=q8,
                                logits=True),
                   [be.x, logits] + out, (1, 1, 1), f"{i}.ffn_norm+top_k", **rprm)
+        return False
 
-    def _experts(self, P, n_of, grouped: bool) -> None:
-        """The chosen experts' products from be.xn (or its int8 blocks) and route; their weighted sum added to be.x."""
+    def _experts(self, P, n_of, grouped: bool, topk: bool = False) -> None:
+        """The chosen experts' products from be.xn (or its int8 blocks) and route; their weighted sum
+        added to be.x. topk (decode): the gate/up product takes the top k from bufs["logits"] and writes route."""
         be, c, ks = self.be, self.be.cfg, self.be.ks
         d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, self.i
         route, ffe = self.bufs["route"], self.bufs["ffe"]
@@ -317,9 +342,11 @@ class MoeFfn:
         src = self.bufs["xq"] if q8 else be.xn           # the route kernel wrote xn (and its int8 blocks)
         gt = [self.gate.qtype, self.up.qtype]
         rows, c64 = expert_layout(gt, d, self.q8_gate_up)
+        tk = (c.n_expert, c.expert_gating, c.expert_weights_norm) if topk else None
         P.add(expert_kernel(ks, "glu", gt, k, act=act, bias=bool(gb), q8=self.q8_gate_up, order=grouped,
-                            rows=rows, c64=c64),
-              [src, route, ffe, self.gate.buffer, self.up.buffer] + gb + ob,
+                            rows=rows, c64=c64, topk=tk),
+              [src, self.bufs["logits"] if topk else route, ffe, self.gate.buffer, self.up.buffer] + gb + ob
+              + ([route] if topk else []),
               lambda n, kv: expert_groups(ff, n_of(n, kv) * k, rows, order=grouped), f"{i}.experts.gate_up",
               K=d, M=ff, rb0=self.gate.rb, rb1=self.up.rb, eb0=self.gate.eb, eb1=self.up.eb, n=n_of,
               s_off=ops.q8_rows_scales(be.chunk, d))
@@ -327,6 +354,9 @@ class MoeFfn:
         # the tiled path do not fit one binding)
         db = [self.b_down] if self.b_down is not None else []
         nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
+        if not grouped and moe_decode.down_by_rows_ok(self):
+            moe_decode.add_down_by_rows(self, P, n_of)
+            return
         if not grouped and moe_grouped.down_by_pair_ok(self):
             moe_grouped.add_down_by_pair(self, P, n_of)
             return

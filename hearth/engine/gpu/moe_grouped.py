@@ -21,6 +21,7 @@ products, each quantizing its pair's row in workgroup memory, writing yd; then m
 per-token product runs one workgroup a row group for all k slots in turn: Qwen3-30B-A3B's (2,048
 rows of 768, 32 rows a workgroup) is 64 workgroups on a GPU that holds a thousand; by pair it is
 k times as many, for one more (tiny) dispatch. HEARTH_GPU_MOE_DOWN_PAIRS=0 keeps the per-token one.
+Decode takes neither unless HEARTH_GPU_MOE_DOWN_ROWS=0: moe_decode.add_down_by_rows comes first.
 """
 
 from __future__ import annotations
@@ -139,3 +140,4 @@ def add_down_by_pair(ffn, P, n_of) -> None:
           K=ff, M=d, rb0=ffn.down.rb, eb0=ffn.down.eb, n=n_of, s_off=ops.q8_rows_scales(1, ff))
     P.add(sum_kernel(ks, k), [ffn.bufs["yd"], be.x], lambda n, kv: sum_groups(n_of(n, kv), d), f"{i}.experts.sum",
           d=d, n=n_of)
+

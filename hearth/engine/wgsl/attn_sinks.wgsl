@@ -5,6 +5,15 @@
 // (scores and sinks in the same units: q.k times the attention scale). PASS "decode": workgroup h
 // merges head h's splits of the one query (partials [n_head, max_splits, HD + 2]; step = [pos, n]);
 // "prefill": workgroup r = query * n_head + head merges its n_splits (partials [r, n_splits, HD + 2]).
+// PASS "window" (decode, a windowed layer whose window a = W fits a workgroup of WS >= W threads):
+// workgroup h scores head h's last min(kv_len, W) keys itself, thread t key t (as attn_decode.wgsl's
+// split pass scores a chunk), and writes the merged output with the sink: the split pass and this
+// merge in one dispatch, reading the window's keys and values only (the split pass reads every
+// split's values past the window). Bindings: q [n_head, HD], k and v caches [n_kv, max_ctx, HD]
+// (float16 with KV_F16), out [n_head, HD], sinks, step.
+{% if PASS == "window" %}
+{% include "attn_sinks_window.wgsl" %}
+{% else %}
 const HD: u32 = {{HD}}u;
 const PW: u32 = HD + 2u;
 struct Params {
@@ -17,7 +26,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read> sinks: array<f32>;     // [n_head]
 {% if PASS == "decode" %}
 @group(0) @binding(4) var<storage, read> step: array<u32>;
-{% elif PASS != "prefill" %}
+{% elif PASS not in ("prefill", "window") %}
 {{ raise("attn_sinks pass " ~ PASS) }}
 {% endif %}
 
@@ -52,3 +61,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         out[r * HD + d] = o / l;
     }
 }
+{% endif %}

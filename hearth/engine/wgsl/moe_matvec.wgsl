@@ -22,9 +22,19 @@
 // f32 and each workgroup first writes its token's SLOTS rows (ORDER: its pair's row) as int8 blocks
 // into workgroup memory (quantize_rows' layout and code, scales from word s_off there): no quantize
 // pass (decode: one dispatch less a layer).
+// SPAR ("down" per token, = R rows a workgroup): the token's slots in parallel, thread group
+// grp = row rr * SLOTS + slot s (LANES lanes each, 256 / LANES >= R SLOTS groups); each group's
+// weighted product w_s (Wd_e[r] . x[s] + bd[e, r]) to workgroup memory, then a thread a row adds
+// them in slot order to the residual: the per-pair product's parallelism without its yd buffer
+// and moe_sum.wgsl's pass (decode: one dispatch less a layer).
+// TOPK ("glu", decode, one token): binding 2 holds the router's logits [E] (moe_router.wgsl) and
+// every workgroup takes the top k itself (moe_topk.wgsl; GATING, NORM_W as the route kernel's) for
+// its slot's expert; workgroup 0 also writes the route [2 SLOTS] (ids, weights) to a binding after
+// the others for the down product: no route dispatch (one dispatch less a layer).
 {% from "q8_block.wgsl" import q8_scale, q8_codes %}
 {% from "row_sum.wgsl" import row_sum %}
 {% from "quant.wgsl" import quant_fns, kv_wg_init with context %}
+{% from "moe_topk.wgsl" import topk, topk_decls %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
 {% set Q8 = Q8X | default(0) %}
@@ -32,6 +42,10 @@
 {% set QIN = QIN | default(0) %}
 {% if QIN and (not Q8 or GLU) %}{{ raise("x quantized in the workgroup is built for the down product") }}{% endif %}
 {% set QROWS = 1 if ORDER else SLOTS %}
+{% set TOPK = TOPK | default(0) %}
+{% set SPAR = SPAR | default(0) %}
+{% if SPAR and (GLU or ORDER or SPAR * SLOTS > ROWS) %}{{ raise("the slots in parallel are built for the per-token down product") }}{% endif %}
+{% if TOPK and (not GLU or ORDER) %}{{ raise("the top k is built into decode's gate/up product") }}{% endif %}
 {% if C64 and not Q8 %}{{ raise("64-weight chunks are built for int8 x only") }}{% endif %}
 {% if MODE not in ("glu", "down") %}{{ raise("moe_matvec mode " ~ MODE) }}{% endif %}
 const ROWS: u32 = {{ROWS}}u;
@@ -55,7 +69,11 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 {% else %}
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;       // glu [n, K]; down [n SLOTS, K]
 {% endif %}
+{% if TOPK %}
+@group(0) @binding(2) var<storage, read> logits: array<f32>;        // [E] the router's (bias included)
+{% else %}
 @group(0) @binding(2) var<storage, read> route: array<u32>;         // [n, 2 SLOTS]
+{% endif %}
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;       // glu [n SLOTS, M]; down [n, M] (+=)
 @group(0) @binding(4) var<storage, read> w0: array<u32>;
 {% if GLU %}
@@ -74,6 +92,10 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 {% if ORDER %}
 @group(0) @binding({{nb}}) var<storage, read> order: array<u32>;    // [n SLOTS] pairs grouped by expert
 {% endif %}
+{% if TOPK %}
+@group(0) @binding({{nb}}) var<storage, read_write> route: array<u32>; // [2 SLOTS] written by workgroup 0
+{{ topk_decls(TOPK, SLOTS) }}
+{% endif %}
 
 {{ quant_fns("w0", QTYPES[0]) }}
 {% if GLU %}
@@ -81,6 +103,9 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 {% endif %}
 
 var<workgroup> red: array<f32, {{512 if GLU else 256}}>;
+{% if SPAR %}
+var<workgroup> sp: array<f32, {{SPAR * SLOTS}}>;                  // each (row, slot)'s weighted product
+{% endif %}
 
 {% if Q8 %}
 // weights [8c, 8c + 8) of the row at byte rowbase (buffer wi) times row xr of x (xb = xr K / 4)
@@ -140,6 +165,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lane = tid % LANES;
 {% if ORDER %}
     let row = wid.y * ROWS + grp;
+{% elif SPAR %}
+    let row = wid.x * {{SPAR}}u + grp / SLOTS;
 {% else %}
     let row = wid.x * ROWS + grp;
 {% endif %}
@@ -152,7 +179,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let j = wid.y;                               // token t's slot s
 {% endif %}
     let t = j / SLOTS;
+{% if TOPK %}
+    for (var f = tid; f < {{TOPK}}u; f += 256u) { lg[f] = logits[f]; }
+    workgroupBarrier();
+    let first = wid.x == 0u && wid.y == 0u;
+{{ topk(TOPK, SLOTS, GATING, NORM_W, "first") }}
+    if (first && tid < SLOTS) {
+        route[tid] = sid[tid];
+        route[SLOTS + tid] = bitcast<u32>(sel[tid]);
+    }
+    let e = sid[j];
+{% else %}
     let e = route[t * 2u * SLOTS + j % SLOTS];
+{% endif %}
     let ra = e * P.eb0 + r * P.rb0;
     let rb = e * P.eb1 + r * P.rb1;
     let xb = t * (P.K / 4u);
@@ -177,6 +216,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let xb = {% if QIN %}0u{% else %}j * (P.K / 4u){% endif %};
     var acc = 0.0;
     for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
+{% elif SPAR %}
+    let t = wid.y;
+    let s = grp % SLOTS;
+    let e = route[t * 2u * SLOTS + s];
+    let ws = bitcast<f32>(route[t * 2u * SLOTS + SLOTS + s]);
+    let ro = e * P.eb0 + r * P.rb0;
+    let xb = ({% if QIN %}s{% else %}t * SLOTS + s{% endif %}) * (P.K / 4u);
+    var acc = 0.0;
+    if (grp < {{SPAR * SLOTS}}u) {
+        for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
+    }
 {% else %}
     let t = wid.y;
     var acc = 0.0;
@@ -193,6 +243,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // the row group's sums into lane 0's acc, acu (row_sum.wgsl, as matvec.wgsl's)
 {% set names = ["acc", "acu"] if GLU else ["acc"] %}
 {{ row_sum(names, SUBGROUPS) }}
+{% if SPAR %}
+    if (lane == 0u && grp < {{SPAR * SLOTS}}u) {
+{% if BIAS %}
+        sp[grp] = ws * (acc + b0[e * P.M + r]);
+{% else %}
+        sp[grp] = ws * acc;
+{% endif %}
+    }
+    workgroupBarrier();
+    let rw = wid.x * {{SPAR}}u + tid;
+    if (tid >= {{SPAR}}u || rw >= P.M) { return; }
+    var v = 0.0;
+    for (var q = 0u; q < SLOTS; q++) { v += sp[tid * SLOTS + q]; }
+    y[t * P.M + rw] += v;
+{% else %}
     if (lane != 0u || row >= P.M) { return; }
 {% if GLU %}
     var g = acc;
@@ -227,5 +292,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 {% endif %}
     y[t * P.M + r] += v;
+{% endif %}
 {% endif %}
 }

@@ -1,20 +1,15 @@
 // Mixture-of-experts router for each of n tokens (one workgroup a token): the router's logits
 // lg[e] = W_r[e] . xn[t] (+ b[e]) for E experts, then the top K and their weights, written to
 // route[t] = [K expert ids (u32), K weights (f32 bits)], best first (ties: the lower id, as a stable
-// argsort of the negated values). GATING, as llama.cpp's build_moe_ffn:
-//   "softmax"        p = softmax(lg over all experts); top K of p; weights p[top], divided by
-//                    max(sum, MIN_SUM) where NORM_W (qwen3moe)
-//   "softmax_weight" top K of lg; weights softmax(lg[top])                        (gpt-oss)
+// argsort of the negated values); GATING and the top k: moe_topk.wgsl.
 // Logits: 8 row groups of 32 lanes, each lane summing a strided part of one expert's row, a tree
-// in workgroup memory after. The top K by ranks: every thread counts, for its experts, the values
-// that beat theirs (larger, or equal at a lower id), so expert e lands at slot rank(e) when that is
-// below K: E steps a thread in parallel, where one thread's K scans took K E dependent steps
-// (Qwen3-30B-A3B: 1,024, the decode route's largest cost).
+// in workgroup memory after.
 // NORM: the input is the residual x [n, d] and the kernel does the FFN's RMSNorm itself (weight g,
 // as rmsnorm.wgsl computes it), writing xn for the experts; Q8 (with NORM): it also writes xn's rows
 // as int8 blocks of 32 (quantize_rows.wgsl's layout and code, scales from word s_off) for the
 // experts' int8-x products. Both save a dispatch a layer.
 {% from "q8_block.wgsl" import q8_scale, q8_codes %}
+{% from "moe_topk.wgsl" import topk, topk_decls %}
 {% set Q8 = Q8 | default(False) %}
 // LOGITS (decode): binding 2 holds the logits [E] already (+ bias: the dense matvec computed them
 // over many workgroups; one workgroup reading the whole router is slow on a large GPU); the kernel
@@ -25,7 +20,6 @@
 const E: u32 = {{E}}u;
 {% if K > 256 %}{{ raise("a top k past 256 experts") }}{% endif %}
 const K: u32 = {{K}}u;
-const MIN_SUM: f32 = 6.103515625e-5;
 struct Params { d: u32, n: u32, eps: f32, s_off: u32 }
 @group(0) @binding(0) var<uniform> P: Params;
 {% if NORM %}
@@ -49,9 +43,8 @@ struct Params { d: u32, n: u32, eps: f32, s_off: u32 }
 struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 {% endif %}
 
-var<workgroup> lg: array<f32, E>;
 var<workgroup> red: array<f32, 256>;
-var<workgroup> sel: array<f32, K>;
+{{ topk_decls(E, K) }}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -130,65 +123,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
 {% endif %}
-{% if GATING == "softmax" %}
-    // p = softmax(lg): the max, then exp and their sum, as tree reductions over the threads
-    var m = lg[0];
-    for (var e = tid; e < E; e += 256u) { m = max(m, lg[e]); }
-    red[tid] = m;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (tid < s) { red[tid] = max(red[tid], red[tid + s]); }
-        workgroupBarrier();
-    }
-    let mx = red[0];
-    workgroupBarrier();
-    var sm = 0.0;
-    for (var e = tid; e < E; e += 256u) { let v = exp(lg[e] - mx); lg[e] = v; sm += v; }
-    red[tid] = sm;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (tid < s) { red[tid] += red[tid + s]; }
-        workgroupBarrier();
-    }
-    let sum = red[0];
-    for (var e = tid; e < E; e += 256u) { lg[e] = lg[e] / sum; }
-    workgroupBarrier();
-{% elif GATING != "softmax_weight" %}
-    {{ raise("unknown expert gating " ~ GATING) }}
-{% endif %}
+{{ topk(E, K, GATING, NORM_W) }}
     let rb = t * 2u * K;
-    // valid ids in every slot first: NaN logits rank 0 together and leave slots unfilled
     if (tid < K) {
-        route[rb + tid] = tid;
-        sel[tid] = 0.0;
+        route[rb + tid] = sid[tid];
+        route[rb + K + tid] = bitcast<u32>(sel[tid]);
     }
-    workgroupBarrier();
-    for (var e = tid; e < E; e += 256u) {
-        let v = lg[e];
-        var rank = 0u;
-        for (var f = 0u; f < E; f++) {
-            let u = lg[f];
-            rank += select(0u, 1u, u > v || (u == v && f < e));
-        }
-        if (rank < K) {
-            route[rb + rank] = e;
-            sel[rank] = v;
-        }
-    }
-    workgroupBarrier();
-    if (tid != 0u) { return; }
-{% if GATING == "softmax" %}
-{% if NORM_W %}
-    var tot = 0.0;
-    for (var s = 0u; s < K; s++) { tot += sel[s]; }
-    tot = max(tot, MIN_SUM);
-    for (var s = 0u; s < K; s++) { sel[s] = sel[s] / tot; }
-{% endif %}
-{% else %}
-    var tot = 0.0;
-    let top = sel[0];
-    for (var s = 0u; s < K; s++) { let v = exp(sel[s] - top); sel[s] = v; tot += v; }
-    for (var s = 0u; s < K; s++) { sel[s] = sel[s] / tot; }
-{% endif %}
-    for (var s = 0u; s < K; s++) { route[rb + K + s] = bitcast<u32>(sel[s]); }
 }
