@@ -20,10 +20,11 @@ post-norm) and layer_output_scale ("scale").
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
-from ..errors import UnsupportedModelError
+from ..errors import EngineError, UnsupportedModelError
 from ..models import weights as MW
 from ..models.gemma4 import split_kv_layout
 from ..models.layer_state import SplitKV
@@ -39,6 +40,10 @@ from .weights import GpuMatrix, GpuWeights
 G4_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("n_rot", "u"), ("max_ctx", "u"), ("stride", "u"), ("v_off", "u"),
              ("eps", "f"), ("scale", "f"), ("count", "u"), ("npl", "u"), ("ldb", "u"), ("off", "u"))
 MAX_HEAD_DIM = 512
+# Decode folds each post-norm + residual add into the next product that reads the residual stream
+# (matvec PRE) and the per-layer branch's gelu(gate) * input into the gate product (matvec GELU_MUL):
+# 4 dispatches less a layer. HEARTH_GPU_G4_FUSE=0 keeps the separate passes.
+FUSE = os.environ.get("HEARTH_GPU_G4_FUSE", "") != "0"
 
 
 def g4_kernel(ks, pass_: str, head_dim: int = 0, kv_f16: bool = False):
@@ -139,13 +144,17 @@ class Gemma4GpuBackend(GpuBackend):
             self.ple_model_proj = W.matrix("per_layer_model_proj.weight", NL * npl, d)
             self.ple_proj_norm = W.vector("per_layer_proj_norm.weight", npl)
         self.layers = [self._layer_weights(W, g, i) for i in range(NL)]
+        self.fuse = FUSE and all(L["moe"] is None for L in self.layers)
+        self.x2 = buf(d * 4, "x-alt") if self.fuse else None   # [d] the decode residual stream's other buffer
 
         dec = self.decode_plan = Plan(dev, "decode")
         pre = self.prefill_plan = Plan(dev, "prefill")
         for P, decode in ((dec, True), (pre, False)):
+            self._start_stream(decode)
             self._inputs(P, decode)
             for i, L in enumerate(self.layers):
                 self._layer(P, decode, i, L)
+            self._end_stream(P)
         self.decode_body, self.prefill_body = len(dec.ops), len(pre.ops)
         for P, decode in ((dec, True), (pre, False)):
             self._head(P, decode)
@@ -195,6 +204,47 @@ class Gemma4GpuBackend(GpuBackend):
         m[:, :npl] = dequantize(t.data, t.type, t.shape, name).reshape(c.n_embd, npl)
         return GpuMatrix(W.floats(m, name), "F32", c.n_embd, npp)
 
+    # ------------------------------------------------------------------ the decode residual stream
+    # Fused (self.fuse, decode): a product that leaves a post-normed branch output in tmp adds nothing
+    # to x; the post-norm stays pending (weight, scale) until the next product over the residual
+    # stream adds it to its x (matvec PRE) and writes the sum to the stream's other buffer (x / x2).
+    def _start_stream(self, decode: bool) -> None:
+        """The stream starts in the buffer that makes it end in self.x (the head and the all-logits plan
+        read it): each pending post-norm but the last moves it to the other buffer."""
+        self.res_pending = None
+        self.res_cur = self.x
+        if decode and self.fuse:
+            moves = self.cfg.n_layer * (2 + bool(self.cfg.hybrid.n_embd_per_layer)) - 1
+            self.res_cur = self.x2 if moves % 2 else self.x
+
+    def _fused(self, decode: bool) -> bool:
+        return decode and self.fuse
+
+    def _pend(self, g, scale: float) -> None:
+        """x = (x + RMSNorm(tmp) g) * scale, left to the next product over the stream."""
+        if self.res_pending is not None:
+            raise EngineError("gemma4 decode plan: a post-norm pending over another")
+        self.res_pending = (g, scale)
+
+    def _stream_x(self) -> tuple:
+        """(x binding, extra bindings, params, pre) for a decode matvec over the residual stream."""
+        if self.res_pending is None:
+            return self.res_cur, [], {}, False
+        (g, scale), cur = self.res_pending, self.res_cur
+        new = self.x2 if cur is self.x else self.x
+        self.res_cur, self.res_pending = new, None
+        return cur, [self.tmp, g, new], dict(a2=scale), True
+
+    def _end_stream(self, P: Plan) -> None:
+        """The last pending post-norm as its own pass (in place), so the body leaves x whole."""
+        if self.res_pending is not None:
+            (g, scale), c = self.res_pending, self.cfg
+            self.res_pending = None
+            P.add(g4_kernel(self.ks, "norm_add_scale"), [self.tmp, self.res_cur, g], lambda n, kv: ops.rows_groups(n),
+                  "post", count=lambda n, kv: n, stride=c.n_embd, eps=c.rms_eps, scale=scale)
+        if self.res_cur is not self.x:
+            raise EngineError("gemma4 decode plan: the residual stream ends outside x")
+
     # one product: decode a matvec (optionally RMSNorm'd x), prefill a tiled product (int8 X quantized first)
     def _matvec(self, P, w, src, k: int, out, label: str, y_off: int = 0) -> None:
         lay, q8 = self._layout([w.qtype], k, w.rows)
@@ -214,7 +264,8 @@ class Gemma4GpuBackend(GpuBackend):
         c, hc, ks = self.cfg, self.cfg.hybrid, self.ks
         d, NL, npl = c.n_embd, c.n_layer, hc.n_embd_per_layer
         groups = (1, 1, 1) if decode else (lambda n, kv: ops.rows_groups(n))
-        tables = [(self.emb, self.x, d, c.embed_scale)]
+        x0 = self.res_cur                                 # self.x, or x2 where the fused stream starts there
+        tables = [(self.emb, x0, d, c.embed_scale)]
         if npl:
             tables.append((self.ple_emb, self.ple, NL * npl, math.sqrt(npl)))
         for m, out, width, scale in tables:
@@ -225,7 +276,7 @@ class Gemma4GpuBackend(GpuBackend):
         if not npl:
             return
         if decode:
-            self._matvec(P, self.ple_model_proj, self.x, d, self.pproj, "ple.proj")
+            self._matvec(P, self.ple_model_proj, x0, d, self.pproj, "ple.proj")
         else:
             self._matmul_into(P, self.ple_model_proj, self.x, d, self.pproj, NL * npl, 0, "ple.proj")
         P.add(g4_kernel(ks, "ple_in"), [self.ple, self.pproj, self.ple_proj_norm],
@@ -236,7 +287,8 @@ class Gemma4GpuBackend(GpuBackend):
         self._attention(P, decode, i, L)
         self._ffn(P, decode, i, L)
         self._per_layer_branch(P, decode, i, L)
-        if L["out_scale"] != 1.0 and not self.cfg.hybrid.n_embd_per_layer:   # else in the branch's last pass
+        # else in the branch's last pass, or in the pending post-norm (fused decode)
+        if L["out_scale"] != 1.0 and not self.cfg.hybrid.n_embd_per_layer and not self._fused(decode):
             d = self.cfg.n_embd
             P.add(g4_kernel(self.ks, "scale"), [self.x], lambda n, kv: elementwise_groups(n * d), f"{i}.scale",
                   count=lambda n, kv: n * d, scale=L["out_scale"])
@@ -250,9 +302,10 @@ class Gemma4GpuBackend(GpuBackend):
         if decode:
             types = [m.qtype for m in mats]
             lay, q8 = self._layout(types, d, stride, math.gcd(*rows) if len(rows) > 1 else 0)
-            P.add(ops.matvec(ks, types, norm=True, layout=lay, q8x=q8),
-                  [self.x, self.qkv] + [m.buffer for m in mats] + [L["attn_norm"]],
-                  ops.matvec_groups(stride, lay), f"{i}.qkv", **ops.matvec_params(types, d, rows, eps=c.rms_eps))
+            x, pb, pp, pre = self._stream_x()
+            P.add(ops.matvec(ks, types, norm=True, layout=lay, q8x=q8, pre=pre),
+                  [x, self.qkv] + [m.buffer for m in mats] + [L["attn_norm"]] + pb,
+                  ops.matvec_groups(stride, lay), f"{i}.qkv", **ops.matvec_params(types, d, rows, eps=c.rms_eps), **pp)
         else:
             self._rows(P, ops.rmsnorm(ks), [self.x, self.xn, L["attn_norm"]], lambda n: n, f"{i}.norm",
                        d=d, n=self.chunk, eps=c.rms_eps)
@@ -285,8 +338,12 @@ class Gemma4GpuBackend(GpuBackend):
                   lambda n, kv: (1, nh, 1) if nsp(kv) == 1 else (0, 0, 0), f"{i}.attn", **ap)
             P.add(ops.attn_combine(ks, hd, chunk=ch), [self.part, self.att, self.step],
                   lambda n, kv: (nh, 1, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.combine", **ap)
-            lay, q8 = self._layout([L["wo"].qtype], nh * hd, d)
-            self._decode_proj(P, L["wo"], self.att, nh * hd, None, L["post_attn"], f"{i}.o", layout=lay, q8=q8)
+            if self.fuse:
+                self._matvec(P, L["wo"], self.att, nh * hd, self.tmp, f"{i}.o")
+                self._pend(L["post_attn"], 1.0)
+            else:
+                lay, q8 = self._layout([L["wo"].qtype], nh * hd, d)
+                self._decode_proj(P, L["wo"], self.att, nh * hd, None, L["post_attn"], f"{i}.o", layout=lay, q8=q8)
         else:
             ap["n_splits"] = lambda n, kv: ops.attn_prefill_splits(kv)
             P.add(ops.attn_prefill(ks, hd, self.kv_f16), [self.q, kc, vc, self.ppart, self.step],
@@ -304,11 +361,14 @@ class Gemma4GpuBackend(GpuBackend):
         if decode:
             gt = [L["gate"].qtype, L["up"].qtype]
             lay, q8 = self._layout(gt, d, nff, mats=2)
-            P.add(ops.matvec(ks, gt, mode="glu", act="gelu", norm=True, layout=lay, q8x=q8),
-                  [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, lay),
-                  f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
-            if moe is not None:
+            x, pb, pp, pre = self._stream_x()
+            P.add(ops.matvec(ks, gt, mode="glu", act="gelu", norm=True, layout=lay, q8x=q8, pre=pre),
+                  [x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]] + pb, ops.matvec_groups(nff, lay),
+                  f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"), **pp)
+            if moe is not None or self.fuse:
                 self._matvec(P, L["down"], self.ff, nff, self.tmp, f"{i}.down")
+                if moe is None:
+                    self._pend(L["post_ffn"], 1.0 if self.cfg.hybrid.n_embd_per_layer else L["out_scale"])
             else:
                 lay, q8 = self._layout([L["down"].qtype], nff, d)
                 self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", layout=lay, q8=q8)
@@ -333,6 +393,9 @@ class Gemma4GpuBackend(GpuBackend):
         if not npl:
             return
         d = c.n_embd
+        if self._fused(decode):
+            self._fused_branch(P, i, L)
+            return
         if decode:
             self._matvec(P, L["inp_gate"], self.x, d, self.pg, f"{i}.ple.gate")
         else:
@@ -349,6 +412,19 @@ class Gemma4GpuBackend(GpuBackend):
         P.add(g4_kernel(self.ks, "norm_add_scale"), [self.tmp, self.x, L["post_norm"]],
               lambda n, kv: ops.rows_groups(n), f"{i}.ple.post", count=lambda n, kv: n, stride=d, eps=c.rms_eps,
               scale=L["out_scale"])
+
+    def _fused_branch(self, P: Plan, i: int, L: dict) -> None:
+        """Decode, fused: gate (with the FFN's pending post-norm, and gelu(.) * ple[i] in its epilogue), proj
+        into tmp, its post-norm and layer_output_scale left pending."""
+        c, w = self.cfg, L["inp_gate"]
+        d, npl = c.n_embd, c.hybrid.n_embd_per_layer
+        lay, q8 = self._layout([w.qtype], d, w.rows)
+        x, pb, pp, pre = self._stream_x()
+        P.add(ops.matvec(self.ks, [w.qtype], layout=lay, q8x=q8, pre=pre, gelu_mul=True),
+              [x, self.pg, w.buffer] + pb + [self.ple], ops.matvec_groups(w.rows, lay), f"{i}.ple.gate",
+              **dict(ops.matvec_params([w.qtype], d, [w.rows], eps=c.rms_eps), a0=i * npl, **pp))
+        self._matvec(P, L["proj"], self.pg, self.npp, self.tmp, f"{i}.ple.out")
+        self._pend(L["post_norm"], L["out_scale"])
 
     def _softcap(self, P: Plan, buf_, count) -> None:
         cap = self.cfg.final_softcap

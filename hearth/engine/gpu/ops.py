@@ -30,7 +30,7 @@ MATVEC_MAX_RPT = 4
 MATVEC_UNROLL = 2
 ATTN_CHUNK = 64       # keys per workgroup of decode attention's split pass
 MATVEC_FIELDS = (("K", "u"), ("M", "u"), ("m0", "u"), ("m1", "u"), ("rb0", "u"), ("rb1", "u"), ("rb2", "u"),
-                 ("x_off", "u"), ("y_off", "u"), ("eps", "f"), ("a0", "u"), ("a1", "u"))
+                 ("x_off", "u"), ("y_off", "u"), ("eps", "f"), ("a0", "u"), ("a1", "u"), ("a2", "f"))
 ATTN_X_MAX = 4096     # the largest attention output (heads x head dim) merged in workgroup memory
 ATTN_WS_MAX = 2048    # and the most (head, split) weights kept there beside it
 
@@ -131,7 +131,7 @@ def int8_c64(qtypes, q8x: int, lanes: int) -> bool:
 
 
 def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
-           attn_ws=1, layout=None, q8x=0, q8g=False, q8out=False):
+           attn_ws=1, layout=None, q8x=0, q8g=False, q8out=False, pre=False, gelu_mul=False):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
     attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
     params a0 = head dim, a1 = max splits), merged before the product; attn_ws = heads x max splits.
@@ -141,15 +141,19 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
     the kernel is then built for rows of exactly K weights. q8g (with q8x): x (binding 1) is
     already quantized, quantize_x's blocks (see int8_pre_ok); no norm, no attn_x. q8out (glu, 32 rows a
     workgroup: GLU_Q8OUT_LAYOUT; M a multiple of 32): y is also written as quantize_x's blocks to a
-    binding after the others (glu_q8out_ok)."""
+    binding after the others (glu_q8out_ok). pre: a pending post-norm added to x first (bindings
+    pt, pw, po after the others; a2 = scale): x' = (x + RMSNorm(pt) pw) a2, written to po by workgroup 0.
+    gelu_mul (concat): y = gelu(W x) * em[a0:] (binding em last)."""
     lanes, rpt, *rest = layout or MATVEC_DEFAULT
     unroll = rest[0] if rest else 1
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
-              + (["r"] if attn_x else []) + (["rw"] if q8out else []) + (["rw", "rw", "r", "r"] if rope else []))
+              + (["r"] if attn_x else []) + (["rw"] if q8out else []) + (["r", "r", "rw"] if pre else [])
+              + (["r"] if gelu_mul else []) + (["rw", "rw", "r", "r"] if rope else []))
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
                   ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g),
-                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4, IQ4_LUT=IQ4_LUT)
+                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4, IQ4_LUT=IQ4_LUT,
+                  **({"PRE": True} if pre else {}), **({"GELU_MUL": True} if gelu_mul else {}))
 
 
 # Row lengths whose matvec reads x quantized once, to global memory, by a pass before it
