@@ -1,0 +1,141 @@
+"""Gemma 4's fused decode (gpu/gemma4.py FUSE; HEARTH_GPU_G4_FUSE=0 turns it off): the decode matvec
+with a pending post-norm added to its x (ops.matvec pre) and with gelu(W x) times the layer's input
+as its epilogue (gelu_mul), against numpy, with f32 and int8 x; then the tiny gemma4 (and its dense
+31B-like variant: no per-layer inputs, layer scale 0.8) decoded one token at a time with the fusion
+on and off, both against the CPU float path, the fused plan 4 dispatches a layer shorter. On lavapipe."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hearth.engine.gpu import probe
+
+if probe() is None:
+    pytest.skip("wgpu finds no adapter", allow_module_level=True)
+
+from hearth.engine.config import ModelConfig  # noqa: E402
+from hearth.engine.cpu_backend import CpuBackend  # noqa: E402
+from hearth.engine.gguf import GGUFFile  # noqa: E402
+from hearth.engine.gpu import gemma4 as g4, ops  # noqa: E402
+from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
+from hearth.engine.models.layers import gelu_tanh_mul, rms_norm  # noqa: E402
+from gpu_fixtures import (  # noqa: E402,F401
+    RTOL, dequant_reference, kernels_fixture, poisoned, random_rows, read_f32, rel_err, rng)
+from tests.test_gpu_gemma4 import gpu, make_dense_31b_like  # noqa: E402
+from tests.tiny_next import one_token_at_a_time, prompt_of  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+LAYOUTS = [(32, 1), (64, 2), (256, 4), (64, 2, 2)]
+EPS = 1e-6
+
+ks = kernels_fixture(subgroup_modes=True)
+
+
+def f32(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def pending(rng, k: int, scale: float):
+    """x, the branch output pt, its post-norm weight pw, and x' = (x + RMSNorm(pt) pw) scale."""
+    x, pt, pw = f32(rng, k), f32(rng, k) * 5, f32(rng, k)
+    return x, pt, pw, ((x + rms_norm(pt[None], pw, EPS)[0]) * np.float32(scale)).astype(np.float32)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_normed_product_adds_the_pending_post_norm_and_writes_the_new_residual(ks, rng, layout):
+    dev = ks.dev
+    k, m, s = 512, 3 * ops.matvec_rows(layout) + 1, 0.8
+    raw = random_rows(rng, "Q4_K", m, k)
+    x, pt, pw, xp = pending(rng, k, s)
+    g = f32(rng, k)
+    ref = dequant_reference(raw, "Q4_K", k) @ rms_norm(xp[None], g, EPS)[0].astype(np.float64)
+    y, po = poisoned(dev, m + 3), poisoned(dev, k)
+    dispatch_once(dev, ops.matvec(ks, ["Q4_K"], norm=True, layout=layout, pre=True),
+                  [dev.upload(x), y, dev.upload(raw), dev.upload(g), dev.upload(pt), dev.upload(pw), po],
+                  ops.matvec_groups(m, layout), **ops.matvec_params(["Q4_K"], k, [m], eps=EPS), a2=s)
+    got = read_f32(dev, y, m + 3)
+    assert rel_err(got[:m], ref) < RTOL
+    assert np.isnan(got[m:]).all()                               # nothing written past M
+    assert rel_err(read_f32(dev, po, k), xp) < RTOL
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_gate_takes_gelu_times_the_layers_input_in_its_epilogue(ks, rng, layout):
+    """The per-layer branch's gate: y = gelu(W x') * em[a0:a0 + M], x' with the FFN's post-norm pending."""
+    dev = ks.dev
+    k, m, off = 256, 2 * ops.matvec_rows(layout) + 3, 40
+    raw = random_rows(rng, "Q6_K", m, k)
+    x, pt, pw, xp = pending(rng, k, 1.0)
+    em = f32(rng, off + m + 16)
+    gate = dequant_reference(raw, "Q6_K", k) @ xp.astype(np.float64)
+    want = gelu_tanh_mul(gate.astype(np.float32), em[off:off + m])
+    y, po = poisoned(dev, m + 3), poisoned(dev, k)
+    dispatch_once(dev, ops.matvec(ks, ["Q6_K"], layout=layout, pre=True, gelu_mul=True),
+                  [dev.upload(x), y, dev.upload(raw), dev.upload(pt), dev.upload(pw), po, dev.upload(em)],
+                  ops.matvec_groups(m, layout), **ops.matvec_params(["Q6_K"], k, [m], eps=EPS), a0=off, a2=1.0)
+    got = read_f32(dev, y, m + 3)
+    assert rel_err(got[:m], want) < RTOL
+    assert np.isnan(got[m:]).all()                               # pg's padding rows stay as they were
+    assert rel_err(read_f32(dev, po, k), xp) < RTOL
+
+
+def test_int8_x_quantizes_the_sum_as_the_plain_product_would(ks, rng):
+    """int8 x: the glu product with the post-norm pending equals the plain one run on the residual it
+    wrote (the same values quantized), and that residual is numpy's."""
+    dev = ks.dev
+    if not dev.int8:
+        pytest.skip("the device has no 4-way int8 dot products")
+    k, m, types = 512, 33, ["Q4_K", "Q6_K"]
+    lay = ops.int8_layout(k, m, types)
+    rg, ru = (random_rows(rng, t, m, k) for t in types)
+    x, pt, pw, xp = pending(rng, k, 1.0)
+    g = f32(rng, k)
+    prm = ops.matvec_params(types, k, [m, m], eps=EPS, mode="glu")
+    w = [dev.upload(rg), dev.upload(ru), dev.upload(g)]
+    y, po, y_plain = poisoned(dev, m), poisoned(dev, k), poisoned(dev, m)
+    dispatch_once(dev, ops.matvec(ks, types, mode="glu", act="gelu", norm=True, layout=lay, q8x=k, pre=True),
+                  [dev.upload(x), y] + w + [dev.upload(pt), dev.upload(pw), po], ops.matvec_groups(m, lay), **prm,
+                  a2=1.0)
+    dispatch_once(dev, ops.matvec(ks, types, mode="glu", act="gelu", norm=True, layout=lay, q8x=k),
+                  [po, y_plain] + w, ops.matvec_groups(m, lay), **prm)
+    assert rel_err(read_f32(dev, po, k), xp) < RTOL
+    np.testing.assert_allclose(read_f32(dev, y, m), read_f32(dev, y_plain, m), rtol=1e-6, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def models(manifest, tmp_path_factory):
+    d, m = manifest
+    return {"tiny": d / m["file"], "dense": make_dense_31b_like(d / m["file"], tmp_path_factory.mktemp("g4f") / "d.gguf")}
+
+
+@pytest.fixture(scope="module")
+def manifest(reference_dir):
+    import json
+    d = reference_dir / "tiny-next" / "gemma4"
+    return d, json.loads((d / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("model", ["tiny", "dense"])
+def test_decode_with_the_fusion_on_and_off_matches_the_cpu(models, manifest, model, monkeypatch):
+    path = models[model]
+    g = GGUFFile.open(path)
+    cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=128, int8=False)
+    ids = prompt_of(manifest[1], "english")["ids"]
+    with cpu.float_activations():
+        want = cpu.forward(ids, 0, all_logits=True)
+    bodies = {}
+    for fuse in (True, False):
+        monkeypatch.setattr(g4, "FUSE", fuse)
+        be = gpu(path)
+        try:
+            assert be.fuse == fuse
+            bodies[fuse] = [op["label"] for op in be.decode_plan.ops[:be.decode_body]]
+            np.testing.assert_allclose(one_token_at_a_time(be, ids), want, atol=1e-3)
+        finally:
+            be.close()
+    n_layer, ple = cpu.cfg.n_layer, bool(cpu.cfg.hybrid.n_embd_per_layer)
+    # fused: no post-norm passes but the last, no gelu_mul / scale passes
+    assert len(bodies[False]) - len(bodies[True]) == n_layer * (4 if ple else 3) - 1
+    assert [lb for lb in bodies[True] if lb.endswith(("post", "mul", "scale"))] == ["post"]
