@@ -41,9 +41,12 @@ G4_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("n_rot", "u"), ("max_ctx", "u"), (
              ("eps", "f"), ("scale", "f"), ("count", "u"), ("npl", "u"), ("ldb", "u"), ("off", "u"))
 MAX_HEAD_DIM = 512
 # Decode folds each post-norm + residual add into the next product that reads the residual stream
-# (matvec PRE) and the per-layer branch's gelu(gate) * input into the gate product (matvec GELU_MUL):
-# 4 dispatches less a layer. HEARTH_GPU_G4_FUSE=0 keeps the separate passes.
-FUSE = os.environ.get("HEARTH_GPU_G4_FUSE", "") != "0"
+# (matvec PRE), the per-layer branch's gelu(gate) * input into the gate product (matvec GELU_MUL) and
+# the head norms, RoPE and K/V store ("qkv" here) into the attention split (attn_split prep): 5
+# dispatches less a layer. HEARTH_GPU_G4_FUSE=0 keeps the separate passes, =post all but the last.
+FUSE_MODE = os.environ.get("HEARTH_GPU_G4_FUSE", "all")
+FUSE = FUSE_MODE != "0"
+FUSE_ROPE = FUSE_MODE not in ("0", "post")
 
 
 def g4_kernel(ks, pass_: str, head_dim: int = 0, kv_f16: bool = False):
@@ -145,6 +148,7 @@ class Gemma4GpuBackend(GpuBackend):
             self.ple_proj_norm = W.vector("per_layer_proj_norm.weight", npl)
         self.layers = [self._layer_weights(W, g, i) for i in range(NL)]
         self.fuse = FUSE and all(L["moe"] is None for L in self.layers)
+        self.fuse_rope = self.fuse and FUSE_ROPE
         self.x2 = buf(d * 4, "x-alt") if self.fuse else None   # [d] the decode residual stream's other buffer
 
         dec = self.decode_plan = Plan(dev, "decode")
@@ -320,21 +324,27 @@ class Gemma4GpuBackend(GpuBackend):
         nkv_w = L["nkv"] if L["wk"] is not None else 0          # K/V heads this layer writes
         v_off = nh * hd + (L["nkv"] * hd if L["wv"] is not None else 0)
         swa = L["swa"]
-        P.add(g4_kernel(ks, "qkv", hd, self.kv_f16),
-              [self.qkv, self.q, kc, vc, self.cs_swa if swa else self.cs_full, self.step, L["q_norm"],
-               L["k_norm"] if L["k_norm"] is not None else L["q_norm"]],
-              lambda n, kv: ops.rope_groups(n, nh, nkv_w), f"{i}.rope",
-              n_head=nh, n_kv=nkv_w, n_rot=hc.n_rot_swa if swa else c.n_rot, max_ctx=cache.max_ctx, stride=stride,
-              v_off=v_off, eps=c.rms_eps)
+        cs, n_rot = (self.cs_swa, hc.n_rot_swa) if swa else (self.cs_full, c.n_rot)
+        norms = [L["q_norm"], L["k_norm"] if L["k_norm"] is not None else L["q_norm"]]
+        prep = decode and self.fuse_rope
+        if not prep:
+            P.add(g4_kernel(ks, "qkv", hd, self.kv_f16), [self.qkv, self.q, kc, vc, cs, self.step] + norms,
+                  lambda n, kv: ops.rope_groups(n, nh, nkv_w), f"{i}.rope",
+                  n_head=nh, n_kv=nkv_w, n_rot=n_rot, max_ctx=cache.max_ctx, stride=stride, v_off=v_off, eps=c.rms_eps)
         ap = dict(n_head=nh, n_kv=cache.n_kv_heads, max_ctx=cache.max_ctx, scale=c.attn_scale,
                   window=hc.window if swa else 0)
         if decode:
             ch = decode_attn_chunk(hd)
             nsp = lambda kv: -(-kv // ch)  # noqa: E731
             ap["max_splits"] = self.max_splits
-            P.add(ops.attn_split(ks, hd, self.kv_f16, chunk=ch), [self.q, kc, vc, self.part, self.step],
+            # prep: the attention reads the raw Q|K|V row and does the "qkv" pass's work itself
+            qsrc, extra = (self.qkv, [cs] + norms) if prep else (self.q, [])
+            if prep:
+                ap.update(n_rot=n_rot, v_off=v_off, eps=c.rms_eps, kv_w=int(nkv_w > 0))
+            P.add(ops.attn_split(ks, hd, self.kv_f16, chunk=ch, prep=prep), [qsrc, kc, vc, self.part, self.step] + extra,
                   lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.attn", **ap)
-            P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True, chunk=ch), [self.q, kc, vc, self.att, self.step],
+            P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True, chunk=ch, prep=prep),
+                  [qsrc, kc, vc, self.att, self.step] + extra,
                   lambda n, kv: (1, nh, 1) if nsp(kv) == 1 else (0, 0, 0), f"{i}.attn", **ap)
             P.add(ops.attn_combine(ks, hd, chunk=ch), [self.part, self.att, self.step],
                   lambda n, kv: (nh, 1, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.combine", **ap)

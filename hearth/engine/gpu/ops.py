@@ -404,18 +404,24 @@ def rope_groups(n_tokens: int, n_head: int, n_kv: int):
 
 
 ATTN_DECODE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("max_splits", "u"), ("scale", "f"),
-                      ("window", "u"))
+                      ("window", "u"), ("n_rot", "u"), ("v_off", "u"), ("eps", "f"), ("kv_w", "u"))
 
 
-def attn_split(ks, head_dim: int, kv_f16: bool = False, direct: bool = False, chunk: int = ATTN_CHUNK):
+def attn_split(ks, head_dim: int, kv_f16: bool = False, direct: bool = False, chunk: int = ATTN_CHUNK,
+               prep: bool = False):
     """Bindings: q, k_cache, v_cache, partials, step. kv_f16: a float16 cache. direct: for contexts of
     one split (one chunk of keys), the partials binding gets the merged output [n_head, head_dim].
     chunk: keys a workgroup scores (its threads), at least head_dim / 4 (ATTN_CHUNK fits head dims up
-    to 256; the splits are then ceil(kv_len / chunk), and attn_combine must be given the same chunk)."""
+    to 256; the splits are then ceil(kv_len / chunk), and attn_combine must be given the same chunk).
+    prep (Gemma 4): q is the raw Q|K|V row and the head norms, NeoX RoPE and the new K/V's store are
+    done here (bindings then q = qkv, k_cache, v_cache, partials, step, cos_sin, q_norm, k_norm;
+    params n_rot, v_off, eps, kv_w: 1 where the layer writes K/V)."""
     if chunk * 4 < head_dim or chunk > 256:
         raise ValueError(f"a decode attention chunk of {chunk} keys for head dim {head_dim}")
-    return ks.get("attn_decode.wgsl", ["r", "r", "r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim,
-                  CHUNK=chunk, PASS="split", KV_F16=bool(kv_f16), DIRECT=bool(direct))
+    kv = "rw" if prep else "r"
+    return ks.get("attn_decode.wgsl", ["r", kv, kv, "rw", "r"] + (["r", "r", "r"] if prep else []), ATTN_DECODE_FIELDS,
+                  HD=head_dim, CHUNK=chunk, PASS="split", KV_F16=bool(kv_f16), DIRECT=bool(direct),
+                  **({"PREP": True} if prep else {}))
 
 
 def attn_combine(ks, head_dim: int, chunk: int = ATTN_CHUNK):
