@@ -1,8 +1,10 @@
 """Gemma 4's fused decode (gpu/gemma4.py FUSE; HEARTH_GPU_G4_FUSE=0 turns it off): the decode matvec
 with a pending post-norm added to its x (ops.matvec pre) and with gelu(W x) times the layer's input
-as its epilogue (gelu_mul), against numpy, with f32 and int8 x; then the tiny gemma4 (and its dense
-31B-like variant: no per-layer inputs, layer scale 0.8) decoded one token at a time with the fusion
-on and off, both against the CPU float path, the fused plan 4 dispatches a layer shorter. On lavapipe."""
+as its epilogue (gelu_mul), against numpy, with f32 and int8 x; decode attention that norms, rotates
+and stores q and the new K/V itself (attn_split prep) against numpy; then the tiny gemma4 (and its
+dense 31B-like variant: no per-layer inputs, layer scale 0.8) decoded one token at a time with the
+fusion on (=all), without the attention's part (=post) and off (=0), each against the CPU float path,
+the fused plans 4 (3 without per-layer inputs) and 5 (4) dispatches a layer shorter. On lavapipe."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from hearth.engine.config import ModelConfig  # noqa: E402
 from hearth.engine.cpu_backend import CpuBackend  # noqa: E402
 from hearth.engine.gguf import GGUFFile  # noqa: E402
 from hearth.engine.gpu import gemma4 as g4, ops  # noqa: E402
+from hearth.engine.gpu.backend import rope_table  # noqa: E402
 from hearth.engine.gpu.kernels import dispatch_once  # noqa: E402
-from hearth.engine.models.layers import gelu_tanh_mul, rms_norm  # noqa: E402
+from hearth.engine.models.layers import Rope, attention, gelu_tanh_mul, rms_norm  # noqa: E402
 from gpu_fixtures import (  # noqa: E402,F401
     RTOL, dequant_reference, kernels_fixture, poisoned, random_rows, read_f32, rel_err, rng)
 from tests.test_gpu_gemma4 import gpu, make_dense_31b_like  # noqa: E402
@@ -104,6 +107,50 @@ def test_int8_x_quantizes_the_sum_as_the_plain_product_would(ks, rng):
     np.testing.assert_allclose(read_f32(dev, y, m), read_f32(dev, y_plain, m), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("hd,n_rot,kv_len,window,writes", [(16, 16, 1, 0, True), (32, 16, 150, 0, True),
+                                                         (512, 128, 300, 40, True), (256, 256, 100, 0, False)])
+def test_attention_that_prepares_its_own_q_and_new_key(ks, rng, hd, n_rot, kv_len, window, writes):
+    """attn_split prep: the raw Q|K|V row in, q and the new key head-normed and NeoX-rotated, the new
+    value normed without a weight, that K/V stored at pos (writes; else the cache is only read, as a
+    layer sharing another's K/V), the output numpy's attention over the cache with them."""
+    dev = ks.dev
+    nh, nkv, max_ctx, eps = 4, 2, 320, 1e-6
+    pos, ch = kv_len - 1, g4.decode_attn_chunk(hd)
+    v_off = (nh + nkv) * hd
+    qkv = f32(rng, (nh + 2 * nkv) * hd)
+    qn, kn = f32(rng, hd), f32(rng, hd)
+    rope = Rope(n_rot, 1e4, True, freq_factors=(1.0 + rng.random(n_rot // 2)).astype(np.float32))
+    cs = rope.cos_sin(pos, 1)
+    k0, v0 = f32(rng, nkv, max_ctx, hd) * 0.3, f32(rng, nkv, max_ctx, hd)
+    q = rms_norm(qkv[:nh * hd].reshape(1, nh, hd), np.tile(qn, (nh, 1)), eps)
+    rope.apply(q, cs)
+    k_want, v_want = k0.copy(), v0.copy()
+    if writes:
+        k = rms_norm(qkv[nh * hd:v_off].reshape(1, nkv, hd), np.tile(kn, (nkv, 1)), eps)
+        rope.apply(k, cs)
+        k_want[:, pos] = k[0]
+        v_want[:, pos] = rms_norm(qkv[v_off:].reshape(nkv, hd), np.ones((1, hd), np.float32), eps)
+    ref = attention(q, k_want, v_want, pos, window)[0]
+    splits = ops.attn_splits(max_ctx)
+    nsp = -(-kv_len // ch)
+    part, out = poisoned(dev, nh * splits * (hd + 2)), poisoned(dev, nh * hd)
+    step = dev.upload(np.array([pos, 1], np.uint32))
+    kc, vc = dev.upload(k0), dev.upload(v0)
+    extra = [dev.upload(rope_table(rope, max_ctx)), dev.upload(qn), dev.upload(kn)]
+    p = dict(n_head=nh, n_kv=nkv, max_ctx=max_ctx, max_splits=splits, scale=1.0, window=window, n_rot=n_rot,
+             v_off=v_off, eps=eps, kv_w=int(writes))
+    if nsp == 1:
+        dispatch_once(dev, ops.attn_split(ks, hd, direct=True, chunk=ch, prep=True),
+                      [dev.upload(qkv), kc, vc, out, step] + extra, (1, nh, 1), **p)
+    else:
+        dispatch_once(dev, ops.attn_split(ks, hd, chunk=ch, prep=True), [dev.upload(qkv), kc, vc, part, step] + extra,
+                      (nsp, nh, 1), **p)
+        dispatch_once(dev, ops.attn_combine(ks, hd, chunk=ch), [part, out, step], (nh, 1, 1), **p)
+    assert rel_err(read_f32(dev, out, nh * hd), ref) < RTOL
+    assert rel_err(read_f32(dev, kc, k0.size).reshape(k0.shape), k_want) < RTOL
+    assert rel_err(read_f32(dev, vc, v0.size).reshape(v0.shape), v_want) < RTOL
+
+
 @pytest.fixture(scope="module")
 def models(manifest, tmp_path_factory):
     d, m = manifest
@@ -126,16 +173,19 @@ def test_decode_with_the_fusion_on_and_off_matches_the_cpu(models, manifest, mod
     with cpu.float_activations():
         want = cpu.forward(ids, 0, all_logits=True)
     bodies = {}
-    for fuse in (True, False):
+    for mode, fuse, rope in (("all", True, True), ("post", True, False), ("0", False, False)):
         monkeypatch.setattr(g4, "FUSE", fuse)
+        monkeypatch.setattr(g4, "FUSE_ROPE", rope)
         be = gpu(path)
         try:
-            assert be.fuse == fuse
-            bodies[fuse] = [op["label"] for op in be.decode_plan.ops[:be.decode_body]]
+            assert (be.fuse, be.fuse_rope) == (fuse, rope)
+            bodies[mode] = [op["label"] for op in be.decode_plan.ops[:be.decode_body]]
             np.testing.assert_allclose(one_token_at_a_time(be, ids), want, atol=1e-3)
         finally:
             be.close()
     n_layer, ple = cpu.cfg.n_layer, bool(cpu.cfg.hybrid.n_embd_per_layer)
-    # fused: no post-norm passes but the last, no gelu_mul / scale passes
-    assert len(bodies[False]) - len(bodies[True]) == n_layer * (4 if ple else 3) - 1
-    assert [lb for lb in bodies[True] if lb.endswith(("post", "mul", "scale"))] == ["post"]
+    # fused: no post-norm passes but the last, no gelu_mul / scale passes; and no rope passes
+    assert len(bodies["0"]) - len(bodies["post"]) == n_layer * (4 if ple else 3) - 1
+    assert [lb for lb in bodies["post"] if lb.endswith(("post", "mul", "scale"))] == ["post"]
+    assert len(bodies["post"]) - len(bodies["all"]) == n_layer
+    assert not [lb for lb in bodies["all"] if lb.endswith("rope")]
