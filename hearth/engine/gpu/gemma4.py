@@ -16,11 +16,11 @@ layer's FFN is built; a layer with experts beside its MLP, the 26B-A4B shape, ad
 gpu/gemma4_moe.py), the per-layer branch (inp_gate, "gelu_mul" with the per-layer input, proj +
 post-norm) and layer_output_scale ("scale").
 
-Decode fused (FUSE, FUSE_ROPE below; not with experts): the "qkv" pass's work done by the attention
+Decode fused (FUSE, FUSE_ROPE below): the "qkv" pass's work done by the attention
 split (ops.attn_split prep), O, down and proj write tmp and leave their post-norm (+ layer scale)
 pending until the next matvec over the residual stream adds it to its x (ops.matvec pre: the FFN's
-gate/up, the branch's gate, the next layer's Q|K|V; the last one a pass), and the branch's gate
-takes gelu(.) * ple in its epilogue (gelu_mul). Dispatches a decode token, attention in several
+gate/up, the branch's gate, the next layer's Q|K|V; the last one a pass; not with experts), and the
+branch's gate takes gelu(.) * ple in its epilogue (gelu_mul). Dispatches a decode token, attention in several
 splits: 4 + 13 a layer + 3 (head, soft-cap, argmax) unfused; 4 + 8 a layer + 1 + 3 fused (42
 layers: 553 against 344; the head one matvec per part of the output matrix). Without per-layer inputs: 10
 a layer against 6 (9 without a layer scale).
@@ -158,7 +158,7 @@ class Gemma4GpuBackend(GpuBackend):
             self.ple_proj_norm = W.vector("per_layer_proj_norm.weight", npl)
         self.layers = [self._layer_weights(W, g, i) for i in range(NL)]
         self.fuse = FUSE and all(L["moe"] is None for L in self.layers)
-        self.fuse_rope = self.fuse and FUSE_ROPE
+        self.fuse_rope = FUSE and FUSE_ROPE                    # with experts too
         self.x2 = buf(d * 4, "x-alt") if self.fuse else None   # [d] the decode residual stream's other buffer
 
         dec = self.decode_plan = Plan(dev, "decode")
