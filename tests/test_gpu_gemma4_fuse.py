@@ -154,7 +154,8 @@ def test_attention_that_prepares_its_own_q_and_new_key(ks, rng, hd, n_rot, kv_le
 @pytest.fixture(scope="module")
 def models(manifest, tmp_path_factory):
     d, m = manifest
-    return {"tiny": d / m["file"], "dense": make_dense_31b_like(d / m["file"], tmp_path_factory.mktemp("g4f") / "d.gguf")}
+    dense = make_dense_31b_like(d / m["file"], tmp_path_factory.mktemp("g4f") / "d.gguf")
+    return {"tiny": d / m["file"], "dense": dense}
 
 
 @pytest.fixture(scope="module")

@@ -329,7 +329,8 @@ class Gemma4GpuBackend(GpuBackend):
             qsrc, extra = (self.qkv, [cs] + norms) if prep else (self.q, [])
             if prep:
                 ap.update(n_rot=n_rot, v_off=v_off, eps=c.rms_eps, kv_w=int(nkv_w > 0))
-            P.add(ops.attn_split(ks, hd, self.kv_f16, chunk=ch, prep=prep), [qsrc, kc, vc, self.part, self.step] + extra,
+            P.add(ops.attn_split(ks, hd, self.kv_f16, chunk=ch, prep=prep),
+                  [qsrc, kc, vc, self.part, self.step] + extra,
                   lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.attn", **ap)
             P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True, chunk=ch, prep=prep),
                   [qsrc, kc, vc, self.att, self.step] + extra,
