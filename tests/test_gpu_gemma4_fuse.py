@@ -4,7 +4,8 @@ as its epilogue (gelu_mul), against numpy, with f32 and int8 x; decode attention
 and stores q and the new K/V itself (attn_split prep) against numpy; then the tiny gemma4 (and its
 dense 31B-like variant: no per-layer inputs, layer scale 0.8) decoded one token at a time with the
 fusion on (=all), without the attention's part (=post) and off (=0), each against the CPU float path,
-the fused plans 4 (3 without per-layer inputs) and 5 (4) dispatches a layer shorter. On lavapipe."""
+the fused plans 4 (3 without per-layer inputs) and 5 (4) dispatches a layer shorter; and the down
+products on int8 blocks of their x written once (HEARTH_GPU_G4_DOWN_Q8=1) against llama.cpp. On lavapipe."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from hearth.engine.models.layers import Rope, attention, gelu_tanh_mul, rms_norm
 from gpu_fixtures import (  # noqa: E402,F401
     RTOL, dequant_reference, kernels_fixture, poisoned, random_rows, read_f32, rel_err, rng)
 from tests.test_gpu_gemma4 import gpu, make_dense_31b_like  # noqa: E402
-from tests.tiny_next import one_token_at_a_time, prompt_of  # noqa: E402
+from tests.tiny_next import check_both_ways, one_token_at_a_time, prompt_of  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -84,27 +85,34 @@ def test_the_gate_takes_gelu_times_the_layers_input_in_its_epilogue(ks, rng, lay
     assert rel_err(read_f32(dev, po, k), xp) < RTOL
 
 
-def test_int8_x_quantizes_the_sum_as_the_plain_product_would(ks, rng):
+@pytest.mark.parametrize("q8out", [False, True])
+def test_int8_x_quantizes_the_sum_as_the_plain_product_would(ks, rng, q8out):
     """int8 x: the glu product with the post-norm pending equals the plain one run on the residual it
-    wrote (the same values quantized), and that residual is numpy's."""
+    wrote (the same values quantized; q8out: its int8 output blocks too), and that residual is numpy's."""
     dev = ks.dev
     if not dev.int8:
         pytest.skip("the device has no 4-way int8 dot products")
-    k, m, types = 512, 33, ["Q4_K", "Q6_K"]
-    lay = ops.int8_layout(k, m, types)
+    k, m, types = 512, 64 if q8out else 33, ["Q4_K", "Q6_K"]
+    lay = ops.GLU_Q8OUT_LAYOUT if q8out else ops.int8_layout(k, m, types)
     rg, ru = (random_rows(rng, t, m, k) for t in types)
     x, pt, pw, xp = pending(rng, k, 1.0)
     g = f32(rng, k)
     prm = ops.matvec_params(types, k, [m, m], eps=EPS, mode="glu")
     w = [dev.upload(rg), dev.upload(ru), dev.upload(g)]
     y, po, y_plain = poisoned(dev, m), poisoned(dev, k), poisoned(dev, m)
-    dispatch_once(dev, ops.matvec(ks, types, mode="glu", act="gelu", norm=True, layout=lay, q8x=k, pre=True),
-                  [dev.upload(x), y] + w + [dev.upload(pt), dev.upload(pw), po], ops.matvec_groups(m, lay), **prm,
-                  a2=1.0)
-    dispatch_once(dev, ops.matvec(ks, types, mode="glu", act="gelu", norm=True, layout=lay, q8x=k),
-                  [po, y_plain] + w, ops.matvec_groups(m, lay), **prm)
+    # the int8 output blocks (q8out): [q8_words(m)] u32 each
+    xo, xo_plain = ([[dev.upload(np.zeros(ops.q8_words(m), np.uint32))] for _ in range(2)] if q8out else ([], []))
+    dispatch_once(dev, ops.matvec(ks, types, mode="glu", act="gelu", norm=True, layout=lay, q8x=k, q8out=q8out,
+                                  pre=True),
+                  [dev.upload(x), y] + w + xo + [dev.upload(pt), dev.upload(pw), po], ops.matvec_groups(m, lay),
+                  **prm, a2=1.0)
+    dispatch_once(dev, ops.matvec(ks, types, mode="glu", act="gelu", norm=True, layout=lay, q8x=k, q8out=q8out),
+                  [po, y_plain] + w + xo_plain, ops.matvec_groups(m, lay), **prm)
     assert rel_err(read_f32(dev, po, k), xp) < RTOL
     np.testing.assert_allclose(read_f32(dev, y, m), read_f32(dev, y_plain, m), rtol=1e-6, atol=1e-6)
+    if q8out:
+        words = ops.q8_words(m)
+        assert np.array_equal(dev.read([(xo[0], 0, words * 4)]), dev.read([(xo_plain[0], 0, words * 4)]))
 
 
 @pytest.mark.parametrize("hd,n_rot,kv_len,window,writes", [(16, 16, 1, 0, True), (32, 16, 150, 0, True),
@@ -149,6 +157,20 @@ def test_attention_that_prepares_its_own_q_and_new_key(ks, rng, hd, n_rot, kv_le
     assert rel_err(read_f32(dev, out, nh * hd), ref) < RTOL
     assert rel_err(read_f32(dev, kc, k0.size).reshape(k0.shape), k_want) < RTOL
     assert rel_err(read_f32(dev, vc, v0.size).reshape(v0.shape), v_want) < RTOL
+
+
+def test_down_products_on_int8_blocks_written_once(manifest, monkeypatch):
+    """HEARTH_GPU_G4_DOWN_Q8=1 on the forced int8 path (the tiny gate/up weights are not quantized, so a
+    quantize_x pass writes the blocks): one token at a time and as a batch, within llama.cpp's tolerance."""
+    d, m = manifest
+    monkeypatch.setattr(g4, "DOWN_Q8", True)
+    be = gpu(d / m["file"], "forced")
+    try:
+        labels = [op["label"] for op in be.decode_plan.ops]
+        assert be.ffq is not None and "0.quantize_x" in labels
+        check_both_ways(be, prompt_of(m, "english")["ids"], np.load(d / "top64_english.npz"))
+    finally:
+        be.close()
 
 
 @pytest.fixture(scope="module")

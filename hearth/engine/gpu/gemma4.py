@@ -57,6 +57,9 @@ MAX_HEAD_DIM = 512
 FUSE_MODE = os.environ.get("HEARTH_GPU_G4_FUSE", "all")
 FUSE = FUSE_MODE != "0"
 FUSE_ROPE = FUSE_MODE not in ("0", "post")
+# HEARTH_GPU_G4_DOWN_Q8=1: decode's down products read their x quantized once to int8 blocks (as the
+# dense decoder's past ops.INT8_PRE_K_MIN), at any row length (E4B: 10,240); not measured on Gemma 4 yet.
+DOWN_Q8 = os.environ.get("HEARTH_GPU_G4_DOWN_Q8", "") == "1"
 
 
 def g4_kernel(ks, pass_: str, head_dim: int = 0, kv_f16: bool = False):
@@ -131,6 +134,8 @@ class Gemma4GpuBackend(GpuBackend):
         self.q = buf(chunk * nh * hd_max * 4, "q")         # [chunk, nh, hd] normed, rotated
         self.att = buf(chunk * nh * hd_max * 4, "att")     # [chunk, nh * hd]
         self.ff = buf(chunk * nff * 4, "ff")               # [chunk, n_ff] gelu(gate) * up
+        self.ffq = (buf(ops.q8_words(nff) * 4, "ff-q8") if DOWN_Q8 and self.int8 and getattr(dev, "int8", False)
+                    else None)                             # [q8_words(n_ff)] u32: decode's ff as int8 blocks
         if npl:
             self.ple = buf(chunk * NL * npl * 4, "ple")    # [chunk, n_layer, npl] per-layer inputs
             self.pproj = buf(chunk * NL * npl * 4, "ple-proj")  # [chunk, n_layer * npl] per_layer_model_proj x0
@@ -358,19 +363,7 @@ class Gemma4GpuBackend(GpuBackend):
         c, ks, d, nff = self.cfg, self.ks, self.cfg.n_embd, L["nff"]
         moe = L["moe"]
         if decode:
-            gt = [L["gate"].qtype, L["up"].qtype]
-            lay, q8 = self._layout(gt, d, nff, mats=2)
-            x, pb, pp, pre = self._stream_x()
-            P.add(ops.matvec(ks, gt, mode="glu", act="gelu", norm=True, layout=lay, q8x=q8, pre=pre),
-                  [x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]] + pb, ops.matvec_groups(nff, lay),
-                  f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"), **pp)
-            if moe is not None or self.fuse:
-                self._matvec(P, L["down"], self.ff, nff, self.tmp, f"{i}.down")
-                if moe is None:
-                    self.stream.pend(L["post_ffn"], 1.0 if self.cfg.hybrid.n_embd_per_layer else L["out_scale"])
-            else:
-                lay, q8 = self._layout([L["down"].qtype], nff, d)
-                self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", layout=lay, q8=q8)
+            self._decode_ffn(P, i, L)
         else:
             self._rows(P, ops.rmsnorm(ks), [self.x, self.xn, L["ffn_norm"]], lambda n: n, f"{i}.ffn_norm",
                        d=d, n=self.chunk, eps=c.rms_eps)
@@ -385,6 +378,33 @@ class Gemma4GpuBackend(GpuBackend):
                 self._prefill_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", unbounded_x=True)
         if moe is not None:
             moe.add(P, decode, L)
+
+    def _decode_ffn(self, P: Plan, i: int, L: dict) -> None:
+        """gate/up (GeGLU, the stream's pending post-norm added) into ff, down into tmp (fused or with experts)
+        or x (its post-norm a pass). DOWN_Q8: the gate/up product also writes ff as int8 blocks (q8out;
+        a quantize_x pass where its own x is f32) and the down product reads those (q8g)."""
+        c, ks, d, nff, moe = self.cfg, self.ks, self.cfg.n_embd, L["nff"], L["moe"]
+        gt, dn = [L["gate"].qtype, L["up"].qtype], L["down"]
+        lay, q8 = self._layout(gt, d, nff, mats=2)
+        q8g = self.ffq is not None and dn.qtype in ops.INT8_TYPES and nff % 32 == 0
+        q8out = q8g and ops.glu_q8out_ok(q8, nff)
+        if q8out:
+            lay = ops.GLU_Q8OUT_LAYOUT
+        x, pb, pp, pre = self._stream_x()
+        P.add(ops.matvec(ks, gt, mode="glu", act="gelu", norm=True, layout=lay, q8x=q8, q8out=q8out, pre=pre),
+              [x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]] + ([self.ffq] if q8out else []) + pb,
+              ops.matvec_groups(nff, lay), f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"),
+              **pp)
+        if q8g and not q8out:
+            P.add(ops.quantize_x(ks), [self.ff, self.ffq], ops.quantize_x_groups(nff), f"{i}.quantize_x", K=nff)
+        src, (lay, q8) = (self.ffq, (ops.INT8_PRE_LAYOUT, nff)) if q8g else (self.ff, self._layout([dn.qtype], nff, d))
+        if moe is not None or self.fuse:
+            P.add(ops.matvec(ks, [dn.qtype], layout=lay, q8x=q8, q8g=q8g), [src, self.tmp, dn.buffer],
+                  ops.matvec_groups(d, lay), f"{i}.down", **ops.matvec_params([dn.qtype], nff, [d]))
+            if moe is None:
+                self.stream.pend(L["post_ffn"], 1.0 if c.hybrid.n_embd_per_layer else L["out_scale"])
+        else:
+            self._decode_proj(P, dn, src, nff, None, L["post_ffn"], f"{i}.down", layout=lay, q8=q8, q8g=q8g)
 
     def _per_layer_branch(self, P: Plan, decode: bool, i: int, L: dict) -> None:
         """x = (x + RMSNorm(proj(gelu(inp_gate x) * ple[:, i])) (post_norm)) * layer_output_scale."""
