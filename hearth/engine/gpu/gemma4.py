@@ -41,7 +41,7 @@ from ..models.layers import Rope
 from ..quants import dequantize
 from . import gemma4_moe, ops
 from .backend import STEP_HEADER, GpuBackend, rope_table
-from .gemma4_stream import ResidualStream
+from .gemma4_decode import Gemma4FusedDecode
 from .kernels import Kernels, grid
 from .kv import GpuKVCache
 from .plan import Plan
@@ -100,7 +100,7 @@ def make_split_kv(dev, cfg, n_ctx: int, kv_dtype: str) -> GpuSplitKV:
     return GpuSplitKV([GpuKVCache(dev, n, heads, hd, n_ctx, kv_dtype) for n, heads, hd in shapes], slot)
 
 
-class Gemma4GpuBackend(GpuBackend):
+class Gemma4GpuBackend(Gemma4FusedDecode, GpuBackend):
     def _refuse(self, cfg, gguf) -> None:
         hc = cfg.hybrid
         hds = (cfg.head_dim, hc.head_dim_swa)
@@ -222,25 +222,6 @@ class Gemma4GpuBackend(GpuBackend):
         m = np.zeros((c.n_embd, npp), np.float32)
         m[:, :npl] = dequantize(t.data, t.type, t.shape, name).reshape(c.n_embd, npl)
         return GpuMatrix(W.floats(m, name), "F32", c.n_embd, npp)
-
-    # ------------------------------------------------------------------ the decode residual stream
-    def _start_stream(self, decode: bool) -> None:
-        """Fused decode: a gpu/gemma4_stream.ResidualStream; else the stream is x throughout."""
-        c = self.cfg
-        moves = c.n_layer * (2 + bool(c.hybrid.n_embd_per_layer)) - 1   # post-norms a token, but the last
-        self.stream = ResidualStream(self.x, self.x2, self.tmp, moves) if self._fused(decode) else None
-
-    def _fused(self, decode: bool) -> bool:
-        return decode and self.fuse
-
-    def _stream_x(self) -> tuple:
-        """(x binding, extra bindings, params, pre) for a decode matvec over the residual stream."""
-        return self.stream.take() if self.stream is not None else (self.x, [], {}, False)
-
-    def _end_stream(self, P: Plan) -> None:
-        if self.stream is not None:
-            self.stream.end(P, g4_kernel(self.ks, "norm_add_scale"), self.cfg.n_embd, self.cfg.rms_eps)
-            self.stream = None
 
     # one product: decode a matvec (optionally RMSNorm'd x), prefill a tiled product (int8 X quantized first)
     def _matvec(self, P, w, src, k: int, out, label: str, y_off: int = 0) -> None:
@@ -379,33 +360,6 @@ class Gemma4GpuBackend(GpuBackend):
         if moe is not None:
             moe.add(P, decode, L)
 
-    def _decode_ffn(self, P: Plan, i: int, L: dict) -> None:
-        """gate/up (GeGLU, the stream's pending post-norm added) into ff, down into tmp (fused or with experts)
-        or x (its post-norm a pass). DOWN_Q8: the gate/up product also writes ff as int8 blocks (q8out;
-        a quantize_x pass where its own x is f32) and the down product reads those (q8g)."""
-        c, ks, d, nff, moe = self.cfg, self.ks, self.cfg.n_embd, L["nff"], L["moe"]
-        gt, dn = [L["gate"].qtype, L["up"].qtype], L["down"]
-        lay, q8 = self._layout(gt, d, nff, mats=2)
-        q8g = self.ffq is not None and dn.qtype in ops.INT8_TYPES and nff % 32 == 0
-        q8out = q8g and ops.glu_q8out_ok(q8, nff)
-        if q8out:
-            lay = ops.GLU_Q8OUT_LAYOUT
-        x, pb, pp, pre = self._stream_x()
-        P.add(ops.matvec(ks, gt, mode="glu", act="gelu", norm=True, layout=lay, q8x=q8, q8out=q8out, pre=pre),
-              [x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]] + ([self.ffq] if q8out else []) + pb,
-              ops.matvec_groups(nff, lay), f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"),
-              **pp)
-        if q8g and not q8out:
-            P.add(ops.quantize_x(ks), [self.ff, self.ffq], ops.quantize_x_groups(nff), f"{i}.quantize_x", K=nff)
-        src, (lay, q8) = (self.ffq, (ops.INT8_PRE_LAYOUT, nff)) if q8g else (self.ff, self._layout([dn.qtype], nff, d))
-        if moe is not None or self.fuse:
-            P.add(ops.matvec(ks, [dn.qtype], layout=lay, q8x=q8, q8g=q8g), [src, self.tmp, dn.buffer],
-                  ops.matvec_groups(d, lay), f"{i}.down", **ops.matvec_params([dn.qtype], nff, [d]))
-            if moe is None:
-                self.stream.pend(L["post_ffn"], 1.0 if c.hybrid.n_embd_per_layer else L["out_scale"])
-        else:
-            self._decode_proj(P, dn, src, nff, None, L["post_ffn"], f"{i}.down", layout=lay, q8=q8, q8g=q8g)
-
     def _per_layer_branch(self, P: Plan, decode: bool, i: int, L: dict) -> None:
         """x = (x + RMSNorm(proj(gelu(inp_gate x) * ple[:, i])) (post_norm)) * layer_output_scale."""
         c, npl = self.cfg, self.cfg.hybrid.n_embd_per_layer
@@ -432,18 +386,8 @@ class Gemma4GpuBackend(GpuBackend):
               lambda n, kv: ops.rows_groups(n), f"{i}.ple.post", count=lambda n, kv: n, stride=d, eps=c.rms_eps,
               scale=L["out_scale"])
 
-    def _fused_branch(self, P: Plan, i: int, L: dict) -> None:
-        """Decode, fused: gate (with the FFN's pending post-norm, and gelu(.) * ple[i] in its epilogue), proj
-        into tmp, its post-norm and layer_output_scale left pending."""
-        c, w = self.cfg, L["inp_gate"]
-        d, npl = c.n_embd, c.hybrid.n_embd_per_layer
-        lay, q8 = self._layout([w.qtype], d, w.rows)
-        x, pb, pp, pre = self._stream_x()
-        P.add(ops.matvec(self.ks, [w.qtype], layout=lay, q8x=q8, pre=pre, gelu_mul=True),
-              [x, self.pg, w.buffer] + pb + [self.ple], ops.matvec_groups(w.rows, lay), f"{i}.ple.gate",
-              **dict(ops.matvec_params([w.qtype], d, [w.rows], eps=c.rms_eps), a0=i * npl, **pp))
-        self._matvec(P, L["proj"], self.pg, self.npp, self.tmp, f"{i}.ple.out")
-        self.stream.pend(L["post_norm"], L["out_scale"])
+    def _post_kernel(self):
+        return g4_kernel(self.ks, "norm_add_scale")
 
     def _softcap(self, P: Plan, buf_, count) -> None:
         cap = self.cfg.final_softcap
