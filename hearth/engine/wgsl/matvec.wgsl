@@ -270,7 +270,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             workgroupBarrier();
         }
         pinv = inverseSqrt(red[0] / f32(P.K) + P.eps);
-        workgroupBarrier();            // red is the row sums' next
+        workgroupBarrier();            // the row sums below reuse red
         if (wg == 0u) {
             for (var c = tid; c < P.K / 8u; c += 256u) {
                 let v = xin(c);
