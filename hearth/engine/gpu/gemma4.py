@@ -15,11 +15,21 @@ attn_prefill.wgsl), O + post-norm, RMSNorm + GeGLU + down + post-norm (`_ffn`: t
 layer's FFN is built; a layer with experts beside its MLP, the 26B-A4B shape, adds them there:
 gpu/gemma4_moe.py), the per-layer branch (inp_gate, "gelu_mul" with the per-layer input, proj +
 post-norm) and layer_output_scale ("scale").
+
+Decode fused (FUSE, FUSE_ROPE below): the "qkv" pass's work done by the attention
+split (ops.attn_split prep), O, down and proj write tmp and leave their post-norm (+ layer scale)
+pending until the next matvec over the residual stream adds it to its x (ops.matvec pre: the FFN's
+gate/up, the branch's gate, the next layer's Q|K|V; the last one a pass; not with experts), and the
+branch's gate takes gelu(.) * ple in its epilogue (gelu_mul). Dispatches a decode token, attention in several
+splits: 4 + 13 a layer + 3 (head, soft-cap, argmax) unfused; 4 + 8 a layer + 1 + 3 fused (42
+layers: 553 against 344; the head one matvec per part of the output matrix). Without per-layer inputs: 10
+a layer against 6 (9 without a layer scale).
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -31,6 +41,7 @@ from ..models.layers import Rope
 from ..quants import dequantize
 from . import gemma4_moe, ops
 from .backend import STEP_HEADER, GpuBackend, rope_table
+from .gemma4_decode import Gemma4FusedDecode
 from .kernels import Kernels, grid
 from .kv import GpuKVCache
 from .plan import Plan
@@ -39,6 +50,16 @@ from .weights import GpuMatrix, GpuWeights
 G4_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("n_rot", "u"), ("max_ctx", "u"), ("stride", "u"), ("v_off", "u"),
              ("eps", "f"), ("scale", "f"), ("count", "u"), ("npl", "u"), ("ldb", "u"), ("off", "u"))
 MAX_HEAD_DIM = 512
+# Decode folds each post-norm + residual add into the next product that reads the residual stream
+# (matvec PRE), the per-layer branch's gelu(gate) * input into the gate product (matvec GELU_MUL) and
+# the head norms, RoPE and K/V store ("qkv" here) into the attention split (attn_split prep): 5
+# dispatches less a layer. HEARTH_GPU_G4_FUSE=0 keeps the separate passes, =post all but the last.
+FUSE_MODE = os.environ.get("HEARTH_GPU_G4_FUSE", "all")
+FUSE = FUSE_MODE != "0"
+FUSE_ROPE = FUSE_MODE not in ("0", "post")
+# HEARTH_GPU_G4_DOWN_Q8=1: decode's down products read their x quantized once to int8 blocks (as the
+# dense decoder's past ops.INT8_PRE_K_MIN), at any row length (E4B: 10,240); not measured on Gemma 4 yet.
+DOWN_Q8 = os.environ.get("HEARTH_GPU_G4_DOWN_Q8", "") == "1"
 
 
 def g4_kernel(ks, pass_: str, head_dim: int = 0, kv_f16: bool = False):
@@ -79,7 +100,7 @@ def make_split_kv(dev, cfg, n_ctx: int, kv_dtype: str) -> GpuSplitKV:
     return GpuSplitKV([GpuKVCache(dev, n, heads, hd, n_ctx, kv_dtype) for n, heads, hd in shapes], slot)
 
 
-class Gemma4GpuBackend(GpuBackend):
+class Gemma4GpuBackend(Gemma4FusedDecode, GpuBackend):
     def _refuse(self, cfg, gguf) -> None:
         hc = cfg.hybrid
         hds = (cfg.head_dim, hc.head_dim_swa)
@@ -113,6 +134,8 @@ class Gemma4GpuBackend(GpuBackend):
         self.q = buf(chunk * nh * hd_max * 4, "q")         # [chunk, nh, hd] normed, rotated
         self.att = buf(chunk * nh * hd_max * 4, "att")     # [chunk, nh * hd]
         self.ff = buf(chunk * nff * 4, "ff")               # [chunk, n_ff] gelu(gate) * up
+        self.ffq = (buf(ops.q8_words(nff) * 4, "ff-q8") if DOWN_Q8 and self.int8 and getattr(dev, "int8", False)
+                    else None)                             # [q8_words(n_ff)] u32: decode's ff as int8 blocks
         if npl:
             self.ple = buf(chunk * NL * npl * 4, "ple")    # [chunk, n_layer, npl] per-layer inputs
             self.pproj = buf(chunk * NL * npl * 4, "ple-proj")  # [chunk, n_layer * npl] per_layer_model_proj x0
@@ -139,13 +162,18 @@ class Gemma4GpuBackend(GpuBackend):
             self.ple_model_proj = W.matrix("per_layer_model_proj.weight", NL * npl, d)
             self.ple_proj_norm = W.vector("per_layer_proj_norm.weight", npl)
         self.layers = [self._layer_weights(W, g, i) for i in range(NL)]
+        self.fuse = FUSE and all(L["moe"] is None for L in self.layers)
+        self.fuse_rope = FUSE and FUSE_ROPE                    # with experts too
+        self.x2 = buf(d * 4, "x-alt") if self.fuse else None   # [d] the decode residual stream's other buffer
 
         dec = self.decode_plan = Plan(dev, "decode")
         pre = self.prefill_plan = Plan(dev, "prefill")
         for P, decode in ((dec, True), (pre, False)):
+            self._start_stream(decode)
             self._inputs(P, decode)
             for i, L in enumerate(self.layers):
                 self._layer(P, decode, i, L)
+            self._end_stream(P)
         self.decode_body, self.prefill_body = len(dec.ops), len(pre.ops)
         for P, decode in ((dec, True), (pre, False)):
             self._head(P, decode)
@@ -214,7 +242,8 @@ class Gemma4GpuBackend(GpuBackend):
         c, hc, ks = self.cfg, self.cfg.hybrid, self.ks
         d, NL, npl = c.n_embd, c.n_layer, hc.n_embd_per_layer
         groups = (1, 1, 1) if decode else (lambda n, kv: ops.rows_groups(n))
-        tables = [(self.emb, self.x, d, c.embed_scale)]
+        x0 = self._stream_x()[0]                          # x, or x2 where the fused stream starts there
+        tables = [(self.emb, x0, d, c.embed_scale)]
         if npl:
             tables.append((self.ple_emb, self.ple, NL * npl, math.sqrt(npl)))
         for m, out, width, scale in tables:
@@ -225,7 +254,7 @@ class Gemma4GpuBackend(GpuBackend):
         if not npl:
             return
         if decode:
-            self._matvec(P, self.ple_model_proj, self.x, d, self.pproj, "ple.proj")
+            self._matvec(P, self.ple_model_proj, x0, d, self.pproj, "ple.proj")
         else:
             self._matmul_into(P, self.ple_model_proj, self.x, d, self.pproj, NL * npl, 0, "ple.proj")
         P.add(g4_kernel(ks, "ple_in"), [self.ple, self.pproj, self.ple_proj_norm],
@@ -236,7 +265,8 @@ class Gemma4GpuBackend(GpuBackend):
         self._attention(P, decode, i, L)
         self._ffn(P, decode, i, L)
         self._per_layer_branch(P, decode, i, L)
-        if L["out_scale"] != 1.0 and not self.cfg.hybrid.n_embd_per_layer:   # else in the branch's last pass
+        # else in the branch's last pass, or in the pending post-norm (fused decode)
+        if L["out_scale"] != 1.0 and not self.cfg.hybrid.n_embd_per_layer and not self._fused(decode):
             d = self.cfg.n_embd
             P.add(g4_kernel(self.ks, "scale"), [self.x], lambda n, kv: elementwise_groups(n * d), f"{i}.scale",
                   count=lambda n, kv: n * d, scale=L["out_scale"])
@@ -250,9 +280,10 @@ class Gemma4GpuBackend(GpuBackend):
         if decode:
             types = [m.qtype for m in mats]
             lay, q8 = self._layout(types, d, stride, math.gcd(*rows) if len(rows) > 1 else 0)
-            P.add(ops.matvec(ks, types, norm=True, layout=lay, q8x=q8),
-                  [self.x, self.qkv] + [m.buffer for m in mats] + [L["attn_norm"]],
-                  ops.matvec_groups(stride, lay), f"{i}.qkv", **ops.matvec_params(types, d, rows, eps=c.rms_eps))
+            x, pb, pp, pre = self._stream_x()
+            P.add(ops.matvec(ks, types, norm=True, layout=lay, q8x=q8, pre=pre),
+                  [x, self.qkv] + [m.buffer for m in mats] + [L["attn_norm"]] + pb,
+                  ops.matvec_groups(stride, lay), f"{i}.qkv", **ops.matvec_params(types, d, rows, eps=c.rms_eps), **pp)
         else:
             self._rows(P, ops.rmsnorm(ks), [self.x, self.xn, L["attn_norm"]], lambda n: n, f"{i}.norm",
                        d=d, n=self.chunk, eps=c.rms_eps)
@@ -267,26 +298,37 @@ class Gemma4GpuBackend(GpuBackend):
         nkv_w = L["nkv"] if L["wk"] is not None else 0          # K/V heads this layer writes
         v_off = nh * hd + (L["nkv"] * hd if L["wv"] is not None else 0)
         swa = L["swa"]
-        P.add(g4_kernel(ks, "qkv", hd, self.kv_f16),
-              [self.qkv, self.q, kc, vc, self.cs_swa if swa else self.cs_full, self.step, L["q_norm"],
-               L["k_norm"] if L["k_norm"] is not None else L["q_norm"]],
-              lambda n, kv: ops.rope_groups(n, nh, nkv_w), f"{i}.rope",
-              n_head=nh, n_kv=nkv_w, n_rot=hc.n_rot_swa if swa else c.n_rot, max_ctx=cache.max_ctx, stride=stride,
-              v_off=v_off, eps=c.rms_eps)
+        cs, n_rot = (self.cs_swa, hc.n_rot_swa) if swa else (self.cs_full, c.n_rot)
+        norms = [L["q_norm"], L["k_norm"] if L["k_norm"] is not None else L["q_norm"]]
+        prep = decode and self.fuse_rope
+        if not prep:
+            P.add(g4_kernel(ks, "qkv", hd, self.kv_f16), [self.qkv, self.q, kc, vc, cs, self.step] + norms,
+                  lambda n, kv: ops.rope_groups(n, nh, nkv_w), f"{i}.rope",
+                  n_head=nh, n_kv=nkv_w, n_rot=n_rot, max_ctx=cache.max_ctx, stride=stride, v_off=v_off, eps=c.rms_eps)
         ap = dict(n_head=nh, n_kv=cache.n_kv_heads, max_ctx=cache.max_ctx, scale=c.attn_scale,
                   window=hc.window if swa else 0)
         if decode:
             ch = decode_attn_chunk(hd)
             nsp = lambda kv: -(-kv // ch)  # noqa: E731
             ap["max_splits"] = self.max_splits
-            P.add(ops.attn_split(ks, hd, self.kv_f16, chunk=ch), [self.q, kc, vc, self.part, self.step],
+            # prep: the attention reads the raw Q|K|V row and does the "qkv" pass's work itself
+            qsrc, extra = (self.qkv, [cs] + norms) if prep else (self.q, [])
+            if prep:
+                ap.update(n_rot=n_rot, v_off=v_off, eps=c.rms_eps, kv_w=int(nkv_w > 0))
+            P.add(ops.attn_split(ks, hd, self.kv_f16, chunk=ch, prep=prep),
+                  [qsrc, kc, vc, self.part, self.step] + extra,
                   lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.attn", **ap)
-            P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True, chunk=ch), [self.q, kc, vc, self.att, self.step],
+            P.add(ops.attn_split(ks, hd, self.kv_f16, direct=True, chunk=ch, prep=prep),
+                  [qsrc, kc, vc, self.att, self.step] + extra,
                   lambda n, kv: (1, nh, 1) if nsp(kv) == 1 else (0, 0, 0), f"{i}.attn", **ap)
             P.add(ops.attn_combine(ks, hd, chunk=ch), [self.part, self.att, self.step],
                   lambda n, kv: (nh, 1, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.combine", **ap)
-            lay, q8 = self._layout([L["wo"].qtype], nh * hd, d)
-            self._decode_proj(P, L["wo"], self.att, nh * hd, None, L["post_attn"], f"{i}.o", layout=lay, q8=q8)
+            if self.fuse:
+                self._matvec(P, L["wo"], self.att, nh * hd, self.tmp, f"{i}.o")
+                self.stream.pend(L["post_attn"], 1.0)
+            else:
+                lay, q8 = self._layout([L["wo"].qtype], nh * hd, d)
+                self._decode_proj(P, L["wo"], self.att, nh * hd, None, L["post_attn"], f"{i}.o", layout=lay, q8=q8)
         else:
             ap["n_splits"] = lambda n, kv: ops.attn_prefill_splits(kv)
             P.add(ops.attn_prefill(ks, hd, self.kv_f16), [self.q, kc, vc, self.ppart, self.step],
@@ -302,16 +344,7 @@ class Gemma4GpuBackend(GpuBackend):
         c, ks, d, nff = self.cfg, self.ks, self.cfg.n_embd, L["nff"]
         moe = L["moe"]
         if decode:
-            gt = [L["gate"].qtype, L["up"].qtype]
-            lay, q8 = self._layout(gt, d, nff, mats=2)
-            P.add(ops.matvec(ks, gt, mode="glu", act="gelu", norm=True, layout=lay, q8x=q8),
-                  [self.x, self.ff, L["gate"].buffer, L["up"].buffer, L["ffn_norm"]], ops.matvec_groups(nff, lay),
-                  f"{i}.ffn", **ops.matvec_params(gt, d, [nff, nff], eps=c.rms_eps, mode="glu"))
-            if moe is not None:
-                self._matvec(P, L["down"], self.ff, nff, self.tmp, f"{i}.down")
-            else:
-                lay, q8 = self._layout([L["down"].qtype], nff, d)
-                self._decode_proj(P, L["down"], self.ff, nff, None, L["post_ffn"], f"{i}.down", layout=lay, q8=q8)
+            self._decode_ffn(P, i, L)
         else:
             self._rows(P, ops.rmsnorm(ks), [self.x, self.xn, L["ffn_norm"]], lambda n: n, f"{i}.ffn_norm",
                        d=d, n=self.chunk, eps=c.rms_eps)
@@ -333,6 +366,9 @@ class Gemma4GpuBackend(GpuBackend):
         if not npl:
             return
         d = c.n_embd
+        if self._fused(decode):
+            self._fused_branch(P, i, L)
+            return
         if decode:
             self._matvec(P, L["inp_gate"], self.x, d, self.pg, f"{i}.ple.gate")
         else:
@@ -349,6 +385,9 @@ class Gemma4GpuBackend(GpuBackend):
         P.add(g4_kernel(self.ks, "norm_add_scale"), [self.tmp, self.x, L["post_norm"]],
               lambda n, kv: ops.rows_groups(n), f"{i}.ple.post", count=lambda n, kv: n, stride=d, eps=c.rms_eps,
               scale=L["out_scale"])
+
+    def _post_kernel(self):
+        return g4_kernel(self.ks, "norm_add_scale")
 
     def _softcap(self, P: Plan, buf_, count) -> None:
         cap = self.cfg.final_softcap

@@ -30,7 +30,7 @@ MATVEC_MAX_RPT = 4
 MATVEC_UNROLL = 2
 ATTN_CHUNK = 64       # keys per workgroup of decode attention's split pass
 MATVEC_FIELDS = (("K", "u"), ("M", "u"), ("m0", "u"), ("m1", "u"), ("rb0", "u"), ("rb1", "u"), ("rb2", "u"),
-                 ("x_off", "u"), ("y_off", "u"), ("eps", "f"), ("a0", "u"), ("a1", "u"))
+                 ("x_off", "u"), ("y_off", "u"), ("eps", "f"), ("a0", "u"), ("a1", "u"), ("a2", "f"))
 ATTN_X_MAX = 4096     # the largest attention output (heads x head dim) merged in workgroup memory
 ATTN_WS_MAX = 2048    # and the most (head, split) weights kept there beside it
 
@@ -131,7 +131,7 @@ def int8_c64(qtypes, q8x: int, lanes: int) -> bool:
 
 
 def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residual=False, attn_x=0, rope="",
-           attn_ws=1, layout=None, q8x=0, q8g=False, q8out=False, gated=None):
+           attn_ws=1, layout=None, q8x=0, q8g=False, q8out=False, gated=None, pre=False, gelu_mul=False):
     """y (+)= W x for one token. Bindings: x, y, w0[, w1[, w2]][, g][, b][, step] or [, kc, vc, cs, step].
     attn_x = heads x head dim: x is decode attention's split partials (bind the step buffer last;
     params a0 = head dim, a1 = max splits), merged before the product; attn_ws = heads x max splits.
@@ -143,7 +143,10 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
     workgroup: GLU_Q8OUT_LAYOUT; M a multiple of 32): y is also written as quantize_x's blocks to a
     binding after the others (glu_q8out_ok). gated = (S, heads, conv channels, conv kernel - 1 or 0):
     x is Qwen3.5's delta-rule output, gated as it is read (two bindings after bias: proj with z at a1,
-    the norm [S]; with a conv state, a third: moved on, see matvec.wgsl GATE_S)."""
+    the norm [S]; with a conv state, a third: moved on, see matvec.wgsl GATE_S).
+    pre: a pending post-norm added to x first (bindings pt, pw, po after the others; a2 = scale):
+    x' = (x + RMSNorm(pt) pw) a2, written to po by workgroup 0. gelu_mul (concat): y = gelu(W x) * em[a0:]
+    (binding em last)."""
     lanes, rpt, *rest = layout or MATVEC_DEFAULT
     gs, ghv, gch, gkm1 = gated or (0, 0, 0, 0)
     tph = 1
@@ -152,14 +155,16 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
     unroll = rest[0] if rest else 1
     access = (["r", "rw"] + ["r"] * len(qtypes) + (["r"] if norm else []) + (["r"] if bias else [])
               + (["r", "r"] if gs else []) + (["rw"] if gkm1 else [])
-              + (["r"] if attn_x else []) + (["rw"] if q8out else []) + (["rw", "rw", "r", "r"] if rope else []))
+              + (["r"] if attn_x else []) + (["rw"] if q8out else []) + (["r", "r", "rw"] if pre else [])
+              + (["r"] if gelu_mul else []) + (["rw", "rw", "r", "r"] if rope else []))
     if gs and ghv > 256:
         raise ValueError(f"a gated x of {ghv} heads (at most 256)")
     return ks.get("matvec.wgsl", access, MATVEC_FIELDS, QTYPES=tuple(qtypes), MODE=mode, ACT=act,
                   GATE_S=gs, GATE_HV=ghv, GATE_TPH=tph, SHIFT_CH=gch, SHIFT_KM1=gkm1,
                   NORM=bool(norm), BIAS=bool(bias), RESIDUAL=bool(residual), ROWS=256 // lanes * rpt, RPT=rpt, UNROLL=unroll,
                   ATTN_X=int(attn_x), ATTN_WS=int(attn_ws), ATTN_CHUNK=ATTN_CHUNK, ROPE=rope, Q8X=int(q8x), Q8G=bool(q8g),
-                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4, IQ4_LUT=iq4_lookup(qtypes, q8x, lanes))
+                  Q8OUT=bool(q8out), C64=int8_c64(qtypes, q8x, lanes), V4=INT8_V4, IQ4_LUT=iq4_lookup(qtypes, q8x, lanes),
+                  **({"PRE": True} if pre else {}), **({"GELU_MUL": True} if gelu_mul else {}))
 
 
 # MXFP4's codes in the int8-x products: fp4_pack4's arithmetic (HEARTH_GPU_FP4_LUT=0), which bound
@@ -427,18 +432,24 @@ def rope_groups(n_tokens: int, n_head: int, n_kv: int):
 
 
 ATTN_DECODE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("max_splits", "u"), ("scale", "f"),
-                      ("window", "u"))
+                      ("window", "u"), ("n_rot", "u"), ("v_off", "u"), ("eps", "f"), ("kv_w", "u"))
 
 
-def attn_split(ks, head_dim: int, kv_f16: bool = False, direct: bool = False, chunk: int = ATTN_CHUNK):
+def attn_split(ks, head_dim: int, kv_f16: bool = False, direct: bool = False, chunk: int = ATTN_CHUNK,
+               prep: bool = False):
     """Bindings: q, k_cache, v_cache, partials, step. kv_f16: a float16 cache. direct: for contexts of
     one split (one chunk of keys), the partials binding gets the merged output [n_head, head_dim].
     chunk: keys a workgroup scores (its threads), at least head_dim / 4 (ATTN_CHUNK fits head dims up
-    to 256; the splits are then ceil(kv_len / chunk), and attn_combine must be given the same chunk)."""
+    to 256; the splits are then ceil(kv_len / chunk), and attn_combine must be given the same chunk).
+    prep (Gemma 4): q is the raw Q|K|V row and the head norms, NeoX RoPE and the new K/V's store are
+    done here (bindings then q = qkv, k_cache, v_cache, partials, step, cos_sin, q_norm, k_norm;
+    params n_rot, v_off, eps, kv_w: 1 where the layer writes K/V)."""
     if chunk * 4 < head_dim or chunk > 256:
         raise ValueError(f"a decode attention chunk of {chunk} keys for head dim {head_dim}")
-    return ks.get("attn_decode.wgsl", ["r", "r", "r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim,
-                  CHUNK=chunk, PASS="split", KV_F16=bool(kv_f16), DIRECT=bool(direct))
+    kv = "rw" if prep else "r"
+    return ks.get("attn_decode.wgsl", ["r", kv, kv, "rw", "r"] + (["r", "r", "r"] if prep else []), ATTN_DECODE_FIELDS,
+                  HD=head_dim, CHUNK=chunk, PASS="split", KV_F16=bool(kv_f16), DIRECT=bool(direct),
+                  **({"PREP": True} if prep else {}))
 
 
 def attn_combine(ks, head_dim: int, chunk: int = ATTN_CHUNK):

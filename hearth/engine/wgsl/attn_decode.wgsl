@@ -6,6 +6,12 @@
 // combine pass runs: one dispatch less a layer.
 // GATE_OFF (optional; Qwen3.5's gated attention): the merged output is written times sigmoid(gate),
 // gate [n_head * HD] at float offset GATE_OFF of a binding after step (the DIRECT split and combine).
+// PREP (Gemma 4, split pass): q is the raw Q|K|V row of the token (qkv [stride]: q heads at 0, k heads
+// at n_head HD, v at v_off): each workgroup RMSNorms its q head with qn and NeoX-rotates its first
+// n_rot dims itself; where the layer writes K/V (kv_w = 1) the workgroup whose split holds the new
+// position does the same for that key (kn) and its value (RMSNorm without a weight), uses them for
+// that key in place of the cache's row (which no other workgroup reads in this pass) and, for the
+// first q head of its KV head, stores them into the cache: gemma4.wgsl "qkv"'s work, one dispatch less.
 // q: [n_head, HD] (rotated, not scaled); kc, vc: [n_kv, max_ctx, HD] float32, or float16 with KV_F16
 // (f16_kv.wgsl: a vec2<u32> holds 4 values, so indices are the same); step: [pos, n] (kv_len = pos + 1).
 const HD: u32 = {{HD}}u;
@@ -13,7 +19,8 @@ const CHUNK: u32 = {{CHUNK}}u;
 const PW: u32 = HD + 2u;        // floats per partial: o[HD], m, l
 struct Params {
     n_head: u32, n_kv: u32, max_ctx: u32, max_splits: u32,
-    scale: f32, window: u32, _a: u32, _b: u32,
+    scale: f32, window: u32, n_rot: u32, v_off: u32,
+    eps: f32, kv_w: u32,
 }
 @group(0) @binding(0) var<uniform> P: Params;
 {% set GATE = GATE_OFF is defined %}
@@ -29,16 +36,18 @@ const HD4: u32 = HD / 4u;
 const G: u32 = CHUNK / HD4;
 {% set VU = 8 %}
 const VU: u32 = {{VU}}u;
+{% set PREP = PREP | default(false) %}
+{% set KV_ACCESS = "read_write" if PREP else "read" %}
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
 {% if KV_F16 | default(false) %}
-@group(0) @binding(2) var<storage, read> kc: array<vec2<u32>>;
-@group(0) @binding(3) var<storage, read> vc: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, {{KV_ACCESS}}> kc: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, {{KV_ACCESS}}> vc: array<vec2<u32>>;
 {% include "f16_kv.wgsl" %}
 fn kload(i: u32) -> vec4<f32> { return unpack_f16x4(kc[i]); }
 fn vload(i: u32) -> vec4<f32> { return unpack_f16x4(vc[i]); }
 {% else %}
-@group(0) @binding(2) var<storage, read> kc: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> vc: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, {{KV_ACCESS}}> kc: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, {{KV_ACCESS}}> vc: array<vec4<f32>>;
 fn kload(i: u32) -> vec4<f32> { return kc[i]; }
 fn vload(i: u32) -> vec4<f32> { return vc[i]; }
 {% endif %}
@@ -46,6 +55,73 @@ fn vload(i: u32) -> vec4<f32> { return vc[i]; }
 @group(0) @binding(5) var<storage, read> step: array<u32>;
 {% if GATE %}
 @group(0) @binding(6) var<storage, read> gate: array<f32>;
+{% endif %}
+{% if PREP %}
+@group(0) @binding(6) var<storage, read> cs: array<f32>;      // [max_ctx, n_rot / 2, 2] (cos, sin)
+@group(0) @binding(7) var<storage, read> qn: array<f32>;      // [HD]
+@group(0) @binding(8) var<storage, read> kn: array<f32>;      // [HD] (qn again where kv_w = 0)
+var<workgroup> hv: array<f32, HD>;                            // the head being prepared
+var<workgroup> kw: array<vec4<f32>, HD4>;                     // the new key, normed and rotated
+var<workgroup> vw: array<vec4<f32>, HD4>;                     // its value, normed
+
+// hv = the head at float column c0 of qkv, RMSNorm'd (weight: 0 qn, 1 kn, 2 none), its first n_rot
+// dims NeoX-rotated at position pos unless weight is 2. Every thread of the workgroup calls it.
+fn prep_head(t: u32, c0: u32, weight: u32, pos: u32) {
+    var ss = 0.0;
+    for (var d = t; d < HD; d += CHUNK) {
+        let v = q[(c0 + d) >> 2u][(c0 + d) & 3u];
+        hv[d] = v;
+        ss += v * v;
+    }
+    red[t] = ss;
+    workgroupBarrier();
+    for (var r = CHUNK / 2u; r > 0u; r >>= 1u) {
+        if (t < r) { red[t] += red[t + r]; }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(red[0] / f32(HD) + P.eps);
+    let half = P.n_rot / 2u;
+    for (var i = t; i < HD; i += CHUNK) {
+        var wi = 1.0;
+        if (weight == 0u) { wi = qn[i]; } else if (weight == 1u) { wi = kn[i]; }
+        if (weight == 2u || i >= P.n_rot) {
+            hv[i] = hv[i] * inv * wi;
+        } else if (i < half) {
+            let c = cs[(pos * half + i) * 2u];
+            let sn = cs[(pos * half + i) * 2u + 1u];
+            let a = hv[i] * inv * wi;
+            let b = hv[i + half] * inv * kq_weight(weight, i + half);
+            hv[i] = a * c - b * sn;
+            hv[i + half] = a * sn + b * c;
+        }
+    }
+    workgroupBarrier();
+}
+
+fn kq_weight(weight: u32, i: u32) -> f32 {
+    if (weight == 0u) { return qn[i]; }
+    return kn[i];
+}
+
+// hv as vec4 d (a float16 cache's values rounded as the cache keeps them)
+fn hv4(d: u32) -> vec4<f32> {
+    let v = vec4<f32>(hv[4u * d], hv[4u * d + 1u], hv[4u * d + 2u], hv[4u * d + 3u]);
+{% if KV_F16 | default(false) %}
+    return unpack_f16x4(vec2<u32>(pack_f16x2(v.x, v.y), pack_f16x2(v.z, v.w)));
+{% else %}
+    return v;
+{% endif %}
+}
+
+fn store_kv(i: u32, k: vec4<f32>, v: vec4<f32>) {
+{% if KV_F16 | default(false) %}
+    kc[i] = vec2<u32>(pack_f16x2(k.x, k.y), pack_f16x2(k.z, k.w));
+    vc[i] = vec2<u32>(pack_f16x2(v.x, v.y), pack_f16x2(v.z, v.w));
+{% else %}
+    kc[i] = k;
+    vc[i] = v;
+{% endif %}
+}
 {% endif %}
 
 var<workgroup> qs: array<vec4<f32>, HD4>;
@@ -62,7 +138,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let kv_len = pos + 1u;
     var lo = 0u;
     if (P.window > 0u && pos + 1u > P.window) { lo = pos + 1u - P.window; }
+{% if PREP %}
+    prep_head(t, h * HD, 0u, pos);
+    if (t < HD4) { qs[t] = vec4<f32>(hv[4u * t], hv[4u * t + 1u], hv[4u * t + 2u], hv[4u * t + 3u]); }
+    // the new key and value: in the split that holds pos (s is the same for the whole workgroup)
+    let mine = P.kv_w != 0u && s == pos / CHUNK;
+    if (mine) {
+        workgroupBarrier();
+        prep_head(t, P.n_head * HD + kvh * HD, 1u, pos);
+        if (t < HD4) { kw[t] = hv4(t); }
+        workgroupBarrier();
+        prep_head(t, P.v_off + kvh * HD, 2u, pos);
+        if (t < HD4) { vw[t] = hv4(t); }
+        if (t < HD4 && h % (P.n_head / P.n_kv) == 0u) { store_kv((kvh * P.max_ctx + pos) * HD4 + t, kw[t], vw[t]); }
+    }
+{% else %}
     if (t < HD4) { qs[t] = q[h * HD4 + t]; }
+{% endif %}
     workgroupBarrier();
     let j = s * CHUNK + t;
     var sc = -3.0e38;
@@ -71,9 +163,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let kb = (kvh * P.max_ctx + j) * HD4;
         // unrolled: the key's loads are independent and go out together (a loop would wait on each)
         var acc = 0.0;
+{% if PREP %}
+        if (mine && j == pos) {
+            for (var d = 0u; d < HD4; d++) { acc += dot(qs[d], kw[d]); }
+        } else {
+{% endif %}
 {% for d in range(HD // 4) %}
         acc += dot(qs[{{d}}u], kload(kb + {{d}}u));
 {% endfor %}
+{% if PREP %}
+        }
+{% endif %}
         sc = acc * P.scale;
     }
     red[t] = sc;
@@ -94,7 +194,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
     }
     let j0 = s * CHUNK;
+{% if PREP %}
+    let nj = min(CHUNK, kv_len - min(j0, kv_len)) - select(0u, 1u, mine);   // keys read from the cache
+{% else %}
     let nj = min(CHUNK, kv_len - min(j0, kv_len));
+{% endif %}
     let col = t % HD4;
     let grp = t / HD4;
     var o = vec4<f32>(0.0);
@@ -105,6 +209,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         { let i = min(i0 + {{u}}u * G, nj - 1u); o += select(0.0, p[i], i0 + {{u}}u * G < nj) * vload(vb + i * HD4); }
 {% endfor %}
     }
+{% if PREP %}
+    // the new key (the chunk's last, left out of the loop above) with its value from the workgroup
+    if (mine && grp == 0u) { o += p[nj] * vw[col]; }
+{% endif %}
     acc4[t] = o;
     workgroupBarrier();
 {% if DIRECT | default(false) %}

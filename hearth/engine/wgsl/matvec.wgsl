@@ -40,6 +40,11 @@
 // each head's norm computed by every workgroup first. SHIFT_KM1 (with it): the workgroups also move
 // the conv state [SHIFT_KM1, SHIFT_CH] on by gz's first SHIFT_CH values (delta_step.wgsl's SHIFT,
 // here for the plan's last reader of that state). Not with NORM, GLU, ATTN_X, ROPE or Q8G.
+// PRE: x is the residual stream before a pending post-norm (Gemma's): the product reads
+// (x + RMSNorm(pt) pw) a2, pt the branch output [K], pw its norm weight, and workgroup 0 also writes
+// that sum to po (the residual stream's other buffer: the other workgroups still read x). The
+// post-norm pass before the product folded into it: one dispatch less. eps as NORM's.
+// GELU_MUL (concat): y[r] = gelu_tanh(W x)[r] em[a0 + r] (Gemma 4's per-layer branch gate).
 // A row group's sums: row_sum.wgsl (shared with moe_matvec.wgsl): with SUBGROUPS by shuffles and one
 // barrier, without it a shared-memory tree.
 {% from "quant.wgsl" import quant_fns, kv_wg_init with context %}
@@ -59,6 +64,9 @@
 {% set GATE_S = GATE_S | default(0) %}
 {% set SHIFT_KM1 = SHIFT_KM1 | default(0) %}
 {% if GATE_S and (NORM or GLU or ATTN_X or ROPE or Q8G) %}{{ raise("a gated x is built for plain products only") }}{% endif %}
+{% set PRE = PRE | default(False) %}
+{% set GELU_MUL = GELU_MUL | default(False) %}
+{% if PRE and (Q8G or ATTN_X or ROPE) %}{{ raise("a pending post-norm is built for f32 or int8 x from a vector only") }}{% endif %}
 {% set Q8OUT = Q8OUT | default(False) %}
 {% if Q8OUT and (not GLU or ROWS != 32) %}{{ raise("int8 output blocks are built for glu with 32 rows a workgroup") }}{% endif %}
 {% set LANES = 256 * RPT // ROWS %}
@@ -77,6 +85,7 @@ struct Params {
     y_off: u32,      // first element of y
     eps: f32,
     a0: u32, a1: u32,
+    a2: f32,         // PRE: the scale of the sum
 }
 @group(0) @binding(0) var<uniform> P: Params;
 {% if ATTN_X %}
@@ -117,6 +126,17 @@ var<workgroup> ginv: array<f32, GHV>;
 {% if Q8OUT %}
 @group(0) @binding({{nb}}) var<storage, read_write> xo: array<u32>;   // y [M] as int8 blocks (ops.q8_words(M))
 var<workgroup> qo: array<f32, 32>;
+{% set nb = nb + 1 %}
+{% endif %}
+{% if PRE %}
+@group(0) @binding({{nb}}) var<storage, read> pt: array<vec4<f32>>;        // [K] the branch output
+@group(0) @binding({{nb + 1}}) var<storage, read> pw: array<vec4<f32>>;    // [K] its post-norm weight
+@group(0) @binding({{nb + 2}}) var<storage, read_write> po: array<vec4<f32>>;  // [K] the new residual
+var<private> pinv: f32;
+{% set nb = nb + 3 %}
+{% endif %}
+{% if GELU_MUL %}
+@group(0) @binding({{nb}}) var<storage, read> em: array<f32>;
 {% set nb = nb + 1 %}
 {% endif %}
 {% if ROPE %}
@@ -175,6 +195,9 @@ fn xin(c: u32) -> X8 {
               vec4<f32>(xs[i + 4u], xs[i + 5u], xs[i + 6u], xs[i + 7u]));
 {% elif GATE_S %}
     return X8(gated4(c * 8u), gated4(c * 8u + 4u));
+{% elif PRE %}
+    let i = (P.x_off >> 2u) + c * 2u;
+    return X8((x[i] + pt[i] * pinv * pw[c * 2u]) * P.a2, (x[i + 1u] + pt[i + 1u] * pinv * pw[c * 2u + 1u]) * P.a2);
 {% else %}
     let i = (P.x_off >> 2u) + c * 2u;
     return X8(x[i], x[i + 1u]);
@@ -270,6 +293,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let first = wg * RPW;                  // the workgroup's first dispatch row
     let d0 = first + grp * RPT;            // this thread's first dispatch row
 {{ kv_wg_init("tid") }}
+{% if PRE %}
+    {
+        var s = 0.0;
+        for (var e = tid; e < P.K / 4u; e += 256u) { let v = pt[(P.x_off >> 2u) + e]; s += dot(v, v); }
+        red[tid] = s;
+        workgroupBarrier();
+        for (var h = 128u; h > 0u; h >>= 1u) {
+            if (tid < h) { red[tid] += red[tid + h]; }
+            workgroupBarrier();
+        }
+        pinv = inverseSqrt(red[0] / f32(P.K) + P.eps);
+        workgroupBarrier();            // the row sums below reuse red
+        if (wg == 0u) {
+            for (var c = tid; c < P.K / 8u; c += 256u) {
+                let v = xin(c);
+                po[(P.x_off >> 2u) + c * 2u] = v.lo;
+                po[(P.x_off >> 2u) + c * 2u + 1u] = v.hi;
+            }
+        }
+    }
+{% endif %}
 {% if ATTN_X %}
     {
         let hd = P.a0;
@@ -427,6 +471,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {% else %}
             v = 0.5 * v * (1.0 + tanh(clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0))) * u;
 {% endif %}
+{% endif %}
+{% if GELU_MUL %}
+            v = 0.5 * v * (1.0 + tanh(clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0))) * em[P.a0 + r];
 {% endif %}
 {% if not ROPE %}
 {% if RESIDUAL %}
