@@ -159,15 +159,17 @@ def test_attention_that_prepares_its_own_q_and_new_key(ks, rng, hd, n_rot, kv_le
     assert rel_err(read_f32(dev, vc, v0.size).reshape(v0.shape), v_want) < RTOL
 
 
-def test_down_products_on_int8_blocks_written_once(manifest, monkeypatch):
-    """HEARTH_GPU_G4_DOWN_Q8=1 on the forced int8 path (the tiny gate/up weights are not quantized, so a
-    quantize_x pass writes the blocks): one token at a time and as a batch, within llama.cpp's tolerance."""
+@pytest.mark.parametrize("q8", [True, False], ids=["int8-blocks", "f32-x"])
+def test_down_products_on_int8_blocks_written_once(manifest, monkeypatch, q8):
+    """The down products' x as int8 blocks written once (the default) or f32 (HEARTH_GPU_G4_DOWN_Q8=0),
+    on the forced int8 path (the tiny gate/up weights are not quantized, so a quantize_x pass writes the
+    blocks): one token at a time and as a batch, within llama.cpp's tolerance."""
     d, m = manifest
-    monkeypatch.setattr(g4, "DOWN_Q8", True)
+    monkeypatch.setattr(g4, "DOWN_Q8", q8)
     be = gpu(d / m["file"], "forced")
     try:
         labels = [op["label"] for op in be.decode_plan.ops]
-        assert be.ffq is not None and "0.quantize_x" in labels
+        assert (be.ffq is not None and "0.quantize_x" in labels) == q8
         check_both_ways(be, prompt_of(m, "english")["ids"], np.load(d / "top64_english.npz"))
     finally:
         be.close()

@@ -7,7 +7,7 @@ through the persistent staging buffer (logits, or 4 bytes with `forward_argmax`)
 matrix-vector kernels with RMSNorm, SwiGLU/GeGLU, RoPE, the KV store and residual adds fused in; longer
 inputs use the tiled matmul plan in chunks of `chunk` tokens. On a real GPU with 4-way int8 dot
 products, decode matvecs of row length 2,048-4,096 take x as int8 blocks of 32 (ops.int8_ok; as
-llama.cpp's CUDA path does), and the down products of 12,288 and more read x quantized once a layer
+llama.cpp's CUDA path does), and the down products of 9,216 and more read x quantized once a layer
 to global memory (ops.int8_pre_ok), written by the gate/up product itself where its x is int8 too
 (ops.glu_q8out_ok) and else by a quantize pass; this moves decode logits off numpy's by ~0.1; CPU rasterizers keep
 f32 x (`int8=True` or HEARTH_GPU_INT8=1 forces it, =0 turns it off). Likewise the prefill products

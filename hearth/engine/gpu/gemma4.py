@@ -57,9 +57,10 @@ MAX_HEAD_DIM = 512
 FUSE_MODE = os.environ.get("HEARTH_GPU_G4_FUSE", "all")
 FUSE = FUSE_MODE != "0"
 FUSE_ROPE = FUSE_MODE not in ("0", "post")
-# HEARTH_GPU_G4_DOWN_Q8=1: decode's down products read their x quantized once to int8 blocks (as the
-# dense decoder's past ops.INT8_PRE_K_MIN), at any row length (E4B: 10,240); not measured on Gemma 4 yet.
-DOWN_Q8 = os.environ.get("HEARTH_GPU_G4_DOWN_Q8", "") == "1"
+# Decode's down products read their x quantized once to int8 blocks, written by the gate/up product
+# (as the dense decoder's past ops.INT8_PRE_K_MIN), at any row length (E4B: 10,240): E4B 184-186 tok/s
+# pipelined against 159.4 with f32 x (H200, bench/README.md). HEARTH_GPU_G4_DOWN_Q8=0 keeps f32 x.
+DOWN_Q8 = os.environ.get("HEARTH_GPU_G4_DOWN_Q8", "") != "0"
 
 
 def g4_kernel(ks, pass_: str, head_dim: int = 0, kv_f16: bool = False):

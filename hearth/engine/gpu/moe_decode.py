@@ -13,8 +13,9 @@ has a switch keeping the older passes, for A/B runs):
              workgroups as by pair (gpt-oss-20b: 2 rows x 4 slots x 32 lanes, 1,440; Qwen3-30B-A3B: 4 x
              8 x 8, 512) with no yd buffer and no moe_sum pass (one dispatch less a layer), for k times
              the quantizing a workgroup (one pass of its 256 threads for Qwen3-30B's 8 rows of 768, two
-             for gpt-oss's 4 of 2,880). HEARTH_GPU_MOE_DOWN_ROWS=0 keeps moe_grouped's by-pair product
-             and moe_sum.
+             for gpt-oss's 4 of 2,880). Off unless HEARTH_GPU_MOE_DOWN_ROWS=1: on the H200 it cost
+             gpt-oss-20b decode 237.0 against 257.3-260.7 tok/s pipelined by pair + moe_sum
+             (bench/README.md); every workgroup quantizing all k rows outweighs the pass it saves.
     window   gpt-oss's windowed layers: decode attention over the window's keys with the sinks merge
              inside (attn_sinks.wgsl "window", a workgroup a head) where the window fits a workgroup:
              one dispatch for the split pass (which reads every split's values) and the merge.
@@ -28,7 +29,7 @@ import os
 from . import ops
 
 MOE_FUSE = os.environ.get("HEARTH_GPU_MOE_FUSE", "") != "0"
-DOWN_ROWS = os.environ.get("HEARTH_GPU_MOE_DOWN_ROWS", "") != "0"
+DOWN_ROWS = os.environ.get("HEARTH_GPU_MOE_DOWN_ROWS", "") == "1"
 SINK_WINDOW = os.environ.get("HEARTH_GPU_SINK_WINDOW", "") != "0"
 
 

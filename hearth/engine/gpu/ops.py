@@ -167,9 +167,10 @@ def matvec(ks, qtypes, mode="concat", act="silu", norm=False, bias=False, residu
                   **({"PRE": True} if pre else {}), **({"GELU_MUL": True} if gelu_mul else {}))
 
 
-# MXFP4's codes in the int8-x products: fp4_pack4's arithmetic (HEARTH_GPU_FP4_LUT=0), which bound
-# gpt-oss's expert products on an H100 (bench/README.md), or the codebook in workgroup memory (kv_wg4).
-FP4_LUT = "" if os.environ.get("HEARTH_GPU_FP4_LUT", "") == "0" else "wg"
+# MXFP4's codes in the int8-x products: fp4_pack4's arithmetic, or with HEARTH_GPU_FP4_LUT=wg the
+# codebook in workgroup memory (kv_wg4), which lost on the H200 (gpt-oss-20b decode 229.6 against 237.0
+# tok/s pipelined, bench/README.md) where IQ4's selects, twice fp4_pack4's work, gained from it.
+FP4_LUT = "wg" if os.environ.get("HEARTH_GPU_FP4_LUT", "") == "wg" else ""
 
 
 def fp4_lookup(qtypes, q8x) -> str:
@@ -184,12 +185,14 @@ def iq4_lookup(qtypes, q8x: int, lanes: int) -> str:
 
 
 # Row lengths whose matvec reads x quantized once, to global memory, by a pass before it
-# (quantize_x, then matvec q8g): the 8B's down products (K 14,336), where every workgroup quantizing
+# (quantize_x, then matvec q8g): e.g. the 8B's down products (K 14,336), where every workgroup quantizing
 # all of x itself cost more than it saved (above). Measured on the H200 (bench.gpu, same call): 8B
 # Q4_K_M decode 1.12x, Q4_0 1.01x; the 1B's (K 8,192) 0.96x (its Q6_K down rows gain nothing and the
 # pass is one dispatch more a layer), so it keeps f32 x.
-# HEARTH_GPU_PRE_K_MIN=n moves the bound (bench.gpu comparisons at the hybrids' 9,216-10,240 rows).
-INT8_PRE_K_MIN = int(os.environ.get("HEARTH_GPU_PRE_K_MIN", "12288"))
+# From 9,216 (Qwen3.5-4B's down rows; the gate/up product writes the blocks, no pass): its decode 222-224
+# tok/s pipelined against 193.9 (H200, bench/README.md); the 1B's 8,192 stay f32 as measured above.
+# HEARTH_GPU_PRE_K_MIN=n moves the bound.
+INT8_PRE_K_MIN = int(os.environ.get("HEARTH_GPU_PRE_K_MIN", "9216"))
 QUANTIZE_X_FIELDS = (("K", "u"), ("x_off", "u"))
 
 
