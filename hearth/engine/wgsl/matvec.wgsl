@@ -48,7 +48,7 @@
 // A row group's sums: row_sum.wgsl (shared with moe_matvec.wgsl): with SUBGROUPS by shuffles and one
 // barrier, without it a shared-memory tree.
 {% from "quant.wgsl" import quant_fns, kv_wg_init with context %}
-{% from "q8_block.wgsl" import q8_scale, q8_codes %}
+{% from "q8_block.wgsl" import q8_scale, q8_codes, q8_block %}
 {% from "row_sum.wgsl" import row_sum %}
 {% include "quant.wgsl" %}
 {% set GLU = MODE == "glu" %}
@@ -385,15 +385,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         v{{i}} = X8(v{{i}}.lo * g[(bk * 4u + {{i}}u) * 2u], v{{i}}.hi * g[(bk * 4u + {{i}}u) * 2u + 1u]);
 {% endfor %}
 {% endif %}
-        var mx = vec4<f32>(0.0);
-{% for i in range(4) %}
-        mx = max(mx, max(abs(v{{i}}.lo), abs(v{{i}}.hi)));
-{% endfor %}
-        let amax = max(max(mx.x, mx.y), max(mx.z, mx.w));
-{{ q8_scale("amax") }}
+{{ q8_block() }}
         xd[bk] = d;
 {% for i in range(4) %}
-{{ q8_codes(i) }}
         xq[bk * 4u + {{i}}u] = vec2<u32>(pack4xI8(qa{{i}}), pack4xI8(qb{{i}}));
         xn[bk * 4u + {{i}}u] = qn{{i}};
 {% endfor %}

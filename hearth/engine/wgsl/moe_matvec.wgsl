@@ -31,7 +31,7 @@
 // every workgroup takes the top k itself (moe_topk.wgsl; GATING, NORM_W as the route kernel's) for
 // its slot's expert; workgroup 0 also writes the route [2 SLOTS] (ids, weights) to a binding after
 // the others for the down product: no route dispatch (one dispatch less a layer).
-{% from "q8_block.wgsl" import q8_scale, q8_codes %}
+{% from "q8_block.wgsl" import q8_block %}
 {% from "row_sum.wgsl" import row_sum %}
 {% from "quant.wgsl" import quant_fns, kv_wg_init with context %}
 {% from "moe_topk.wgsl" import topk, topk_decls %}
@@ -144,14 +144,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% for i in range(4) %}
             let v{{i}} = X8(xf[base + bk * 8u + {{2 * i}}u], xf[base + bk * 8u + {{2 * i + 1}}u]);
 {% endfor %}
-            var mx = vec4<f32>(0.0);
+{{ q8_block() }}
 {% for i in range(4) %}
-            mx = max(mx, max(abs(v{{i}}.lo), abs(v{{i}}.hi)));
-{% endfor %}
-            let amax = max(max(mx.x, mx.y), max(mx.z, mx.w));
-{{ q8_scale("amax") }}
-{% for i in range(4) %}
-{{ q8_codes(i) }}
             x[bk * 8u + {{2 * i}}u] = pack4xI8(qa{{i}});
             x[bk * 8u + {{2 * i + 1}}u] = pack4xI8(qb{{i}});
 {% endfor %}

@@ -8,7 +8,7 @@
 // as rmsnorm.wgsl computes it), writing xn for the experts; Q8 (with NORM): it also writes xn's rows
 // as int8 blocks of 32 (quantize_rows.wgsl's layout and code, scales from word s_off) for the
 // experts' int8-x products. Both save a dispatch a layer.
-{% from "q8_block.wgsl" import q8_scale, q8_codes %}
+{% from "q8_block.wgsl" import q8_block %}
 {% from "moe_topk.wgsl" import topk, topk_decls %}
 {% set Q8 = Q8 | default(False) %}
 // LOGITS (decode): binding 2 holds the logits [E] already (+ bias: the dense matvec computed them
@@ -75,14 +75,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                         vec4<f32>(x[o + {{8 * i + 4}}u] * inv * g[bk * 32u + {{8 * i + 4}}u], x[o + {{8 * i + 5}}u] * inv * g[bk * 32u + {{8 * i + 5}}u],
                                   x[o + {{8 * i + 6}}u] * inv * g[bk * 32u + {{8 * i + 6}}u], x[o + {{8 * i + 7}}u] * inv * g[bk * 32u + {{8 * i + 7}}u]));
 {% endfor %}
-        var mx = vec4<f32>(0.0);
+{{ q8_block() }}
 {% for i in range(4) %}
-        mx = max(mx, max(abs(v{{i}}.lo), abs(v{{i}}.hi)));
-{% endfor %}
-        let amax = max(max(mx.x, mx.y), max(mx.z, mx.w));
-{{ q8_scale("amax") }}
-{% for i in range(4) %}
-{{ q8_codes(i) }}
         xq[(xb + bk * 32u) / 4u + {{2 * i}}u] = pack4xI8(qa{{i}});
         xq[(xb + bk * 32u) / 4u + {{2 * i + 1}}u] = pack4xI8(qb{{i}});
 {% endfor %}

@@ -6,7 +6,7 @@
 //   layout and code, scales from word s_off, for the experts' int8-x products),
 // so the norm, the router and xn's blocks are one dispatch spread over the GPU; the top k follows
 // inside decode's gate/up product (moe_matvec.wgsl TOPK), which reads these logits.
-{% from "q8_block.wgsl" import q8_scale, q8_codes %}
+{% from "q8_block.wgsl" import q8_block %}
 {% set Q8 = Q8 | default(False) %}
 const E: u32 = {{E}}u;
 const EPW: u32 = {{EPW}}u;
@@ -56,14 +56,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% for i in range(4) %}
         let v{{i}} = X8(v{{i}}_lo, v{{i}}_hi);
 {% endfor %}
-        var mx = vec4<f32>(0.0);
+{{ q8_block() }}
 {% for i in range(4) %}
-        mx = max(mx, max(abs(v{{i}}.lo), abs(v{{i}}.hi)));
-{% endfor %}
-        let amax = max(max(mx.x, mx.y), max(mx.z, mx.w));
-{{ q8_scale("amax") }}
-{% for i in range(4) %}
-{{ q8_codes(i) }}
         xq[bk * 8u + {{2 * i}}u] = pack4xI8(qa{{i}});
         xq[bk * 8u + {{2 * i + 1}}u] = pack4xI8(qb{{i}});
 {% endfor %}
