@@ -311,9 +311,7 @@ class GpuBackend(Backend):
         wo = [L["wo"].qtype]
         o_lay, o_q8 = self._layout(wo, nh * hd, d)
         fuse = 0
-        if ws:
-            pass
-        elif sinks is not None:
+        if sinks is not None and not ws:
             P.add(gmoe.sink_combine(ks, hd, "decode"), [self.part, self.att, sinks, self.step], (nh, 1, 1),
                   f"{i}.combine", **gmoe.sink_params(c, self.kv.max_ctx, self.max_splits))
         elif nh * hd <= ops.ATTN_X_MAX and nh * self.max_splits <= ops.ATTN_WS_MAX and nh <= 256:

@@ -223,20 +223,9 @@ def sigmoid_gate(ks):
     return ks.get("gated_out.wgsl", ["rw", "r"], DELTA_FIELDS, PASS="sigmoid")
 
 
-def gated_attn(ks, head_dim: int, kv_f16: bool, gate_off: int, direct: bool):
-    """ops.attn_split(direct=True) (direct) or ops.attn_combine writing att * sigmoid(gate), gate
-    [n_head * head_dim] at float offset gate_off of a binding after theirs: no sigmoid pass."""
-    from . import ops  # noqa: PLC0415
-    if direct:
-        return ks.get("attn_decode.wgsl", ["r", "r", "r", "rw", "r", "r"], ops.ATTN_DECODE_FIELDS, HD=head_dim,
-                      CHUNK=ops.ATTN_CHUNK, PASS="split", KV_F16=bool(kv_f16), DIRECT=True, GATE_OFF=gate_off)
-    return ks.get("attn_decode.wgsl", ["r", "rw", "r", "r"], ops.ATTN_DECODE_FIELDS, HD=head_dim,
-                  CHUNK=ops.ATTN_CHUNK, PASS="combine", GATE_OFF=gate_off)
-
-
 def gate_in_attention() -> bool:
-    """Whether decode attention applies Qwen3.5's sigmoid gate as it writes its output (gated_attn;
-    HEARTH_GPU_HYBRID_ATTN_GATE=0: the sigmoid pass after it)."""
+    """Whether decode attention applies Qwen3.5's sigmoid gate as it writes its output (ops.attn_split /
+    attn_combine gate_off; HEARTH_GPU_HYBRID_ATTN_GATE=0: the sigmoid pass after it)."""
     return os.environ.get("HEARTH_GPU_HYBRID_ATTN_GATE", "") != "0"
 
 

@@ -34,8 +34,7 @@ def add_decode(be, P, i: int, L: dict) -> None:
     hc, ks = be.cfg.hybrid, be.ks
     S, hv = hc.d_state, hc.n_v_heads
     M = be.kv.delta[be.kv.recurrent_slot[i]]
-    split = D.split_decode() and not D.head_decode(be.dev, S)
-    fused = split and D.fuse_conv()
+    fused = _split_step(be, S) and D.fuse_conv()
     if not fused:
         _conv(be, P, i, L, decode=True)
     if not D.split_decode():
@@ -61,11 +60,15 @@ def add_decode(be, P, i: int, L: dict) -> None:
         P.add(D.gate(ks, S), [be.o, be.proj, L["ssm_norm"]], (1, hv, 1), f"{i}.gate", **be._dp())
 
 
+def _split_step(be, S: int) -> bool:
+    """Whether a decoded token's delta rule is the step over 16 workgroups a head (not decode / head_step)."""
+    return D.split_decode() and not D.head_decode(be.dev, S)
+
+
 def decode_gated_out(be, S: int) -> tuple[bool, bool]:
     """(whether ssm_out's matvec gates o itself, whether it also moves the conv state on): add_decode's
     choice for a decoded token."""
-    split = D.split_decode() and not D.head_decode(be.dev, S)
-    gated = split and D.gate_in_out() and be.cfg.hybrid.n_v_heads <= 256     # ops.matvec's bound
+    gated = _split_step(be, S) and D.gate_in_out() and be.cfg.hybrid.n_v_heads <= 256     # ops.matvec's bound
     return gated, gated and D.fuse_conv()
 
 

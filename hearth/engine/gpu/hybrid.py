@@ -324,8 +324,9 @@ class GpuHybridBackend(GpuBackend):
         P.add(ops.attn_split(ks, hd, self.kv_f16), [self.q, kc, vc, self.part, self.step],
               lambda n, kv: (nsp(kv), nh, 1) if nsp(kv) > 1 else (0, 0, 0), f"{i}.attn", **ap)
         fold = D.gate_in_attention()
-        direct, combine = ((D.gated_attn(ks, hd, self.kv_f16, gate_off, True), D.gated_attn(ks, hd, False, gate_off, False))
-                           if fold else (ops.attn_split(ks, hd, self.kv_f16, direct=True), ops.attn_combine(ks, hd)))
+        g_off = gate_off if fold else None
+        direct = ops.attn_split(ks, hd, self.kv_f16, direct=True, gate_off=g_off)
+        combine = ops.attn_combine(ks, hd, gate_off=g_off)
         extra = [gate] if fold else []
         P.add(direct, [self.q, kc, vc, self.att, self.step] + extra,
               lambda n, kv: (1, nh, 1) if nsp(kv) == 1 else (0, 0, 0), f"{i}.attn", **ap)

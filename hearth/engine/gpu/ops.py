@@ -110,8 +110,9 @@ def int8_ok(dev, qtypes, k: int) -> bool:
 _KSUB = os.environ.get("HEARTH_GPU_KSUB", "")
 # IQ4_XS / IQ4_NL take them too (a sub-block's scale decoded once, the codes read as aligned words and
 # looked up 8 a word), unless HEARTH_GPU_IQ4_C64=0 (their 8-weight `_dq8` chunks). The lookup: selects
-# on constants (HEARTH_GPU_IQ4_LUT=0), reads of the pair table (=tab; gpu/iq_grids.py) or, in the dense
-# matvec, of that table in workgroup memory (=wg; quant.wgsl `iq4_codes`). Other kernels use the selects.
+# on constants (HEARTH_GPU_IQ4_LUT=0), reads of the pair table (=tab; gpu/iq_grids.py) or, the default
+# in the dense matvec, of the codebook's tables in workgroup memory (quant.wgsl `kv_wg4`). Other kernels
+# use the selects.
 IQ4_C64 = os.environ.get("HEARTH_GPU_IQ4_C64", "") != "0"
 IQ4_LUT = {"0": "", "1": "tab", "tab": "tab"}.get(os.environ.get("HEARTH_GPU_IQ4_LUT", ""), "wg")
 C64_TYPES = (("Q4_K", "Q5_K", "Q6_K") + (() if _KSUB == "k" else ("Q4_0", "Q8_0"))
@@ -439,26 +440,30 @@ ATTN_DECODE_FIELDS = (("n_head", "u"), ("n_kv", "u"), ("max_ctx", "u"), ("max_sp
 
 
 def attn_split(ks, head_dim: int, kv_f16: bool = False, direct: bool = False, chunk: int = ATTN_CHUNK,
-               prep: bool = False):
+               prep: bool = False, gate_off=None):
     """Bindings: q, k_cache, v_cache, partials, step. kv_f16: a float16 cache. direct: for contexts of
     one split (one chunk of keys), the partials binding gets the merged output [n_head, head_dim].
     chunk: keys a workgroup scores (its threads), at least head_dim / 4 (ATTN_CHUNK fits head dims up
     to 256; the splits are then ceil(kv_len / chunk), and attn_combine must be given the same chunk).
     prep (Gemma 4): q is the raw Q|K|V row and the head norms, NeoX RoPE and the new K/V's store are
     done here (bindings then q = qkv, k_cache, v_cache, partials, step, cos_sin, q_norm, k_norm;
-    params n_rot, v_off, eps, kv_w: 1 where the layer writes K/V)."""
+    params n_rot, v_off, eps, kv_w: 1 where the layer writes K/V). gate_off (direct; Qwen3.5): the
+    output is written times sigmoid(gate), gate at that float offset of a binding after step."""
     if chunk * 4 < head_dim or chunk > 256:
         raise ValueError(f"a decode attention chunk of {chunk} keys for head dim {head_dim}")
+    if gate_off is not None and not direct:
+        raise ValueError("the output gate is applied by the direct split or the combine only")
     kv = "rw" if prep else "r"
-    return ks.get("attn_decode.wgsl", ["r", kv, kv, "rw", "r"] + (["r", "r", "r"] if prep else []), ATTN_DECODE_FIELDS,
+    return ks.get("attn_decode.wgsl", ["r", kv, kv, "rw", "r"] + (["r", "r", "r"] if prep else [])
+                  + (["r"] if gate_off is not None else []), ATTN_DECODE_FIELDS,
                   HD=head_dim, CHUNK=chunk, PASS="split", KV_F16=bool(kv_f16), DIRECT=bool(direct),
-                  **({"PREP": True} if prep else {}))
+                  **({"PREP": True} if prep else {}), **({"GATE_OFF": gate_off} if gate_off is not None else {}))
 
 
-def attn_combine(ks, head_dim: int, chunk: int = ATTN_CHUNK):
-    """Bindings: partials, out, step."""
-    return ks.get("attn_decode.wgsl", ["r", "rw", "r"], ATTN_DECODE_FIELDS, HD=head_dim, CHUNK=chunk,
-                  PASS="combine")
+def attn_combine(ks, head_dim: int, chunk: int = ATTN_CHUNK, gate_off=None):
+    """Bindings: partials, out, step[, gate (gate_off: as attn_split's)]."""
+    return ks.get("attn_decode.wgsl", ["r", "rw", "r"] + (["r"] if gate_off is not None else []), ATTN_DECODE_FIELDS,
+                  HD=head_dim, CHUNK=chunk, PASS="combine", **({"GATE_OFF": gate_off} if gate_off is not None else {}))
 
 
 def attn_splits(kv_len: int) -> int:
