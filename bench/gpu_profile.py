@@ -564,14 +564,15 @@ def dispatch_floor(n=200):
 
 
 def prefill_profile(be):
-    # the step buffer must say what a real 2048-token chunk says (rope and attention read it)
-    hdr = np.zeros(4 + 2048, np.uint32)
-    hdr[1] = 2048
-    hdr[4:] = np.arange(2048) + 100
+    n = min(2048, be.chunk)  # a tiny model's chunk is smaller than 2048
+    # the step buffer must say what a real chunk says (rope and attention read it)
+    hdr = np.zeros(4 + n, np.uint32)
+    hdr[1] = n
+    hdr[4:] = np.arange(n) + 100
     be.dev.queue.write_buffer(be.step, 0, hdr)
-    by, cnt, rt = per_op(be, be.prefill_plan, 2048, 2048, 3)
+    by, cnt, rt = per_op(be, be.prefill_plan, n, n, 3)
     kinds = ("int8 " + "/".join(be.mm8_types) + ", else " if be.mm8 else "") + ("f16" if be.f16 else "f32")
-    print(f"\nprefill chunk of 2048 at pos 0 ({kinds} products): GPU ms by kernel (count):")
+    print(f"\nprefill chunk of {n} at pos 0 ({kinds} products): GPU ms by kernel (count):")
     for k, v in by.most_common():
         print(f"  {k:10s} {v * 1e3:8.3f}  ({cnt[k]})")
     print(f"  total      {sum(by.values()) * 1e3:8.3f}")
