@@ -388,6 +388,7 @@ def main(argv=None):
     ap.add_argument("--matmul8-sweep", action="store_true", help="the int8 prefill product beside the f16 one (no model)")
     ap.add_argument("--dispatch-floor", action="store_true", help="the GPU's cost of an empty dispatch (no model)")
     ap.add_argument("--prefill-only", action="store_true", help="only the prefill chunk's per-kernel times")
+    ap.add_argument("--prefill-n", type=int, default=2048, help="tokens in the profiled prefill chunk (at most the backend's)")
     ap.add_argument("--decode-only", action="store_true", help="only decode's per-kernel times")
     ap.add_argument("--split-only", action="store_true", help="only the decode token's split (no per-kernel times)")
     a = ap.parse_args(argv)
@@ -420,7 +421,7 @@ def main(argv=None):
     elif not a.prefill_only:
         decode_profile(be, a.reps)
     if not (a.decode_only or a.split_only):
-        prefill_profile(be)
+        prefill_profile(be, a.prefill_n)
     be.close()
 
 
@@ -563,8 +564,8 @@ def dispatch_floor(n=200):
     dev.destroy()
 
 
-def prefill_profile(be):
-    n = min(2048, be.chunk)  # a tiny model's chunk is smaller than 2048
+def prefill_profile(be, n=2048):
+    n = min(n, be.chunk)  # a tiny model's chunk is smaller than 2048
     # the step buffer must say what a real chunk says (rope and attention read it)
     hdr = np.zeros(4 + n, np.uint32)
     hdr[1] = n

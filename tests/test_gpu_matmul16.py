@@ -203,3 +203,46 @@ def test_whole_model_with_f16_prefill_stays_close_to_numpy(default_model_path, s
         assert gpu.forward_argmax(np.array([tok], np.int32), n) == int(nc.argmax()) or s[-1] - s[-2] < 0.3
     finally:
         gpu.close()
+
+
+@pytest.mark.parametrize("m,chunk", [(512, 2048), (2880, 2048), (14336, 2048), (576, 256), (100, 64)])
+def test_tiles_by_n_cover_every_call_once_with_the_tile_for_its_range(m, chunk):
+    ranges = ops.tiles_by_n(m, chunk, ops.matmul16_tile)
+    for n in range(1, chunk + 1):
+        hits = [(t, lo, hi) for t, lo, hi in ranges if lo < n <= hi]
+        assert len(hits) == 1, (n, ranges)
+        t, lo, hi = hits[0]
+        assert t == ops.matmul16_tile(m, hi)
+    assert ranges[0][2] == chunk and ranges[-1][1] == 0
+
+
+@pytest.mark.parametrize("mm8", [False, True], ids=["f16", "int8"])
+def test_a_short_prefill_takes_its_own_tile_and_gives_the_same_logits(default_model_path, ks, monkeypatch, mm8):
+    """With MATMUL16_MIN_GROUPS raised to 10, SmolLM2's 576-row products take the 8x8 tile for calls of
+    129..256 tokens and a smaller one for up to 128 (the o and down products add into the residual
+    stream, so a call that dispatched both would differ): the plan holds both, a call dispatches one, and the
+    logits equal those of the chunk's tile alone (HEARTH_GPU_TILE_BY_N=0): a tile changes which thread
+    sums an output, not the order of its sum."""
+    from hearth.engine.config import ModelConfig  # noqa: PLC0415
+    from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
+    from hearth.engine.gpu import GpuBackend  # noqa: PLC0415
+    monkeypatch.setattr(ops, "MATMUL16_MIN_GROUPS", 10)
+    g = GGUFFile.open(default_model_path)
+    cfg = ModelConfig.from_gguf(g)
+    ids = (np.arange(140, dtype=np.int32) * 37) % cfg.n_vocab
+
+    def run(by_n):
+        monkeypatch.setenv("HEARTH_GPU_TILE_BY_N", "1" if by_n else "0")
+        be = GpuBackend(cfg, g, 512, adapter=ks.dev.adapter, chunk=256, f16=not mm8, mm8=mm8)
+        try:
+            assert (be.mm8 if mm8 else be.f16)
+            ops_n = len(be.prefill_plan.ops)
+            out = [be.forward(ids[:n], 0, all_logits=True) for n in (60, 140)]
+            return ops_n, out
+        finally:
+            be.close()
+    n_by, by = run(True)
+    n_one, one = run(False)
+    assert n_by > n_one                          # the plan holds a second tile's ops
+    for a, b in zip(by, one):
+        np.testing.assert_array_equal(a, b)

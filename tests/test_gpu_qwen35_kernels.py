@@ -175,9 +175,16 @@ def test_decode_pass_equals_the_recurrence_with_norms_and_gate(gpu, sh, n, form)
 
 @pytest.mark.parametrize("sh, n", [(TINY, 1), (TINY, 2), (TINY, 63), (TINY, 64), (TINY, 65), (TINY, 150),
                                    (REAL, 70), (ODD, 70)], ids=["1", "2", "63", "64", "65", "150", "S128", "S24"])
-@pytest.mark.parametrize("form", ["solve", "old"])
-def test_chunked_equals_the_recurrence(gpu, sh, n, form):
+@pytest.mark.parametrize("form", ["solve", "solve-u1", "solve-u16", "solve-vb8", "old"])
+def test_chunked_equals_the_recurrence(gpu, sh, n, form, monkeypatch):
+    """solve-uN: scan_u issuing N loads before their products (the default 8; 16 leaves S24's state rows
+    and every chunk's tokens a remainder loop); solve-vb8: 8 value dims a workgroup (the default 4)."""
     dev, ks = gpu
+    if form.startswith("solve-u"):
+        monkeypatch.setenv("HEARTH_GPU_DELTA_UNROLL", form[7:])
+    if form == "solve-vb8":
+        monkeypatch.setenv("HEARTH_GPU_DELTA_VB", "8")
+    form = "old" if form == "old" else "solve"
     proj, conv, da, M0 = layer_inputs(np.random.default_rng(100 + n), n, sh)
     want_o, want_M = reference(proj, conv, da, M0, sh)
     o, M = run_delta(dev, ks, proj, conv, da, M0, sh=sh, form=form)

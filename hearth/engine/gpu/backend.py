@@ -393,26 +393,27 @@ class GpuBackend(Backend):
         filled from src) where it is on for this type, else _matmul's."""
         extra = [bias] if bias is not None else []
         if self._mm8(w.qtype):
-            tile = ops.matmul8_tile(m, self.chunk)
-            P.add(ops.matmul8(self.ks, w.qtype, bias=bias is not None, tile=tile, **kw), [self.xq, out, w.buffer] + extra,
-                  lambda n, kv: ops.matmul8_groups(m, n, tile), label,
-                  **dict(ops.matmul8_params(w.qtype, k, m, 0, ldy, ops.q8_rows_scales(self.chunk, k), y_off),
-                         n=lambda n, kv: n))
+            prm = dict(ops.matmul8_params(w.qtype, k, m, 0, ldy, ops.q8_rows_scales(self.chunk, k), y_off),
+                       n=lambda n, kv: n)
+            for tile, lo, hi in ops.tiles_by_n(m, self.chunk, ops.matmul8_tile):
+                P.add(ops.matmul8(self.ks, w.qtype, bias=bias is not None, tile=tile, **kw), [self.xq, out, w.buffer] + extra,
+                      _in_range(lambda n, t=tile: ops.matmul8_groups(m, n, t), lo, hi), label, **prm)
             return
-        kern, groups = self._matmul(w.qtype, m, unbounded_x, bias=bias is not None, **kw)
-        P.add(kern, [src, out, w.buffer] + extra, groups, label,
-              **dict(ops.matmul_params([w.qtype], k, m, 0, ldy=ldy, y_off=y_off), n=lambda n, kv: n))
+        prm = dict(ops.matmul_params([w.qtype], k, m, 0, ldy=ldy, y_off=y_off), n=lambda n, kv: n)
+        for kern, groups in self._matmul(w.qtype, m, unbounded_x, bias=bias is not None, **kw):
+            P.add(kern, [src, out, w.buffer] + extra, groups, label, **prm)
 
     def _matmul(self, qtype: str, m: int, unbounded_x: bool = False, **kw):
-        """(kernel, groups(n, kv)) of a prefill product over M = m rows: the f16 kernel where it is on
-        and reads this type, else the f32 one. unbounded_x: X is not normalized (the down product's
-        act(gate) * up), so the f16 kernel scales it into range (ops.MATMUL16_FF_SHIFT)."""
+        """[(kernel, groups(n, kv))] of a prefill product over M = m rows, one for each range of n that
+        ops.tiles_by_n gives its own tile: the f16 kernel where it is on and reads this type, else the f32
+        one. unbounded_x: X is not normalized (the down product's act(gate) * up), so the f16 kernel
+        scales it into range (ops.MATMUL16_FF_SHIFT)."""
         if self.f16 and qtype in ops.F16_TYPES:
-            tile = ops.matmul16_tile(m, self.chunk)
             xshift = ops.MATMUL16_FF_SHIFT if unbounded_x else 0
-            return (ops.matmul16(self.ks, [qtype], tile=tile, xshift=xshift, **kw),
-                    lambda n, kv: ops.matmul16_groups(m, n, tile))
-        return ops.matmul(self.ks, [qtype], **kw), lambda n, kv: ops.matmul_groups(m, n)
+            return [(ops.matmul16(self.ks, [qtype], tile=tile, xshift=xshift, **kw),
+                     _in_range(lambda n, t=tile: ops.matmul16_groups(m, n, t), lo, hi))
+                    for tile, lo, hi in ops.tiles_by_n(m, self.chunk, ops.matmul16_tile)]
+        return [(ops.matmul(self.ks, [qtype], **kw), lambda n, kv: ops.matmul_groups(m, n))]
 
     def _prefill_layer(self, P: Plan, i: int, L: dict, cs, window: int) -> None:
         c, ks = self.cfg, self.ks
@@ -673,3 +674,8 @@ class GpuBackend(Backend):
         if getattr(self, "dev", None) is not None:
             self.dev.destroy()
             self.dev = None
+
+
+def _in_range(groups, lo: int, hi: int):
+    """groups(n, kv) of an op that runs only for calls of lo < n <= hi tokens (no workgroups otherwise)."""
+    return lambda n, kv: groups(n) if lo < n <= hi else (0, 0, 0)

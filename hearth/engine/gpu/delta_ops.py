@@ -179,7 +179,8 @@ def solve(ks, S: int):
     """The chunks' triangular systems, all at once. Bindings: conv, gb, mat, wt, qt (both
     [chunks, hv, S, C]: W^T and the scaled Q^T, tw_floats), u [n, hv, S] (U0). One thread per
     right-hand column: 2 S of them per (chunk, head)."""
-    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "rw", "rw", "rw"], DELTA_FIELDS, PASS="solve", S=S, C=CHUNK)
+    return ks.get("delta_chunk.wgsl", ["r", "r", "r", "rw", "rw", "rw"], DELTA_FIELDS, PASS="solve", S=S, C=CHUNK,
+                  U=scan_unroll())
 
 
 def tw_floats(n: int, hv: int, S: int) -> int:
@@ -192,16 +193,26 @@ def solve_groups(n: int, S: int, hv: int):
 
 
 def scan_u_block(S: int) -> int:
-    """Value dims a scan_u workgroup takes: 8 gives S / 8 x hv workgroups (512 on Qwen3.5-4B's
-    32 heads of 128); HEARTH_GPU_DELTA_VB=4 or 16 (dividing S) trades workgroups for repeated reads."""
-    vb = int(os.environ.get("HEARTH_GPU_DELTA_VB", "8"))
-    return vb if vb in (4, 8, 16) and S % vb == 0 else 8
+    """Value dims a scan_u workgroup takes: 4 gives S / 4 x hv workgroups (1,024 on Qwen3.5-4B's
+    32 heads of 128), each reading its chunks' W and Q again: on the H100 its 24 layers took 35 ms of a
+    2,048-token chunk against 45 with 8 (both with 8 loads in flight, scan_unroll).
+    HEARTH_GPU_DELTA_VB=8 or 16 (dividing S) trades workgroups for fewer repeated reads."""
+    vb = int(os.environ.get("HEARTH_GPU_DELTA_VB", "4"))
+    return vb if vb in (4, 8, 16) and S % vb == 0 else (4 if S % 4 == 0 else 8)
+
+
+def scan_unroll() -> int:
+    """Loads scan_u issues before their products (state rows of W and Q, tokens of A and K), and solve
+    of a row of L (at least 4): their loops are bound by load latency, a workgroup a few warps.
+    HEARTH_GPU_DELTA_UNROLL=1: a load at a time in scan_u, 4 in solve."""
+    u = int(os.environ.get("HEARTH_GPU_DELTA_UNROLL", "8"))
+    return u if u in (1, 2, 4, 8, 16) else 8
 
 
 def scan_u(ks, S: int):
     """Bindings: conv, gb, mat, wt, qt, state M, u (U0 in, the delta rule's output o out)."""
     return ks.get("delta_chunk.wgsl", ["r", "r", "r", "r", "r", "rw", "rw"], DELTA_FIELDS, PASS="scan", S=S, C=CHUNK,
-                  VB=scan_u_block(S))
+                  VB=scan_u_block(S), U=scan_unroll())
 
 
 def scan_u_groups(S: int, hv: int):

@@ -416,6 +416,28 @@ def matmul8_tile(m: int, n: int) -> tuple[int, int]:
     return _tile_for(m, n, (MATMUL8_TILE,) + MATMUL8_SMALL_TILES)
 
 
+def tiles_by_n(m: int, chunk: int, choose) -> list[tuple[tuple[int, int], int, int]]:
+    """[(tile, lo, hi)]: the prefill product's tile `choose(m, hi)` (matmul8_tile / matmul16_tile) for
+    calls of lo < n <= hi tokens, hi halving from the plan's chunk down to 128. The plan is built for
+    a whole chunk, but a 512-token prompt given the chunk's tile can leave most SMs idle (gpt-oss's K/V
+    products, M = 512: 32 workgroups); each range is its own op, the others dispatch nothing.
+    HEARTH_GPU_TILE_BY_N=0: the chunk's tile for every n."""
+    if os.environ.get("HEARTH_GPU_TILE_BY_N", "") == "0":
+        return [(choose(m, chunk), 0, chunk)]
+    his = [chunk]
+    while his[-1] // 2 >= 128:
+        his.append(his[-1] // 2)
+    out = []
+    for hi in his:                              # widest first; a range below takes over where the tile changes
+        t = choose(m, hi)
+        if out and out[-1][0] == t:
+            continue
+        if out:
+            out[-1] = (out[-1][0], hi, out[-1][2])
+        out.append((t, 0, hi))
+    return out
+
+
 def matmul8_groups(m: int, n: int, tile=None):
     rm, rn = tile or MATMUL8_TILE
     return -(-m // (16 * rm)), -(-n // (16 * rn)), 1

@@ -144,13 +144,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let beta = gb[(tok * P.hv + h) * 2u + 1u];
         var x = beta * conv[tok * P.ch + src];
         if (is_k) { x *= exp(g); }
-        // four sums in flight: the loads of L's row do not wait on one chain of products
+        // SW sums in flight: the loads of L's row do not wait on one chain of products
         var a = vec4<f32>(0.0);
         var s = 0u;
-        for (; s + 4u <= r; s += 4u) {
-            a += vec4<f32>(mat[base + r * C + s], mat[base + r * C + s + 1u], mat[base + r * C + s + 2u],
-                           mat[base + r * C + s + 3u])
-               * vec4<f32>(col[s * 64u + t], col[(s + 1u) * 64u + t], col[(s + 2u) * 64u + t], col[(s + 3u) * 64u + t]);
+{% set SW = [U, 4]|max %}
+        for (; s + {{SW}}u <= r; s += {{SW}}u) {
+{% for x in range(0, SW, 4) %}
+            a += vec4<f32>(mat[base + r * C + s + {{x}}u], mat[base + r * C + s + {{x + 1}}u],
+                           mat[base + r * C + s + {{x + 2}}u], mat[base + r * C + s + {{x + 3}}u])
+               * vec4<f32>(col[(s + {{x}}u) * 64u + t], col[(s + {{x + 1}}u) * 64u + t],
+                           col[(s + {{x + 2}}u) * 64u + t], col[(s + {{x + 3}}u) * 64u + t]);
+{% endfor %}
         }
         for (; s < r; s++) { a.x += mat[base + r * C + s] * col[s * 64u + t]; }
         x -= (a.x + a.y) + (a.z + a.w);
@@ -191,7 +195,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var jj = 0u; jj < VB; jj++) { qm[jj] = 0.0; wm[jj] = 0.0; }
         if (live) {
             let cb = (c * P.hv + h) * S * C + t;
-            for (var i = 0u; i < S; i++) {
+            var i = 0u;
+{% if U > 1 %}
+            // U state rows' W and Q loads issued before their products: the loop is bound by load latency
+            for (; i + {{U}}u <= S; i += {{U}}u) {
+{% for x in range(U) %}
+                let wv{{x}} = wt[cb + (i + {{x}}u) * C];
+                let qv{{x}} = qt[cb + (i + {{x}}u) * C];
+{% endfor %}
+                for (var jj = 0u; jj < VB; jj++) {
+{% for x in range(U) %}
+                    let m{{x}} = mb[(i + {{x}}u) * VB + jj];
+{% endfor %}
+                    wm[jj] += {% for x in range(U) %}wv{{x}} * m{{x}}{{ " + " if not loop.last }}{% endfor %};
+                    qm[jj] += {% for x in range(U) %}qv{{x}} * m{{x}}{{ " + " if not loop.last }}{% endfor %};
+                }
+            }
+{% endif %}
+            for (; i < S; i++) {
                 let wv = wt[cb + i * C];
                 let qv = qt[cb + i * C];
                 for (var jj = 0u; jj < VB; jj++) { wm[jj] += wv * mb[i * VB + jj]; qm[jj] += qv * mb[i * VB + jj]; }
@@ -201,14 +222,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
         let last = gsh[nc - 1u];
         if (live) {
-            for (var s = 0u; s <= t; s++) {
+            var s = 0u;
+{% if U > 1 %}
+            for (; s + {{U}}u <= t + 1u; s += {{U}}u) {
+{% for x in range(U) %}
+                let a{{x}} = mat[base + (s + {{x}}u) * C + t];
+{% endfor %}
+                for (var jj = 0u; jj < VB; jj++) {
+                    qm[jj] += {% for x in range(U) %}a{{x}} * ub[(s + {{x}}u) * VB + jj]{{ " + " if not loop.last }}{% endfor %};
+                }
+            }
+{% endif %}
+            for (; s <= t; s++) {
                 let a = mat[base + s * C + t];
                 for (var jj = 0u; jj < VB; jj++) { qm[jj] += a * ub[s * VB + jj]; }
             }
             for (var jj = 0u; jj < VB; jj++) { u[row + j0 + jj] = qm[jj]; }
         }
         workgroupBarrier();
-{{ state_update() }}
+{{ state_update(U) }}
     }
 {{ state_out() }}
 }

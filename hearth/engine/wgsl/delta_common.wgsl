@@ -10,7 +10,8 @@ inside the scan) and delta_chunk.wgsl (the default: the solve out of it) share:
   state_in, state_out  rows j0 .. j0 + VB of head h's state M [hv, S_v, S_k] to and from mb, transposed
   chunk_rows        the chunk c's first token c0, its tokens nc, its matrices' base, thread t's token
   state_update      the end of a chunk: U <- U exp(G_last - G), then thread i, state row i of the
-                    block: M^T <- exp(G_last) M^T + K^T U (K from conv's k head at kb)
+                    block: M^T <- exp(G_last) M^T + K^T U (K from conv's k head at kb); U > 1: U
+                    tokens' loads at a time
 Macros emit WGSL only: the names they read (t, h, j0, c, G, last, nc, c0, kb, P, M, conv) are the
 calling kernel's.
 #}
@@ -64,7 +65,7 @@ var<workgroup> gsh: array<f32, C>;
         let live = t < nc;
 {% endmacro %}
 
-{% macro state_update() %}
+{% macro state_update(U=1) %}
         if (live) {
             let f = exp(last - G);
             for (var jj = 0u; jj < VB; jj++) { ub[t * VB + jj] *= f; }
@@ -74,7 +75,19 @@ var<workgroup> gsh: array<f32, C>;
         for (var i = t; i < S; i += C) {
             var acc: array<f32, VB>;
             for (var jj = 0u; jj < VB; jj++) { acc[jj] = el * mb[i * VB + jj]; }
-            for (var t2 = 0u; t2 < nc; t2++) {
+            var t2 = 0u;
+{% if U > 1 %}
+            // U tokens' k loads issued before their products: the loop is bound by load latency
+            for (; t2 + {{U}}u <= nc; t2 += {{U}}u) {
+{% for x in range(U) %}
+                let kv{{x}} = conv[(c0 + t2 + {{x}}u) * P.ch + kb + i];
+{% endfor %}
+                for (var jj = 0u; jj < VB; jj++) {
+                    acc[jj] += {% for x in range(U) %}kv{{x}} * ub[(t2 + {{x}}u) * VB + jj]{{ " + " if not loop.last }}{% endfor %};
+                }
+            }
+{% endif %}
+            for (; t2 < nc; t2++) {
                 let kv = conv[(c0 + t2) * P.ch + kb + i];
                 for (var jj = 0u; jj < VB; jj++) { acc[jj] += kv * ub[t2 * VB + jj]; }
             }
