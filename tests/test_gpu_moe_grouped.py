@@ -123,3 +123,37 @@ def test_down_by_pair_quantizing_its_row_in_workgroup_memory(ks, rng, qtype, bia
     dispatch_once(dev, gmoe.sum_kernel(ks, k), [yd, y], gmoe.sum_groups(n, d), d=d, n=n)
     ref = down_ref(ids, w, q8_rows_ref(h), wd, bd if bias else None)
     assert rel_err(read_f32(dev, y, n * d).reshape(n, d) - x0, ref) < RTOL
+
+
+def test_each_call_length_takes_its_tile_and_the_logits_do_not_change(ks, reference_dir, monkeypatch):
+    """The tiny gpt-oss (8 experts, top 2) in a 1,024-token chunk: calls of 513..1,024 tokens take 8x8
+    tiles, 257..512 8x4, up to 256 8x2 (ops.tiles_by_n over mm_tile), each range its own sort and
+    products. A call runs one range's ops and gives the logits of the chunk's tile alone
+    (HEARTH_GPU_TILE_BY_N=0); a call that ran none would leave the experts' output unwritten."""
+    from hearth.engine.config import ModelConfig  # noqa: PLC0415
+    from hearth.engine.gguf import GGUFFile  # noqa: PLC0415
+    from hearth.engine.gpu import GpuBackend  # noqa: PLC0415
+    g = GGUFFile.open(reference_dir / "tiny-next" / "gpt-oss" / "tiny-gpt-oss.gguf")
+    cfg = ModelConfig.from_gguf(g)
+    ranges = ops.tiles_by_n(0, 1024, lambda m, n: mg.mm_tile(n, cfg.n_expert_used, cfg.n_expert))
+    assert [t for t, _, _ in ranges] == [(8, 8), (8, 4), (8, 2)]
+    ids = (np.arange(600, dtype=np.int32) * 37) % cfg.n_vocab
+
+    def run(by_n):
+        monkeypatch.setenv("HEARTH_GPU_TILE_BY_N", "1" if by_n else "0")
+        be = GpuBackend(cfg, g, 1024, adapter=ks.dev.adapter, chunk=1024)
+        try:
+            sorts = sum(op["label"].endswith("experts.sort") for op in be.prefill_plan.ops)
+            for n in (100, 300, 600):           # a call dispatches one range's products (the others' cost)
+                live = [op["label"].rsplit(".", 1)[-1] for op in be.prefill_plan.ops if "experts" in op["label"]
+                        and (not callable(op["groups"]) or op["groups"](n, n)[0])]
+                assert sorted(live) == sorted(["sort", "gate", "up", "down", "q8", "sum"] * cfg.n_layer), live
+            return sorts, [be.forward(ids[:n], 0) for n in (100, 300, 600)]
+        finally:
+            be.close()
+    sorts, by = run(True)
+    assert sorts == 3 * cfg.n_layer
+    sorts, one = run(False)
+    assert sorts == cfg.n_layer
+    for a, b in zip(by, one):
+        np.testing.assert_array_equal(a, b)
