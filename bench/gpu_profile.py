@@ -125,6 +125,10 @@ def matvec_sweep(reps=20, only=""):
     # the 8B IQ4_XS's products; HEARTH_GPU_IQ4_C64=0 / HEARTH_GPU_IQ4_LUT=1 runs give the A/B (--sweep-only IQ4_XS)
     cases += [("gate+up", ["IQ4_XS", "IQ4_XS"], 4096, 14336, "glu"), ("down", ["IQ4_XS"], 14336, 4096, "concat"),
               ("qkv", ["IQ4_XS"], 4096, 6144, "concat")]
+    # 2,560-wide models (Qwen3.5-4B, Gemma 4 E4B), whose decode matvecs are smaller than the 8B's (--sweep-only 2560)
+    cases += [("2560 gate+up", ["Q4_K", "Q4_K"], 2560, 9216, "glu"), ("2560 down", ["Q6_K"], 9216, 2560, "concat"),
+              ("2560 down", ["Q4_K"], 9216, 2560, "concat"), ("2560 in", ["Q4_K"], 2560, 12352, "concat"),
+              ("2560 out", ["Q4_K"], 4096, 2560, "concat"), ("2560 g4 gate+up", ["Q4_K", "Q4_K"], 2560, 10240, "glu")]
     print("\nmatvec sweep: GB/s of weights (us per dispatch); * = the layout the backend picks;"
           " i8 = x as int8 blocks (ops.int8_ok)")
     for name, types, k, m, mode in cases:

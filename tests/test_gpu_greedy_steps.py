@@ -25,6 +25,13 @@ pytestmark = [pytest.mark.gpu]
 N_STEPS = 6
 
 
+@pytest.fixture(autouse=True, params=["old", "pre"])
+def pipeline(request, monkeypatch):
+    """Every test once for each way greedy_steps keeps a step in flight (backend.pipeline_mode)."""
+    monkeypatch.setenv("HEARTH_GPU_PIPELINE", request.param)
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def tiny(reference_dir):
     d = reference_dir / "tiny" / "llama"

@@ -107,11 +107,13 @@ def test_greedy_run(files, gpu, name):
     check_greedy(gpu, prompt_of(files[1], name))
 
 
-@pytest.mark.parametrize("pipelined", [True, False])
+@pytest.mark.parametrize("pipelined", ["old", "pre", False])
 def test_greedy_steps_keep_the_state_of_what_was_taken(files, gpu, monkeypatch, pipelined):
-    """Stopping after k ids leaves the state after them: the step computed ahead (pipelined) is
-    undone on the GPU, or (HEARTH_GPU_HYBRID_PIPELINE=0) none runs ahead."""
-    monkeypatch.setattr(gpu, "pipelined", pipelined)
+    """Stopping after k ids leaves the state after them: the step computed ahead (pipelined, either
+    way: HEARTH_GPU_PIPELINE) is undone on the GPU, or (HEARTH_GPU_HYBRID_PIPELINE=0) none runs ahead."""
+    monkeypatch.setattr(gpu, "pipelined", bool(pipelined))
+    if pipelined:
+        monkeypatch.setenv("HEARTH_GPU_PIPELINE", pipelined)
     ids = prompt_of(files[1], "chat")["ids"]
     gpu.kv.clear()
     first = gpu.forward(ids, 0)

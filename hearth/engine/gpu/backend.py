@@ -577,6 +577,9 @@ class GpuBackend(Backend):
         hdr = np.zeros(STEP_HEADER + 1, np.uint32)
         hdr[0], hdr[1], hdr[STEP_HEADER] = pos, 1, tok
         dev.queue.write_buffer(self.step, 0, hdr)
+        if pipeline_mode() == "pre":
+            yield from self._greedy_pre_encoded(pos, max_steps)
+            return
         plan, stop = self.decode_plan, len(self.decode_plan.ops)
         pieces = self.submit_pieces      # 1B, H200: 3 pieces 589 tok/s, 1 piece 559 (same call)
         cuts = [round(stop * i / pieces) for i in range(pieces + 1)]
@@ -626,6 +629,63 @@ class GpuBackend(Backend):
                 except Exception:
                     pass
             if pending:
+                self._after_step_in_flight()
+
+    def _greedy_pre_encoded(self, pos: int, max_steps: int):
+        """greedy_steps (its first step's input already in the step buffer) with step j+1 encoded while
+        step j runs and submitted the moment j is back: waiting on a mapping makes wgpu's poll wait
+        for all work submitted, and a submit waits for that poll, so a step submitted early lets the
+        GPU idle through the next step's encoding instead (HEARTH_GPU_PIPELINE=pre)."""
+        dev, plan = self.dev, self.decode_plan
+
+        def encode(p: int, j: int):
+            if j:                          # the id slot already holds the previous step's argmax
+                dev.queue.write_buffer(self.step, 0, np.array([p, 1, 0, 0], np.uint32))
+            enc = dev.device.create_command_encoder()
+            self.last_dispatches = plan.encode(enc, 1, p + 1)
+            st = self._chain_staging[j % 2]
+            enc.copy_buffer_to_buffer(self.amax, 0, self.step, STEP_HEADER * 4, 4)
+            enc.copy_buffer_to_buffer(self.amax, 0, st, 0, 4)
+            return enc.finish(), st, p
+
+        def submit(item, j: int):
+            cb, st, p = item
+            if j:
+                self._before_step_in_flight()
+            try:
+                dev.queue.submit([cb])
+            except Exception as e:
+                raise EngineError(f"the GPU refused the work (device lost or out of memory?): {e}") from e
+            self.kv.touched()
+            return st, st.map_async(dev.wgpu.MapMode.READ, 0, 4), p
+
+        cur = None
+        try:
+            cur = submit(encode(pos, 0), 0)
+            for j in range(1, max_steps + 1):
+                nxt = pos + j
+                item = encode(nxt, j) if j < max_steps and nxt < self.kv.max_ctx else None
+                st, promise, p = cur
+                promise.sync_wait()
+                cur = None
+                cur = submit(item, j) if item is not None else None
+                out = int(np.frombuffer(st.read_mapped(0, 4, copy=False), np.uint32)[0])
+                st.unmap()
+                self.kv.n_tokens = p + 1
+                yield out
+                if cur is None:
+                    return
+        except EngineError:
+            raise
+        except Exception as e:  # wgpu validation / device-lost errors
+            raise EngineError(f"the GPU forward pass failed on {self.dev.info['device']}: {e}") from e
+        finally:
+            if cur is not None:            # a step still in flight: let its mapping finish, then drop it
+                try:
+                    cur[1].sync_wait()
+                    cur[0].unmap()
+                except Exception:
+                    pass
                 self._after_step_in_flight()
 
     def _before_step_in_flight(self) -> None:
@@ -679,3 +739,10 @@ class GpuBackend(Backend):
 def _in_range(groups, lo: int, hi: int):
     """groups(n, kv) of an op that runs only for calls of lo < n <= hi tokens (no workgroups otherwise)."""
     return lambda n, kv: groups(n) if lo < n <= hi else (0, 0, 0)
+
+
+def pipeline_mode() -> str:
+    """How greedy_steps keeps a step in flight: "pre" encodes step j+1 while step j runs and submits it
+    when j is back (GpuBackend._greedy_pre_encoded); "old" submits step j+1 before waiting for j's id.
+    HEARTH_GPU_PIPELINE picks."""
+    return os.environ.get("HEARTH_GPU_PIPELINE", "old")
