@@ -577,7 +577,7 @@ class GpuBackend(Backend):
         hdr = np.zeros(STEP_HEADER + 1, np.uint32)
         hdr[0], hdr[1], hdr[STEP_HEADER] = pos, 1, tok
         dev.queue.write_buffer(self.step, 0, hdr)
-        if pipeline_mode() == "pre":
+        if pipeline_mode() in ("pre", "pre2"):
             yield from self._greedy_pre_encoded(pos, max_steps)
             return
         plan, stop = self.decode_plan, len(self.decode_plan.ops)
@@ -637,19 +637,25 @@ class GpuBackend(Backend):
         for all work submitted, and a submit waits for that poll, so a step submitted early lets the
         GPU idle through the next step's encoding instead (HEARTH_GPU_PIPELINE=pre)."""
         dev, plan = self.dev, self.decode_plan
+        late = pipeline_mode() == "pre2"   # no queue call until the previous step is back
 
         def encode(p: int, j: int):
-            if j:                          # the id slot already holds the previous step's argmax
+            if j and not late:             # the id slot already holds the previous step's argmax
                 dev.queue.write_buffer(self.step, 0, np.array([p, 1, 0, 0], np.uint32))
+            prm = plan.params_for(1, p + 1) if late else None
             enc = dev.device.create_command_encoder()
-            self.last_dispatches = plan.encode(enc, 1, p + 1)
+            self.last_dispatches = plan.encode(enc, 1, p + 1, params=not late)
             st = self._chain_staging[j % 2]
             enc.copy_buffer_to_buffer(self.amax, 0, self.step, STEP_HEADER * 4, 4)
             enc.copy_buffer_to_buffer(self.amax, 0, st, 0, 4)
-            return enc.finish(), st, p
+            return enc.finish(), st, p, prm
 
         def submit(item, j: int):
-            cb, st, p = item
+            cb, st, p, prm = item
+            if late:
+                if j:
+                    dev.queue.write_buffer(self.step, 0, np.array([p, 1, 0, 0], np.uint32))
+                plan.write_params(prm)
             if j:
                 self._before_step_in_flight()
             try:
@@ -680,6 +686,8 @@ class GpuBackend(Backend):
         except Exception as e:  # wgpu validation / device-lost errors
             raise EngineError(f"the GPU forward pass failed on {self.dev.info['device']}: {e}") from e
         finally:
+            if late:
+                plan.forget_params()       # a step encoded but not submitted leaves its params unwritten
             if cur is not None:            # a step still in flight: let its mapping finish, then drop it
                 try:
                     cur[1].sync_wait()
@@ -743,6 +751,6 @@ def _in_range(groups, lo: int, hi: int):
 
 def pipeline_mode() -> str:
     """How greedy_steps keeps a step in flight: "pre" encodes step j+1 while step j runs and submits it
-    when j is back (GpuBackend._greedy_pre_encoded); "old" submits step j+1 before waiting for j's id.
-    HEARTH_GPU_PIPELINE picks."""
+    when j is back (GpuBackend._greedy_pre_encoded), "pre2" the same with its queue writes (step header,
+    params) held until then; "old" submits step j+1 before waiting for j's id. HEARTH_GPU_PIPELINE picks."""
     return os.environ.get("HEARTH_GPU_PIPELINE", "old")

@@ -94,6 +94,11 @@ class Plan:
         return b"".join(out).ljust(PARAM_BYTES, b"\0")
 
     def _write_params(self, n, kv_len, force=False) -> None:
+        if self._pack_params(n, kv_len, force):
+            self.dev.queue.write_buffer(self.buffer, 0, self._bytes)
+
+    def _pack_params(self, n, kv_len, force=False) -> bool:
+        """The params of a call of n tokens ending at kv_len into self._bytes; whether they changed."""
         dirty = False
         for i in (range(len(self.ops)) if force else self._dynamic):
             b = self._pack(self.ops[i], n if n is not None else 1, kv_len if kv_len is not None else 1)
@@ -101,14 +106,33 @@ class Plan:
             if force or self._bytes[o:o + PARAM_BYTES].tobytes() != b:
                 self._bytes[o:o + PARAM_BYTES] = np.frombuffer(b, np.uint8)
                 dirty = True
-        if dirty:
-            self.dev.queue.write_buffer(self.buffer, 0, self._bytes)
+        return dirty
 
-    def encode(self, encoder, n: int, kv_len: int, start: int = 0, stop: int | None = None, repeat: int = 1) -> int:
+    def params_for(self, n: int, kv_len: int) -> bytes | None:
+        """The param buffer's bytes for a call, packed now, for write_params later (None: unchanged):
+        a caller that encodes a call before the GPU is done with the previous one, and must not
+        touch the queue until then (GpuBackend._greedy_pre_encoded)."""
+        if self._key == (n, kv_len):
+            return None
+        self._key = (n, kv_len)
+        return self._bytes.tobytes() if self._pack_params(n, kv_len) else None
+
+    def write_params(self, data: bytes | None) -> None:
+        if data is not None:
+            self.dev.queue.write_buffer(self.buffer, 0, data)
+
+    def forget_params(self) -> None:
+        """The next encode writes its params whatever the last call's were (params_for packed some
+        that were never written)."""
+        self._key = None
+
+    def encode(self, encoder, n: int, kv_len: int, start: int = 0, stop: int | None = None, repeat: int = 1,
+               params: bool = True) -> int:
         """Record ops[start:stop] (`repeat` times over, for profiling) in one compute pass for a call
         of n tokens ending at kv_len; returns dispatches. A pass costs the GPU ~30 us of its own on
-        the H200 (bench.gpu_profile --dispatch-floor), a dispatch in one ~5 us."""
-        if self._key != (n, kv_len):
+        the H200 (bench.gpu_profile --dispatch-floor), a dispatch in one ~5 us. params=False: the
+        caller writes them (params_for, write_params)."""
+        if params and self._key != (n, kv_len):
             self._write_params(n, kv_len)
             self._key = (n, kv_len)
         cp = encoder.begin_compute_pass()
