@@ -20,7 +20,7 @@ N_EXPERT, N_USED, N_FF_EXP, N_FF_SHEXP = 4, 2, 32, 48
 SEED = 2035
 
 
-def make(src: Path, dst: Path, f32: bool = False) -> Path:
+def make(src: Path, dst: Path, f32: bool = False, n_ff_shexp: int = N_FF_SHEXP) -> Path:
     from hearth.engine.quants import dequantize  # noqa: PLC0415
     from tests import gguf_rewrite as R  # noqa: PLC0415
     arch = "qwen35moe"
@@ -45,9 +45,9 @@ def make(src: Path, dst: Path, f32: bool = False) -> Path:
                     put(p + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, d)),
                     put(p + "ffn_down_exps.weight", mat(N_EXPERT, d, N_FF_EXP), half=True),
                     put(p + "ffn_gate_inp_shexp.weight", mat(d)),
-                    put(p + "ffn_gate_shexp.weight", mat(N_FF_SHEXP, d), half=True),
-                    put(p + "ffn_up_shexp.weight", mat(N_FF_SHEXP, d)),
-                    put(p + "ffn_down_shexp.weight", mat(d, N_FF_SHEXP), half=True)]
+                    put(p + "ffn_gate_shexp.weight", mat(n_ff_shexp, d), half=True),
+                    put(p + "ffn_up_shexp.weight", mat(n_ff_shexp, d)),
+                    put(p + "ffn_down_shexp.weight", mat(d, n_ff_shexp), half=True)]
         if f32:
             return [R.array_tensor(name, dequantize(t.data, t.type, t.shape, name).astype(np.float32))]
         return None
@@ -55,7 +55,7 @@ def make(src: Path, dst: Path, f32: bool = False) -> Path:
     meta = {"general.architecture": R.string(arch),
             f"{arch}.expert_count": R.u32(N_EXPERT), f"{arch}.expert_used_count": R.u32(N_USED),
             f"{arch}.expert_feed_forward_length": R.u32(N_FF_EXP),
-            f"{arch}.expert_shared_feed_forward_length": R.u32(N_FF_SHEXP)}
+            f"{arch}.expert_shared_feed_forward_length": R.u32(n_ff_shexp)}
     return R.rewrite(src, dst, rename=lambda k: k.replace("qwen35.", f"{arch}.", 1) if k.startswith("qwen35.") else k,
                      meta=meta, tensors=tensors)
 

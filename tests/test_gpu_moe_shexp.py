@@ -1,0 +1,176 @@
+"""Decode's MoE passes with qwen35moe's shared expert as one more slot and the top k by groups of 32
+(engine/gpu/moe_decode.py SHEXP_FUSE, TOPK_GROUPS) against numpy: the router's extra row (the shared
+expert's gate logit), the gate/up product's top k (E up to 256, heavy ties) and shared slot, the down
+product by pair with the shared expert's own matrix of another type; and a quantized tiny qwen35moe
+decoding with the shared slot on and off against the CPU backend's int8 path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hearth.engine.config import ModelConfig
+from hearth.engine.cpu_backend import CpuBackend
+from hearth.engine.gguf import GGUFFile
+from hearth.engine.gpu import moe as gmoe
+from hearth.engine.gpu import moe_decode, ops
+from hearth.engine.gpu.kernels import dispatch_once
+from tests.gpu_fixtures import RTOL, kernels_fixture, poisoned, read_f32, rel_err
+from tests.gpu_fixtures import rng  # noqa: F401  (the fixture)
+from tests.gpu_moe_refs import experts, glu_ref
+from tests.test_gpu_matmul8 import q8_rows_ref
+from tests.test_gpu_moe_kernels import route_ref
+from tests.tiny_next import check_both_ways
+
+ks = kernels_fixture()
+
+
+def _top_k_on_gpu(ks, lg, k, gating, norm_w, shared=False, ff=32, d=64, rng=None):
+    """The gate/up product taking the top k (+ the shared slot) from logits lg [E (+1)]: (route ids,
+    weights, y [slots, ff], the experts' float64 gate/up [E (+1), ff, d], x)."""
+    dev = ks.dev
+    E = lg.size - shared
+    slots = k + shared
+    rg, wg = experts(rng, "F32", E + shared, ff, d)
+    ru, wu = experts(rng, "F32", E + shared, ff, d)
+    x = (rng.standard_normal((1, d)) * 0.2).astype(np.float32)
+    y, route = poisoned(dev, slots * ff), dev.upload(np.full(2 * slots, 0xFFFFFFFF, np.uint32))
+    rb = ops.row_bytes("F32", d)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "glu", ["F32", "F32"], slots, topk=(E, gating, norm_w), shared=shared),
+                  [dev.upload(x), dev.upload(lg), y, dev.upload(rg), dev.upload(ru), route],
+                  gmoe.expert_groups(ff, slots), K=d, M=ff, rb0=rb, rb1=rb, eb0=rb * ff, eb1=rb * ff, n=1, s_off=0)
+    r = dev.read([(route, 0, 2 * slots * 4)]).view(np.uint32)
+    return r[:slots], r[slots:].view(np.float32), read_f32(dev, y, slots * ff).reshape(1, slots, ff), wg, wu, x
+
+
+@pytest.mark.parametrize("groups", [True, False], ids=["groups", "rank"])
+@pytest.mark.parametrize("E, k, ties", [(256, 8, False), (256, 8, True), (128, 8, True), (64, 4, False),
+                                        (96, 40, True)])
+def test_top_k_by_groups_of_32(ks, rng, monkeypatch, groups, E, k, ties):
+    """The route as numpy's stable argsort of the softmax (ties: the lower id first), with the top
+    k's ranks in two rounds and in one; ties: logits from 3 values, so most groups tie."""
+    monkeypatch.setattr(moe_decode, "TOPK_GROUPS", groups)
+    lg = (rng.integers(0, 3, E) * 0.5 if ties else rng.standard_normal(E)).astype(np.float32)
+    top, w = route_ref(lg[None], np.eye(E, dtype=np.float32), None, k, "softmax", True)
+    ids, wt, y, wg, wu, x = _top_k_on_gpu(ks, lg, k, "softmax", True, rng=rng)
+    assert (ids == top[0]).all()
+    np.testing.assert_allclose(wt, w[0], rtol=1e-5, atol=1e-7)
+    assert rel_err(y, glu_ref(top.astype(np.uint32), x.astype(np.float64), wg, wu, "silu")) < RTOL
+
+
+@pytest.mark.parametrize("E, k", [(256, 8), (16, 4)])
+def test_the_shared_expert_is_the_last_slot(ks, rng, E, k):
+    """Slot k is expert E (stored after the routed ones) with weight sigmoid(logits[E]); the routed
+    slots' weights are renormalised over the routed experts only."""
+    lg = rng.standard_normal(E + 1).astype(np.float32)
+    top, w = route_ref(lg[None, :E], np.eye(E, dtype=np.float32), None, k, "softmax", True)
+    ids, wt, y, wg, wu, x = _top_k_on_gpu(ks, lg, k, "softmax", True, shared=True, rng=rng)
+    assert (ids[:k] == top[0]).all() and ids[k] == E
+    np.testing.assert_allclose(wt[:k], w[0], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(wt[k], 1 / (1 + np.exp(-np.float64(lg[E]))), rtol=1e-5)
+    want = glu_ref(np.append(top[0], E)[None].astype(np.uint32), x.astype(np.float64), wg, wu, "silu")
+    assert rel_err(y, want) < RTOL
+
+
+def test_router_writes_the_shared_experts_gate_logit(ks, rng):
+    dev = ks.dev
+    E, d, eps = 256, 128, 1e-6
+    x = (rng.standard_normal(d) * 3).astype(np.float32)
+    g = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    wr = (rng.standard_normal((E, d)) / np.sqrt(d)).astype(np.float32)
+    wsh = (rng.standard_normal(d) / np.sqrt(d)).astype(np.float32)
+    logits, xo = poisoned(dev, E + 1), poisoned(dev, d)
+    groups = moe_decode.router_groups(E, True)
+    assert groups[0] == moe_decode.router_groups(E)[0] + 1
+    dispatch_once(dev, moe_decode.router_kernel(ks, E, False, False, True),
+                  [dev.upload(x), dev.upload(wr), logits, dev.upload(g), xo, dev.upload(wsh)], groups,
+                  d=d, n=1, eps=eps, s_off=0)
+    x64 = x.astype(np.float64)
+    xn = x64 / np.sqrt((x64 * x64).mean() + eps) * g
+    np.testing.assert_allclose(read_f32(dev, xo, d), xn, rtol=1e-5, atol=1e-6)
+    want = np.append(wr.astype(np.float64) @ xn, wsh @ xn)
+    np.testing.assert_allclose(read_f32(dev, logits, E + 1), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("qtype, sh_qtype, ff", [("Q4_K", "Q6_K", 256), ("Q8_0", "Q4_0", 64)])
+def test_down_by_pair_reads_the_shared_experts_own_matrix(ks, rng, qtype, sh_qtype, ff):
+    """yd[j] = w_j (Wd_{e_j} q8(h[j])) for the routed slots and the shared one (its matrix bound on
+    its own, another type), each row quantized in the workgroup."""
+    if not ks.dev.int8:
+        pytest.skip("the adapter has no int8 dot products")
+    dev = ks.dev
+    E, k, d = 6, 3, 80
+    slots = k + 1
+    rd, wd = experts(rng, qtype, E, d, ff)
+    rs, ws = experts(rng, sh_qtype, 1, d, ff)
+    h = rng.standard_normal((slots, ff)).astype(np.float32)
+    ids = np.append(rng.permutation(E)[:k], E).astype(np.uint32)
+    w = np.append(rng.random(k), 0.3).astype(np.float32)
+    route = np.concatenate([ids, w.view(np.uint32)])
+    rows, c64 = gmoe.expert_layout([qtype], ff, True)
+    assert (rows, c64) == gmoe.expert_layout([sh_qtype], ff, True)
+    yd = poisoned(dev, slots * d)
+    rb = ops.row_bytes(qtype, ff)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype, sh_qtype], slots, q8=True, rows=rows, c64=c64,
+                                          order=True, qin=ops.q8_rows_words(1, ff), shared=True),
+                  [dev.upload(h), dev.upload(route), yd, dev.upload(rd), dev.upload(np.arange(slots, dtype=np.uint32)),
+                   dev.upload(rs)],
+                  gmoe.expert_groups(d, slots, rows, order=True), K=ff, M=d, rb0=rb, eb0=rb * d,
+                  rb1=ops.row_bytes(sh_qtype, ff), n=1, s_off=ops.q8_rows_scales(1, ff))
+    got = read_f32(dev, yd, slots * d).reshape(slots, d)
+    hr = q8_rows_ref(h)
+    wall = np.concatenate([wd, ws])                      # the shared expert as expert E
+    want = np.stack([w[j] * (wall[ids[j]] @ hr[j]) for j in range(slots)])
+    assert rel_err(got, want) < RTOL
+
+
+@pytest.fixture(scope="module")
+def quantized(reference_dir, tmp_path_factory):
+    """The tiny qwen35moe with its shared expert as wide as the routed ones (32) and the experts
+    quantized by gguf-py: gate/up Q4_0 (routed and shared), down Q8_0 routed, Q4_0 shared."""
+    import gguf
+    from hearth.engine.quants import dequantize
+    from tests import gguf_rewrite as R
+    from tests.tiny_qwen35moe import N_FF_EXP, make
+    tmp = tmp_path_factory.mktemp("moe-shexp")
+    src = make(reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf", tmp / "m.gguf", n_ff_shexp=N_FF_EXP)
+
+    def tensors(name, t):
+        if not (name.endswith("_exps.weight") or name.endswith("_shexp.weight")) or "gate_inp" in name:
+            return None
+        q = gguf.GGMLQuantizationType.Q8_0 if name.endswith("down_exps.weight") else gguf.GGMLQuantizationType.Q4_0
+        raw = gguf.quants.quantize(dequantize(t.data, t.type, t.shape, name).astype(np.float32), q)
+        return [(name, tuple(t.shape), int(q), raw.tobytes())]
+
+    return R.rewrite(src, tmp / "q.gguf", tensors=tensors)
+
+
+def test_decode_with_the_shared_slot_on_and_off(quantized, monkeypatch):
+    """Batch and one token at a time against the CPU's int8 path at its top 64 (the tiny-next
+    tolerance); the decode plan without the shared expert's passes where the slot is on; and the two
+    decodes the same within float rounding where the separate passes also take int8 x (the decode
+    matvecs' int8 x at the tiny width, ops.INT8_K_MIN lowered, as at a real width): the slot's
+    products read the same int8 blocks of xn and of its activations."""
+    from hearth.engine.gpu.hybrid import GpuHybridBackend
+    from tests.gpu_fixtures import float_backend
+    monkeypatch.setattr(ops, "INT8_K_MIN", 32)
+    g = GGUFFile.open(quantized)
+    cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=64, int8=True)
+    ids = [int(i) % 200 + 10 for i in range(24)]
+    want = cpu.forward(ids, 0, all_logits=True)
+    top = np.argsort(-want, axis=1, kind="stable")[:, :64]
+    ref = {"ids": top, "logits": np.take_along_axis(want, top, 1)}
+    got = {}
+    for on in (True, False):
+        monkeypatch.setattr(moe_decode, "SHEXP_FUSE", on)
+        be = float_backend(GpuHybridBackend, g, 64, int8=True)
+        try:
+            if not be.dev.int8:
+                pytest.skip("the adapter has no integer dot products")
+            labels = [op["label"] for op in be.decode_plan.ops]
+            assert any(".shexp" in lab for lab in labels) != on
+            assert sum(lab.endswith("experts.gate_up") for lab in labels) == 4
+            _, got[on] = check_both_ways(be, ids, ref)
+        finally:
+            be.close()
+    np.testing.assert_allclose(got[True], got[False], atol=1e-4)
