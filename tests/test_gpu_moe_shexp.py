@@ -6,6 +6,8 @@ decoding with the shared slot on and off against the CPU backend's int8 path."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -92,10 +94,12 @@ def test_router_writes_the_shared_experts_gate_logit(ks, rng):
     np.testing.assert_allclose(read_f32(dev, logits, E + 1), want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("by", ["pair", "rows"])
 @pytest.mark.parametrize("qtype, sh_qtype, ff", [("Q4_K", "Q6_K", 256), ("Q8_0", "Q4_0", 64)])
-def test_down_by_pair_reads_the_shared_experts_own_matrix(ks, rng, qtype, sh_qtype, ff):
-    """yd[j] = w_j (Wd_{e_j} q8(h[j])) for the routed slots and the shared one (its matrix bound on
-    its own, another type), each row quantized in the workgroup."""
+def test_down_reads_the_shared_experts_own_matrix(ks, rng, by, qtype, sh_qtype, ff):
+    """By pair: yd[j] = w_j (Wd_{e_j} q8(h[j])) for the routed slots and the shared one (its matrix bound
+    on its own, another type); by rows (moe_decode.DOWN_ROWS): their sum added to the residual. The
+    rows quantized in the workgroup."""
     if not ks.dev.int8:
         pytest.skip("the adapter has no int8 dot products")
     dev = ks.dev
@@ -106,22 +110,32 @@ def test_down_by_pair_reads_the_shared_experts_own_matrix(ks, rng, qtype, sh_qty
     h = rng.standard_normal((slots, ff)).astype(np.float32)
     ids = np.append(rng.permutation(E)[:k], E).astype(np.uint32)
     w = np.append(rng.random(k), 0.3).astype(np.float32)
-    route = np.concatenate([ids, w.view(np.uint32)])
-    rows, c64 = gmoe.expert_layout([qtype], ff, True)
-    assert (rows, c64) == gmoe.expert_layout([sh_qtype], ff, True)
-    yd = poisoned(dev, slots * d)
-    rb = ops.row_bytes(qtype, ff)
-    dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype, sh_qtype], slots, q8=True, rows=rows, c64=c64,
-                                          order=True, qin=ops.q8_rows_words(1, ff), shared=True),
-                  [dev.upload(h), dev.upload(route), yd, dev.upload(rd), dev.upload(np.arange(slots, dtype=np.uint32)),
-                   dev.upload(rs)],
-                  gmoe.expert_groups(d, slots, rows, order=True), K=ff, M=d, rb0=rb, eb0=rb * d,
-                  rb1=ops.row_bytes(sh_qtype, ff), n=1, s_off=ops.q8_rows_scales(1, ff))
-    got = read_f32(dev, yd, slots * d).reshape(slots, d)
-    hr = q8_rows_ref(h)
+    route = dev.upload(np.concatenate([ids, w.view(np.uint32)]))
     wall = np.concatenate([wd, ws])                      # the shared expert as expert E
-    want = np.stack([w[j] * (wall[ids[j]] @ hr[j]) for j in range(slots)])
-    assert rel_err(got, want) < RTOL
+    want = np.stack([w[j] * (wall[ids[j]] @ hr) for j, hr in enumerate(q8_rows_ref(h))])
+    rb, rb1 = ops.row_bytes(qtype, ff), ops.row_bytes(sh_qtype, ff)
+    if by == "pair":
+        rows, c64 = gmoe.expert_layout([qtype], ff, True)
+        assert (rows, c64) == gmoe.expert_layout([sh_qtype], ff, True)
+        yd = poisoned(dev, slots * d)
+        dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype, sh_qtype], slots, q8=True, rows=rows, c64=c64,
+                                              order=True, qin=ops.q8_rows_words(1, ff), shared=True),
+                      [dev.upload(h), route, yd, dev.upload(rd), dev.upload(np.arange(slots, dtype=np.uint32)),
+                       dev.upload(rs)],
+                      gmoe.expert_groups(d, slots, rows, order=True), K=ff, M=d, rb0=rb, eb0=rb * d, rb1=rb1, n=1,
+                      s_off=ops.q8_rows_scales(1, ff))
+        assert rel_err(read_f32(dev, yd, slots * d).reshape(slots, d), want) < RTOL
+        return
+    ffn = SimpleNamespace(be=SimpleNamespace(cfg=SimpleNamespace(n_expert_used=k, n_ff_exp=ff)),
+                          down=SimpleNamespace(qtype=qtype), q8_down=True, slots=slots)
+    groups, rpw, c64 = moe_decode.down_rows_layout(ffn)
+    x0 = rng.standard_normal(d).astype(np.float32)
+    y = dev.upload(x0)
+    dispatch_once(dev, gmoe.expert_kernel(ks, "down", [qtype, sh_qtype], slots, q8=True, rows=groups, c64=c64,
+                                          qin=ops.q8_rows_words(slots, ff), spar=rpw, shared=True),
+                  [dev.upload(h), route, y, dev.upload(rd), dev.upload(rs)], (-(-d // rpw), 1, 1),
+                  K=ff, M=d, rb0=rb, eb0=rb * d, rb1=rb1, n=1, s_off=ops.q8_rows_scales(slots, ff))
+    assert rel_err(read_f32(dev, y, d) - x0, want.sum(0)) < RTOL
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +159,8 @@ def quantized(reference_dir, tmp_path_factory):
     return R.rewrite(src, tmp / "q.gguf", tensors=tensors)
 
 
-def test_decode_with_the_shared_slot_on_and_off(quantized, monkeypatch):
+@pytest.mark.parametrize("down_rows", [False, True], ids=["by-pair", "by-rows"])
+def test_decode_with_the_shared_slot_on_and_off(quantized, monkeypatch, down_rows):
     """Batch and one token at a time against the CPU's int8 path at its top 64 (the tiny-next
     tolerance); the decode plan without the shared expert's passes where the slot is on; and the two
     decodes the same within float rounding where the separate passes also take int8 x (the decode
@@ -154,6 +169,7 @@ def test_decode_with_the_shared_slot_on_and_off(quantized, monkeypatch):
     from hearth.engine.gpu.hybrid import GpuHybridBackend
     from tests.gpu_fixtures import float_backend
     monkeypatch.setattr(ops, "INT8_K_MIN", 32)
+    monkeypatch.setattr(moe_decode, "DOWN_ROWS", down_rows)
     g = GGUFFile.open(quantized)
     cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=64, int8=True)
     ids = [int(i) % 200 + 10 for i in range(24)]
@@ -170,6 +186,7 @@ def test_decode_with_the_shared_slot_on_and_off(quantized, monkeypatch):
             labels = [op["label"] for op in be.decode_plan.ops]
             assert any(".shexp" in lab for lab in labels) != on
             assert sum(lab.endswith("experts.gate_up") for lab in labels) == 4
+            assert any(lab.endswith("experts.sum") for lab in labels) != down_rows
             _, got[on] = check_both_ways(be, ids, ref)
         finally:
             be.close()

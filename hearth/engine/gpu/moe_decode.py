@@ -30,7 +30,7 @@ has a switch keeping the older passes, for A/B runs):
              adds it: 4 dispatches an FFN where the separate
              shared expert took 7 (its gate/up matvec, shexp_gate.wgsl, its down product). Where
              shared_slot_ok / shared_path_ok do not hold (types or widths differ, no int8 x, the
-             down product not by pair), the layer keeps the separate passes, as
+             down product neither by pair nor by rows), the layer keeps the separate passes, as
              HEARTH_GPU_MOE_SHEXP_FUSE=0 does everywhere.
     window   gpt-oss's windowed layers: decode attention over the window's keys with the sinks merge
              inside (attn_sinks.wgsl "window", a workgroup a head) where the window fits a workgroup:
@@ -83,7 +83,7 @@ def shared_slot_ok(be, p: str, names: dict) -> bool:
 
     c, tens = be.cfg, be.weights.g.tensors
     d, ff = c.n_embd, c.n_ff_exp
-    if not (SHEXP_FUSE and MOE_FUSE and not DOWN_ROWS and be.chunk >= 2 and moe_int8(be.dev)):
+    if not (SHEXP_FUSE and MOE_FUSE and be.chunk >= 2 and moe_int8(be.dev)):
         return False
     for part, shape in (("gate", (d, ff)), ("up", (d, ff)), ("down", (ff, d))):
         t, te = tens.get(names[part]), tens.get(f"{p}ffn_{part}_exps.weight")
@@ -98,11 +98,11 @@ def shared_slot_ok(be, p: str, names: dict) -> bool:
 
 def shared_path_ok(ffn) -> bool:
     """Whether decode takes the passes that carry the shared expert's slot (the fused route, the down
-    product by pair) for this MoeFfn, its weights loaded."""
+    product by rows or by pair) for this MoeFfn, its weights loaded and its slots counting the shared one."""
     from . import moe_grouped
 
-    return (ffn.q8_gate_up and ffn._fused_route_ok() and not down_by_rows_ok(ffn)
-            and moe_grouped.down_by_pair_ok(ffn))
+    return (ffn.q8_gate_up and ffn._fused_route_ok()
+            and (down_by_rows_ok(ffn) or moe_grouped.down_by_pair_ok(ffn)))
 
 
 def sink_window_threads(window: int, head_dim: int) -> int:
@@ -130,7 +130,7 @@ def down_rows_layout(ffn) -> tuple[int, int, bool]:
     layout's lanes a (row, slot), halved until a row's k slots fit 256 threads."""
     from .moe import expert_layout
 
-    k, ff = ffn.be.cfg.n_expert_used, ffn.be.cfg.n_ff_exp
+    k, ff = getattr(ffn, "slots", ffn.be.cfg.n_expert_used), ffn.be.cfg.n_ff_exp    # with the shared slot
     rows, c64 = expert_layout([ffn.down.qtype], ff, ffn.q8_down)
     lanes = 256 // rows
     while lanes * k > 256 and lanes > 8:
@@ -141,9 +141,9 @@ def down_rows_layout(ffn) -> tuple[int, int, bool]:
 def down_by_rows_ok(ffn) -> bool:
     """Whether decode's down product runs by rows (k slots fit a workgroup's thread groups; with int8
     x, the token's k rows of blocks fit workgroup memory beside the reduction)."""
-    c = ffn.be.cfg
-    q8_fits = not ffn.q8_down or ffn._fits(ops.q8_rows_words(c.n_expert_used, c.n_ff_exp) + 32)
-    return DOWN_ROWS and q8_fits and 8 * c.n_expert_used <= 256
+    c, k = ffn.be.cfg, ffn.slots
+    q8_fits = not ffn.q8_down or ffn._fits(ops.q8_rows_words(k, c.n_ff_exp) + 32)
+    return DOWN_ROWS and q8_fits and 8 * k <= 256
 
 
 def add_down_by_rows(ffn, P, n_of) -> None:
@@ -151,12 +151,14 @@ def add_down_by_rows(ffn, P, n_of) -> None:
     from .moe import expert_kernel
 
     be, c, ks = ffn.be, ffn.be.cfg, ffn.be.ks
-    d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, ffn.i
+    d, k, ff, i = c.n_embd, ffn.slots, c.n_ff_exp, ffn.i
     db = [ffn.b_down] if ffn.b_down is not None else []
+    sh = [ffn.sh_down] if ffn.shared else []          # the last slot's own matrix (SHEXP_FUSE)
     groups, rpw, c64 = down_rows_layout(ffn)
     qin = ops.q8_rows_words(k, ff) if ffn.q8_down else 0
-    P.add(expert_kernel(ks, "down", [ffn.down.qtype], k, bias=bool(db), q8=ffn.q8_down, rows=groups, c64=c64, qin=qin,
-                        spar=rpw),
-          [ffn.bufs["ffe"], ffn.bufs["route"], be.x, ffn.down.buffer] + db,
+    P.add(expert_kernel(ks, "down", [ffn.down.qtype] + [m.qtype for m in sh], k, bias=bool(db), q8=ffn.q8_down,
+                        rows=groups, c64=c64, qin=qin, spar=rpw, shared=bool(sh)),
+          [ffn.bufs["ffe"], ffn.bufs["route"], be.x, ffn.down.buffer] + db + [m.buffer for m in sh],
           lambda n, kv: (-(-d // rpw), n_of(n, kv), 1), f"{i}.experts.down",
-          K=ff, M=d, rb0=ffn.down.rb, eb0=ffn.down.eb, n=n_of, s_off=ops.q8_rows_scales(k, ff) if qin else 0)
+          K=ff, M=d, rb0=ffn.down.rb, eb0=ffn.down.eb, n=n_of, s_off=ops.q8_rows_scales(k, ff) if qin else 0,
+          rb1=ops.row_bytes(sh[0].qtype, ff) if sh else 0)

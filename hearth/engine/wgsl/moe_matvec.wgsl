@@ -34,8 +34,8 @@
 // top k's ranks in two rounds (moe_topk.wgsl GROUPS). SHARED (with TOPK): the last of the SLOTS is
 // qwen35moe's shared expert, stored as expert E after the routed ones, its weight sigmoid(logits[E])
 // (moe_topk.wgsl SHARED): its gate/up rows run beside the routed experts' in this dispatch.
-// SHARED with "down" and ORDER (decode by pair): the last slot's pairs read the shared expert's own
-// matrix w1 (QTYPES[1], row bytes rb1; a binding after order), its type free of the routed ones'.
+// SHARED with "down" and ORDER or SPAR (decode by pair, by rows): the last slot reads the shared
+// expert's own matrix w1 (QTYPES[1], row bytes rb1; the last binding), its type free of the routed ones'.
 {% from "q8_block.wgsl" import q8_block %}
 {% from "row_sum.wgsl" import row_sum %}
 {% from "quant.wgsl" import quant_fns, kv_wg_init with context %}
@@ -52,7 +52,7 @@
 {% set TK_GROUPS = TK_GROUPS | default(False) %}
 {% set SH_DOWN = SHARED and not GLU %}
 {% if SHARED and GLU and not TOPK %}{{ raise("the shared expert's gate/up slot is built into the top k") }}{% endif %}
-{% if SH_DOWN and (not ORDER or BIAS) %}{{ raise("the shared expert's down slot is built for the product by pair") }}{% endif %}
+{% if SH_DOWN and (not (ORDER or SPAR) or BIAS) %}{{ raise("the shared expert's down slot is built for the products by pair and by rows") }}{% endif %}
 {% set SPAR = SPAR | default(0) %}
 {% if SPAR and (GLU or ORDER or SPAR * SLOTS > ROWS) %}{{ raise("the slots in parallel are built for the per-token down product") }}{% endif %}
 {% if TOPK and (not GLU or ORDER) %}{{ raise("the top k is built into decode's gate/up product") }}{% endif %}
@@ -103,7 +103,7 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 @group(0) @binding({{nb}}) var<storage, read> order: array<u32>;    // [n SLOTS] pairs grouped by expert
 {% endif %}
 {% if SH_DOWN %}
-@group(0) @binding({{nb + 1}}) var<storage, read> w1: array<u32>;   // [d, K] the shared expert's down
+@group(0) @binding({{nb + 1 if ORDER else nb}}) var<storage, read> w1: array<u32>;   // [d, K] the shared expert's down
 {% endif %}
 {% if TOPK %}
 @group(0) @binding({{nb}}) var<storage, read_write> route: array<u32>; // [2 SLOTS] written by workgroup 0
@@ -240,7 +240,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ro = e * P.eb0 + r * P.rb0;
     let xb = ({% if QIN %}s{% else %}t * SLOTS + s{% endif %}) * (P.K / 4u);
     var acc = 0.0;
+{% if SH_DOWN %}
+    if (grp < {{SPAR * SLOTS}}u && s == SLOTS - 1u) {
+        let rs = r * P.rb1;
+        for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w1_dq64(rs, c, x64(xb, c)){% else %}{{ dot8("w1", "rs", "xb", "c") }}{% endif %}; }
+    } else if (grp < {{SPAR * SLOTS}}u) {
+{% else %}
     if (grp < {{SPAR * SLOTS}}u) {
+{% endif %}
         for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
     }
 {% else %}
