@@ -282,11 +282,7 @@ class MoeFfn:
         q8 = moe_int8(be.dev)
         self.q8_gate_up = q8 and all(t in ops.INT8_TYPES for t in (self.gate.qtype, self.up.qtype))
         self.q8_down = q8 and self.down.qtype in ops.INT8_TYPES
-        self.slots = c.n_expert_used + bool(sh)             # decode's slots: the shared expert last
-        self.shared = bool(sh) and moe_decode.shared_path_ok(self)
-        self.slots = c.n_expert_used + self.shared
-        self.sh_gate = W.vector(sh["gate_inp"], d) if self.shared else None                 # [d]
-        self.sh_down = W.matrix(sh["down"], d, ff) if self.shared else None                  # ff -> d
+        moe_decode.attach_shared(self, sh)     # slots, shared, sh_gate [d], sh_down (ff -> d)
 
     def add_decode(self, P) -> None:
         self._add(P, lambda n, kv: 1, (1, 1, 1), False)

@@ -96,6 +96,17 @@ def shared_slot_ok(be, p: str, names: dict) -> bool:
     return names["gate_inp"] in tens
 
 
+def attach_shared(ffn, names: dict) -> None:
+    """A MoeFfn's decode slots (k, + 1 for the shared expert where its passes carry it: `shared`) and
+    the shared expert's gate vector and down matrix (names as shared_slot_ok's, {} for none)."""
+    c, W = ffn.be.cfg, ffn.be.weights
+    ffn.slots = c.n_expert_used + bool(names)
+    ffn.shared = bool(names) and shared_path_ok(ffn)
+    ffn.slots = c.n_expert_used + ffn.shared
+    ffn.sh_gate = W.vector(names["gate_inp"], c.n_embd) if ffn.shared else None                 # [d]
+    ffn.sh_down = W.matrix(names["down"], c.n_embd, c.n_ff_exp) if ffn.shared else None         # ff -> d
+
+
 def shared_path_ok(ffn) -> bool:
     """Whether decode takes the passes that carry the shared expert's slot (the fused route, the down
     product by rows or by pair) for this MoeFfn, its weights loaded and its slots counting the shared one."""
