@@ -187,15 +187,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% endif %}
     let t = j / SLOTS;
 {% if TOPK %}
+    let first = wid.x == 0u && wid.y == 0u;
+{% if SHARED %}
+    // the shared slot's workgroups need no top k (wid: uniform, so the barriers inside stay uniform)
+    if (j != SLOTS - 1u) {
+{% endif %}
     for (var f = tid; f < {{TOPK + (1 if SHARED else 0)}}u; f += 256u) { lg[f] = logits[f]; }
     workgroupBarrier();
-    let first = wid.x == 0u && wid.y == 0u;
 {{ topk(TOPK, SLOTS - (1 if SHARED else 0), GATING, NORM_W, "first", TK_GROUPS, SHARED) }}
     if (first && tid < SLOTS) {
         route[tid] = sid[tid];
         route[SLOTS + tid] = bitcast<u32>(sel[tid]);
     }
+{% if SHARED %}
+    }
+    let e = select(sid[j], {{TOPK}}u, j == SLOTS - 1u);
+{% else %}
     let e = sid[j];
+{% endif %}
 {% else %}
     let e = route[t * 2u * SLOTS + j % SLOTS];
 {% endif %}
