@@ -1,18 +1,18 @@
 """Decode's MoE passes with qwen35moe's shared expert as one more slot and the top k by groups of 32
 (engine/gpu/moe_decode.py SHEXP_FUSE, TOPK_GROUPS) against numpy: the router's extra row (the shared
 expert's gate logit), the gate/up product's top k (E up to 256, heavy ties) and shared slot, the down
-product by pair with the shared expert's own matrix of another type; and a quantized tiny qwen35moe
-decoding with the shared slot on and off against the CPU backend's int8 path."""
+products by pair and by rows with the shared expert's own matrix of another type; and a quantized
+tiny qwen35moe (tests/tiny_qwen35moe.py make_quantized) decoding with the shared slot on and off
+against llama.cpp's logits for it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from hearth.engine.config import ModelConfig
-from hearth.engine.cpu_backend import CpuBackend
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.gpu import moe as gmoe
 from hearth.engine.gpu import moe_decode, ops
@@ -22,9 +22,10 @@ from tests.gpu_fixtures import rng  # noqa: F401  (the fixture)
 from tests.gpu_moe_refs import experts, glu_ref
 from tests.test_gpu_matmul8 import q8_rows_ref
 from tests.test_gpu_moe_kernels import route_ref
-from tests.tiny_next import check_both_ways
+from tests.tiny_next import PROMPTS, check_both_ways, checked_reference, top64
 
 ks = kernels_fixture()
+REF = Path(__file__).parent / "data" / "tiny_qwen35moe_q_ref.npz"
 
 
 def _top_k_on_gpu(ks, lg, k, gating, norm_w, shared=False, ff=32, d=64, rng=None):
@@ -140,42 +141,26 @@ def test_down_reads_the_shared_experts_own_matrix(ks, rng, by, qtype, sh_qtype, 
 
 @pytest.fixture(scope="module")
 def quantized(reference_dir, tmp_path_factory):
-    """The tiny qwen35moe with its shared expert as wide as the routed ones (32) and the experts
-    quantized by gguf-py: gate/up Q4_0 (routed and shared), down Q8_0 routed, Q4_0 shared."""
-    import gguf
-    from hearth.engine.quants import dequantize
-    from tests import gguf_rewrite as R
-    from tests.tiny_qwen35moe import N_FF_EXP, make
-    tmp = tmp_path_factory.mktemp("moe-shexp")
-    src = make(reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf", tmp / "m.gguf", n_ff_shexp=N_FF_EXP)
-
-    def tensors(name, t):
-        if not (name.endswith("_exps.weight") or name.endswith("_shexp.weight")) or "gate_inp" in name:
-            return None
-        q = gguf.GGMLQuantizationType.Q8_0 if name.endswith("down_exps.weight") else gguf.GGMLQuantizationType.Q4_0
-        raw = gguf.quants.quantize(dequantize(t.data, t.type, t.shape, name).astype(np.float32), q)
-        return [(name, tuple(t.shape), int(q), raw.tobytes())]
-
-    return R.rewrite(src, tmp / "q.gguf", tensors=tensors)
+    """tests/tiny_qwen35moe.py's quantized model (a shared expert as wide as the routed ones, every
+    expert matrix quantized) and llama.cpp's logits for it."""
+    from tests.tiny_qwen35moe import make_quantized
+    made = make_quantized(reference_dir / "tiny-next" / "qwen35" / "tiny-qwen35.gguf",
+                          tmp_path_factory.mktemp("moe-shexp") / "q.gguf")
+    return checked_reference(made, REF)
 
 
 @pytest.mark.parametrize("down_rows", [False, True], ids=["by-pair", "by-rows"])
 def test_decode_with_the_shared_slot_on_and_off(quantized, monkeypatch, down_rows):
-    """Batch and one token at a time against the CPU's int8 path at its top 64 (the tiny-next
-    tolerance); the decode plan without the shared expert's passes where the slot is on; and the two
-    decodes the same within float rounding where the separate passes also take int8 x (the decode
-    matvecs' int8 x at the tiny width, ops.INT8_K_MIN lowered, as at a real width): the slot's
-    products read the same int8 blocks of xn and of its activations."""
+    """Batch and one token at a time against llama.cpp at its top 64 (the tiny-next tolerance) for
+    both prompts; the decode plan without the shared expert's passes where the slot is on; and the
+    two decodes within int8 rounding of each other where the separate passes also take int8 x (the
+    decode matvecs' int8 x at the tiny width, ops.INT8_K_MIN lowered, as at a real width)."""
     from hearth.engine.gpu.hybrid import GpuHybridBackend
     from tests.gpu_fixtures import float_backend
     monkeypatch.setattr(ops, "INT8_K_MIN", 32)
     monkeypatch.setattr(moe_decode, "DOWN_ROWS", down_rows)
-    g = GGUFFile.open(quantized)
-    cpu = CpuBackend(ModelConfig.from_gguf(g), g, n_ctx=64, int8=True)
-    ids = [int(i) % 200 + 10 for i in range(24)]
-    want = cpu.forward(ids, 0, all_logits=True)
-    top = np.argsort(-want, axis=1, kind="stable")[:, :64]
-    ref = {"ids": top, "logits": np.take_along_axis(want, top, 1)}
+    path, ref = quantized
+    g = GGUFFile.open(path)
     got = {}
     for on in (True, False):
         monkeypatch.setattr(moe_decode, "SHEXP_FUSE", on)
@@ -187,7 +172,15 @@ def test_decode_with_the_shared_slot_on_and_off(quantized, monkeypatch, down_row
             assert any(".shexp" in lab for lab in labels) != on
             assert sum(lab.endswith("experts.gate_up") for lab in labels) == 4
             assert any(lab.endswith("experts.sum") for lab in labels) != down_rows
-            _, got[on] = check_both_ways(be, ids, ref)
+            got[on] = [check_both_ways(be, ref[f"{name}_ids"].tolist(), top64(ref, name))[1] for name in PROMPTS]
         finally:
             be.close()
-    np.testing.assert_allclose(got[True], got[False], atol=1e-4)
+    for a, b in zip(got[True], got[False]):
+        # the separate passes scale the shared expert's activations by its gate before quantizing
+        # them for its down product, the slot scales its output (llama.cpp's order), so an int8 code
+        # at a rounding boundary can land one step apart: with the gate held at 1 in both the two
+        # agree within 1e-5 at every position; with it, the chat prompt's last position moves 0.12
+        # on this tiny model (whose int8 and float paths differ by 1.3). Most positions agree
+        # exactly, none moves more than that.
+        per_pos = np.abs(a - b).max(1)
+        assert (per_pos < 1e-4).mean() >= 0.85 and per_pos.max() < 0.25, per_pos
