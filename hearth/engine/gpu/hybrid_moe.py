@@ -8,7 +8,9 @@ experts; the CPU's is engine/models/qwen35moe.py, llama.cpp's src/models/qwen35m
 The routed experts are gpu/moe.py's MoeFfn (qwen3moe's routing: softmax, top k renormalised), which
 also leaves xn in be.xn; the shared expert then reads xn: the dense SwiGLU kernels (no norm), its
 activations scaled by the sigmoid gate (shexp_gate.wgsl: down is linear, so scaling its input
-scales its output), and the down product's residual add.
+scales its output), and the down product's residual add. Decode takes the shared expert as one more
+slot of MoeFfn's passes where moe_decode.shared_slot_ok allows (4 dispatches for the FFN, not 7);
+prefill always runs it separately.
 """
 
 from __future__ import annotations
@@ -68,15 +70,19 @@ class Qwen35MoeFfn:
         c, W, p = be.cfg, be.weights, f"blk.{i}."
         nsh, d = c.hybrid.moe.n_ff_shexp, c.n_embd
         self.be, self.nsh = be, padded(nsh)
-        self.experts = MoeFfn(view, i, norm="post_attention_norm.weight")
+        shared = {part: f"{p}ffn_{part}_shexp.weight" for part in ("gate", "up", "down", "gate_inp")}
+        self.experts = MoeFfn(view, i, norm="post_attention_norm.weight", shared=shared)
         self.sh_gate = W.vector(p + "ffn_gate_inp_shexp.weight", d)                          # [d]
         self.gate = _shexp_matrix(W, p + "ffn_gate_shexp.weight", nsh, d, self.nsh, d)       # d -> nsh (padded)
         self.up = _shexp_matrix(W, p + "ffn_up_shexp.weight", nsh, d, self.nsh, d)
-        self.down = _shexp_matrix(W, p + "ffn_down_shexp.weight", d, nsh, d, self.nsh)       # nsh (padded) -> d
+        self.down = self.experts.sh_down or _shexp_matrix(W, p + "ffn_down_shexp.weight", d, nsh, d, self.nsh)
+        # nsh (padded) -> d
 
     def decode(self, P, label: str) -> None:
         be, d, m = self.be, self.be.cfg.n_embd, self.nsh
         self.experts.add_decode(P)                      # x += experts; be.xn = RMSNorm(x) * norm
+        if self.experts.shared:                         # the shared expert was a slot of those passes
+            return
         gt = [self.gate.qtype, self.up.qtype]
         lay, q8 = be._layout(gt, d, m, mats=2)
         P.add(ops.matvec(be.ks, gt, mode="glu", act="silu", layout=lay, q8x=q8),

@@ -76,9 +76,10 @@ def swa_uses_main_rope(cfg) -> bool:
 
 class Experts:
     """One 3-D expert tensor on the GPU: `buffer` (GGUF bytes, numpy [n_expert, rows, k]), `qtype`,
-    `rows` (of one expert), `k`, `eb` (bytes of one expert's matrix)."""
+    `rows` (of one expert), `k`, `eb` (bytes of one expert's matrix). extra: a 2-D tensor [rows, k] of
+    the same type stored after them as expert n_expert (qwen35moe's shared expert: moe_decode.SHEXP_FUSE)."""
 
-    def __init__(self, W, name: str, n_expert: int, rows: int, k: int):
+    def __init__(self, W, name: str, n_expert: int, rows: int, k: int, extra: str | None = None):
         g = W.g
         t = g.tensors.get(name)
         if t is None:
@@ -97,6 +98,8 @@ class Experts:
             W.fallbacks.append(f"{name} ({t.type.name} -> F16)")
             data, self.qtype = dequantize(t.data, t.type, t.shape, name).astype(np.float16), "F16"
         raw = np.asarray(data).view(np.uint8).reshape(-1)
+        if extra is not None:        # moe_decode.shared_slot_ok checked its type and shape
+            raw = np.concatenate([raw, np.asarray(g.tensors[extra].data).view(np.uint8).reshape(-1)])
         if raw.nbytes + 4 > W.max_binding:
             raise EngineError(f"{g.path.name}: tensor {name} ({raw.nbytes >> 20} MiB) is larger than the GPU "
                               f"{W.dev.info['device']} can bind in one buffer ({W.max_binding >> 20} MiB)")
@@ -115,11 +118,13 @@ def route_kernel(ks, n_expert: int, k: int, gating: str, norm_w: bool, bias: boo
     quantize_rows' blocks)]. Params d, n, eps, s_off."""
     access = ["r", "r"] + (["r"] if bias else []) + ["rw"] + (["r", "rw"] if norm else []) + (["rw"] if q8 else [])
     return ks.get("moe_route.wgsl", access, ROUTE_FIELDS, E=int(n_expert), K=int(k), GATING=gating,
-                  NORM_W=bool(norm_w), BIAS=bool(bias), NORM=bool(norm), Q8=bool(q8), LOGITS=bool(logits))
+                  NORM_W=bool(norm_w), BIAS=bool(bias), NORM=bool(norm), Q8=bool(q8), LOGITS=bool(logits),
+                  TK_GROUPS=moe_decode.TOPK_GROUPS)
 
 
 def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bool = False, rows: int = MOE_ROWS,
-                  q8: bool = False, order: bool = False, c64: bool = False, qin: int = 0, topk=None, spar: int = 0):
+                  q8: bool = False, order: bool = False, c64: bool = False, qin: int = 0, topk=None, spar: int = 0,
+                  shared: bool = False):
     """mode "glu": bindings x, route, y, w_gate, w_up[, b_gate, b_up][, order]; "down": x, route, y (+=),
     w[, b][, order]. Params K, M, rb0, rb1, eb0, eb1, n, s_off (see moe_matvec.wgsl). q8: x is
     quantize_rows' int8 blocks (every weight type in ops.INT8_TYPES; s_off = ops.q8_rows_scales of
@@ -131,17 +136,19 @@ def expert_kernel(ks, mode: str, qtypes, slots: int, act: str = "silu", bias: bo
     norm_w) ("glu" per token, one token): binding 1 (route) is the router's logits [E] and the kernel
     takes the top k itself, workgroup 0 writing the route to one more binding after the others. spar
     ("down" per token): `rows` is the thread groups (256 / lanes), spar rows a workgroup each with its
-    slots in parallel (moe_decode.down_rows_layout; workgroups (ceil(M / spar), n))."""
+    slots in parallel (moe_decode.down_rows_layout; workgroups (ceil(M / spar), n)). shared (with topk):
+    the last slot is the shared expert, expert n_expert (moe_decode.SHEXP_FUSE); shared ("down" with
+    order): the last slot reads its own matrix (qtypes[1]), bound after order."""
     if q8 and not all(t in ops.INT8_TYPES for t in qtypes):
         raise ValueError(f"no int8-x expert product for weight types {qtypes}")
     nw = 2 if mode == "glu" else 1
     access = (["r", "r", "rw"] + ["r"] * nw + (["r"] * nw if bias else []) + (["r"] if order else [])
-              + (["rw"] if topk else []))
-    tk = dict(TOPK=int(topk[0]), GATING=topk[1], NORM_W=bool(topk[2])) if topk else {}
+              + (["rw"] if topk else []) + (["r"] if shared and mode == "down" else []))
+    tk = dict(TOPK=int(topk[0]), GATING=topk[1], NORM_W=bool(topk[2]), TK_GROUPS=moe_decode.TOPK_GROUPS) if topk else {}
     return ks.get("moe_matvec.wgsl", access, MOE_FIELDS, MODE=mode, QTYPES=tuple(qtypes), SLOTS=int(slots),
                   ACT=act, BIAS=bool(bias), ROWS=int(rows), Q8X=int(bool(q8)),
                   ORDER=bool(order), C64=bool(c64), QIN=int(qin), SPAR=int(spar),
-                  FP4_LUT=ops.fp4_lookup(qtypes, q8), **tk)
+                  FP4_LUT=ops.fp4_lookup(qtypes, q8), SHARED=bool(shared), **tk)
 
 
 def expert_layout(qtypes, k: int, q8: bool) -> tuple[int, bool]:
@@ -224,7 +231,7 @@ def moe_buffers(be) -> dict:
         c, n = be.cfg, be.chunk
         k, ff = c.n_expert_used, c.n_ff_exp
         bufs = dict(route=be.dev.buffer(n * 2 * k * 4, "moe-route"),          # [chunk, 2k] u32
-                    logits=be.dev.buffer(c.n_expert * 4, "moe-logits"),       # [n_expert] (decode)
+                    logits=be.dev.buffer((c.n_expert + 1) * 4, "moe-logits"),  # [n_expert + 1] (decode)
                     ffe=be.dev.buffer(n * k * ff * 4, "moe-ffe"))             # [chunk, k, n_ff_exp]
         bufs["order"] = be.dev.buffer(n * k * 4, "moe-order")                # [chunk k] u32
         bufs["tiles"] = be.dev.buffer(max_tiles(n, k, c.n_expert) * 8, "moe-tiles")   # [max_tiles, 2] u32
@@ -244,7 +251,9 @@ class MoeFfn:
     `add_prefill(plan)` append norm, route, gate/up and down (+ residual) to a Plan whose calls
     carry n tokens in be.x; the result is added to be.x in place."""
 
-    def __init__(self, be, i: int, norm: str | None = None, prefix: str | None = None):
+    def __init__(self, be, i: int, norm: str | None = None, prefix: str | None = None, shared: dict | None = None):
+        """shared: qwen35moe's shared expert's tensor names (gate, up, down, gate_inp), which decode
+        runs as one more slot of the experts' passes where moe_decode.shared_slot_ok allows."""
         c, W = be.cfg, be.weights
         self.be, self.i = be, i
         d, E, ff = c.n_embd, c.n_expert, c.n_ff_exp
@@ -258,8 +267,9 @@ class MoeFfn:
                                         f"{list(rt.shape)} (GGUF order), expected {[d, E]}")
         self.router = W.vector(p + "ffn_gate_inp.weight")                                    # [E, d] f32
         self.router_b = W.vector(p + "ffn_gate_inp.bias", E, optional=True)                  # [E]
-        self.gate = Experts(W, p + "ffn_gate_exps.weight", E, ff, d)                         # [E, ff, d]
-        self.up = Experts(W, p + "ffn_up_exps.weight", E, ff, d)
+        sh = shared if shared and moe_decode.shared_slot_ok(be, p, shared) else {}
+        self.gate = Experts(W, p + "ffn_gate_exps.weight", E, ff, d, sh.get("gate"))         # [E (+1), ff, d]
+        self.up = Experts(W, p + "ffn_up_exps.weight", E, ff, d, sh.get("up"))
         self.down = Experts(W, p + "ffn_down_exps.weight", E, d, ff)                         # [E, d, ff]
         bg = W.vector(p + "ffn_gate_exps.bias", E * ff, optional=True)                       # [E, ff]
         bu = W.vector(p + "ffn_up_exps.bias", E * ff, optional=True)
@@ -272,6 +282,7 @@ class MoeFfn:
         q8 = moe_int8(be.dev)
         self.q8_gate_up = q8 and all(t in ops.INT8_TYPES for t in (self.gate.qtype, self.up.qtype))
         self.q8_down = q8 and self.down.qtype in ops.INT8_TYPES
+        moe_decode.attach_shared(self, sh)     # slots, shared, sh_gate [d], sh_down (ff -> d)
 
     def add_decode(self, P) -> None:
         self._add(P, lambda n, kv: 1, (1, 1, 1), False)
@@ -305,9 +316,10 @@ class MoeFfn:
             P.add(route_kernel(ks, c.n_expert, k, c.expert_gating, c.expert_weights_norm, bool(rb), norm=True, q8=q8),
                   [be.x, self.router] + rb + out, _groups(rows_g), f"{i}.ffn_norm+route", **rprm)
         elif self._fused_route_ok():
-            P.add(moe_decode.router_kernel(ks, c.n_expert, bool(rb), q8),
-                  [be.x, self.router, self.bufs["logits"], self.norm, be.xn] + ([self.bufs["xq"]] if q8 else []) + rb,
-                  moe_decode.router_groups(c.n_expert), f"{i}.ffn_norm+router", **rprm)
+            sg = [self.sh_gate] if self.shared else []
+            P.add(moe_decode.router_kernel(ks, c.n_expert, bool(rb), q8, self.shared),
+                  [be.x, self.router, self.bufs["logits"], self.norm, be.xn] + ([self.bufs["xq"]] if q8 else []) + rb
+                  + sg, moe_decode.router_groups(c.n_expert, self.shared), f"{i}.ffn_norm+router", **rprm)
             return True
         else:    # decode: the router's logits by the dense matvec (RMSNorm fused), then the top k
             lay = ops.matvec_layout(d, c.n_expert)
@@ -343,11 +355,12 @@ class MoeFfn:
         gt = [self.gate.qtype, self.up.qtype]
         rows, c64 = expert_layout(gt, d, self.q8_gate_up)
         tk = (c.n_expert, c.expert_gating, c.expert_weights_norm) if topk else None
-        P.add(expert_kernel(ks, "glu", gt, k, act=act, bias=bool(gb), q8=self.q8_gate_up, order=grouped,
-                            rows=rows, c64=c64, topk=tk),
+        sk = self.slots if topk else k                   # decode: the shared expert's slot after the routed
+        P.add(expert_kernel(ks, "glu", gt, sk, act=act, bias=bool(gb), q8=self.q8_gate_up, order=grouped,
+                            rows=rows, c64=c64, topk=tk, shared=self.shared and bool(topk)),
               [src, self.bufs["logits"] if topk else route, ffe, self.gate.buffer, self.up.buffer] + gb + ob
               + ([route] if topk else []),
-              lambda n, kv: expert_groups(ff, n_of(n, kv) * k, rows, order=grouped), f"{i}.experts.gate_up",
+              lambda n, kv: expert_groups(ff, n_of(n, kv) * sk, rows, order=grouped), f"{i}.experts.gate_up",
               K=d, M=ff, rb0=self.gate.rb, rb1=self.up.rb, eb0=self.gate.eb, eb1=self.up.eb, n=n_of,
               s_off=ops.q8_rows_scales(be.chunk, d))
         # the down product sums a token's slots itself (prefill too, where the per-pair outputs of

@@ -139,14 +139,17 @@ def add_down_by_pair(ffn, P, n_of) -> None:
     from .moe import expert_groups, expert_kernel, expert_layout, sum_groups, sum_kernel
 
     be, c, ks = ffn.be, ffn.be.cfg, ffn.be.ks
-    d, k, ff, i = c.n_embd, c.n_expert_used, c.n_ff_exp, ffn.i
+    d, k, ff, i = c.n_embd, ffn.slots, c.n_ff_exp, ffn.i     # slots: with the shared expert's (moe_decode)
     db = [ffn.b_down] if ffn.b_down is not None else []
     rows, c64 = expert_layout([ffn.down.qtype], ff, True)
-    P.add(expert_kernel(ks, "down", [ffn.down.qtype], k, bias=bool(db), q8=True, rows=rows, c64=c64, order=True,
-                        qin=ops.q8_rows_words(1, ff)),
-          [ffn.bufs["ffe"], ffn.bufs["route"], ffn.bufs["yd"], ffn.down.buffer] + db + [ffn.bufs["pairs"]],
+    sh = [ffn.sh_down] if ffn.shared else []      # the last slot's own matrix (moe_decode.SHEXP_FUSE)
+    P.add(expert_kernel(ks, "down", [ffn.down.qtype] + [m.qtype for m in sh], k, bias=bool(db), q8=True, rows=rows,
+                        c64=c64, order=True, qin=ops.q8_rows_words(1, ff), shared=bool(sh)),
+          [ffn.bufs["ffe"], ffn.bufs["route"], ffn.bufs["yd"], ffn.down.buffer] + db + [ffn.bufs["pairs"]]
+          + [m.buffer for m in sh],
           lambda n, kv: expert_groups(d, n_of(n, kv) * k, rows, order=True), f"{i}.experts.down",
-          K=ff, M=d, rb0=ffn.down.rb, eb0=ffn.down.eb, n=n_of, s_off=ops.q8_rows_scales(1, ff))
+          K=ff, M=d, rb0=ffn.down.rb, eb0=ffn.down.eb, n=n_of, s_off=ops.q8_rows_scales(1, ff),
+          rb1=ops.row_bytes(sh[0].qtype, ff) if sh else 0)
     P.add(sum_kernel(ks, k), [ffn.bufs["yd"], be.x], lambda n, kv: sum_groups(n_of(n, kv), d), f"{i}.experts.sum",
           d=d, n=n_of)
 

@@ -30,7 +30,12 @@
 // TOPK ("glu", decode, one token): binding 2 holds the router's logits [E] (moe_router.wgsl) and
 // every workgroup takes the top k itself (moe_topk.wgsl; GATING, NORM_W as the route kernel's) for
 // its slot's expert; workgroup 0 also writes the route [2 SLOTS] (ids, weights) to a binding after
-// the others for the down product: no route dispatch (one dispatch less a layer).
+// the others for the down product: no route dispatch (one dispatch less a layer). TK_GROUPS: the
+// top k's ranks in two rounds (moe_topk.wgsl GROUPS). SHARED (with TOPK): the last of the SLOTS is
+// qwen35moe's shared expert, stored as expert E after the routed ones, its weight sigmoid(logits[E])
+// (moe_topk.wgsl SHARED): its gate/up rows run beside the routed experts' in this dispatch.
+// SHARED with "down" and ORDER or SPAR (decode by pair, by rows): the last slot reads the shared
+// expert's own matrix w1 (QTYPES[1], row bytes rb1; the last binding), its type free of the routed ones'.
 {% from "q8_block.wgsl" import q8_block %}
 {% from "row_sum.wgsl" import row_sum %}
 {% from "quant.wgsl" import quant_fns, kv_wg_init with context %}
@@ -43,6 +48,11 @@
 {% if QIN and (not Q8 or GLU) %}{{ raise("x quantized in the workgroup is built for the down product") }}{% endif %}
 {% set QROWS = 1 if ORDER else SLOTS %}
 {% set TOPK = TOPK | default(0) %}
+{% set SHARED = SHARED | default(False) %}
+{% set TK_GROUPS = TK_GROUPS | default(False) %}
+{% set SH_DOWN = SHARED and not GLU %}
+{% if SHARED and GLU and not TOPK %}{{ raise("the shared expert's gate/up slot is built into the top k") }}{% endif %}
+{% if SH_DOWN and (not (ORDER or SPAR) or BIAS) %}{{ raise("the shared expert's down slot is built for the products by pair and by rows") }}{% endif %}
 {% set SPAR = SPAR | default(0) %}
 {% if SPAR and (GLU or ORDER or SPAR * SLOTS > ROWS) %}{{ raise("the slots in parallel are built for the per-token down product") }}{% endif %}
 {% if TOPK and (not GLU or ORDER) %}{{ raise("the top k is built into decode's gate/up product") }}{% endif %}
@@ -70,7 +80,7 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;       // glu [n, K]; down [n SLOTS, K]
 {% endif %}
 {% if TOPK %}
-@group(0) @binding(2) var<storage, read> logits: array<f32>;        // [E] the router's (bias included)
+@group(0) @binding(2) var<storage, read> logits: array<f32>;        // [E (+ 1 SHARED)] the router's (bias included)
 {% else %}
 @group(0) @binding(2) var<storage, read> route: array<u32>;         // [n, 2 SLOTS]
 {% endif %}
@@ -92,13 +102,16 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 {% if ORDER %}
 @group(0) @binding({{nb}}) var<storage, read> order: array<u32>;    // [n SLOTS] pairs grouped by expert
 {% endif %}
+{% if SH_DOWN %}
+@group(0) @binding({{nb + 1 if ORDER else nb}}) var<storage, read> w1: array<u32>;   // [d, K] the shared expert's down
+{% endif %}
 {% if TOPK %}
 @group(0) @binding({{nb}}) var<storage, read_write> route: array<u32>; // [2 SLOTS] written by workgroup 0
-{{ topk_decls(TOPK, SLOTS) }}
+{{ topk_decls(TOPK, SLOTS - (1 if SHARED else 0), TK_GROUPS, SHARED) }}
 {% endif %}
 
 {{ quant_fns("w0", QTYPES[0]) }}
-{% if GLU %}
+{% if GLU or SH_DOWN %}
 {{ quant_fns("w1", QTYPES[1]) }}
 {% endif %}
 
@@ -174,15 +187,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% endif %}
     let t = j / SLOTS;
 {% if TOPK %}
-    for (var f = tid; f < {{TOPK}}u; f += 256u) { lg[f] = logits[f]; }
-    workgroupBarrier();
     let first = wid.x == 0u && wid.y == 0u;
-{{ topk(TOPK, SLOTS, GATING, NORM_W, "first") }}
+{% if SHARED %}
+    // the shared slot's workgroups need no top k (wid: uniform, so the barriers inside stay uniform)
+    if (j != SLOTS - 1u) {
+{% endif %}
+    for (var f = tid; f < {{TOPK + (1 if SHARED else 0)}}u; f += 256u) { lg[f] = logits[f]; }
+    workgroupBarrier();
+{{ topk(TOPK, SLOTS - (1 if SHARED else 0), GATING, NORM_W, "first", TK_GROUPS, SHARED) }}
     if (first && tid < SLOTS) {
         route[tid] = sid[tid];
         route[SLOTS + tid] = bitcast<u32>(sel[tid]);
     }
+{% if SHARED %}
+    }
+    let e = select(sid[j], {{TOPK}}u, j == SLOTS - 1u);
+{% else %}
     let e = sid[j];
+{% endif %}
 {% else %}
     let e = route[t * 2u * SLOTS + j % SLOTS];
 {% endif %}
@@ -209,7 +231,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ro = e * P.eb0 + r * P.rb0;
     let xb = {% if QIN %}0u{% else %}j * (P.K / 4u){% endif %};
     var acc = 0.0;
+{% if SH_DOWN %}
+    if (j % SLOTS == SLOTS - 1u) {
+        let rs = r * P.rb1;
+        for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w1_dq64(rs, c, x64(xb, c)){% else %}{{ dot8("w1", "rs", "xb", "c") }}{% endif %}; }
+    } else {
+        for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
+    }
+{% else %}
     for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
+{% endif %}
 {% elif SPAR %}
     let t = wid.y;
     let s = grp % SLOTS;
@@ -218,7 +249,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ro = e * P.eb0 + r * P.rb0;
     let xb = ({% if QIN %}s{% else %}t * SLOTS + s{% endif %}) * (P.K / 4u);
     var acc = 0.0;
+{% if SH_DOWN %}
+    if (grp < {{SPAR * SLOTS}}u && s == SLOTS - 1u) {
+        let rs = r * P.rb1;
+        for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w1_dq64(rs, c, x64(xb, c)){% else %}{{ dot8("w1", "rs", "xb", "c") }}{% endif %}; }
+    } else if (grp < {{SPAR * SLOTS}}u) {
+{% else %}
     if (grp < {{SPAR * SLOTS}}u) {
+{% endif %}
         for (var c = lane; c < nc; c += LANES) { acc += {% if C64 %}w0_dq64(ro, c, x64(xb, c)){% else %}{{ dot8("w0", "ro", "xb", "c") }}{% endif %}; }
     }
 {% else %}

@@ -44,7 +44,7 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 {% endif %}
 
 var<workgroup> red: array<f32, 256>;
-{{ topk_decls(E, K) }}
+{{ topk_decls(E, K, TK_GROUPS | default(False)) }}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -117,7 +117,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
 {% endif %}
-{{ topk(E, K, GATING, NORM_W) }}
+{{ topk(E, K, GATING, NORM_W, "true", TK_GROUPS | default(False)) }}
     let rb = t * 2u * K;
     if (tid < K) {
         route[rb + tid] = sid[tid];

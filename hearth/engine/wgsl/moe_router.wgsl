@@ -6,11 +6,14 @@
 //   layout and code, scales from word s_off, for the experts' int8-x products),
 // so the norm, the router and xn's blocks are one dispatch spread over the GPU; the top k follows
 // inside decode's gate/up product (moe_matvec.wgsl TOPK), which reads these logits.
+// SHX (qwen35moe's shared expert in the experts' passes, moe_decode.SHEXP_FUSE): one workgroup more,
+// G, writes logits[E] = w_sh . xn, the shared expert's gate logit (ffn_gate_inp_shexp).
 {% from "q8_block.wgsl" import q8_block %}
 {% set Q8 = Q8 | default(False) %}
 const E: u32 = {{E}}u;
 const EPW: u32 = {{EPW}}u;
 const LANES: u32 = {{256 // EPW}}u;
+const G: u32 = E / EPW;                                            // workgroups of the routed experts
 struct Params { d: u32, n: u32, eps: f32, s_off: u32 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [d] the residual
@@ -26,6 +29,10 @@ struct X8 { lo: vec4<f32>, hi: vec4<f32> }
 {% endif %}
 {% if BIAS %}
 @group(0) @binding({{nb}}) var<storage, read> br: array<f32>;      // [E] router bias
+{% set nb = nb + 1 %}
+{% endif %}
+{% if SHX %}
+@group(0) @binding({{nb}}) var<storage, read> wsh: array<vec4<f32>>; // [d] the shared expert's gate
 {% endif %}
 
 var<workgroup> red: array<f32, 256>;
@@ -44,8 +51,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let inv = inverseSqrt(red[0] / f32(P.d) + P.eps);
     workgroupBarrier();
     // this workgroup's share of xn's blocks: one block of 32 a thread
-    let bk = wid.x + (E / EPW) * tid;
-    if (bk < P.d / 32u) {
+    let bk = wid.x + G * tid;
+    if (bk < P.d / 32u && wid.x < G) {
 {% for i in range(4) %}
         let v{{i}}_lo = x[bk * 8u + {{2 * i}}u] * inv * g[bk * 8u + {{2 * i}}u];
         let v{{i}}_hi = x[bk * 8u + {{2 * i + 1}}u] * inv * g[bk * 8u + {{2 * i + 1}}u];
@@ -70,13 +77,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lane = tid % LANES;
     let e = wid.x * EPW + grp;
     var acc = 0.0;
+{% if SHX %}
+    if (wid.x == G) {
+        for (var i = lane; i < d4; i += LANES) { acc += dot(x[i] * g[i], wsh[i]); }
+    } else {
+        for (var i = lane; i < d4; i += LANES) { acc += dot(x[i] * g[i], wr[e * d4 + i]); }
+    }
+{% else %}
     for (var i = lane; i < d4; i += LANES) { acc += dot(x[i] * g[i], wr[e * d4 + i]); }
+{% endif %}
     red[tid] = acc * inv;
     workgroupBarrier();
     for (var s = LANES / 2u; s > 0u; s >>= 1u) {
         if (lane < s) { red[tid] += red[tid + s]; }
         workgroupBarrier();
     }
+{% if SHX %}
+    if (wid.x == G) {
+        if (tid == 0u) { logits[E] = red[0]; }
+        return;
+    }
+{% endif %}
     if (lane == 0u) {
 {% if BIAS %}
         logits[e] = red[tid] + br[e];
