@@ -16,9 +16,10 @@ float), and `add_decode(plan)` / `add_prefill(plan)` append its dispatches to a 
               (by rows, the k slots in parallel in a workgroup: moe_decode.add_down_by_rows)
               prefill: per pair (by expert) yd = w_s (down_e ffe (+b)), then x += sum_s yd (moe_sum.wgsl)
 
-Decode is 3 dispatches a layer (the dense FFN's 2): router, gate/up (+ top k), down (+ sum); with
-HEARTH_GPU_MOE_FUSE=0 4 (the dense matvec's logits, then moe_route.wgsl's top k), and with
-HEARTH_GPU_MOE_DOWN_ROWS=0 one more (the down product by pair, then moe_sum.wgsl). The expert ids
+Decode is 4 dispatches a layer (the dense FFN's 2): router, gate/up (+ top k), the down product by
+pair, moe_sum.wgsl; 3 with HEARTH_GPU_MOE_DOWN_ROWS=1 (down and sum in one), one more with
+HEARTH_GPU_MOE_FUSE=0 (the dense matvec's logits, then moe_route.wgsl's top k). qwen35moe's shared
+expert rides in the same 4 as one more slot (moe_decode.SHEXP_FUSE). The expert ids
 never leave the GPU: the products read them from the route buffer, so one dispatch covers every
 expert a token batch needs; in prefill the pairs run grouped by expert, so the workgroups in flight
 share few experts' rows (cache) instead of streaming an expert's matrix once per pair. Routing follows llama.cpp's
