@@ -27,7 +27,7 @@ N_STEPS = 6
 
 @pytest.fixture(autouse=True, params=["old", "pre", "pre2"])
 def pipeline(request, monkeypatch):
-    """Every test once for each way greedy_steps keeps a step in flight (backend.pipeline_mode)."""
+    """Every test once for each way greedy_steps keeps a step in flight (gpu/greedy.py, HEARTH_GPU_PIPELINE)."""
     monkeypatch.setenv("HEARTH_GPU_PIPELINE", request.param)
     return request.param
 

@@ -49,6 +49,7 @@ from ..config import ModelConfig
 from ..errors import EngineError, UnsupportedModelError
 from ..models.layers import Rope
 from . import ops
+from . import greedy
 from .dense_next import DenseHooks, tensor_view
 from .device import Device, select_adapter
 from .kernels import Kernels
@@ -560,141 +561,17 @@ class GpuBackend(Backend):
         return self._forward(ids, pos, "argmax")
 
     def greedy_steps(self, tok: int, pos: int, max_steps: int):
-        """Greedy decode with one step in flight: yields the argmax token after each step, starting
-        from `tok` at position `pos`; after the k-th yielded id, positions [pos, pos + k) hold the
-        inputs tok, id 1, ..., id k-1. Each step's argmax is copied on the GPU into the next step's
-        id slot of the step buffer, so step k+1 is encoded and submitted before step k's id is read
-        back: Python's encoding, wgpu's finish and the readback overlap the GPU's work. A consumer
-        that stops early leaves one step computed past what it took: its K/V sit past the resident
-        positions (kv.n_tokens), where the next forward overwrites them. Ties as forward_argmax."""
+        """Greedy decode with one step in flight (gpu/greedy.py): yields the argmax token after each
+        step, starting from `tok` at position `pos`; after the k-th yielded id, positions
+        [pos, pos + k) hold the inputs tok, id 1, ..., id k-1. Each step's argmax is copied on the GPU
+        into the next step's id slot, so step k+1 is under way before step k's id is read back. A
+        consumer that stops early leaves one step computed past what it took: its K/V sit past the
+        resident positions (kv.n_tokens), where the next forward overwrites them. Ties as
+        forward_argmax."""
         if max_steps <= 0:
             return
-        dev = self.dev
-        if self._chain_staging is None:
-            BU = dev.wgpu.BufferUsage
-            self._chain_staging = [dev.buffer(256, f"chain-staging-{j}", BU.MAP_READ | BU.COPY_DST) for j in range(2)]
         self._check([tok], pos)
-        hdr = np.zeros(STEP_HEADER + 1, np.uint32)
-        hdr[0], hdr[1], hdr[STEP_HEADER] = pos, 1, tok
-        dev.queue.write_buffer(self.step, 0, hdr)
-        if pipeline_mode() in ("pre", "pre2"):
-            yield from self._greedy_pre_encoded(pos, max_steps)
-            return
-        plan, stop = self.decode_plan, len(self.decode_plan.ops)
-        pieces = self.submit_pieces      # 1B, H200: 3 pieces 589 tok/s, 1 piece 559 (same call)
-        cuts = [round(stop * i / pieces) for i in range(pieces + 1)]
-        pending = []                       # (staging buffer, map promise, position) of submitted steps
-
-        def submit(p: int, j: int):
-            if j:                          # the id slot already holds the previous step's argmax
-                dev.queue.write_buffer(self.step, 0, np.array([p, 1, 0, 0], np.uint32))
-                self._before_step_in_flight()
-            nd = 0
-            for a, b in zip(cuts[:-2], cuts[1:-1]):
-                enc = dev.device.create_command_encoder()
-                nd += plan.encode(enc, 1, p + 1, a, b)
-                dev.submit(enc)
-            enc = dev.device.create_command_encoder()
-            self.last_dispatches = nd + plan.encode(enc, 1, p + 1, cuts[-2], cuts[-1])
-            self.kv.touched()
-            st = self._chain_staging[j % 2]
-            enc.copy_buffer_to_buffer(self.amax, 0, self.step, STEP_HEADER * 4, 4)
-            enc.copy_buffer_to_buffer(self.amax, 0, st, 0, 4)
-            dev.submit(enc)
-            pending.append((st, st.map_async(dev.wgpu.MapMode.READ, 0, 4), p))
-
-        try:
-            submit(pos, 0)
-            for j in range(1, max_steps + 1):
-                nxt = pos + j
-                if j < max_steps and nxt < self.kv.max_ctx:
-                    submit(nxt, j)
-                st, promise, p = pending.pop(0)
-                promise.sync_wait()
-                out = int(np.frombuffer(st.read_mapped(0, 4, copy=False), np.uint32)[0])
-                st.unmap()
-                self.kv.n_tokens = p + 1
-                yield out
-                if not pending:
-                    return
-        except EngineError:
-            raise
-        except Exception as e:  # wgpu validation / device-lost errors
-            raise EngineError(f"the GPU forward pass failed on {self.dev.info['device']}: {e}") from e
-        finally:
-            for st, promise, _ in pending:   # a step still in flight: let its mapping finish, then drop it
-                try:
-                    promise.sync_wait()
-                    st.unmap()
-                except Exception:
-                    pass
-            if pending:
-                self._after_step_in_flight()
-
-    def _greedy_pre_encoded(self, pos: int, max_steps: int):
-        """greedy_steps (its first step's input already in the step buffer) with step j+1 encoded while
-        step j runs and submitted the moment j is back: waiting on a mapping makes wgpu's poll wait
-        for all work submitted, and a submit waits for that poll, so a step submitted early lets the
-        GPU idle through the next step's encoding instead (HEARTH_GPU_PIPELINE=pre)."""
-        dev, plan = self.dev, self.decode_plan
-        late = pipeline_mode() == "pre2"   # no queue call until the previous step is back
-
-        def encode(p: int, j: int):
-            if j and not late:             # the id slot already holds the previous step's argmax
-                dev.queue.write_buffer(self.step, 0, np.array([p, 1, 0, 0], np.uint32))
-            prm = plan.params_for(1, p + 1) if late else None
-            enc = dev.device.create_command_encoder()
-            self.last_dispatches = plan.encode(enc, 1, p + 1, params=not late)
-            st = self._chain_staging[j % 2]
-            enc.copy_buffer_to_buffer(self.amax, 0, self.step, STEP_HEADER * 4, 4)
-            enc.copy_buffer_to_buffer(self.amax, 0, st, 0, 4)
-            return enc.finish(), st, p, prm
-
-        def submit(item, j: int):
-            cb, st, p, prm = item
-            if late:
-                if j:
-                    dev.queue.write_buffer(self.step, 0, np.array([p, 1, 0, 0], np.uint32))
-                plan.write_params(prm)
-            if j:
-                self._before_step_in_flight()
-            try:
-                dev.queue.submit([cb])
-            except Exception as e:
-                raise EngineError(f"the GPU refused the work (device lost or out of memory?): {e}") from e
-            self.kv.touched()
-            return st, st.map_async(dev.wgpu.MapMode.READ, 0, 4), p
-
-        cur = None
-        try:
-            cur = submit(encode(pos, 0), 0)
-            for j in range(1, max_steps + 1):
-                nxt = pos + j
-                item = encode(nxt, j) if j < max_steps and nxt < self.kv.max_ctx else None
-                st, promise, p = cur
-                promise.sync_wait()
-                cur = None
-                cur = submit(item, j) if item is not None else None
-                out = int(np.frombuffer(st.read_mapped(0, 4, copy=False), np.uint32)[0])
-                st.unmap()
-                self.kv.n_tokens = p + 1
-                yield out
-                if cur is None:
-                    return
-        except EngineError:
-            raise
-        except Exception as e:  # wgpu validation / device-lost errors
-            raise EngineError(f"the GPU forward pass failed on {self.dev.info['device']}: {e}") from e
-        finally:
-            if late:
-                plan.forget_params()       # a step encoded but not submitted leaves its params unwritten
-            if cur is not None:            # a step still in flight: let its mapping finish, then drop it
-                try:
-                    cur[1].sync_wait()
-                    cur[0].unmap()
-                except Exception:
-                    pass
-                self._after_step_in_flight()
+        yield from greedy.steps(self, tok, pos, max_steps)
 
     def _before_step_in_flight(self) -> None:
         """Hook: a greedy step is about to be submitted before the consumer took the previous one's id
@@ -747,10 +624,3 @@ class GpuBackend(Backend):
 def _in_range(groups, lo: int, hi: int):
     """groups(n, kv) of an op that runs only for calls of lo < n <= hi tokens (no workgroups otherwise)."""
     return lambda n, kv: groups(n) if lo < n <= hi else (0, 0, 0)
-
-
-def pipeline_mode() -> str:
-    """How greedy_steps keeps a step in flight: "pre" encodes step j+1 while step j runs and submits it
-    when j is back (GpuBackend._greedy_pre_encoded), "pre2" the same with its queue writes (step header,
-    params) held until then; "old" submits step j+1 before waiting for j's id. HEARTH_GPU_PIPELINE picks."""
-    return os.environ.get("HEARTH_GPU_PIPELINE", "old")

@@ -111,7 +111,7 @@ class Plan:
     def params_for(self, n: int, kv_len: int) -> bytes | None:
         """The param buffer's bytes for a call, packed now, for write_params later (None: unchanged):
         a caller that encodes a call before the GPU is done with the previous one, and must not
-        touch the queue until then (GpuBackend._greedy_pre_encoded)."""
+        touch the queue until then (gpu/greedy.py, HEARTH_GPU_PIPELINE=pre2)."""
         if self._key == (n, kv_len):
             return None
         self._key = (n, kv_len)
