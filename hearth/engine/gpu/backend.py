@@ -25,8 +25,8 @@ Attention over at most ops.ATTN_CHUNK keys is one split that writes its merged o
 longer, it is split over the KV range and the splits are merged inside the O projection, or by a
 combine pass first (one dispatch more a layer) where that merge would cost more (large models,
 long contexts: ops.ATTN_FUSE_BYTES); one more where the down product reads x quantized once
-(ops.int8_pre_ok) and the gate/up product does not write those blocks (ops.glu_q8out_ok). `greedy_steps` runs greedy decode with the next step submitted before the
-current one's id is read back (the id goes from the argmax into the next step's embedding on the GPU). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
+(ops.int8_pre_ok) and the gate/up product does not write those blocks (ops.glu_q8out_ok). `greedy_steps` runs greedy decode with the next step under way before the
+current one's id is read back (the id goes from the argmax into the next step's embedding on the GPU; gpu/greedy.py). qwen3/gemma3 add a RoPE dispatch per layer (their q/k norms need
 the whole head), gemma3 two post-norm dispatches per layer. A float16 KV cache (`kv_dtype="f16"`)
 adds the RoPE dispatch too (rope_store.wgsl writes its words of two values whole).
 Mixture-of-experts layers (qwen3moe, gpt-oss; gpu/moe.py) replace the FFN's two decode dispatches
