@@ -90,7 +90,6 @@ def _chained(be, pos: int, max_steps: int, header: int):
     stop = len(plan.ops)
     pieces = be.submit_pieces         # 1B, H200: 3 pieces 589 tok/s, 1 piece 559 (same call)
     cuts = [round(stop * i / pieces) for i in range(pieces + 1)]
-    pending = []                      # (staging buffer, map promise, position) of submitted steps
 
     def submit(p: int, j: int):
         if j:                         # the id slot already holds the previous step's argmax
@@ -106,23 +105,9 @@ def _chained(be, pos: int, max_steps: int, header: int):
         be.kv.touched()
         st = _copy_id(be, enc, j, header)
         dev.submit(enc)
-        pending.append((st, st.map_async(dev.wgpu.MapMode.READ, 0, 4), p))
+        return st, st.map_async(dev.wgpu.MapMode.READ, 0, 4), p
 
-    try:
-        submit(pos, 0)
-        for j in range(1, max_steps + 1):
-            nxt = pos + j
-            if j < max_steps and nxt < be.kv.max_ctx:
-                submit(nxt, j)
-            st, promise, p = pending.pop(0)
-            promise.sync_wait()
-            out = _read_id(st)
-            be.kv.n_tokens = p + 1
-            yield out
-            if not pending:
-                return
-    finally:
-        _drop(be, pending)
+    return _drive(be, pos, max_steps, submit, lambda entry, j: entry)
 
 
 def _pre_encoded(be, pos: int, max_steps: int, late: bool, header: int):
@@ -152,22 +137,30 @@ def _pre_encoded(be, pos: int, max_steps: int, late: bool, header: int):
         be.kv.touched()
         return st, st.map_async(dev.wgpu.MapMode.READ, 0, 4), p
 
-    in_flight = []
     try:
-        in_flight.append(submit(encode(pos, 0), 0))
+        yield from _drive(be, pos, max_steps, encode, submit)
+    finally:
+        if late:
+            plan.forget_params()      # a step encoded but not submitted leaves its params unwritten
+
+
+def _drive(be, pos: int, max_steps: int, ahead, launch):
+    """The steps' loop: ahead(p, j) is step j's work before the previous step's id is waited for, and
+    launch(its result, j) what follows the wait; launch returns the submitted step's (staging buffer,
+    map promise, position)."""
+    in_flight = [launch(ahead(pos, 0), 0)]
+    try:
         for j in range(1, max_steps + 1):
             nxt = pos + j
-            item = encode(nxt, j) if j < max_steps and nxt < be.kv.max_ctx else None
-            st, promise, p = in_flight.pop()
+            x = ahead(nxt, j) if j < max_steps and nxt < be.kv.max_ctx else None
+            st, promise, p = in_flight.pop(0)
             promise.sync_wait()
-            if item is not None:
-                in_flight.append(submit(item, j))
+            if x is not None:
+                in_flight.append(launch(x, j))
             out = _read_id(st)
             be.kv.n_tokens = p + 1
             yield out
             if not in_flight:
                 return
     finally:
-        if late:
-            plan.forget_params()      # a step encoded but not submitted leaves its params unwritten
         _drop(be, in_flight)
