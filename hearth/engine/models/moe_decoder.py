@@ -66,5 +66,7 @@ class MoeDecoder(Decoder):
             o += b.bo
         xr = x[r0:r1]
         xr += o
+        if r1 - r0 == 1 and b.moe.decode_residual(xr[0], b.ffn_norm, c.rms_eps, i8):
+            return
         h = rms_norm(xr, b.ffn_norm, c.rms_eps)
         xr += b.moe(h, i8, work)
