@@ -142,8 +142,9 @@ class MoeFfn:
 
     def decode_residual(self, x: np.ndarray, norm_w: np.ndarray, eps: float, i8: bool) -> bool:
         """x float32 [d] += this FFN of rmsnorm(x) * norm_w in one compiled call, where it applies
-        (8-bit x, a `fused` layer, HEARTH_CPU_MOE_FUSED not 0); False: nothing done."""
-        if not (i8 and self.fused and fused_default()):
+        (8-bit x here and in the experts' matrices, a `fused` layer, HEARTH_CPU_MOE_FUSED not 0);
+        False: nothing done."""
+        if not (i8 and self.fused and self.down[0].parts[0].int8 and fused_default()):
             return False
         from ..cpu.moe_mxfp4 import moe_mxfp4_decode  # noqa: PLC0415  (numba compiles on first use)
         from ..cpu.linear import _LAUNCH  # noqa: PLC0415
