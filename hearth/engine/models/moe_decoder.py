@@ -2,8 +2,9 @@
 
 Attention is the dense decoder's (decoder.py: q/k/v with optional biases and q/k norms, RoPE, the
 K/V cache, the output projection with an optional bias); the FFN is `moe.MoeFfn`; gpt-oss adds
-attention sinks (attention_sinks.py). One-token passes run on the per-operation path: the compiled
-layers (compiled_layers.py) have a dense FFN.
+attention sinks (attention_sinks.py). One-token passes run on the per-operation path (the compiled
+layers, compiled_layers.py, have a dense FFN), except gpt-oss's MoE block: one compiled call
+(cpu/moe_mxfp4.py; HEARTH_CPU_MOE_FUSED=0: the per-operation one).
 
 Tensor names are GGUF's. Shapes: n tokens, d = n_embd.
 """
