@@ -24,6 +24,7 @@ import os
 import numpy as np
 
 from ..cpu.linear import KERNEL_TYPES, Activations, Linear
+from ..cpu.simd_vnni import lanes
 from ..errors import UnsupportedModelError
 from ..quants import dequantize_blocks
 from . import weights as W
@@ -132,11 +133,13 @@ class MoeFfn:
             [bg if bg is not None else np.zeros((E, ff), np.float32),
              bu if bu is not None else np.zeros((E, ff), np.float32)], axis=1)         # [E, 2 ff]
         self.b_down = W.optional(g, prefix + "ffn_down_exps.bias", (E, d))             # [E, d]
-        # gpt-oss's decode in one compiled call (cpu/moe_mxfp4.py) where everything is its kind.
-        self.fused = (tg.name == tu.name == td.name == "MXFP4" and self.act == "swiglu_oai"
-                      and self.gating == "softmax_weight" and self.router.flags.c_contiguous
-                      and d % 32 == 0 and ff % 32 == 0)
-        if self.fused:
+        # gpt-oss's decode in one compiled call (cpu/moe_mxfp4.py) where everything is its kind and
+        # the CPU has VNNI (its MXFP4 rows are kernels_mxfp4's, generic IR and slow elsewhere).
+        kind = (tg.name == tu.name == td.name == "MXFP4" and self.act == "swiglu_oai"
+                and self.gating == "softmax_weight" and self.router.flags.c_contiguous
+                and d % 32 == 0 and ff % 32 == 0)
+        self.fused = kind and lanes() != 0
+        if kind:
             self._raw = (self.router.view(np.uint8), _or_zeros(self.router_b, (E,)), gate, up, down,
                          _or_zeros(self.b_gate_up, (E, 2 * ff)), _or_zeros(self.b_down, (E, d)))
 
