@@ -19,9 +19,12 @@ The router's logits include its bias (gpt-oss) and are computed in float32 from 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..cpu.linear import KERNEL_TYPES, Activations, Linear
+from ..cpu.simd_vnni import lanes
 from ..errors import UnsupportedModelError
 from ..quants import dequantize_blocks
 from . import weights as W
@@ -130,6 +133,28 @@ class MoeFfn:
             [bg if bg is not None else np.zeros((E, ff), np.float32),
              bu if bu is not None else np.zeros((E, ff), np.float32)], axis=1)         # [E, 2 ff]
         self.b_down = W.optional(g, prefix + "ffn_down_exps.bias", (E, d))             # [E, d]
+        # gpt-oss's decode in one compiled call (cpu/moe_mxfp4.py) where everything is its kind and
+        # the CPU has VNNI (its MXFP4 rows are kernels_mxfp4's, generic IR and slow elsewhere).
+        kind = (tg.name == tu.name == td.name == "MXFP4" and self.act == "swiglu_oai"
+                and self.gating == "softmax_weight" and self.router.flags.c_contiguous
+                and d % 32 == 0 and ff % 32 == 0)
+        self.fused = kind and lanes() != 0
+        if kind:
+            self._raw = (self.router.view(np.uint8), _or_zeros(self.router_b, (E,)), gate, up, down,
+                         _or_zeros(self.b_gate_up, (E, 2 * ff)), _or_zeros(self.b_down, (E, d)))
+
+    def decode_residual(self, x: np.ndarray, norm_w: np.ndarray, eps: float, i8: bool) -> bool:
+        """x float32 [d] += this FFN of rmsnorm(x) * norm_w in one compiled call, where it applies
+        (8-bit x here and in the experts' matrices, a `fused` layer, HEARTH_CPU_MOE_FUSED not 0);
+        False: nothing done."""
+        if not (i8 and self.fused and self.down[0].parts[0].int8 and fused_default()):
+            return False
+        from ..cpu.moe_mxfp4 import moe_mxfp4_decode  # noqa: PLC0415  (numba compiles on first use)
+        from ..cpu.linear import _LAUNCH  # noqa: PLC0415
+        router, rb, gate, up, down, bgu, bd = self._raw
+        with _LAUNCH:
+            moe_mxfp4_decode(x, norm_w, float(eps), router, rb, self.k, gate, up, down, bgu, bd)
+        return True
 
     def matrices(self) -> list[W.Matrices]:
         return [*self.gate_up, *self.down]
@@ -193,6 +218,15 @@ class MoeFfn:
         if self.b_down is not None:
             y += self.b_down[e]
         return y
+
+
+def fused_default() -> bool:
+    """HEARTH_CPU_MOE_FUSED=0: gpt-oss's decoded MoE block on the per-operation path."""
+    return os.environ.get("HEARTH_CPU_MOE_FUSED", "") != "0"
+
+
+def _or_zeros(a: np.ndarray | None, shape: tuple) -> np.ndarray:
+    return np.ascontiguousarray(a, np.float32) if a is not None else np.zeros(shape, np.float32)
 
 
 def swiglu_oai(g: np.ndarray, u: np.ndarray) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 Attention is the dense decoder's (decoder.py: q/k/v with optional biases and q/k norms, RoPE, the
 K/V cache, the output projection with an optional bias); the FFN is `moe.MoeFfn`; gpt-oss adds
-attention sinks (attention_sinks.py). One-token passes run on the per-operation path: the compiled
-layers (compiled_layers.py) have a dense FFN.
+attention sinks (attention_sinks.py). One-token passes run on the per-operation path (the compiled
+layers, compiled_layers.py, have a dense FFN), except gpt-oss's MoE block: one compiled call
+(cpu/moe_mxfp4.py; HEARTH_CPU_MOE_FUSED=0: the per-operation one).
 
 Tensor names are GGUF's. Shapes: n tokens, d = n_embd.
 """
@@ -66,5 +67,7 @@ class MoeDecoder(Decoder):
             o += b.bo
         xr = x[r0:r1]
         xr += o
+        if r1 - r0 == 1 and b.moe.decode_residual(xr[0], b.ffn_norm, c.rms_eps, i8):
+            return
         h = rms_norm(xr, b.ffn_norm, c.rms_eps)
         xr += b.moe(h, i8, work)

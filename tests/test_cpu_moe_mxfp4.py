@@ -1,0 +1,118 @@
+"""gpt-oss's decoded MoE block in one compiled call (engine/cpu/moe_mxfp4.py) against numpy: the
+per-operation path (models/moe.py, the same 8-bit x and MXFP4 rows), a float64 reference of the
+tiny model's layer with the same 8-bit inputs, and its pieces (top k with its softmax, the clamped SwiGLU) on their own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hearth.engine.cpu.moe_mxfp4 import swiglu_oai_row, top_k_softmax
+from hearth.engine.cpu.simd_vnni import lanes
+from hearth.engine.models.layers import rms_norm
+from hearth.engine.models.moe import MoeFfn, swiglu_oai
+from hearth.engine.quants import dequantize_tensor
+from tests.test_moe_layer import open_tiny
+
+
+def q8_0(v: np.ndarray) -> np.ndarray:
+    """v float64 [n] rounded to llama.cpp's Q8_0 values (blocks of 32: codes rint(v / d), d = amax / 127
+    as float16), the input its MXFP4 dot products read."""
+    b = v.reshape(-1, 32)
+    amax = np.abs(b).max(axis=1, keepdims=True)
+    inv = np.where(amax > 0, 127.0 / np.where(amax > 0, amax, 1), 0.0)
+    return (np.rint(b * inv) * (amax / 127.0).astype(np.float16).astype(np.float64)).reshape(-1)
+
+
+def reference_8bit(g, cfg, p, x, norm_w):
+    """x [d] after gpt-oss's MoE block in float64 from the dequantized tensors, with the products'
+    inputs (the normed x, each expert's activation) rounded to Q8_0 as the 8-bit path reads them."""
+    t = {n: dequantize_tensor(g.tensors[p + n]).astype(np.float64) for n in (
+        "ffn_gate_inp.weight", "ffn_gate_inp.bias", "ffn_gate_exps.weight", "ffn_gate_exps.bias",
+        "ffn_up_exps.weight", "ffn_up_exps.bias", "ffn_down_exps.weight", "ffn_down_exps.bias")}
+    x = x.astype(np.float64)
+    h = x / np.sqrt(np.mean(x * x) + cfg.rms_eps) * norm_w
+    logits = t["ffn_gate_inp.weight"] @ h + t["ffn_gate_inp.bias"]
+    top = np.argsort(-logits, kind="stable")[:cfg.n_expert_used]
+    w = np.exp(logits[top] - logits[top].max())
+    w /= w.sum()
+    hq, out = q8_0(h), x.copy()
+    for e, we in zip(top, w):
+        gg = t["ffn_gate_exps.weight"][e] @ hq + t["ffn_gate_exps.bias"][e]
+        uu = t["ffn_up_exps.weight"][e] @ hq + t["ffn_up_exps.bias"][e]
+        a = np.minimum(gg, 7.0)
+        a = a / (1 + np.exp(-1.702 * a)) * (np.clip(uu, -7, 7) + 1)
+        out += we * (t["ffn_down_exps.weight"][e] @ q8_0(a) + t["ffn_down_exps.bias"][e])
+    return out
+
+
+def _both(moe, norm_w, eps, x):
+    """x float32 [1, d] after the block: (per-operation path, compiled call)."""
+    old, new = x.copy(), x.copy()
+    old += moe(rms_norm(old, norm_w, eps), True)
+    assert moe.decode_residual(new[0], norm_w, eps, True)
+    return old, new
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_fused_block_matches_the_per_operation_path_and_a_float64_reference(reference_dir, layer):
+    g, cfg = open_tiny(reference_dir, "gpt-oss")
+    p = f"blk.{layer}."
+    moe = MoeFfn(g, cfg, p)
+    assert moe.fused or lanes() == 0
+    moe.fused = True          # the kernel on any CPU (without VNNI its MXFP4 rows are generic IR)
+    norm_w = dequantize_tensor(g.tensors[p + "post_attention_norm.weight"]).astype(np.float32)   # [d]
+    rng = np.random.default_rng(layer)
+    for _ in range(6):
+        x = (rng.standard_normal((1, cfg.n_embd)) * 2).astype(np.float32)
+        old, new = _both(moe, norm_w, cfg.rms_eps, x)
+        delta = np.abs(old - x).max()
+        # the same codes and rows: only the router's sum order and exp's last bits differ
+        np.testing.assert_allclose(new, old, rtol=0, atol=1e-5 * delta)
+        want = reference_8bit(g, cfg, p, x[0], norm_w)
+        np.testing.assert_allclose(new[0], want, rtol=0, atol=1e-3 * delta)
+
+
+def test_switch_off_leaves_the_per_operation_path(reference_dir, monkeypatch):
+    g, cfg = open_tiny(reference_dir, "gpt-oss")
+    moe = MoeFfn(g, cfg, "blk.0.")
+    moe.fused = True
+    x = np.ones(cfg.n_embd, np.float32)
+    assert moe.decode_residual(x.copy(), np.ones_like(x), cfg.rms_eps, True)     # on by default
+    monkeypatch.setenv("HEARTH_CPU_MOE_FUSED", "0")
+    assert not moe.decode_residual(x, np.ones_like(x), cfg.rms_eps, True)
+    monkeypatch.delenv("HEARTH_CPU_MOE_FUSED")
+    assert not moe.decode_residual(x, np.ones_like(x), cfg.rms_eps, False)   # float x: not this kernel
+    moe.down[0].parts[0].int8 = False                                       # the backend's float path
+    assert not moe.decode_residual(x, np.ones_like(x), cfg.rms_eps, True)
+    assert np.all(x == 1.0)
+    g2, cfg2 = open_tiny(reference_dir, "qwen3moe")
+    assert not MoeFfn(g2, cfg2, "blk.0.").fused                             # Q-type experts, SiLU
+
+
+@pytest.mark.parametrize("n, k", [(32, 4), (8, 2), (5, 5)])
+def test_top_k_softmax_matches_numpy_ties_to_the_lower_index(n, k):
+    rng = np.random.default_rng(n)
+    for trial in range(20):
+        logits = rng.standard_normal(n).astype(np.float32)
+        if trial % 2:
+            logits = np.round(logits).astype(np.float32)                   # many ties
+        top, w = top_k_softmax(logits, k)
+        want = np.argsort(-logits, kind="stable")[:k]
+        np.testing.assert_array_equal(top, want)
+        e = np.exp(logits[want].astype(np.float64) - logits[want].max())
+        np.testing.assert_allclose(w, e / e.sum(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [2880, 64, 13])
+def test_swiglu_oai_row_matches_numpy_with_clamps(n):
+    rng = np.random.default_rng(n)
+    g = (rng.standard_normal(n) * 6).astype(np.float32)
+    u = (rng.standard_normal(n) * 6).astype(np.float32)
+    g[:4] = [100.0, -100.0, 7.0, 6.99]
+    u[:4] = [-50.0, 50.0, -7.0, 7.5]
+    out = np.empty(n, np.float32)
+    swiglu_oai_row(g, u, out)
+    with np.errstate(over="ignore"):
+        want = swiglu_oai(g, u)
+    np.testing.assert_allclose(out, want, rtol=4e-7, atol=1e-30)      # exp within ~2 ulp of numpy's
