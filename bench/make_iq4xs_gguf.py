@@ -9,8 +9,8 @@ F16/Q8_0 file with llama-quantize takes over an hour on a loaded 2-core machine.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +38,11 @@ big.rand_blocks = rand_blocks
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    shape, out = (args[0], args[1]) if len(args) == 2 else ("llama8b", args[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("shape", nargs="?", default="llama8b", help="a shape of make_big_gguf.py")
+    ap.add_argument("out", help="the file to write")
+    a = ap.parse_args()
+    shape, out = a.shape, a.out
     # Q6_K mix: "Q4_K_M" makes Q6_K the output's; the rest takes the IQ4_XS in place of Q4_K.
     orig_qt = big.QT
     class _Types:  # Q4_K -> IQ4_XS for the body; Q6_K stays for the output, attn_v and half of ffn_down
