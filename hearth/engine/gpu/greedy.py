@@ -107,7 +107,7 @@ def _chained(be, pos: int, max_steps: int, header: int):
         dev.submit(enc)
         return st, st.map_async(dev.wgpu.MapMode.READ, 0, 4), p
 
-    return _drive(be, pos, max_steps, submit, lambda entry, j: entry)
+    return _drive(be, pos, max_steps, submit)
 
 
 def _pre_encoded(be, pos: int, max_steps: int, late: bool, header: int):
@@ -144,18 +144,21 @@ def _pre_encoded(be, pos: int, max_steps: int, late: bool, header: int):
             plan.forget_params()      # a step encoded but not submitted leaves its params unwritten
 
 
-def _drive(be, pos: int, max_steps: int, ahead, launch):
+def _drive(be, pos: int, max_steps: int, ahead, launch=None):
     """The steps' loop: ahead(p, j) is step j's work before the previous step's id is waited for, and
-    launch(its result, j) what follows the wait; launch returns the submitted step's (staging buffer,
-    map promise, position)."""
-    in_flight = [launch(ahead(pos, 0), 0)]
+    launch(its result, j) what follows the wait; launch None: ahead submits the step itself. The
+    submitted steps are (staging buffer, map promise, position)."""
+    first = ahead(pos, 0)
+    in_flight = [first if launch is None else launch(first, 0)]
     try:
         for j in range(1, max_steps + 1):
             nxt = pos + j
             x = ahead(nxt, j) if j < max_steps and nxt < be.kv.max_ctx else None
+            if launch is None and x is not None:
+                in_flight.append(x)
             st, promise, p = in_flight.pop(0)
             promise.sync_wait()
-            if x is not None:
+            if launch is not None and x is not None:
                 in_flight.append(launch(x, j))
             out = _read_id(st)
             be.kv.n_tokens = p + 1
