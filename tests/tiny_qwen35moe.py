@@ -23,9 +23,12 @@ N_EXPERT, N_USED, N_FF_EXP, N_FF_SHEXP = 4, 2, 32, 48
 SEED = 2035
 
 
-def make(src: Path, dst: Path, f32: bool = False, n_ff_shexp: int = N_FF_SHEXP) -> Path:
+def make(src: Path, dst: Path, f32: bool = False, n_ff_shexp: int | None = None) -> Path:
+    """n_ff_shexp: the shared expert's width (None: N_FF_SHEXP as it is at the call, which a test may
+    have patched)."""
     from hearth.engine.quants import dequantize  # noqa: PLC0415
     from tests import gguf_rewrite as R  # noqa: PLC0415
+    n_ff_shexp = N_FF_SHEXP if n_ff_shexp is None else n_ff_shexp
     arch = "qwen35moe"
     rng = np.random.default_rng(SEED)
     d = 64   # the tiny qwen35's width
