@@ -13,6 +13,7 @@
 //               branch's post-norm, residual add and layer_output_scale in one pass.
 //   "softcap":  a[i] = cap tanh(a[i] / cap) (the final logits).
 // Elementwise passes: 256 threads a workgroup, element (wid.x + wid.y nwg.x) 256 + t, count first.
+{% from "rms_tree.wgsl" import inv_rms %}
 struct Params {
     n_head: u32, n_kv: u32, n_rot: u32, max_ctx: u32,
     stride: u32, v_off: u32, eps: f32, scale: f32,
@@ -119,14 +120,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let base = r * P.npl;
     var ss = 0.0;
     for (var d = t; d < P.npl; d += 64u) { let x = b[base + d] * P.scale; ss += x * x; }
-    red[t] = ss;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (t < s) { red[t] += red[t + s]; }
-        workgroupBarrier();
-    }
-    let inv = inverseSqrt(red[0] / f32(P.npl) + P.eps);
-    for (var d = t; d < P.npl; d += 64u) {
+{{ inv_rms("ss", "red", "t", 64, "P.npl") }}    for (var d = t; d < P.npl; d += 64u) {
         a[base + d] = (b[base + d] * P.scale * inv * g[d] + a[base + d]) * 0.7071067811865476;
     }
 }

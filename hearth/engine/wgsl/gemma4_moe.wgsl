@@ -6,6 +6,7 @@
 //              into it, start from zero.
 //   "expert_scale": per (token t, slot s) of route [n, 2 K]: w_s *= scale[e_s] (ffn_down_exps.scale,
 //              one factor an expert; the down product is linear, so scaling its weight scales its output).
+{% from "rms_tree.wgsl" import inv_rms %}
 struct Params { d: u32, n: u32, eps: f32, _a: u32 }
 @group(0) @binding(0) var<uniform> P: Params;
 {% if PASS == "combine" %}
@@ -51,14 +52,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         moe[b + i] = 0.0;
         sf += f * f;
     }
-    ra[t] = sf;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (t < s) { ra[t] += ra[t + s]; }
-        workgroupBarrier();
-    }
-    let inv = inverseSqrt(ra[0] / f32(P.d) + P.eps);
-    // each thread reads back the f values it wrote itself
+{{ inv_rms("sf", "ra", "t", 256, "P.d") }}    // each thread reads back the f values it wrote itself
     for (var i = t; i < P.d; i += 256u) { x[b + i] += mlp[b + i] * inv * g[i]; }
 }
 {% elif PASS == "expert_scale" %}

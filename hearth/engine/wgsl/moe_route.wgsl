@@ -8,6 +8,7 @@
 // as rmsnorm.wgsl computes it), writing xn for the experts; Q8 (with NORM): it also writes xn's rows
 // as int8 blocks of 32 (quantize_rows.wgsl's layout and code, scales from word s_off) for the
 // experts' int8-x products. Both save a dispatch a layer.
+{% from "rms_tree.wgsl" import inv_rms %}
 {% from "q8_block.wgsl" import q8_block %}
 {% from "moe_topk.wgsl" import topk, topk_decls %}
 {% set Q8 = Q8 | default(False) %}
@@ -57,14 +58,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {% if NORM %}
     var ss = 0.0;
     for (var i = tid; i < P.d; i += 256u) { ss += x[xb + i] * x[xb + i]; }
-    red[tid] = ss;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (tid < s) { red[tid] += red[tid + s]; }
-        workgroupBarrier();
-    }
-    let inv = inverseSqrt(red[0] / f32(P.d) + P.eps);
-    workgroupBarrier();
+{{ inv_rms("ss", "red", "tid", 256, "P.d") }}    workgroupBarrier();
     for (var i = tid; i < P.d; i += 256u) { xo[xb + i] = x[xb + i] * inv * g[i]; }
 {% if Q8 %}
     for (var bk = tid; bk < P.d / 32u; bk += 256u) {

@@ -8,6 +8,7 @@
 // inside decode's gate/up product (moe_matvec.wgsl TOPK), which reads these logits.
 // SHX (qwen35moe's shared expert in the experts' passes, moe_decode.SHEXP_FUSE): one workgroup more,
 // G, writes logits[E] = w_sh . xn, the shared expert's gate logit (ffn_gate_inp_shexp).
+{% from "rms_tree.wgsl" import inv_rms %}
 {% from "q8_block.wgsl" import q8_block %}
 {% set Q8 = Q8 | default(False) %}
 const E: u32 = {{E}}u;
@@ -42,14 +43,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let d4 = P.d / 4u;
     var ss = 0.0;
     for (var i = tid; i < d4; i += 256u) { ss += dot(x[i], x[i]); }
-    red[tid] = ss;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (tid < s) { red[tid] += red[tid + s]; }
-        workgroupBarrier();
-    }
-    let inv = inverseSqrt(red[0] / f32(P.d) + P.eps);
-    workgroupBarrier();
+{{ inv_rms("ss", "red", "tid", 256, "P.d") }}    workgroupBarrier();
     // this workgroup's share of xn's blocks: one block of 32 a thread
     let bk = wid.x + G * tid;
     if (bk < P.d / 32u && wid.x < G) {

@@ -1,5 +1,6 @@
 // RMSNorm over rows of d: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * g.  With ADD (Gemma's post-norms):
 // y[r] += norm(x[r]) * g, the residual add fused.  One workgroup of 256 threads per row.
+{% from "rms_tree.wgsl" import inv_rms %}
 struct Params { d: u32, n: u32, eps: f32, _a: u32 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -16,14 +17,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let b = r * P.d;
     var ss = 0.0;
     for (var i = t; i < P.d; i += 256u) { ss += x[b + i] * x[b + i]; }
-    red[t] = ss;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (t < s) { red[t] += red[t + s]; }
-        workgroupBarrier();
-    }
-    let inv = inverseSqrt(red[0] / f32(P.d) + P.eps);
-    for (var i = t; i < P.d; i += 256u) {
+{{ inv_rms("ss", "red", "t", 256, "P.d") }}    for (var i = t; i < P.d; i += 256u) {
 {% if ADD %}
         y[b + i] += x[b + i] * inv * g[i];
 {% else %}
