@@ -75,8 +75,8 @@ class Qwen35MoeFfn:
         self.sh_gate = W.vector(p + "ffn_gate_inp_shexp.weight", d)                          # [d]
         self.gate = _shexp_matrix(W, p + "ffn_gate_shexp.weight", nsh, d, self.nsh, d)       # d -> nsh (padded)
         self.up = _shexp_matrix(W, p + "ffn_up_shexp.weight", nsh, d, self.nsh, d)
+        # nsh (padded) -> d; decode's shared slot loaded it already (a quantized width, never padded)
         self.down = self.experts.sh_down or _shexp_matrix(W, p + "ffn_down_shexp.weight", d, nsh, d, self.nsh)
-        # nsh (padded) -> d
 
     def decode(self, P, label: str) -> None:
         be, d, m = self.be, self.be.cfg.n_embd, self.nsh
