@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.gpu]
 N_STEPS = 6
 
 
-@pytest.fixture(autouse=True, params=["old", "pre", "pre2"])
+@pytest.fixture(autouse=True, params=["ahead", "pre", "pre2"])
 def pipeline(request, monkeypatch):
     """Every test once for each way greedy_steps keeps a step in flight (gpu/greedy.py, HEARTH_GPU_PIPELINE)."""
     monkeypatch.setenv("HEARTH_GPU_PIPELINE", request.param)

@@ -107,7 +107,7 @@ def test_greedy_run(files, gpu, name):
     check_greedy(gpu, prompt_of(files[1], name))
 
 
-@pytest.mark.parametrize("pipelined", ["old", "pre", False])
+@pytest.mark.parametrize("pipelined", ["ahead", "pre", False])
 def test_greedy_steps_keep_the_state_of_what_was_taken(files, gpu, monkeypatch, pipelined):
     """Stopping after k ids leaves the state after them: the step computed ahead (pipelined, either
     way: HEARTH_GPU_PIPELINE) is undone on the GPU, or (HEARTH_GPU_HYBRID_PIPELINE=0) none runs ahead."""

@@ -3,20 +3,18 @@ GPU into the next step's id slot of the step buffer and into a staging buffer th
 next step can be under way before the host has the id. How the steps overlap (`pipeline_mode`,
 HEARTH_GPU_PIPELINE):
 
-    pre2   (the default) step j+1 is encoded while step j runs (its params packed, Plan.params_for)
-           and submitted, with its queue writes, the moment j's id is back
+    ahead  (the default) step j+1 is encoded and submitted (in `submit_pieces` command buffers)
+           before step j's id is waited for
+    pre2   step j+1 is encoded while step j runs (its params packed, Plan.params_for) and submitted,
+           with its queue writes, the moment j's id is back
     pre    as pre2, with the queue writes (step header, params) made at encode
-    old    step j+1 is encoded and submitted (in `submit_pieces` command buffers) before step j's id
-           is waited for
 
-Why not old: wgpu-py waits on a mapping through a thread that polls the device with wait, and in
-wgpu 29 (what wgpu-py 0.32 ships) a poll with wait holds the fence lock that queue.submit takes (wgpu
-issue 9470, fixed upstream after 29): the submit of step j+1 waits until step j is done, and the GPU
-idles while the host encodes what is left of step j+1. The H100 profile fits: a Qwen3.5-4B token
-pipelined 4.44 ms against 3.83 ms of GPU work and 0.64 ms of host encoding (3 pieces 4.76 ms, 5 pieces
-4.62, 1 piece 5.18: the more of the step the GPU runs while the host encodes the rest, the faster).
-pre2 touches the queue only after the poll is over. Chosen on that evidence; not yet timed on a real
-GPU (bench.gpu --decode16-only with HEARTH_GPU_PIPELINE=old beside it is the A/B).
+Why ahead: pre and pre2 were written for wgpu 29 (what wgpu-py 0.32 ships), where the poll with wait
+behind a mapping holds the fence lock queue.submit takes (wgpu issue 9470), so a step submitted early
+waits for the one before it. Timed on the H100 (bench.gpu --decode16-only, pipelined tok/s, one
+lease), ahead is still as fast or faster: Qwen3.5-4B 224.9 against pre2's 217.9 and pre's 220.1,
+Gemma 4 E4B 177.2 / 172.9, Qwen3-30B-A3B 210.9 / 197.3, Qwen3.5-35B-A3B class 190.1 / 193.0. The
+GPU work ahead's submit lets run while the host encodes the rest outweighs the wait at the lock.
 
 A model whose state a step changes in place (the hybrids' recurrent layers) keeps a copy of it before
 each step submitted ahead of the consumer and puts it back if the consumer stops there
@@ -33,7 +31,7 @@ from ..errors import EngineError
 
 
 def pipeline_mode() -> str:
-    return os.environ.get("HEARTH_GPU_PIPELINE", "pre2")
+    return os.environ.get("HEARTH_GPU_PIPELINE", "ahead")
 
 
 def steps(be, tok: int, pos: int, max_steps: int):
