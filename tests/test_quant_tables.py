@@ -1,5 +1,6 @@
 """engine/quants/tables.py: the i-quant grids, sign table and codebooks equal gguf-py's copies (and
-llama.cpp's ggml-common.h, their source, where a llama.cpp source tree is at hand)."""
+llama.cpp's ggml-common.h, their source: `./dev test` fetches it into build/ggml/ and names it in
+HEARTH_GGML_COMMON_H; elsewhere the test reads a llama.cpp source tree where one is at hand)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ def test_signs_and_codebooks_equal_gguf_py():
 
 
 def test_the_data_file_is_what_the_generator_makes_of_ggml_common_h():
+    if not _HEADER.is_file() and "HEARTH_GGML_COMMON_H" in os.environ:   # ./dev test fetches it: a miss is a failure
+        pytest.fail(f"HEARTH_GGML_COMMON_H names {_HEADER}, which is not a file")
     if not _HEADER.is_file():
         pytest.skip(f"no llama.cpp source at {_HEADER} (HEARTH_GGML_COMMON_H); gguf-py's copies checked above")
     parsed = T.parse_header(_HEADER.read_text())
