@@ -9,10 +9,10 @@ HEARTH_GPU_PIPELINE):
            with its queue writes, the moment j's id is back
     pre    as pre2, with the queue writes (step header, params) made at encode
 
-Why ahead: pre and pre2 were written for wgpu 29 (what wgpu-py 0.32 ships), where the poll with wait
+Why ahead: pre and pre2 step around wgpu 29 (what wgpu-py 0.32 ships), where the poll with wait
 behind a mapping holds the fence lock queue.submit takes (wgpu issue 9470), so a step submitted early
-waits for the one before it. Timed on the H100 (bench.gpu --decode16-only, pipelined tok/s, one
-lease), ahead is still as fast or faster: Qwen3.5-4B 224.9 against pre2's 217.9 and pre's 220.1,
+waits for the one before it; yet timed on the H100 (bench.gpu --decode16-only, pipelined tok/s, one
+lease), ahead is as fast or faster: Qwen3.5-4B 224.9 against pre2's 217.9 and pre's 220.1,
 Gemma 4 E4B 177.2 / 172.9, Qwen3-30B-A3B 210.9 / 197.3, Qwen3.5-35B-A3B class 190.1 / 193.0. The
 GPU work ahead's submit lets run while the host encodes the rest outweighs the wait at the lock.
 
