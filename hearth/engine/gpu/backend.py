@@ -398,7 +398,7 @@ class GpuBackend(Backend):
                        n=lambda n, kv: n)
             for tile, lo, hi in ops.tiles_by_n(m, self.chunk, ops.matmul8_tile):
                 P.add(ops.matmul8(self.ks, w.qtype, bias=bias is not None, tile=tile, **kw), [self.xq, out, w.buffer] + extra,
-                      _in_range(lambda n, t=tile: ops.matmul8_groups(m, n, t), lo, hi), label, **prm)
+                      ops.in_range(lambda n, t=tile: ops.matmul8_groups(m, n, t), lo, hi), label, **prm)
             return
         prm = dict(ops.matmul_params([w.qtype], k, m, 0, ldy=ldy, y_off=y_off), n=lambda n, kv: n)
         for kern, groups in self._matmul(w.qtype, m, unbounded_x, bias=bias is not None, **kw):
@@ -412,7 +412,7 @@ class GpuBackend(Backend):
         if self.f16 and qtype in ops.F16_TYPES:
             xshift = ops.MATMUL16_FF_SHIFT if unbounded_x else 0
             return [(ops.matmul16(self.ks, [qtype], tile=tile, xshift=xshift, **kw),
-                     _in_range(lambda n, t=tile: ops.matmul16_groups(m, n, t), lo, hi))
+                     ops.in_range(lambda n, t=tile: ops.matmul16_groups(m, n, t), lo, hi))
                     for tile, lo, hi in ops.tiles_by_n(m, self.chunk, ops.matmul16_tile)]
         return [(ops.matmul(self.ks, [qtype], **kw), lambda n, kv: ops.matmul_groups(m, n))]
 
@@ -619,8 +619,3 @@ class GpuBackend(Backend):
         if getattr(self, "dev", None) is not None:
             self.dev.destroy()
             self.dev = None
-
-
-def _in_range(groups, lo: int, hi: int):
-    """groups(n, kv) of an op that runs only for calls of lo < n <= hi tokens (no workgroups otherwise)."""
-    return lambda n, kv: groups(n) if lo < n <= hi else (0, 0, 0)

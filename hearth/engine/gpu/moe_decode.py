@@ -100,7 +100,7 @@ def attach_shared(ffn, names: dict) -> None:
     """A MoeFfn's decode slots (k, + 1 for the shared expert where its passes carry it: `shared`) and
     the shared expert's gate vector and down matrix (names as shared_slot_ok's, {} for none)."""
     c, W = ffn.be.cfg, ffn.be.weights
-    ffn.slots = c.n_expert_used + bool(names)
+    ffn.slots = c.n_expert_used + bool(names)       # shared_path_ok's down-by-rows check counts the candidate slot
     ffn.shared = bool(names) and shared_path_ok(ffn)
     ffn.slots = c.n_expert_used + ffn.shared
     ffn.sh_gate = W.vector(names["gate_inp"], c.n_embd) if ffn.shared else None                 # [d]

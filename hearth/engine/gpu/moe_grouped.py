@@ -102,18 +102,16 @@ def add_grouped(ffn, P, n_of, act: str) -> None:
     d, k, ff, i, E = c.n_embd, c.n_expert_used, c.n_ff_exp, ffn.i, c.n_expert
     route, ffe, order, tiles, yd, xq = (ffn.bufs[b] for b in ("route", "ffe", "order", "tiles", "yd", "xq"))
     ranges = ops.tiles_by_n(0, be.chunk, lambda m, n: mm_tile(n, k, E))
-
-    def when(groups, lo, hi):
-        return lambda n, kv: groups(n_of(n, kv)) if lo < n_of(n, kv) <= hi else (0, 0, 0)
+    gb = list(ffn.b_gate_up) if ffn.b_gate_up is not None else [None, None]
+    s_x = ops.q8_rows_scales(be.chunk, d)
     for tile, lo, hi in ranges:
-        P.add(sort_kernel(ks, E, k, 16 * tile[1]), [route, order, tiles], when(lambda n: (1, 1, 1), lo, hi),
-              f"{i}.experts.sort", n=n_of, max_tiles=lambda n, kv, t=tile: mm_max_tiles(n_of(n, kv), k, E, t))
-        gb = list(ffn.b_gate_up) if ffn.b_gate_up is not None else [None, None]
-        s_x = ops.q8_rows_scales(be.chunk, d)
+        P.add(sort_kernel(ks, E, k, 16 * tile[1]), [route, order, tiles],
+              ops.in_range(lambda n: (1, 1, 1), lo, hi, n_of), f"{i}.experts.sort", n=n_of,
+              max_tiles=lambda n, kv, t=tile: mm_max_tiles(n_of(n, kv), k, E, t))
         for mode, ex, b in (("gate", ffn.gate, gb[0]), ("up", ffn.up, gb[1])):
             P.add(mm_kernel(ks, mode, ex.qtype, k, act=act, bias=b is not None, tile=tile),
                   [xq, route, ffe, ex.buffer] + ([b] if b is not None else []) + [tiles, order],
-                  when(lambda n, t=tile: mm_groups(n, k, E, ff, t), lo, hi), f"{i}.experts.{mode}",
+                  ops.in_range(lambda n, t=tile: mm_groups(n, k, E, ff, t), lo, hi, n_of), f"{i}.experts.{mode}",
                   n=n_of, **mm_params(ex.qtype, d, ff, ex.eb, s_x))
     nk = lambda n, kv: n_of(n, kv) * k  # noqa: E731
     hq = ffn._quantize(P, ffe, ff, nk, f"{i}.experts.down")
@@ -122,7 +120,7 @@ def add_grouped(ffn, P, n_of, act: str) -> None:
         # the sort's order and tiles of this range are still in place: the other ranges' sorts did not run
         P.add(mm_kernel(ks, "down", ffn.down.qtype, k, bias=bool(db), tile=tile),
               [hq, route, yd, ffn.down.buffer] + db + [tiles, order],
-              when(lambda n, t=tile: mm_groups(n, k, E, d, t), lo, hi), f"{i}.experts.down",
+              ops.in_range(lambda n, t=tile: mm_groups(n, k, E, d, t), lo, hi, n_of), f"{i}.experts.down",
               n=n_of, **mm_params(ffn.down.qtype, ff, d, ffn.down.eb, ops.q8_rows_scales(be.chunk * k, ff)))
     P.add(sum_kernel(ks, k), [yd, be.x], lambda n, kv: sum_groups(n_of(n, kv), d), f"{i}.experts.sum", d=d, n=n_of)
 

@@ -438,6 +438,14 @@ def tiles_by_n(m: int, chunk: int, choose) -> list[tuple[tuple[int, int], int, i
     return out
 
 
+def in_range(groups, lo: int, hi: int, n_of=None):
+    """groups(n, kv) of an op of a tiles_by_n range: groups(n) for calls of lo < n <= hi tokens, no
+    workgroups otherwise. n_of(n, kv): the op's own count of a call's tokens (the call's n if None)."""
+    if n_of is None:
+        return lambda n, kv: groups(n) if lo < n <= hi else (0, 0, 0)
+    return lambda n, kv: groups(n_of(n, kv)) if lo < n_of(n, kv) <= hi else (0, 0, 0)
+
+
 def matmul8_groups(m: int, n: int, tile=None):
     rm, rn = tile or MATMUL8_TILE
     return -(-m // (16 * rm)), -(-n // (16 * rn)), 1
