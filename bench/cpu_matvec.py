@@ -1,7 +1,7 @@
 """One decode matrix-vector product per weight type, timed on this thread's cores:
 `python -m bench.cpu_matvec [--types Q4_K,Q6_K] [--shape 2048x8192] [--src CHECKOUT ...]`.
 
-For each type: a random matrix of the given shape (tests/test_cpu_kernels.random_matrix), x
+For each type (and MXFP4_X8: MXFP4 repacked in groups of 8 rows): a random matrix of the given shape (tests/test_cpu_kernels.random_matrix), x
 quantized to 8 bits once, then the 8-bit matvec kernel (`Linear` with 8-bit x) timed over repeats;
 prints G weights/s and GB/s of weight bytes read, median of the repeats. With `--src A --src B` each
 checkout runs in its own process, alternating, rounds times (A/B of two kernel versions side by
@@ -32,8 +32,14 @@ def measure(types: list[str], rows: int, cols: int, seconds: float) -> dict:
     x = np.random.default_rng(0).standard_normal((1, cols)).astype(np.float32)
     out = {}
     for name in types:
-        w = random_matrix(name, rows, cols) if name in F16_FIELDS else iq_matrix(name, rows, cols)
-        lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
+        if name == "MXFP4_X8":   # MXFP4 repacked in groups of 8 rows (engine/cpu/mxfp4_x8.py)
+            from hearth.engine.cpu import mxfp4_x8 as X8  # noqa: PLC0415
+            from hearth.engine.cpu.linear_x8 import LinearX8  # noqa: PLC0415
+            w = X8.repack_numpy(iq_matrix("MXFP4", rows, cols))
+            lin = LinearX8(w, TYPE_BY_NAME["MXFP4"], cols, name, int8=True)
+        else:
+            w = random_matrix(name, rows, cols) if name in F16_FIELDS else iq_matrix(name, rows, cols)
+            lin = Linear(w, TYPE_BY_NAME[name], cols, name, int8=True)
         act = Activations(x, int8=True)
         y = np.empty((1, rows), np.float32)
         lin(act, y)                                    # compile / load, quantize x once

@@ -36,15 +36,21 @@ def dpbusd8(typingctx, base, boff, u, xq, off):
     def codegen(context, builder, sig, args):
         acc = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], V8I32), align=4)
         x = _codes32(context, builder, sig.args[3], args[3], args[4])
-        if SV.LANES:   # read at code generation (a test compiles both paths)
-            return _call(builder, "llvm.x86.avx512.vpdpbusd.256", V8I32, [V8I32] * 3,
-                         [acc, builder.bitcast(args[2], V8I32), builder.bitcast(x, V8I32)])
-        v32 = ir.VectorType(ir.IntType(32), 32)
-        p = builder.mul(builder.zext(args[2], v32), builder.sext(x, v32))
-        idx = lambda k: ir.Constant(V8I32, [4 * j + k for j in range(8)])  # noqa: E731
-        q = [builder.shuffle_vector(p, p, idx(k)) for k in range(4)]
-        return builder.add(acc, builder.add(builder.add(q[0], q[1]), builder.add(q[2], q[3])))
+        return dpbusd256(builder, acc, args[2], x)
     return i32x8(base, boff, u, xq, off), codegen
+
+
+def dpbusd256(builder, acc, u, x):
+    """<8 x i32> acc + per lane the sum of 4 products of the <32 x i8> u (unsigned) and x (signed):
+    vpdpbusd where SV.LANES is not 0, else generic vector IR (the same integers)."""
+    if SV.LANES:   # read at code generation (a test compiles both paths)
+        return _call(builder, "llvm.x86.avx512.vpdpbusd.256", V8I32, [V8I32] * 3,
+                     [acc, builder.bitcast(u, V8I32), builder.bitcast(x, V8I32)])
+    v32 = ir.VectorType(ir.IntType(32), 32)
+    p = builder.mul(builder.zext(u, v32), builder.sext(x, v32))
+    idx = lambda k: ir.Constant(V8I32, [4 * j + k for j in range(8)])  # noqa: E731
+    q = [builder.shuffle_vector(p, p, idx(k)) for k in range(4)]
+    return builder.add(acc, builder.add(builder.add(q[0], q[1]), builder.add(q[2], q[3])))
 
 
 @njit(nogil=True, cache=True)
