@@ -54,13 +54,25 @@ def _both(moe, norm_w, eps, x):
     return old, new
 
 
-@pytest.mark.parametrize("layer", [0, 1])
-def test_fused_block_matches_the_per_operation_path_and_a_float64_reference(reference_dir, layer):
+def _layer(reference_dir, layer, x8):
     g, cfg = open_tiny(reference_dir, "gpt-oss")
-    p = f"blk.{layer}."
-    moe = MoeFfn(g, cfg, p)
+    moe = MoeFfn(g, cfg, f"blk.{layer}.")
     assert moe.fused or lanes() == 0
+    assert moe.x8_pending == moe.fused
     moe.fused = True          # the kernel on any CPU (without VNNI its MXFP4 rows are generic IR)
+    moe.x8_pending = x8
+    moe.repack_experts()
+    assert moe.x8 == x8
+    return g, cfg, moe
+
+
+@pytest.mark.parametrize("x8", [False, True])
+@pytest.mark.parametrize("layer", [0, 1])
+def test_fused_block_matches_the_per_operation_path_and_a_float64_reference(reference_dir, layer, x8):
+    """Both layouts: the file's rows, or the experts repacked in groups of 8 rows (cpu/mxfp4_x8.py;
+    the per-operation path then runs linear_x8.LinearX8, the same 8-row kernel)."""
+    g, cfg, moe = _layer(reference_dir, layer, x8)
+    p = f"blk.{layer}."
     norm_w = dequantize_tensor(g.tensors[p + "post_attention_norm.weight"]).astype(np.float32)   # [d]
     rng = np.random.default_rng(layer)
     for _ in range(6):
@@ -71,6 +83,42 @@ def test_fused_block_matches_the_per_operation_path_and_a_float64_reference(refe
         np.testing.assert_allclose(new, old, rtol=0, atol=1e-5 * delta)
         want = reference_8bit(g, cfg, p, x[0], norm_w)
         np.testing.assert_allclose(new[0], want, rtol=0, atol=1e-3 * delta)
+
+
+def test_repacked_layer_prefill_and_decode_match_the_file_layout(reference_dir):
+    """The same layer repacked: prefill rows (each expert's rows through the VNNI tiles, to the bit,
+    or the 8-row decode kernel for up to 4 rows) and one decoded row agree with the file's layout
+    within the decode kernel's float-order difference; nothing of the repacked layer reads the file's
+    map any more."""
+    _, cfg, old = _layer(reference_dir, 0, False)
+    g, _, new = _layer(reference_dir, 0, True)
+    mapped = g.file_bytes()
+    for m in new.matrices():
+        for part in m.parts:
+            assert not any(np.shares_memory(w, mapped) for w in part.ws)
+    assert not any(np.shares_memory(a, mapped) for a in new._raw[2:5])
+    rng = np.random.default_rng(3)
+    for n in (1, 3, 40):
+        h = (rng.standard_normal((n, cfg.n_embd)) * 2).astype(np.float32)
+        want, got = old(h, True), new(h, True)
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+
+
+def test_repack_drops_each_tensors_pages(reference_dir):
+    g, cfg = open_tiny(reference_dir, "gpt-oss")
+    moe = MoeFfn(g, cfg, "blk.1.")
+    dropped = []
+    moe._drop = dropped.append
+    moe.x8_pending = True
+    moe.repack_experts()
+    names = ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")
+    assert [a.ctypes.data for a in dropped] == [g.tensors["blk.1." + n].data.ctypes.data for n in names]
+    data = g.tensors["blk.1.ffn_up_exps.weight"].data
+    before = data.copy()
+    g.drop_pages(data)                                   # the real madvise: the data reads the same
+    np.testing.assert_array_equal(data, before)
+    with pytest.raises(ValueError, match="one span"):
+        g.drop_pages(np.zeros(4096, np.uint8))
 
 
 def test_switch_off_leaves_the_per_operation_path(reference_dir, monkeypatch):

@@ -72,3 +72,20 @@ def test_engine_load_reports_progress(default_model_path):
         assert all(isinstance(w, str) and w for _, w in seen)
     finally:
         eng.close()
+
+
+def test_repacked_experts_count_one_tensor_twice(reference_dir, monkeypatch):
+    """gpt-oss's experts repacked at load (models/moe.py): the copy replaces the mapped pages, both
+    resident for the largest expert tensor while it is repacked; nothing extra with the switch off
+    or on the GPU."""
+    from hearth.engine.cpu import simd_vnni
+    from hearth.engine.models import moe
+    g = GGUFFile.open(reference_dir / "tiny-next" / "gpt-oss" / "tiny-gpt-oss.gguf")
+    cfg = ModelConfig.from_gguf(g)
+    monkeypatch.setattr(simd_vnni, "LANES", 16)
+    largest = max(t.n_bytes for t in g.tensors.values() if t.name.endswith("_exps.weight") and t.type.name == "MXFP4")
+    base = memory.estimate(g, cfg, 64, "gpu")["weights"]
+    assert moe.x8_extra_bytes(g, cfg) == largest
+    assert memory.estimate(g, cfg, 64)["weights"] == base + largest
+    monkeypatch.setenv("HEARTH_CPU_MXFP4_X8", "0")
+    assert memory.estimate(g, cfg, 64)["weights"] == base

@@ -300,6 +300,21 @@ class GGUFFile:
                     f"{self.path.name}: tensor {t.name} has type {t.type.name}, which Hearth cannot read yet "
                     f"(supported: {', '.join(sorted(SUPPORTED_TYPES))})")
 
+    def drop_pages(self, view: np.ndarray) -> None:
+        """Take the whole pages under `view` (a view of this file's map) out of this process's
+        resident memory (madvise MADV_DONTNEED: a read-only file map loses nothing, the page cache
+        keeps them and a later read maps them again), for data the engine has copied elsewhere.
+        Nothing happens where the OS has no madvise (Windows) or the file is not mapped."""
+        if self._mmap is None or not hasattr(mmap, "MADV_DONTNEED") or view.nbytes == 0:
+            return
+        start = view.ctypes.data - np.frombuffer(self._buf, np.uint8).ctypes.data
+        if start < 0 or start + view.nbytes > len(self._buf) or not view.flags.c_contiguous:
+            raise ValueError(f"{self.path.name}: drop_pages of an array that is not one span of the file's map")
+        page = mmap.PAGESIZE
+        a, b = -(-start // page) * page, (start + view.nbytes) // page * page
+        if b > a:
+            self._mmap.madvise(mmap.MADV_DONTNEED, a, b - a)
+
     def close(self) -> None:
         self.tensors.clear()
         if self._mmap is not None:

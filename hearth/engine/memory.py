@@ -5,7 +5,9 @@ Engine.load before anything large is touched) and the app's model picker shows t
 (`verdict`). Parts of an estimate, in bytes:
     weights   the tensors as the CPU backend keeps them: the file's blocks (memory-mapped; the
               pages a forward pass reads stay resident) plus float32 copies of the few types the
-              kernels do not cover (engine.models.weights.Dense)
+              kernels do not cover (engine.models.weights.Dense); gpt-oss's experts repacked in
+              groups of 8 rows replace their mapped pages, both resident for one tensor at a time
+              (engine.models.moe.x8_extra_bytes)
     kv        the KV cache at n_ctx (K and V for every layer, float32 or float16: `kv_dtype`)
     scratch   a prefill chunk's activations and attention scores, the logits, dequantized tiles
     runtime   the interpreter, numpy, numba and its compiled kernels, the tokenizer
@@ -50,6 +52,9 @@ def estimate(g, cfg, n_ctx: int, backend: str = "cpu", kv_dtype: str = "f32") ->
         matrix = len(t.shape) == 2 and t.name != "token_embd.weight"
         if matrix and (t.type.name not in KERNEL_TYPES or t.shape[0] % 32):
             weights += 4 * t.n_elements     # dequantized to float32
+    if backend == "cpu":   # gpt-oss's experts repacked at load (models/moe.py)
+        from .models.moe import x8_extra_bytes  # noqa: PLC0415
+        weights += x8_extra_bytes(g, cfg)
     kv = kv_part(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v, n_ctx, kv_dtype)
     rows = min(CHUNK, n_ctx)
     width = max(2 * cfg.n_ff, (cfg.n_head + 2 * cfg.n_head_kv) * cfg.head_dim)

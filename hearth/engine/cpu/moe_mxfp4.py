@@ -9,14 +9,17 @@ their down rows) and the rest runs between them on the calling thread, the SwiGL
 scalar exp cost 2.6 ms a token on the gpt-oss-20b shape, 24 layers x 4 x 2,880). Measured there
 (2 threads, load 1.6, one process alternating): 69.7 -> 65.8 ms a token.
 
-    moe_mxfp4_decode(x, norm_w, eps, router, router_b, k, gate, up, down, b_gu, b_down)
+    moe_mxfp4_decode(x, norm_w, eps, router, router_b, k, gate, up, down, b_gu, b_down, x8)
         x float32 [d] (the residual stream, updated in place: x += the FFN of rmsnorm(x) * norm_w);
         router uint8 [E, d * 4] (the F32 router's bytes), router_b float32 [E]; gate, up uint8
-        [E, ff, bytes per row] and down uint8 [E, d, bytes per row]: the mapped MXFP4 tensors;
+        [E, ff, bytes per row] and down uint8 [E, d, bytes per row]: the mapped MXFP4 tensors, or
+        with x8 the same repacked in groups of 8 rows (engine/cpu/mxfp4_x8.py: uint8 [E, ff / 8,
+        nb * 136], [E, d / 8, nb * 136]), multiplied 8 rows a step (kernels_mxfp4_x8);
         b_gu float32 [E, 2 ff] (gate biases, then up biases), b_down float32 [E, d].
 
 The arithmetic is models/moe.py's for one row: x's Q8_0 blocks as kernels_int8 quantizes them, each
-MXFP4 row kernels_mxfp4's (the same bits as the per-operation product), the SwiGLU and the routing
+MXFP4 row kernels_mxfp4's (the same bits as the per-operation product; repacked: kernels_mxfp4_x8's,
+the same as the per-operation LinearX8's), the SwiGLU and the routing
 softmax with softmax.expf, the slots summed in top-k order. The router's dot products are
 kernels.row_f32's (numpy's BLAS sums in another order: logits agree to rounding).
 """
@@ -30,6 +33,7 @@ from numba.extending import intrinsic
 from .kernels import row_f32
 from .kernels_int8 import quantize_q8_0
 from .kernels_mxfp4 import _neg12, _row
+from .kernels_mxfp4_x8 import group8, neg12_blocks, store8
 from .rows import rms_row
 from .simd import V8F32, _const, _ptr
 from .softmax import exp8_any, expf
@@ -63,6 +67,28 @@ def _down(down, top, aq, ad, aneg, y):
         s = g // d
         r = g - s * d
         y[s, r] = _row(down[top[s], r], aq[s], ad[s], aneg[s])
+
+
+@pjit
+def _gate_up_x8(gate, up, top, xq, xd, neg, gu):
+    """_gate_up for experts repacked in groups of 8 rows (gate, up uint8 [E, ff / 8, nb * 136]):
+    one (slot, group) a step; neg: neg12_blocks of xq."""
+    g8 = gate.shape[1]
+    for g in prange(top.shape[0] * 2 * g8):
+        s = g // (2 * g8)
+        r = g - s * 2 * g8
+        w = gate[top[s], r] if r < g8 else up[top[s], r - g8]
+        store8(gu[s], 8 * r, group8(w, xq, xd, neg), np.float32(1.0))
+
+
+@pjit
+def _down_x8(down, top, aq, ad, aneg, y):
+    """_down for experts repacked in groups of 8 rows (down uint8 [E, d / 8, nb * 136])."""
+    g8 = down.shape[1]
+    for g in prange(top.shape[0] * g8):
+        s = g // g8
+        r = g - s * g8
+        store8(y[s], 8 * r, group8(down[top[s], r], aq[s], ad[s], aneg[s]), np.float32(1.0))
 
 
 @jit
@@ -122,8 +148,17 @@ def swiglu_oai_row(g, u, out):
 
 
 @jit
-def moe_mxfp4_decode(x, norm_w, eps, router, router_b, k, gate, up, down, b_gu, b_down):
-    d, n_exp, ff = x.shape[0], router.shape[0], gate.shape[1]
+def _neg(xq, out, x8):
+    if x8:
+        neg12_blocks(xq, out)
+    else:
+        _neg12(xq, out)
+
+
+@jit
+def moe_mxfp4_decode(x, norm_w, eps, router, router_b, k, gate, up, down, b_gu, b_down, x8):
+    d, n_exp = x.shape[0], router.shape[0]
+    ff = b_gu.shape[1] // 2
     h = np.empty(d, np.float32)
     rms_row(x, norm_w, eps, h)
     logits = np.empty(n_exp, np.float32)
@@ -132,22 +167,29 @@ def moe_mxfp4_decode(x, norm_w, eps, router, router_b, k, gate, up, down, b_gu, 
     top, w = top_k_softmax(logits, k)
     xq, xd, xs = np.empty(d, np.int8), np.empty(d // 32, np.float32), np.empty(d // 32, np.float32)
     quantize_q8_0(h, xq, xd, xs)
-    neg = np.empty(d // 4, np.int32)
-    _neg12(xq, neg)
+    per = 32 if x8 else 4     # codes per entry of the -12 sum x starts: a block (x8) or a lane
+    neg = np.empty(d // per, np.int32)
+    _neg(xq, neg, x8)
     gu = np.empty((k, 2 * ff), np.float32)
-    _gate_up(gate, up, top, xq, xd, neg, gu)
+    if x8:
+        _gate_up_x8(gate, up, top, xq, xd, neg, gu)
+    else:
+        _gate_up(gate, up, top, xq, xd, neg, gu)
     a = np.empty(ff, np.float32)
     aq, ad, as_ = np.empty((k, ff), np.int8), np.empty((k, ff // 32), np.float32), np.empty((k, ff // 32), np.float32)
-    aneg = np.empty((k, ff // 4), np.int32)
+    aneg = np.empty((k, ff // per), np.int32)
     for s in range(k):
         row = gu[s]
         for j in range(2 * ff):
             row[j] += b_gu[top[s], j]
         swiglu_oai_row(row[:ff], row[ff:], a)
         quantize_q8_0(a, aq[s], ad[s], as_[s])
-        _neg12(aq[s], aneg[s])
+        _neg(aq[s], aneg[s], x8)
     y = np.empty((k, d), np.float32)
-    _down(down, top, aq, ad, aneg, y)
+    if x8:
+        _down_x8(down, top, aq, ad, aneg, y)
+    else:
+        _down(down, top, aq, ad, aneg, y)
     for s in range(k):
         for j in range(d):
             y[s, j] = (y[s, j] + b_down[top[s], j]) * w[s]

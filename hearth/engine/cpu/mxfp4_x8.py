@@ -109,3 +109,15 @@ def reference_product(x8: np.ndarray, xq: np.ndarray, xd: np.ndarray) -> tuple[n
     ints = (codes.reshape(n_out, nb, BLOCK).astype(np.int64) * xq.reshape(nb, BLOCK)).sum(-1)   # [n_out, nb]
     terms = ints * (s.astype(np.float64) * xd.astype(np.float64))
     return terms.sum(-1), np.abs(terms).sum(-1)
+
+
+def repack_experts(raw: np.ndarray, drop=None) -> np.ndarray:
+    """A 3-D expert tensor uint8 [E, n_out, nb * 17] (a view of the mapped file) -> a new anonymous
+    array uint8 [E, n_out / 8, nb * 136]; then drop(raw), which may take the mapped pages out of this
+    process's memory (GGUFFile.drop_pages): one tensor at a time has both copies resident."""
+    E, n_out, rb = raw.shape
+    out = np.empty((E, n_out // GROUP, rb // ROW_BLOCK * GROUP_BLOCK), np.uint8)
+    repack(raw.reshape(E * n_out, rb), out.reshape(E * n_out // GROUP, -1))
+    if drop is not None:
+        drop(raw)
+    return out

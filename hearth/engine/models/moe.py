@@ -19,10 +19,12 @@ The router's logits include its bias (gpt-oss) and are computed in float32 from 
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import numpy as np
 
+from ..cpu import mxfp4_x8 as X8
 from ..cpu.linear import KERNEL_TYPES, Activations, Linear
 from ..cpu.simd_vnni import lanes
 from ..errors import UnsupportedModelError
@@ -142,6 +144,32 @@ class MoeFfn:
         if kind:
             self._raw = (self.router.view(np.uint8), _or_zeros(self.router_b, (E,)), gate, up, down,
                          _or_zeros(self.b_gate_up, (E, 2 * ff)), _or_zeros(self.b_down, (E, d)))
+        # Where the fused kernel runs, the experts are repacked in groups of 8 rows at load
+        # (repack_experts, from make_resident): decode then multiplies 8 rows a step (2.4x the row
+        # kernel's weights a second, cpu/kernels_mxfp4_x8.py), prefill reads the same copy.
+        self.x8 = False
+        self.x8_pending = self.fused and x8_applies(d, ff)
+        self._x8_type, self._prefix = tg, prefix
+        self._drop = getattr(g, "drop_pages", None)   # GGUFFile's (a test's stand-in may have none)
+
+    def repack_experts(self) -> None:
+        """The experts (where x8_pending) into anonymous arrays in groups of 8 rows, one tensor at a
+        time, each tensor's mapped pages then dropped from this process (GGUFFile.drop_pages), and
+        every expert's matrices the repacked ones (cpu/linear_x8.py), so nothing reads the mapped
+        copy again."""
+        if not self.x8_pending:
+            return
+        from ..cpu.linear_x8 import LinearX8  # noqa: PLC0415
+        router, rb, gate, up, down, bgu, bd = self._raw
+        E, ff, d = gate.shape[0], gate.shape[1], down.shape[1]
+        int8 = self.down[0].parts[0].int8
+        gx, ux, dx = (X8.repack_experts(t, self._drop) for t in (gate, up, down))   # [E, rows / 8, nb * 136]
+        t, p = self._x8_type, self._prefix
+        self.gate_up = [W.Matrices([LinearX8([gx[e], ux[e]], t, d, f"{p}ffn_gate_up_exps[{e}]", int8)])
+                        for e in range(E)]
+        self.down = [W.Matrices([LinearX8([dx[e]], t, ff, f"{p}ffn_down_exps[{e}]", int8)]) for e in range(E)]
+        self._raw = (router, rb, gx, ux, dx, bgu, bd)
+        self.x8, self.x8_pending = True, False
 
     def decode_residual(self, x: np.ndarray, norm_w: np.ndarray, eps: float, i8: bool) -> bool:
         """x float32 [d] += this FFN of rmsnorm(x) * norm_w in one compiled call, where it applies
@@ -153,7 +181,7 @@ class MoeFfn:
         from ..cpu.linear import _LAUNCH  # noqa: PLC0415
         router, rb, gate, up, down, bgu, bd = self._raw
         with _LAUNCH:
-            moe_mxfp4_decode(x, norm_w, float(eps), router, rb, self.k, gate, up, down, bgu, bd)
+            moe_mxfp4_decode(x, norm_w, float(eps), router, rb, self.k, gate, up, down, bgu, bd, self.x8)
         return True
 
     def matrices(self) -> list[W.Matrices]:
@@ -218,6 +246,29 @@ class MoeFfn:
         if self.b_down is not None:
             y += self.b_down[e]
         return y
+
+
+def x8_applies(d: int, ff: int) -> bool:
+    """Whether a fused layer's experts (gate, up: d -> ff; down: ff -> d) are repacked in groups of 8
+    rows at load: HEARTH_CPU_MXFP4_X8 not 0 and both shapes split into groups (cpu/mxfp4_x8.py)."""
+    return X8.enabled() and X8.applies(ff, d) and X8.applies(d, ff)
+
+
+def x8_extra_bytes(g, cfg) -> int:
+    """Memory beyond the file's bytes that repacking the experts takes (engine/memory.py's estimate):
+    the repacked copy replaces the mapped one, whose pages are dropped, except while a tensor is
+    being repacked (the largest one); where pages cannot be dropped (no madvise), both copies."""
+    if not (cfg.n_expert and cfg.activation == "swiglu_oai" and cfg.expert_gating == "softmax_weight"
+            and lanes() != 0 and x8_applies(cfg.n_embd, cfg.n_ff_exp)):
+        return 0
+    sizes = [t.n_bytes for t in g.tensors.values()
+             if t.type.name == "MXFP4" and len(t.shape) == 3 and t.name.endswith(_EXPERT_TENSORS)]
+    if not sizes:
+        return 0
+    return max(sizes) if hasattr(mmap, "MADV_DONTNEED") else sum(sizes)
+
+
+_EXPERT_TENSORS = ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")
 
 
 def fused_default() -> bool:

@@ -45,6 +45,20 @@ class MoeDecoder(Decoder):
     def _matrices(self) -> list[W.Matrices]:
         return [m for b in self.blocks for m in (b.wqkv, b.wo, *b.moe.matrices())] + [self.output]
 
+    def make_resident(self, progress=None) -> None:
+        """gpt-oss's experts repacked first where they are (moe.MoeFfn.repack_experts: reading the
+        mapped experts is then most of the loading), then every matrix's pages read."""
+        pending = [b.moe for b in self.blocks if b.moe.x8_pending]
+        if not pending:
+            super().make_resident(progress)
+            return
+        for i, moe in enumerate(pending):
+            moe.repack_experts()
+            if progress is not None:
+                progress(0.05 + 0.6 * (i + 1) / len(pending), "repacking experts")
+        rest = None if progress is None else (lambda f, what: progress(0.65 + (f - 0.05) / 0.9 * 0.3, what))
+        super().make_resident(rest)
+
     def _load_block(self, g, ld, i: int) -> MoeBlock:
         c = self.cfg
         d, p = c.n_embd, f"blk.{i}."
