@@ -21,6 +21,7 @@ repacked matrix is as large as the mapped one. Rows n_out % 8 != 0 keep the row 
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import numpy as np
@@ -28,6 +29,7 @@ from numba import njit, prange
 
 from ..quants import tables as QT
 from ..quants.iq import e8m0_half
+from .simd import u32_at
 
 BLOCK = 32          # weights a block
 ROW_BLOCK = 17      # bytes of one row's block in the file
@@ -64,22 +66,26 @@ def repack_numpy(raw: np.ndarray) -> np.ndarray:
 
 @njit(nogil=True, cache=True, parallel=True)
 def repack(raw, out):
-    """repack_numpy's bytes into out uint8 [n_out / 8, nb * 136], the groups spread over threads."""
+    """repack_numpy's bytes into out uint8 [n_out / 8, nb * 136], the groups spread over threads.
+    A row's block as 4 little-endian words w0..w3 (its qs bytes 0-3, 4-7, 8-11, 12-15): chunk 0 is
+    the low nibbles of w0 with those of w1 above them, chunk 1 the same of w2, w3, chunks 2 and 3
+    the high nibbles (codes 16..31)."""
     nb = raw.shape[1] // 17
+    lo, hi = np.uint64(0x0F0F0F0F), np.uint64(0xF0F0F0F0)
     for g in prange(out.shape[0]):
         o = out[g]
-        for b in range(nb):
-            ob = 136 * b
-            for r in range(8):
-                o[ob + r] = raw[8 * g + r, 17 * b]
-            for r in range(8):
-                src = raw[8 * g + r]
+        o32 = o.view(np.uint32)                      # 136 b + 8 + 32 c + 4 r = 4 (34 b + 2 + 8 c + r)
+        for r in range(8):
+            src = raw[8 * g + r]
+            for b in range(nb):
                 q = 17 * b + 1
-                for c in range(4):
-                    lo = q + (8 * c) % 16
-                    sh = 4 * (c // 2)
-                    for i in range(4):
-                        o[ob + 8 + 32 * c + 4 * r + i] = ((src[lo + i] >> sh) & 15) | (((src[lo + 4 + i] >> sh) & 15) << 4)
+                o[136 * b + r] = src[q - 1]
+                w0, w1, w2, w3 = u32_at(src, q), u32_at(src, q + 4), u32_at(src, q + 8), u32_at(src, q + 12)
+                at = 34 * b + 2 + r
+                o32[at] = np.uint32((w0 & lo) | ((w1 & lo) << np.uint64(4)))
+                o32[at + 8] = np.uint32((w2 & lo) | ((w3 & lo) << np.uint64(4)))
+                o32[at + 16] = np.uint32(((w0 >> np.uint64(4)) & lo) | (w1 & hi))
+                o32[at + 24] = np.uint32(((w2 >> np.uint64(4)) & lo) | (w3 & hi))
 
 
 def codes_and_scales(x8: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,12 +117,23 @@ def reference_product(x8: np.ndarray, xq: np.ndarray, xd: np.ndarray) -> tuple[n
     return terms.sum(-1), np.abs(terms).sum(-1)
 
 
+def _anonymous(shape: tuple) -> np.ndarray:
+    """uint8 `shape` in fresh anonymous pages, transparent huge pages asked for where the OS has them:
+    the repack writes them ~2.5x faster than 4 KiB pages (2 threads, Zen 4, THP "madvise")."""
+    n = int(np.prod(shape))
+    if not hasattr(mmap, "MADV_HUGEPAGE") or n == 0:
+        return np.empty(shape, np.uint8)
+    m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)   # private: THP applies (not shmem's)
+    m.madvise(mmap.MADV_HUGEPAGE)
+    return np.frombuffer(m, np.uint8).reshape(shape)   # the array keeps the map alive
+
+
 def repack_experts(raw: np.ndarray, drop=None) -> np.ndarray:
     """A 3-D expert tensor uint8 [E, n_out, nb * 17] (a view of the mapped file) -> a new anonymous
     array uint8 [E, n_out / 8, nb * 136]; then drop(raw), which may take the mapped pages out of this
     process's memory (GGUFFile.drop_pages): one tensor at a time has both copies resident."""
     E, n_out, rb = raw.shape
-    out = np.empty((E, n_out // GROUP, rb // ROW_BLOCK * GROUP_BLOCK), np.uint8)
+    out = _anonymous((E, n_out // GROUP, rb // ROW_BLOCK * GROUP_BLOCK))
     repack(raw.reshape(E * n_out, rb), out.reshape(E * n_out // GROUP, -1))
     if drop is not None:
         drop(raw)
