@@ -21,7 +21,6 @@ repacked matrix is as large as the mapped one. Rows n_out % 8 != 0 keep the row 
 
 from __future__ import annotations
 
-import mmap
 import os
 
 import numpy as np
@@ -117,23 +116,13 @@ def reference_product(x8: np.ndarray, xq: np.ndarray, xd: np.ndarray) -> tuple[n
     return terms.sum(-1), np.abs(terms).sum(-1)
 
 
-def _anonymous(shape: tuple) -> np.ndarray:
-    """uint8 `shape` in fresh anonymous pages, transparent huge pages asked for where the OS has them:
-    the repack writes them ~2.5x faster than 4 KiB pages (2 threads, Zen 4, THP "madvise")."""
-    n = int(np.prod(shape))
-    if not hasattr(mmap, "MADV_HUGEPAGE") or n == 0:
-        return np.empty(shape, np.uint8)
-    m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)   # private: THP applies (not shmem's)
-    m.madvise(mmap.MADV_HUGEPAGE)
-    return np.frombuffer(m, np.uint8).reshape(shape)   # the array keeps the map alive
-
-
 def repack_experts(raw: np.ndarray, drop=None) -> np.ndarray:
     """A 3-D expert tensor uint8 [E, n_out, nb * 17] (a view of the mapped file) -> a new anonymous
     array uint8 [E, n_out / 8, nb * 136]; then drop(raw), which may take the mapped pages out of this
     process's memory (GGUFFile.drop_pages): one tensor at a time has both copies resident."""
     E, n_out, rb = raw.shape
-    out = _anonymous((E, n_out // GROUP, rb // ROW_BLOCK * GROUP_BLOCK))
+    # numpy asks for transparent huge pages on large arrays itself (Linux, numpy >= 1.21)
+    out = np.empty((E, n_out // GROUP, rb // ROW_BLOCK * GROUP_BLOCK), np.uint8)
     repack(raw.reshape(E * n_out, rb), out.reshape(E * n_out // GROUP, -1))
     if drop is not None:
         drop(raw)
