@@ -164,3 +164,12 @@ def test_swiglu_oai_row_matches_numpy_with_clamps(n):
     with np.errstate(over="ignore"):
         want = swiglu_oai(g, u)
     np.testing.assert_allclose(out, want, rtol=4e-7, atol=1e-30)      # exp within ~2 ulp of numpy's
+
+
+def test_x8_switch_off_keeps_the_mapped_rows(reference_dir, monkeypatch):
+    g, cfg = open_tiny(reference_dir, "gpt-oss")
+    monkeypatch.setenv("HEARTH_CPU_MXFP4_X8", "0")
+    moe = MoeFfn(g, cfg, "blk.0.")
+    assert not moe.x8_pending
+    moe.repack_experts()
+    assert not moe.x8 and np.shares_memory(moe._raw[2], g.file_bytes())
