@@ -173,3 +173,20 @@ def test_x8_switch_off_keeps_the_mapped_rows(reference_dir, monkeypatch):
     assert not moe.x8_pending
     moe.repack_experts()
     assert not moe.x8 and np.shares_memory(moe._raw[2], g.file_bytes())
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_repacked_experts_are_part_of_the_prefix_key(reference_dir, monkeypatch, switch):
+    """The 8-row experts sum in another float order, so K/V they computed never serve an engine
+    reading the mapped rows (prefix-image keys hold backend.describe())."""
+    from hearth.engine.cpu_backend import CpuBackend   # noqa: PLC0415
+    from hearth.engine.prefix.key import key_digest    # noqa: PLC0415
+    monkeypatch.setenv("HEARTH_CPU_MXFP4_X8", switch)
+    g, cfg = open_tiny(reference_dir, "gpt-oss")
+    backend = CpuBackend(cfg, g, n_ctx=32, int8=True)
+    repacked = switch == "1" and lanes() != 0
+    assert (backend.describe().get("experts") == "mxfp4-x8") == repacked
+    assert ("experts" in backend.describe()) == repacked
+    plain = {k: v for k, v in backend.describe().items() if k != "experts"}
+    keys = {key_digest(backend=d, model=b"m", ids=[1, 2]) for d in (backend.describe(), plain)}
+    assert len(keys) == (2 if repacked else 1)

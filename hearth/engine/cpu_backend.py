@@ -403,11 +403,12 @@ class CpuBackend(Backend):
     def describe(self) -> dict:
         # What K/V values depend on (prefix-image keys): the float-x path computes a decoded
         # token's K/V a little differently from the default 8-bit x, so it says so.
+        extra = self.model.arithmetic
         if not self.int8:
-            return {"backend": "cpu"}
+            return {"backend": "cpu", **extra}
         if self.model.int8_batches:
-            return {"backend": "cpu", "decode_x": "int8", "batch_x": "int8-vnni" if vnni_tiles() else "int8"}
-        return {"backend": "cpu", "decode_x": "int8"}
+            return {"backend": "cpu", "decode_x": "int8", "batch_x": "int8-vnni" if vnni_tiles() else "int8", **extra}
+        return {"backend": "cpu", "decode_x": "int8", **extra}
 
     def close(self) -> None:
         self.model = None

@@ -22,6 +22,12 @@ class MatrixSettings:
     def int8_batches(self) -> bool:
         return self._int8 and self.int8_batches_on
 
+    @property
+    def arithmetic(self) -> dict:
+        """How this model's products round beyond the backend's own settings, for prefix-image keys
+        (CpuBackend.describe): empty unless an architecture lays its weights out otherwise."""
+        return {}
+
     def _matrices(self) -> list[W.Matrices]:
         """Every matrix, in file order."""
         raise NotImplementedError

@@ -45,6 +45,12 @@ class MoeDecoder(Decoder):
     def _matrices(self) -> list[W.Matrices]:
         return [m for b in self.blocks for m in (b.wqkv, b.wo, *b.moe.matrices())] + [self.output]
 
+    @property
+    def arithmetic(self) -> dict:
+        """How this model's products round beyond the backend's settings (prefix-image keys): the
+        experts repacked in groups of 8 rows sum each row's blocks in another float order."""
+        return {"experts": "mxfp4-x8"} if any(b.moe.x8 for b in self.blocks) else {}
+
     def make_resident(self, progress=None) -> None:
         """gpt-oss's experts repacked first where they are (moe.MoeFfn.repack_experts: reading the
         mapped experts is then most of the loading), then every matrix's pages read."""
