@@ -27,7 +27,8 @@ import numpy as np
 from numba import njit
 
 from . import tiles_vnni as TV
-from .simd_vnni import make_block_32, make_block_k, make_zeros, store16
+from .simd import store_scaled
+from .simd_vnni import make_block_32, make_block_k, make_zeros
 
 jit = njit(nogil=True, cache=True)
 
@@ -55,9 +56,9 @@ def _store(acc, out, i0, g0, groups, col, rows, scale, tmp):
             continue
         r = 16 * g
         if r + 16 <= rows:
-            store16(out[i], col + r, acc[k], scale)
+            store_scaled(out[i], col + r, acc[k], scale)
         else:
-            store16(tmp, 0, acc[k], scale)
+            store_scaled(tmp, 0, acc[k], scale)
             for j in range(rows - r):
                 out[i, col + r + j] = tmp[j]
 

@@ -30,7 +30,7 @@ from . import gemm_vnni as GV
 from .kernels import _part, _total
 from .kernels_iq import _E8M0
 from .kernels_mxfp4 import _KV12, dpbusd256
-from .simd import F32, I8, I32, V8F32, V8I32, V32I8, _fmuladd, _ptr, _splat, f32x8, fadd, fzero
+from .simd import F32, I8, I32, V8F32, V8I32, V32I8, _fmuladd, _ptr, _splat, f32x8, fadd, fzero, store_scaled
 from .simd_iq import lut16_ir
 
 jit = njit(nogil=True, cache=True)
@@ -85,17 +85,6 @@ def block8(typingctx, acc, w, off, xq, xoff, start, xd):
     return f32x8(acc, w, types.intp, xq, types.intp, types.int32, types.float32), codegen
 
 
-@intrinsic
-def store8(typingctx, out, off, v, scale):
-    """out[off:off+8] = v * scale (float32)."""
-    def codegen(context, builder, sig, args):
-        s = args[3] if args[3].type == F32 else builder.fptrunc(args[3], F32)
-        r = builder.fmul(args[2], _splat(builder, s, V8F32))
-        builder.store(r, _ptr(context, builder, sig.args[0], args[0], args[1], V8F32), align=4)
-        return context.get_dummy_value()
-    return types.void(out, types.intp, v, types.float32), codegen
-
-
 @jit
 def neg12_blocks(xq, out):
     """out int32 [n / 32]: -12 times the sum of each block of 32 codes of xq."""
@@ -124,7 +113,7 @@ def matvec8_mxfp4_x8(ws, xq, xd, xs, out, scales):
     neg12_blocks(xq, neg)
     for g in prange(_total(ws)):
         p, r = _part(ws, g)
-        store8(out, 8 * g, group8(ws[p][r], xq, xd, neg), scales[p])
+        store_scaled(out, 8 * g, group8(ws[p][r], xq, xd, neg), scales[p])
 
 
 # --- prefill: VNNI tiles (engine/cpu/tiles_vnni.py's layout, family o128) -------------------------

@@ -33,9 +33,9 @@ from numba.extending import intrinsic
 from .kernels import row_f32
 from .kernels_int8 import quantize_q8_0
 from .kernels_mxfp4 import _neg12, _row
-from .kernels_mxfp4_x8 import group8, neg12_blocks, store8
+from .kernels_mxfp4_x8 import group8, neg12_blocks
 from .rows import rms_row
-from .simd import V8F32, _const, _ptr
+from .simd import V8F32, _const, _ptr, store_scaled
 from .softmax import exp8_any, expf
 
 jit = njit(nogil=True, cache=True)
@@ -78,7 +78,7 @@ def _gate_up_x8(gate, up, top, xq, xd, neg, gu):
         s = g // (2 * g8)
         r = g - s * 2 * g8
         w = gate[top[s], r] if r < g8 else up[top[s], r - g8]
-        store8(gu[s], 8 * r, group8(w, xq, xd, neg), np.float32(1.0))
+        store_scaled(gu[s], 8 * r, group8(w, xq, xd, neg), np.float32(1.0))
 
 
 @pjit
@@ -88,7 +88,7 @@ def _down_x8(down, top, aq, ad, aneg, y):
     for g in prange(top.shape[0] * g8):
         s = g // g8
         r = g - s * g8
-        store8(y[s], 8 * r, group8(down[top[s], r], aq[s], ad[s], aneg[s]), np.float32(1.0))
+        store_scaled(y[s], 8 * r, group8(down[top[s], r], aq[s], ad[s], aneg[s]), np.float32(1.0))
 
 
 @jit

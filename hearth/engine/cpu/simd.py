@@ -657,6 +657,19 @@ sums_dot_hi4 = _sums_dot("sums_dot_hi4", True)
 # --- int8 weight tiles (engine/cpu/tiles_int8.py) and their products (engine/cpu/gemm_int8.py) ---
 
 @intrinsic
+def store_scaled(typingctx, out, off, v, scale):
+    """out[off:off + n] = v * scale (float32): v a vector of n float32 lanes (8 or 16), the lanes of
+    a product's accumulators."""
+    def codegen(context, builder, sig, args):
+        vt = args[2].type
+        s = args[3] if args[3].type == F32 else builder.fptrunc(args[3], F32)
+        r = builder.fmul(args[2], _splat(builder, s, vt))
+        builder.store(r, _ptr(context, builder, sig.args[0], args[0], args[1], vt), align=4)
+        return context.get_dummy_value()
+    return types.void(out, off, v, types.float32), codegen
+
+
+@intrinsic
 def store32(typingctx, out, off, v):
     """out[off:off + 32] = the 32 bytes v (out: a uint8 or int8 array)."""
     def codegen(context, builder, sig, args):

@@ -278,17 +278,6 @@ def make_zeros(n: int):
 
 
 @intrinsic
-def store16(typingctx, out, off, acc, scale):
-    """out[off:off + 16] = acc * scale (float32)."""
-    def codegen(context, builder, sig, args):
-        s = args[3] if args[3].type == F32 else builder.fptrunc(args[3], F32)
-        v = builder.fmul(args[2], _splat(builder, s, V16F32))
-        builder.store(v, _ptr(context, builder, sig.args[0], args[0], args[1], V16F32), align=4)
-        return context.get_dummy_value()
-    return types.void(out, off, acc, types.float32), codegen
-
-
-@intrinsic
 def interleave16(typingctx, src, soff, sstride, dst, doff):
     """16 rows of 64 bytes (src[soff + r * sstride:][:64]) as 16 steps of 16 rows x 4 bytes
     (dst[doff + 64 * k:][:64] holds bytes 4k..4k+3 of every row): a 16 x 16 transpose of int32 words
